@@ -1,0 +1,238 @@
+//! Peak-EWMA with power of two choices (Finagle's `PeakEwma`, tower's
+//! `load::PeakEwma` and Linkerd's balancer).
+//!
+//! Each endpoint keeps a latency estimate. A sample above the estimate
+//! replaces it at once (peaks are taken immediately); a sample below it is
+//! blended in with weight `1 − exp(−elapsed/τ)`, where `elapsed` is the time
+//! since the estimate was last touched. Reading the estimate applies a zero
+//! sample, so an endpoint that is not used decays towards zero and gets
+//! probed again. A pick draws two distinct endpoints and keeps the one with
+//! the lower cost `estimate × (pending + 1) ÷ weight`.
+//!
+//! Beyond tower:
+//! - weights divide the cost;
+//! - a failed request counts as at least `failure_penalty`, so an endpoint
+//!   that fails fast does not look fast;
+//! - with `unmeasured_penalty`, an endpoint that has requests pending but no
+//!   sample yet costs a huge constant plus its pending count (Finagle's start,
+//!   used with `default_rtt = 0`, as the seed-000 model does).
+//!
+//! Unlike tower, time is passed in rather than read from a clock, which is
+//! what lets the simulator run this code at full speed.
+
+use crate::endpoints::EndpointTable;
+use crate::least_request::two_distinct;
+use crate::{Balancer, BuildError, Endpoint, EndpointLoad, Nanos, Outcome, Rng, Ticket};
+
+/// Cost of an endpoint with pending requests and no sample (Finagle's penalty).
+const UNMEASURED_COST: f64 = 1e15;
+
+/// The latency estimate of one endpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RttEstimate {
+    /// Estimate in nanoseconds.
+    rtt: f64,
+    /// When the estimate was last updated or decayed; `None` before first use.
+    stamp: Option<Nanos>,
+    measured: bool,
+}
+
+impl RttEstimate {
+    fn new(default_rtt: Nanos) -> Self {
+        RttEstimate { rtt: default_rtt as f64, stamp: None, measured: false }
+    }
+
+    /// Weight of the old estimate after `now − stamp` has passed.
+    #[inline]
+    fn decay(&self, now: Nanos, tau: f64) -> f64 {
+        match self.stamp {
+            Some(stamp) if now > stamp => (-((now - stamp) as f64) / tau).exp(),
+            _ => 1.0,
+        }
+    }
+
+    /// Take a sample `rtt` observed at `now` (the tower/Finagle update rule).
+    fn update(&mut self, now: Nanos, rtt: f64, tau: f64) {
+        if rtt > self.rtt {
+            self.rtt = rtt;
+        } else {
+            let w = self.decay(now, tau);
+            self.rtt = self.rtt * w + rtt * (1.0 - w);
+        }
+        self.stamp = Some(self.stamp.map_or(now, |s| s.max(now)));
+        self.measured = true;
+    }
+
+    /// The estimate as of `now`, decayed towards zero since the last touch.
+    fn read(&mut self, now: Nanos, tau: f64) -> f64 {
+        self.rtt *= self.decay(now, tau);
+        self.stamp = Some(self.stamp.map_or(now, |s| s.max(now)));
+        self.rtt
+    }
+}
+
+/// Cost of an endpoint: `estimate × (pending + 1) ÷ weight`, or Finagle's
+/// penalty for an unmeasured endpoint that is busy.
+#[inline]
+pub(crate) fn cost(estimate: f64, pending: u32, weight: f64, measured: bool, unmeasured_penalty: bool) -> f64 {
+    if unmeasured_penalty && !measured && pending > 0 {
+        return UNMEASURED_COST + pending as f64;
+    }
+    estimate * (pending as f64 + 1.0) / weight
+}
+
+/// Peak-EWMA latency estimates with a power-of-two-choices pick.
+#[derive(Debug, Clone)]
+pub struct PeakEwma {
+    table: EndpointTable<RttEstimate>,
+    tau: f64,
+    default_rtt: Nanos,
+    failure_penalty: Nanos,
+    unmeasured_penalty: bool,
+    rng: Rng,
+}
+
+impl PeakEwma {
+    /// A balancer with decay time constant `decay`, initial estimate
+    /// `default_rtt`, `failure_penalty` for failed requests, and Finagle's
+    /// penalty for busy unmeasured endpoints when `unmeasured_penalty`.
+    pub fn new(
+        endpoints: &[Endpoint],
+        decay: Nanos,
+        default_rtt: Nanos,
+        failure_penalty: Nanos,
+        unmeasured_penalty: bool,
+        seed: u64,
+    ) -> Result<Self, BuildError> {
+        if decay == 0 {
+            return Err(BuildError::InvalidParameter {
+                field: "decay",
+                value: "0s".into(),
+                expected: "a duration greater than zero (10s is the default)",
+            });
+        }
+        let table = EndpointTable::new(endpoints, |_| RttEstimate::new(default_rtt))?;
+        Ok(PeakEwma {
+            table,
+            tau: decay as f64,
+            default_rtt,
+            failure_penalty,
+            unmeasured_penalty,
+            rng: Rng::new(seed),
+        })
+    }
+
+    #[inline]
+    fn cost_of(&mut self, slot: usize, now: Nanos) -> f64 {
+        let estimate = self.table.state[slot].read(now, self.tau);
+        cost(
+            estimate,
+            self.table.active[slot],
+            self.table.weight(slot),
+            self.table.state[slot].measured,
+            self.unmeasured_penalty,
+        )
+    }
+}
+
+impl Balancer for PeakEwma {
+    fn name(&self) -> &'static str {
+        "peak-ewma"
+    }
+
+    fn pick(&mut self, now: Nanos, _key: Option<u64>) -> Option<Ticket> {
+        let slot = match self.table.len() {
+            0 => return None,
+            1 => 0,
+            n => {
+                let (a, b) = two_distinct(&mut self.rng, n);
+                // The draw order is random, so `<=` breaks ties fairly.
+                if self.cost_of(a, now) <= self.cost_of(b, now) {
+                    a
+                } else {
+                    b
+                }
+            }
+        };
+        Some(self.table.issue(slot))
+    }
+
+    fn on_complete(&mut self, ticket: Ticket, now: Nanos, outcome: Outcome) {
+        let Some(slot) = self.table.settle(&ticket) else { return };
+        let sample = match outcome {
+            Outcome::Success { latency } => latency,
+            Outcome::Failure { latency } => latency.max(self.failure_penalty),
+        };
+        self.table.state[slot].update(now, sample as f64, self.tau);
+    }
+
+    fn on_cancel(&mut self, ticket: Ticket) {
+        self.table.settle(&ticket);
+    }
+
+    fn set_endpoints(&mut self, endpoints: &[Endpoint]) -> Result<(), BuildError> {
+        let default_rtt = self.default_rtt;
+        self.table.replace(endpoints, |_| RttEstimate::new(default_rtt))
+    }
+
+    fn endpoints(&self) -> &[Endpoint] {
+        self.table.endpoints()
+    }
+
+    fn loads(&self, now: Nanos) -> Vec<EndpointLoad> {
+        (0..self.table.len())
+            .map(|s| {
+                let est = &self.table.state[s];
+                EndpointLoad {
+                    id: self.table.endpoints()[s].id,
+                    active: self.table.active[s],
+                    latency_estimate: Some(est.rtt * est.decay(now, self.tau)),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MILLISECOND, SECOND};
+
+    const TAU: f64 = 10.0 * SECOND as f64;
+
+    #[test]
+    fn peaks_are_taken_at_once_and_lows_blend_with_time() {
+        let mut e = RttEstimate::new(30 * MILLISECOND);
+        e.update(SECOND, 100e6, TAU);
+        assert_eq!(e.rtt, 100e6);
+        // One τ later a 0-latency sample keeps e^-1 of the old estimate.
+        e.update(SECOND + 10 * SECOND, 0.0, TAU);
+        assert!((e.rtt - 100e6 * (-1.0f64).exp()).abs() < 1.0, "{}", e.rtt);
+    }
+
+    #[test]
+    fn reading_decays_toward_zero() {
+        let mut e = RttEstimate::new(30 * MILLISECOND);
+        assert_eq!(e.read(5 * SECOND, TAU), 30e6, "first touch only stamps");
+        let later = e.read(15 * SECOND, TAU);
+        assert!((later - 30e6 * (-1.0f64).exp()).abs() < 1.0, "{later}");
+    }
+
+    #[test]
+    fn cost_rule() {
+        assert_eq!(cost(10.0, 0, 1.0, true, false), 10.0);
+        assert_eq!(cost(10.0, 3, 2.0, true, false), 20.0);
+        assert_eq!(cost(0.0, 2, 1.0, false, true), UNMEASURED_COST + 2.0);
+        assert_eq!(cost(0.0, 0, 1.0, false, true), 0.0, "an idle unmeasured endpoint is free to probe");
+        assert_eq!(cost(0.0, 2, 1.0, false, false), 0.0);
+    }
+
+    #[test]
+    fn failures_count_as_the_penalty() {
+        let eps = [Endpoint::new(0, "a")];
+        let mut pe = PeakEwma::new(&eps, 10 * SECOND, 30 * MILLISECOND, 250 * MILLISECOND, false, 1).unwrap();
+        let t = pe.pick(0, None).unwrap();
+        pe.on_complete(t, MILLISECOND, Outcome::Failure { latency: MILLISECOND });
+        assert_eq!(pe.loads(MILLISECOND)[0].latency_estimate, Some(250e6));
+    }
+}

@@ -1,0 +1,195 @@
+//! Ring hash, Ketama style (Karger et al., 1997; Envoy's `RING_HASH`).
+//!
+//! Each endpoint places points on a 64-bit ring, hashed from
+//! `"<name>_<i>"`, in proportion to its weight. The ring size follows
+//! Envoy: scale so the lightest endpoint gets at least its share of
+//! `min_ring_size` points, never more than `max_ring_size` in all (defaults
+//! 1024 and 8,388,608). A lookup is the first point at or after the key's
+//! hash, wrapping around. With bounded load, a key whose endpoint is full
+//! walks on to the next points of other endpoints.
+
+use crate::bounded_load::BoundedLoad;
+use crate::endpoints::EndpointTable;
+use crate::{Balancer, BuildError, Endpoint, EndpointLoad, HashFunction, Nanos, Outcome, Rng, Ticket};
+
+/// Default smallest ring.
+pub const DEFAULT_MIN_RING_SIZE: u64 = 1024;
+/// Default and absolute largest ring.
+pub const MAX_RING_SIZE: u64 = 8 * 1024 * 1024;
+
+/// A Ketama ring over the endpoints.
+#[derive(Debug, Clone)]
+pub struct RingHash {
+    table: EndpointTable<()>,
+    min_ring_size: u64,
+    max_ring_size: u64,
+    hash: HashFunction,
+    /// Sorted ring point hashes, with `owners[i]` the slot of point `i`.
+    points: Vec<u64>,
+    owners: Vec<u32>,
+    bound: Option<BoundedLoad>,
+    total_weight: f64,
+    rng: Rng,
+}
+
+/// Build the sorted ring for `endpoints`: (point hashes, owning slots).
+pub(crate) fn build_ring(endpoints: &[Endpoint], min: u64, max: u64, hash: HashFunction) -> (Vec<u64>, Vec<u32>) {
+    if endpoints.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let total: f64 = endpoints.iter().map(|e| e.weight).sum();
+    let min_share = endpoints.iter().map(|e| e.weight / total).fold(f64::INFINITY, f64::min);
+    let scale = ((min_share * min as f64).ceil() / min_share).min(max as f64);
+    let mut ring: Vec<(u64, u32)> = Vec::with_capacity(scale.ceil() as usize + endpoints.len());
+    let mut target = 0.0;
+    let mut placed = 0u64;
+    let mut key = String::new();
+    for (slot, e) in endpoints.iter().enumerate() {
+        target += scale * e.weight / total;
+        let mut i = 0u64;
+        while (placed as f64) < target {
+            use std::fmt::Write;
+            key.clear();
+            write!(key, "{}_{}", e.name, i).expect("writing to a String");
+            ring.push((hash.hash(key.as_bytes()), slot as u32));
+            placed += 1;
+            i += 1;
+        }
+    }
+    ring.sort_unstable();
+    ring.into_iter().unzip()
+}
+
+impl RingHash {
+    /// A ring of at least `min_ring_size` and at most `max_ring_size`
+    /// points (1..=8,388,608), hashed with `hash`, with an optional
+    /// bounded-load factor; `seed` draws keys for requests that have none.
+    pub fn new(
+        endpoints: &[Endpoint],
+        min_ring_size: u64,
+        max_ring_size: u64,
+        hash: HashFunction,
+        bounded_load: Option<f64>,
+        seed: u64,
+    ) -> Result<Self, BuildError> {
+        for (field, value) in [("min_ring_size", min_ring_size), ("max_ring_size", max_ring_size)] {
+            if !(1..=MAX_RING_SIZE).contains(&value) || min_ring_size > max_ring_size {
+                return Err(BuildError::RingSizeOutOfRange { field, value, min: 1, max: MAX_RING_SIZE });
+            }
+        }
+        let bound = BoundedLoad::new(bounded_load)?;
+        let mut r = RingHash {
+            table: EndpointTable::new(&[], |_| ())?,
+            min_ring_size,
+            max_ring_size,
+            hash,
+            points: Vec::new(),
+            owners: Vec::new(),
+            bound,
+            total_weight: 0.0,
+            rng: Rng::new(seed),
+        };
+        r.set_endpoints(endpoints)?;
+        Ok(r)
+    }
+
+    /// Number of points on the ring.
+    pub fn ring_size(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Index of the first point at or after `key`, wrapping.
+    #[inline]
+    fn position(&self, key: u64) -> usize {
+        let i = self.points.partition_point(|&p| p < key);
+        if i == self.points.len() {
+            0
+        } else {
+            i
+        }
+    }
+}
+
+impl Balancer for RingHash {
+    fn name(&self) -> &'static str {
+        "ring-hash"
+    }
+
+    fn pick(&mut self, _now: Nanos, key: Option<u64>) -> Option<Ticket> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let key = key.unwrap_or_else(|| self.rng.next_u64());
+        let mut at = self.position(key);
+        let mut slot = self.owners[at] as usize;
+        if let Some(bound) = self.bound {
+            for _ in 0..self.points.len() {
+                if bound.admits(&self.table, slot, self.total_weight) {
+                    break;
+                }
+                at = if at + 1 == self.points.len() { 0 } else { at + 1 };
+                slot = self.owners[at] as usize;
+            }
+        }
+        Some(self.table.issue(slot))
+    }
+
+    fn on_complete(&mut self, ticket: Ticket, _now: Nanos, _outcome: Outcome) {
+        self.table.settle(&ticket);
+    }
+
+    fn on_cancel(&mut self, ticket: Ticket) {
+        self.table.settle(&ticket);
+    }
+
+    fn set_endpoints(&mut self, endpoints: &[Endpoint]) -> Result<(), BuildError> {
+        self.table.replace(endpoints, |_| ())?;
+        (self.points, self.owners) = build_ring(self.table.endpoints(), self.min_ring_size, self.max_ring_size, self.hash);
+        self.total_weight = endpoints.iter().map(|e| e.weight).sum();
+        Ok(())
+    }
+
+    fn endpoints(&self) -> &[Endpoint] {
+        self.table.endpoints()
+    }
+
+    fn loads(&self, _now: Nanos) -> Vec<EndpointLoad> {
+        crate::config::plain_loads(&self.table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eps(n: u64) -> Vec<Endpoint> {
+        (0..n).map(|i| Endpoint::new(i, format!("10.0.0.{i}:80"))).collect()
+    }
+
+    #[test]
+    fn ring_size_follows_envoy_scaling() {
+        let r = RingHash::new(&eps(10), 1024, MAX_RING_SIZE, HashFunction::Xxhash, None, 0).unwrap();
+        assert_eq!(r.ring_size(), 1030, "ceil(0.1 × 1024) = 103 points per host");
+        let weighted = vec![Endpoint::new(0, "a").with_weight(1.0), Endpoint::new(1, "b").with_weight(3.0)];
+        let r = RingHash::new(&weighted, 1024, MAX_RING_SIZE, HashFunction::Xxhash, None, 0).unwrap();
+        let a = r.owners.iter().filter(|&&s| s == 0).count();
+        assert_eq!((a, r.ring_size() - a), (256, 768));
+        let capped = RingHash::new(&eps(10), 1024, 100, HashFunction::Xxhash, None, 0);
+        assert!(capped.is_err(), "min above max is rejected");
+    }
+
+    #[test]
+    fn out_of_range_sizes_name_the_field() {
+        let err = RingHash::new(&eps(2), 0, MAX_RING_SIZE, HashFunction::Xxhash, None, 0).unwrap_err();
+        assert!(err.to_string().contains("min_ring_size = 0"), "{err}");
+        let err = RingHash::new(&eps(2), 1024, MAX_RING_SIZE + 1, HashFunction::Xxhash, None, 0).unwrap_err();
+        assert!(err.to_string().contains("max_ring_size = 8388609"), "{err}");
+    }
+
+    #[test]
+    fn lookup_wraps_around() {
+        let r = RingHash::new(&eps(3), 16, 16, HashFunction::Xxhash, None, 0).unwrap();
+        assert_eq!(r.position(u64::MAX), if *r.points.last().unwrap() == u64::MAX { r.points.len() - 1 } else { 0 });
+        assert_eq!(r.position(0), 0);
+    }
+}
