@@ -35,7 +35,7 @@ mod round_robin;
 
 pub use config::{
     build, AlgorithmConfig, AlgorithmKind, LeastRequestConfig, MaglevConfig, PeakEwmaConfig,
-    RendezvousConfig, RingHashConfig,
+    RendezvousConfig, RingHashConfig, UnknownAlgorithm,
 };
 pub use error::BuildError;
 pub use hash::HashFunction;

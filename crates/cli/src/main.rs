@@ -1,1 +1,11 @@
-fn main() {}
+//! The `fulcrum` binary: parse the command line, run, map the result to an
+//! exit code. Everything else lives in the library crates.
+
+mod algorithms;
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::run(cli::parse())
+}

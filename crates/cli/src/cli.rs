@@ -1,0 +1,69 @@
+//! Command-line surface: one subcommand per job.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Fulcrum: load-balancing algorithms, a simulator to compare them, and the
+/// proxies that run them.
+#[derive(Debug, Parser)]
+#[command(name = "fulcrum", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the load-balancing algorithms with their default parameters.
+    Algorithms(crate::algorithms::Args),
+}
+
+/// Parse `std::env::args`, exiting with a usage message on error.
+pub fn parse() -> Cli {
+    Cli::parse()
+}
+
+/// Run the chosen subcommand. Errors are printed to stderr; the exit code is
+/// 0 on success, 1 on a runtime failure and 2 on bad input (clap's convention).
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Algorithms(args) => crate::algorithms::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("fulcrum: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+/// A failure the binary reports: what went wrong and which exit code it earns.
+#[derive(Debug)]
+pub struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl Failure {
+    /// The user gave something we cannot use (a bad file, name or value).
+    pub fn input(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: 2 }
+    }
+
+    /// Something failed while running.
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: 1 }
+    }
+
+    fn exit_code(&self) -> u8 {
+        self.code
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
