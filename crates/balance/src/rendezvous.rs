@@ -22,6 +22,9 @@ pub struct Rendezvous {
     hash: HashFunction,
     bound: Option<BoundedLoad>,
     total_weight: f64,
+    /// All weights equal: `−w / ln(u)` grows with `u`, so ranking by `u`
+    /// picks the same endpoint without a logarithm per endpoint.
+    uniform: bool,
     rng: Rng,
 }
 
@@ -37,7 +40,8 @@ impl Rendezvous {
     pub fn new(endpoints: &[Endpoint], hash: HashFunction, bounded_load: Option<f64>, seed: u64) -> Result<Self, BuildError> {
         let bound = BoundedLoad::new(bounded_load)?;
         let table = EndpointTable::new(&[], |_| ())?;
-        let mut r = Rendezvous { table, salts: Vec::new(), hash, bound, total_weight: 0.0, rng: Rng::new(seed) };
+        let mut r =
+            Rendezvous { table, salts: Vec::new(), hash, bound, total_weight: 0.0, uniform: true, rng: Rng::new(seed) };
         r.set_endpoints(endpoints)?;
         Ok(r)
     }
@@ -56,7 +60,11 @@ impl Balancer for Rendezvous {
         let mut best: Option<(f64, usize)> = None;
         let mut best_open: Option<(f64, usize)> = None;
         for slot in 0..self.table.len() {
-            let s = score(self.hash, key, self.salts[slot], self.table.weight(slot));
+            let s = if self.uniform {
+                unit_open(self.hash.hash_pair(key, self.salts[slot]))
+            } else {
+                score(self.hash, key, self.salts[slot], self.table.weight(slot))
+            };
             if best.is_none_or(|(b, _)| s > b) {
                 best = Some((s, slot));
             }
@@ -82,6 +90,7 @@ impl Balancer for Rendezvous {
         self.table.replace(endpoints, |_| ())?;
         self.salts = endpoints.iter().map(|e| self.hash.hash(e.name.as_bytes())).collect();
         self.total_weight = endpoints.iter().map(|e| e.weight).sum();
+        self.uniform = self.table.uniform_weights();
         Ok(())
     }
 

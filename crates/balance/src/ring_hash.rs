@@ -35,6 +35,11 @@ pub struct RingHash {
     /// Sorted ring point hashes, with `owners[i]` the slot of point `i`.
     points: Vec<u64>,
     owners: Vec<u32>,
+    /// `buckets[b]` is the first point whose top `bucket_bits` bits are ≥ b,
+    /// with one extra entry at the end: a lookup searches only its bucket
+    /// (about one point) instead of binary-searching the whole ring.
+    buckets: Vec<u32>,
+    bucket_bits: u32,
     bound: Option<BoundedLoad>,
     total_weight: f64,
     rng: Rng,
@@ -87,6 +92,8 @@ impl RingHash {
             hash,
             points: Vec::new(),
             owners: Vec::new(),
+            buckets: Vec::new(),
+            bucket_bits: 0,
             bound,
             total_weight: 0.0,
             rng: Rng::new(seed),
@@ -103,12 +110,31 @@ impl RingHash {
     /// Index of the first point at or after `key`, wrapping.
     #[inline]
     fn position(&self, key: u64) -> usize {
-        let i = self.points.partition_point(|&p| p < key);
+        let bucket = (key >> (63 - self.bucket_bits) >> 1) as usize;
+        let (start, end) = (self.buckets[bucket] as usize, self.buckets[bucket + 1] as usize);
+        let i = start + self.points[start..end].partition_point(|&p| p < key);
         if i == self.points.len() {
             0
         } else {
             i
         }
+    }
+
+    /// Index the sorted points by their top bits, one bucket per point
+    /// (rounded up to a power of two, at most 2^20 buckets).
+    fn index_buckets(&mut self) {
+        self.bucket_bits = self.points.len().next_power_of_two().trailing_zeros().min(20);
+        let count = 1usize << self.bucket_bits;
+        self.buckets.clear();
+        self.buckets.reserve(count + 1);
+        let mut at = 0usize;
+        for bucket in 0..count as u64 {
+            while at < self.points.len() && (self.points[at] >> (63 - self.bucket_bits) >> 1) < bucket {
+                at += 1;
+            }
+            self.buckets.push(at as u32);
+        }
+        self.buckets.push(self.points.len() as u32);
     }
 }
 
@@ -147,6 +173,7 @@ impl Balancer for RingHash {
     fn set_endpoints(&mut self, endpoints: &[Endpoint]) -> Result<(), BuildError> {
         self.table.replace(endpoints, |_| ())?;
         (self.points, self.owners) = build_ring(self.table.endpoints(), self.min_ring_size, self.max_ring_size, self.hash);
+        self.index_buckets();
         self.total_weight = endpoints.iter().map(|e| e.weight).sum();
         Ok(())
     }
@@ -197,5 +224,20 @@ mod tests {
         let r = RingHash::new(&eps(3), 16, 16, HashFunction::Xxhash, None, 0).unwrap();
         assert_eq!(r.position(u64::MAX), if *r.points.last().unwrap() == u64::MAX { r.points.len() - 1 } else { 0 });
         assert_eq!(r.position(0), 0);
+    }
+
+    #[test]
+    fn bucket_index_agrees_with_a_binary_search_of_the_whole_ring() {
+        let mut rng = Rng::new(3);
+        for n in [1, 3, 100] {
+            let r = RingHash::new(&eps(n), 1024, MAX_RING_SIZE, HashFunction::Xxhash, None, 0).unwrap();
+            let mut keys: Vec<u64> = (0..10_000).map(|_| rng.next_u64()).collect();
+            keys.extend(r.points.iter().flat_map(|&p| [p, p.wrapping_add(1), p.wrapping_sub(1)]));
+            keys.extend([0, u64::MAX]);
+            for key in keys {
+                let i = r.points.partition_point(|&p| p < key);
+                assert_eq!(r.position(key), if i == r.points.len() { 0 } else { i }, "key {key:#x}");
+            }
+        }
     }
 }
