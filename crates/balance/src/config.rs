@@ -272,7 +272,9 @@ pub fn build(config: &AlgorithmConfig, endpoints: &[Endpoint], seed: u64) -> Res
     Ok(match config {
         AlgorithmConfig::RoundRobin(_) => Box::new(RoundRobin::new(endpoints, seed)?),
         AlgorithmConfig::Random(_) => Box::new(Random::new(endpoints, seed)?),
-        AlgorithmConfig::LeastRequest(c) => Box::new(LeastRequest::new(endpoints, c.choices, c.active_request_bias, seed)?),
+        AlgorithmConfig::LeastRequest(c) => {
+            Box::new(LeastRequest::new(endpoints, c.choices, c.active_request_bias, seed)?)
+        }
         AlgorithmConfig::PeakEwma(c) => Box::new(PeakEwma::new(
             endpoints,
             nanos(c.decay),

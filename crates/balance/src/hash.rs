@@ -133,8 +133,7 @@ mod tests {
         let data: Vec<u8> = (0u8..=64).collect();
         for len in 0..data.len() {
             for seed in [0u32, 1, 0xdead_beef] {
-                let expected =
-                    murmur3::murmur3_x64_128(&mut std::io::Cursor::new(&data[..len]), seed).unwrap();
+                let expected = murmur3::murmur3_x64_128(&mut std::io::Cursor::new(&data[..len]), seed).unwrap();
                 assert_eq!(murmur3_x64_128(&data[..len], seed), expected, "len {len} seed {seed}");
             }
         }

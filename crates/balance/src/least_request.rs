@@ -50,7 +50,12 @@ fn distinct(rng: &mut Rng, n: usize, d: usize, out: &mut Vec<usize>) {
 impl LeastRequest {
     /// A balancer drawing `choices` (≥ 1) candidates per pick, with
     /// `active_request_bias` (≥ 0) for unequal weights.
-    pub fn new(endpoints: &[Endpoint], choices: usize, active_request_bias: f64, seed: u64) -> Result<Self, BuildError> {
+    pub fn new(
+        endpoints: &[Endpoint],
+        choices: usize,
+        active_request_bias: f64,
+        seed: u64,
+    ) -> Result<Self, BuildError> {
         if choices == 0 {
             return Err(BuildError::InvalidParameter {
                 field: "choices",

@@ -34,8 +34,8 @@ mod rng;
 mod round_robin;
 
 pub use config::{
-    build, AlgorithmConfig, AlgorithmKind, LeastRequestConfig, MaglevConfig, PeakEwmaConfig,
-    RendezvousConfig, RingHashConfig, UnknownAlgorithm,
+    build, AlgorithmConfig, AlgorithmKind, LeastRequestConfig, MaglevConfig, PeakEwmaConfig, RendezvousConfig,
+    RingHashConfig, UnknownAlgorithm,
 };
 pub use error::BuildError;
 pub use hash::HashFunction;

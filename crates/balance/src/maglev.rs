@@ -101,7 +101,12 @@ pub(crate) fn build_table(endpoints: &[Endpoint], size: u64) -> Vec<u32> {
 impl Maglev {
     /// A Maglev balancer with a prime `table_size` and an optional
     /// bounded-load factor; `seed` draws keys for requests that have none.
-    pub fn new(endpoints: &[Endpoint], table_size: u64, bounded_load: Option<f64>, seed: u64) -> Result<Self, BuildError> {
+    pub fn new(
+        endpoints: &[Endpoint],
+        table_size: u64,
+        bounded_load: Option<f64>,
+        seed: u64,
+    ) -> Result<Self, BuildError> {
         if !is_prime(table_size) {
             return Err(BuildError::TableSizeNotPrime(table_size));
         }

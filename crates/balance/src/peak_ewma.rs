@@ -112,14 +112,7 @@ impl PeakEwma {
             });
         }
         let table = EndpointTable::new(endpoints, |_| RttEstimate::new(default_rtt))?;
-        Ok(PeakEwma {
-            table,
-            tau: decay as f64,
-            default_rtt,
-            failure_penalty,
-            unmeasured_penalty,
-            rng: Rng::new(seed),
-        })
+        Ok(PeakEwma { table, tau: decay as f64, default_rtt, failure_penalty, unmeasured_penalty, rng: Rng::new(seed) })
     }
 
     #[inline]

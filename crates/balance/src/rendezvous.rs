@@ -37,7 +37,12 @@ pub(crate) fn score(hash: HashFunction, key: u64, salt: u64, weight: f64) -> f64
 impl Rendezvous {
     /// A rendezvous balancer hashing with `hash`, with an optional
     /// bounded-load factor; `seed` draws keys for requests that have none.
-    pub fn new(endpoints: &[Endpoint], hash: HashFunction, bounded_load: Option<f64>, seed: u64) -> Result<Self, BuildError> {
+    pub fn new(
+        endpoints: &[Endpoint],
+        hash: HashFunction,
+        bounded_load: Option<f64>,
+        seed: u64,
+    ) -> Result<Self, BuildError> {
         let bound = BoundedLoad::new(bounded_load)?;
         let table = EndpointTable::new(&[], |_| ())?;
         let mut r =

@@ -172,7 +172,8 @@ impl Balancer for RingHash {
 
     fn set_endpoints(&mut self, endpoints: &[Endpoint]) -> Result<(), BuildError> {
         self.table.replace(endpoints, |_| ())?;
-        (self.points, self.owners) = build_ring(self.table.endpoints(), self.min_ring_size, self.max_ring_size, self.hash);
+        (self.points, self.owners) =
+            build_ring(self.table.endpoints(), self.min_ring_size, self.max_ring_size, self.hash);
         self.index_buckets();
         self.total_weight = endpoints.iter().map(|e| e.weight).sum();
         Ok(())

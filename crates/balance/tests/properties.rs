@@ -11,11 +11,22 @@ use proptest::prelude::*;
 #[derive(Debug, Clone)]
 enum Op {
     Pick(Option<u64>),
-    Complete { index: usize, latency_ms: u64, success: bool },
-    Cancel { index: usize },
+    Complete {
+        index: usize,
+        latency_ms: u64,
+        success: bool,
+    },
+    Cancel {
+        index: usize,
+    },
     /// Keep the endpoints whose bit is set in `mask` (ids 0..12) with these weights.
-    SetEndpoints { mask: u16, weights: [u8; 12] },
-    Advance { ms: u64 },
+    SetEndpoints {
+        mask: u16,
+        weights: [u8; 12],
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {

@@ -17,7 +17,9 @@ pub struct Args {
 /// Print each algorithm's default configuration as TOML, ready to paste.
 pub fn run(args: Args) -> Result<(), Failure> {
     let kinds: Vec<AlgorithmKind> = match &args.name {
-        Some(name) => vec![name.parse().map_err(|e: fulcrum_balance::UnknownAlgorithm| Failure::input(e.to_string()))?],
+        Some(name) => {
+            vec![name.parse().map_err(|e: fulcrum_balance::UnknownAlgorithm| Failure::input(e.to_string()))?]
+        }
         None => AlgorithmKind::ALL.to_vec(),
     };
     for (i, kind) in kinds.into_iter().enumerate() {
