@@ -124,12 +124,12 @@ mod tests {
     fn weighted_shares_are_exact_over_a_cycle() {
         let e = vec![Endpoint::new(0, "a").with_weight(1.0), Endpoint::new(1, "b").with_weight(3.0)];
         let mut rr = RoundRobin::new(&e, 5).unwrap();
-        let mut counts = [0; 2];
+        let mut counts = [0i32; 2];
         for _ in 0..4000 {
             let t = rr.pick(0, None).unwrap();
             counts[t.endpoint().0 as usize] += 1;
             rr.on_complete(t, 0, Outcome::Success { latency: 1 });
         }
-        assert!((counts[0] as i32 - 1000).abs() <= 1, "{counts:?}");
+        assert!((counts[0] - 1000).abs() <= 1, "{counts:?}");
     }
 }
