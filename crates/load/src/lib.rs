@@ -1,0 +1,1 @@
+//! Test backends and load generator (issue 4).

@@ -1,0 +1,1 @@
+//! Reverse proxy (issue 4).
