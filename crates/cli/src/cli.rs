@@ -17,6 +17,8 @@ pub struct Cli {
 enum Command {
     /// List the load-balancing algorithms with their default parameters.
     Algorithms(crate::algorithms::Args),
+    /// Simulate a scenario: compare algorithms' latency and request spread.
+    Sim(crate::sim::Args),
 }
 
 /// Parse `std::env::args`, exiting with a usage message on error.
@@ -29,6 +31,7 @@ pub fn parse() -> Cli {
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Algorithms(args) => crate::algorithms::run(args),
+        Command::Sim(args) => crate::sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

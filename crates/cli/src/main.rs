@@ -3,6 +3,7 @@
 
 mod algorithms;
 mod cli;
+mod sim;
 
 use std::process::ExitCode;
 

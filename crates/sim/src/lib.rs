@@ -1,1 +1,269 @@
-//! Discrete-event simulator (see issue 3).
+//! Fulcrum's discrete-event simulator: clients → balancers → servers, driving
+//! the algorithms of `fulcrum_balance` directly.
+//!
+//! A [`Scenario`] (read from TOML, see [`scenario`]) describes the workload,
+//! the servers, the network and the balancer instances. [`simulate`] runs it
+//! for each algorithm of a [`Plan`] and each of its seeds, spread over
+//! threads, and returns a [`Report`]: per algorithm the latency [`Summary`]
+//! (the seed-000 table's figures), failures, requests per server, CDF points
+//! and the per-server share over time; with several runs, the mean and the
+//! 95 % interval of every figure. [`report`] renders it as a table, JSON or
+//! CSV, and [`plot`] as SVG.
+//!
+//! Each run is an [`engine::Engine`]: a plain event loop over a binary heap
+//! of events in integer nanoseconds, tie-broken by sequence number, with
+//! every random draw taken from RNGs seeded by the run's seed. The same
+//! scenario and seed therefore give the same report, byte for byte, however
+//! many threads run it.
+
+pub mod dist;
+pub mod engine;
+pub mod plot;
+pub mod report;
+pub mod scenario;
+pub mod stats;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use fulcrum_balance::{AlgorithmConfig, BuildError, Nanos};
+
+pub use dist::Dist;
+pub use scenario::{Scenario, ScenarioError};
+pub use stats::{ShareSeries, Summary};
+
+/// CDF points kept per run for plots and CSV.
+const CDF_POINTS: usize = 1000;
+
+/// One run of one algorithm with one seed, summarised.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The seed of this run.
+    pub seed: u64,
+    /// Measured requests that completed (successes and failures).
+    pub requests: u64,
+    /// Measured requests that failed.
+    pub failed: u64,
+    /// Latency figures of the successful ones.
+    pub latency: Summary,
+    /// Measured requests sent to each server, in scenario order.
+    pub requests_per_server: Vec<u64>,
+    /// `(fraction, latency ms)` points of the latency CDF.
+    pub cdf: Vec<(f64, f64)>,
+    /// Requests per server over time.
+    pub share: ShareSeries,
+    /// Events handled.
+    pub events: u64,
+    /// Requests completed, warm-up included.
+    pub completed: u64,
+    /// Simulated time at the end of the run.
+    pub simulated: Nanos,
+}
+
+/// Run `algorithm` over `scenario` once with `seed`.
+pub fn run_once(
+    scenario: &Scenario,
+    algorithm: &AlgorithmConfig,
+    seed: u64,
+    progress: Option<&AtomicU64>,
+) -> Result<RunResult, BuildError> {
+    let mut raw = engine::Engine::new(scenario, algorithm, seed, progress)?.run();
+    let latency = Summary::of(&mut raw.samples);
+    Ok(RunResult {
+        seed,
+        requests: raw.samples.len() as u64 + raw.failed,
+        failed: raw.failed,
+        latency,
+        requests_per_server: raw.per_server,
+        cdf: stats::cdf_points(&raw.samples, CDF_POINTS),
+        share: raw.share,
+        events: raw.events,
+        completed: raw.completed,
+        simulated: raw.end,
+    })
+}
+
+/// What to run: algorithms × seeds `seed, seed+1, …, seed+runs−1`.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The algorithms, in report order.
+    pub algorithms: Vec<AlgorithmConfig>,
+    /// The first seed.
+    pub seed: u64,
+    /// Runs per algorithm (≥ 1).
+    pub runs: u32,
+    /// Worker threads (≥ 1); results do not depend on it.
+    pub threads: usize,
+}
+
+impl Plan {
+    /// The scenario's own algorithms and seed, one run, one thread per core.
+    pub fn for_scenario(scenario: &Scenario) -> Plan {
+        Plan {
+            algorithms: scenario.algorithms.clone(),
+            seed: scenario.seed,
+            runs: 1,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// Number of runs in all.
+    pub fn jobs(&self) -> usize {
+        self.algorithms.len() * self.runs as usize
+    }
+}
+
+/// The results of one algorithm over all runs.
+#[derive(Debug, Clone)]
+pub struct AlgorithmReport {
+    /// Configuration name (`peak-ewma`, …).
+    pub algorithm: String,
+    /// Each run, in seed order.
+    pub runs: Vec<RunResult>,
+    /// Mean of each latency figure over the runs.
+    pub latency: Summary,
+    /// 95 % confidence half-width of each figure (0 with one run).
+    pub ci95: Summary,
+    /// Mean measured requests per run.
+    pub requests: f64,
+    /// Mean failed requests per run.
+    pub failed: f64,
+    /// Mean requests per server per run.
+    pub requests_per_server: Vec<f64>,
+}
+
+impl AlgorithmReport {
+    fn of(algorithm: String, runs: Vec<RunResult>) -> Self {
+        let n = runs.len() as f64;
+        let mean = |f: &dyn Fn(&RunResult) -> f64| runs.iter().map(f).sum::<f64>() / n;
+        let mut means = [0.0; 10];
+        let mut halves = [0.0; 10];
+        for (k, (_, get)) in stats::FIGURES.iter().enumerate() {
+            let values: Vec<f64> = runs.iter().map(|r| get(&r.latency)).collect();
+            (means[k], halves[k]) = stats::mean_ci95(&values);
+        }
+        let latency = Summary::from_array(means);
+        let ci95 = Summary::from_array(halves);
+        let servers = runs.first().map_or(0, |r| r.requests_per_server.len());
+        let requests_per_server = (0..servers).map(|s| mean(&|r| r.requests_per_server[s] as f64)).collect();
+        AlgorithmReport {
+            algorithm,
+            requests: mean(&|r| r.requests as f64),
+            failed: mean(&|r| r.failed as f64),
+            requests_per_server,
+            latency,
+            ci95,
+            runs,
+        }
+    }
+
+    /// Share of requests sent to server `s`, over all runs (0..=1).
+    pub fn share_of(&self, s: usize) -> f64 {
+        let total: f64 = self.requests_per_server.iter().sum();
+        if total == 0.0 {
+            0.0
+        } else {
+            self.requests_per_server[s] / total
+        }
+    }
+}
+
+/// Everything a simulation produced.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The scenario's name.
+    pub scenario: String,
+    /// Server names, in scenario order.
+    pub servers: Vec<String>,
+    /// The first seed.
+    pub seed: u64,
+    /// Runs per algorithm.
+    pub runs: u32,
+    /// Per algorithm, in plan order.
+    pub results: Vec<AlgorithmReport>,
+    /// Requests simulated in all runs.
+    pub simulated_requests: u64,
+    /// Events handled in all runs.
+    pub events: u64,
+    /// Wall-clock time of the simulation.
+    pub wall_seconds: f64,
+}
+
+/// A plan that cannot run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// An algorithm's balancer could not be built over the scenario's servers.
+    #[error("{algorithm}: {source}")]
+    Build {
+        /// The algorithm.
+        algorithm: String,
+        /// Why.
+        source: BuildError,
+    },
+    /// Zero runs or no algorithm.
+    #[error("nothing to run: {0}")]
+    Empty(&'static str),
+}
+
+/// Run every algorithm of `plan` over `scenario` for each seed, on
+/// `plan.threads` threads. `progress`, if given, counts completed requests
+/// (in steps of [`engine::PROGRESS_STEP`]).
+pub fn simulate(scenario: &Scenario, plan: &Plan, progress: Option<&AtomicU64>) -> Result<Report, SimError> {
+    if plan.runs == 0 {
+        return Err(SimError::Empty("runs must be at least 1"));
+    }
+    if plan.algorithms.is_empty() {
+        return Err(SimError::Empty("no algorithm given"));
+    }
+    let started = Instant::now();
+    let jobs = plan.jobs();
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Result<RunResult, BuildError>>>> = Mutex::new(vec![None; jobs]);
+    let work = || loop {
+        let j = next.fetch_add(1, Ordering::Relaxed);
+        if j >= jobs {
+            break;
+        }
+        let (a, r) = (j / plan.runs as usize, j % plan.runs as usize);
+        let result = run_once(scenario, &plan.algorithms[a], plan.seed.wrapping_add(r as u64), progress);
+        slots.lock().expect("no worker panics while holding the lock")[j] = Some(result);
+    };
+    let threads = plan.threads.clamp(1, jobs);
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(work);
+            }
+        });
+    }
+    let mut slots = slots.into_inner().expect("workers finished").into_iter();
+    let mut results = Vec::with_capacity(plan.algorithms.len());
+    for config in &plan.algorithms {
+        let name = config.kind().name().to_string();
+        let runs = (0..plan.runs)
+            .map(|_| {
+                slots
+                    .next()
+                    .flatten()
+                    .expect("every job ran")
+                    .map_err(|source| SimError::Build { algorithm: name.clone(), source })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        results.push(AlgorithmReport::of(name, runs));
+    }
+    let simulated_requests = results.iter().flat_map(|a| &a.runs).map(|r| r.completed).sum();
+    let events = results.iter().flat_map(|a| &a.runs).map(|r| r.events).sum();
+    Ok(Report {
+        scenario: scenario.name.clone(),
+        servers: scenario.servers.iter().map(|s| s.name.clone()).collect(),
+        seed: plan.seed,
+        runs: plan.runs,
+        results,
+        simulated_requests,
+        events,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
+}

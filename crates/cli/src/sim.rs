@@ -1,0 +1,161 @@
+//! `fulcrum sim`: run a scenario file through the simulator and report.
+//!
+//! Raw arguments become a [`fulcrum_sim::Plan`] (algorithms, seeds, runs)
+//! before anything runs; the report goes to stdout as a table or as JSON,
+//! and optionally to CSV files and an SVG plot. A progress bar is drawn on
+//! stderr (when it is a terminal) once a simulation has run for a second.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use fulcrum_balance::AlgorithmKind;
+use fulcrum_sim::{report, Plan, Scenario};
+
+use crate::cli::Failure;
+
+/// Options of `fulcrum sim`.
+#[derive(Debug, ClapArgs)]
+#[command(after_help = "\
+Examples:
+  fulcrum sim scenarios/seed-000.toml
+  fulcrum sim scenarios/seed-000.toml --runs 20 --json
+  fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
+
+The scenario format is described in the README (section Simulator). Exit code 2 means
+the scenario or an option was rejected; the message names the file, line and field.")]
+pub struct Args {
+    /// The scenario file (TOML).
+    scenario: PathBuf,
+
+    /// Comma-separated algorithms to compare, instead of the scenario's list:
+    /// round-robin (wrr), random, least-request (lr), peak-ewma (PeakEWMA),
+    /// ring-hash (RingHash), maglev, rendezvous. Parameters come from the
+    /// scenario's [[algorithm]] tables, or the defaults.
+    #[arg(long, value_delimiter = ',')]
+    algorithms: Option<Vec<String>>,
+
+    /// Seed of the first run (default: the scenario's `seed`).
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Repeat each algorithm with seeds seed, seed+1, …; report the mean and
+    /// the 95 % interval of every figure.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    runs: u32,
+
+    /// Print the report as JSON on stdout (nothing else goes to stdout).
+    #[arg(long)]
+    json: bool,
+
+    /// Also write summary.csv, requests_per_server.csv, cdf.csv and share.csv
+    /// into this directory.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+
+    /// Also draw the latency CDFs (log-scale x) and each server's share of
+    /// requests over time into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+
+    /// Worker threads (default: one per core). Results do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: Option<u32>,
+
+    /// Draw the progress bar even when stderr is not a terminal.
+    #[arg(long, hide = true)]
+    progress: bool,
+}
+
+/// Load, run, report.
+pub fn run(args: Args) -> Result<(), Failure> {
+    let scenario = Scenario::load(&args.scenario).map_err(|e| Failure::input(e.to_string()))?;
+    let mut plan = Plan::for_scenario(&scenario);
+    if let Some(names) = &args.algorithms {
+        plan.algorithms = names
+            .iter()
+            .map(|n| n.parse::<AlgorithmKind>().map(|k| scenario.config_for(k)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Failure::input(format!("--algorithms: {e}")))?;
+        if plan.algorithms.is_empty() {
+            return Err(Failure::input("--algorithms: the list is empty"));
+        }
+    }
+    if let Some(seed) = args.seed {
+        plan.seed = seed;
+    }
+    plan.runs = args.runs;
+    if let Some(t) = args.threads {
+        plan.threads = t as usize;
+    }
+
+    let expected = scenario.total_requests().map(|n| n * plan.jobs() as u64);
+    let done = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    let show = args.progress || std::io::stderr().is_terminal();
+    let report = std::thread::scope(|scope| {
+        if show {
+            scope.spawn(|| progress_bar(&done, &finished, expected));
+        }
+        let result = fulcrum_sim::simulate(&scenario, &plan, Some(&done));
+        finished.store(true, Ordering::Relaxed);
+        result
+    })
+    .map_err(|e| Failure::input(format!("{}: {e}", args.scenario.display())))?;
+
+    let mut stdout = std::io::stdout().lock();
+    let text = if args.json { report::json(&report) } else { report::table(&report) };
+    stdout.write_all(text.as_bytes()).map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
+    stdout.flush().map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
+    if let Some(dir) = &args.csv {
+        report::write_csv(&report, dir).map_err(|e| Failure::runtime(format!("--csv {}: {e}", dir.display())))?;
+    }
+    if let Some(file) = &args.plot {
+        std::fs::write(file, fulcrum_sim::plot::svg(&report))
+            .map_err(|e| Failure::runtime(format!("--plot {}: {e}", file.display())))?;
+    }
+    if !args.json {
+        eprintln!(
+            "simulated {} requests in {:.3} s wall ({:.3} µs per request)",
+            report.simulated_requests,
+            report.wall_seconds,
+            report.wall_seconds * 1e6 / report.simulated_requests.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+/// Draw a progress bar on stderr once the run has taken a second, until
+/// `finished`.
+fn progress_bar(done: &AtomicU64, finished: &AtomicBool, expected: Option<u64>) {
+    let started = Instant::now();
+    let mut drawn = false;
+    while !finished.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if started.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        let n = done.load(Ordering::Relaxed);
+        let line = match expected {
+            Some(total) if total > 0 => {
+                let frac = (n as f64 / total as f64).min(1.0);
+                let filled = (frac * 30.0) as usize;
+                format!(
+                    "\r[{}{}] {:>3.0}% {n}/{total} requests, {:.1} s",
+                    "#".repeat(filled),
+                    ".".repeat(30 - filled),
+                    frac * 100.0,
+                    started.elapsed().as_secs_f64()
+                )
+            }
+            _ => format!("\r{n} requests, {:.1} s", started.elapsed().as_secs_f64()),
+        };
+        eprint!("{line}");
+        drawn = true;
+    }
+    if drawn {
+        eprint!("\r{}\r", " ".repeat(72));
+    }
+}

@@ -1,0 +1,179 @@
+//! Rendering a [`Report`]: the human table, the JSON document and CSV files.
+//!
+//! The table follows the seed-000 layout (Min, Avg, P50, P75, P90, P95, P99,
+//! P999, Max, StdDev in ms) with the requests per server below it. The JSON
+//! shape is fixed by issue 3 so that other tools can read it:
+//! `{"scenario", "seed", ["runs"], "results": [{"algorithm", "requests",
+//! "failed", "latency_ms": {…}, ["ci95_ms": {…}], "requests_per_server"}],
+//! "simulated_requests", "wall_seconds"}`.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::stats::{Summary, FIGURES};
+use crate::{AlgorithmReport, Report};
+
+/// The human-readable report (what `fulcrum sim` prints).
+pub fn table(report: &Report) -> String {
+    let mut out = String::new();
+    let runs = if report.runs == 1 {
+        format!("seed {}", report.seed)
+    } else {
+        format!("mean of {} runs, seeds {}..={}", report.runs, report.seed, report.seed + report.runs as u64 - 1)
+    };
+    let _ = writeln!(out, "Scenario {} ({runs})\n", report.scenario);
+    let _ = writeln!(out, "Latency (ms)");
+    header(&mut out);
+    for a in &report.results {
+        row(&mut out, a, &a.latency, true);
+    }
+    if report.runs > 1 {
+        let _ = writeln!(out, "\n95 % interval (± ms) over {} runs", report.runs);
+        header(&mut out);
+        for a in &report.results {
+            row(&mut out, a, &a.ci95, false);
+        }
+    }
+    let _ = writeln!(out, "\nRequests per server{}", if report.runs > 1 { " (mean per run)" } else { "" });
+    let _ = write!(out, "{:<15}", "Algorithm");
+    for i in 0..report.servers.len() {
+        let _ = write!(out, " {:>8}", format!("#{i}"));
+    }
+    out.push('\n');
+    for a in &report.results {
+        let _ = write!(out, "{:<15}", a.algorithm);
+        for &n in &a.requests_per_server {
+            if report.runs > 1 {
+                let _ = write!(out, " {n:>8.1}");
+            } else {
+                let _ = write!(out, " {n:>8.0}");
+            }
+        }
+        out.push('\n');
+    }
+    let legend: Vec<String> = report.servers.iter().enumerate().map(|(i, n)| format!("#{i} {n}")).collect();
+    let _ = writeln!(out, "Servers: {}", legend.join(", "));
+    out
+}
+
+fn header(out: &mut String) {
+    let _ = write!(out, "{:<15} {:>9} {:>7}", "Algorithm", "Requests", "Failed");
+    for name in ["Min", "Avg", "P50", "P75", "P90", "P95", "P99", "P999", "Max", "StdDev"] {
+        let _ = write!(out, " {name:>8}");
+    }
+    out.push('\n');
+}
+
+fn row(out: &mut String, a: &AlgorithmReport, s: &Summary, counts: bool) {
+    if counts {
+        let _ = write!(out, "{:<15} {:>9.0} {:>7.0}", a.algorithm, a.requests, a.failed);
+    } else {
+        let _ = write!(out, "{:<15} {:>9} {:>7}", a.algorithm, "", "");
+    }
+    for (_, get) in FIGURES {
+        let _ = write!(out, " {:>8.3}", get(s));
+    }
+    out.push('\n');
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    scenario: &'a str,
+    seed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs: Option<u32>,
+    results: Vec<JsonResult<'a>>,
+    simulated_requests: u64,
+    wall_seconds: f64,
+}
+
+#[derive(Serialize)]
+struct JsonResult<'a> {
+    algorithm: &'a str,
+    requests: u64,
+    failed: u64,
+    latency_ms: Summary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ci95_ms: Option<Summary>,
+    requests_per_server: Vec<u64>,
+}
+
+/// The JSON document. With more than one run, counts are the rounded means
+/// and `runs` and `ci95_ms` are added.
+pub fn json(report: &Report) -> String {
+    let many = report.runs > 1;
+    let doc = JsonReport {
+        scenario: &report.scenario,
+        seed: report.seed,
+        runs: many.then_some(report.runs),
+        results: report
+            .results
+            .iter()
+            .map(|a| JsonResult {
+                algorithm: &a.algorithm,
+                requests: a.requests.round() as u64,
+                failed: a.failed.round() as u64,
+                latency_ms: a.latency,
+                ci95_ms: many.then_some(a.ci95),
+                requests_per_server: a.requests_per_server.iter().map(|n| n.round() as u64).collect(),
+            })
+            .collect(),
+        simulated_requests: report.simulated_requests,
+        wall_seconds: report.wall_seconds,
+    };
+    let mut text = serde_json::to_string_pretty(&doc).expect("plain data serialises");
+    text.push('\n');
+    text
+}
+
+/// Write `summary.csv` (one row per run), `requests_per_server.csv`,
+/// `cdf.csv` and `share.csv` (per run) into `dir`, creating it if needed.
+pub fn write_csv(report: &Report, dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut summary = String::from("algorithm,seed,requests,failed");
+    for (name, _) in FIGURES {
+        let _ = write!(summary, ",{name}_ms");
+    }
+    summary.push('\n');
+    let mut per_server = String::from("algorithm,seed,server,name,requests\n");
+    let mut cdf = String::from("algorithm,seed,fraction,latency_ms\n");
+    let mut share = String::from("algorithm,seed,time_s,server,name,requests\n");
+    for a in &report.results {
+        for r in &a.runs {
+            let _ = write!(summary, "{},{},{},{}", a.algorithm, r.seed, r.requests, r.failed);
+            for (_, get) in FIGURES {
+                let _ = write!(summary, ",{}", get(&r.latency));
+            }
+            summary.push('\n');
+            for (s, n) in r.requests_per_server.iter().enumerate() {
+                let _ = writeln!(per_server, "{},{},{s},{},{n}", a.algorithm, r.seed, csv_field(&report.servers[s]));
+            }
+            for (f, ms) in &r.cdf {
+                let _ = writeln!(cdf, "{},{},{f},{ms}", a.algorithm, r.seed);
+            }
+            let width = r.share.interval as f64 / 1e9;
+            for (t, bucket) in r.share.buckets.iter().enumerate() {
+                for (s, n) in bucket.iter().enumerate() {
+                    let name = csv_field(&report.servers[s]);
+                    let _ = writeln!(share, "{},{},{},{s},{name},{n}", a.algorithm, r.seed, t as f64 * width);
+                }
+            }
+        }
+    }
+    std::fs::write(dir.join("summary.csv"), summary)?;
+    std::fs::write(dir.join("requests_per_server.csv"), per_server)?;
+    std::fs::write(dir.join("cdf.csv"), cdf)?;
+    std::fs::write(dir.join("share.csv"), share)?;
+    Ok(())
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
