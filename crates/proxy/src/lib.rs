@@ -1,1 +1,2 @@
 //! Reverse proxy (issue 4).
+pub mod config;

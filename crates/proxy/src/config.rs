@@ -1,0 +1,583 @@
+//! The proxy's configuration file: listeners, routes and clusters.
+//!
+//! TOML, typed with serde (`deny_unknown_fields`) and validated when loaded,
+//! so that a bad file is rejected with an error naming the file, line and
+//! field ([`ConfigError`]) before anything listens. A cluster's `algorithm`
+//! table is the same [`AlgorithmConfig`] the simulator's scenarios use.
+//!
+//! ```toml
+//! [[listener]]
+//! listen = "127.0.0.1:8080"          # protocol = "http" (HTTP/1.1 + h2c) by default
+//! routes = [{ path_prefix = "/", cluster = "web" }]
+//!
+//! [[cluster]]
+//! name = "web"
+//! endpoints = ["127.0.0.1:9001", { address = "127.0.0.1:9002", weight = 2 }]
+//! algorithm = { kind = "peak-ewma" }
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A configuration the proxy rejects, located in its file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}:{line}:{column}: {field}: {message}", file.display())]
+pub struct ConfigError {
+    /// The file (or `<command line>` for quick mode).
+    pub file: PathBuf,
+    /// 1-based line of the offending value (0 when unknown).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// Dotted path of the field, e.g. `cluster[0].endpoints[1].weight`.
+    pub field: String,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+/// The whole proxy configuration, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Worker threads, each with its own accept loop, connection pools and
+    /// balancer state (default: one per core).
+    pub workers: usize,
+    /// Admin listener for `/metrics`, `/status`, `/healthz`.
+    pub admin: Option<SocketAddr>,
+    /// Seed of the balancers' RNGs (worker `i` uses `seed + i`).
+    pub seed: u64,
+    /// Listeners, in file order.
+    pub listeners: Vec<Listener>,
+    /// Clusters, in file order; routes refer to them by index.
+    pub clusters: Vec<Cluster>,
+}
+
+/// One listening socket.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// What it speaks.
+    pub protocol: ListenerProtocol,
+    /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and http/1.1.
+    pub tls: Option<Tls>,
+    /// HTTP: routes tried in order; the first match wins.
+    pub routes: Vec<Route>,
+    /// TCP: the cluster every connection goes to.
+    pub cluster: Option<usize>,
+    /// Largest request head (request line and headers) accepted; larger gets 431.
+    pub max_header_bytes: usize,
+}
+
+/// What a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListenerProtocol {
+    /// HTTP/1.1 and HTTP/2 (prior knowledge, or ALPN with TLS).
+    Http,
+    /// Plain TCP, balanced per connection.
+    Tcp,
+}
+
+/// PEM files for a TLS listener.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+}
+
+/// Where an HTTP request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Host to match (without port, case-insensitive); any host when `None`.
+    pub host: Option<String>,
+    /// Path prefix to match.
+    pub path_prefix: String,
+    /// Index into [`Config::clusters`].
+    pub cluster: usize,
+}
+
+/// A set of endpoints with the algorithm that balances over them.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Name used by routes and metrics.
+    pub name: String,
+    /// Endpoints as configured (names are resolved by the proxy).
+    pub endpoints: Vec<EndpointConfig>,
+    /// The load-balancing algorithm.
+    pub algorithm: AlgorithmConfig,
+    /// What hash-based algorithms hash.
+    pub hash_key: HashKey,
+    /// Protocol spoken to the endpoints.
+    pub upstream: UpstreamProtocol,
+    /// Give up connecting after this long (502).
+    pub connect_timeout: Duration,
+    /// Give up waiting for response headers after this long (504).
+    pub request_timeout: Duration,
+    /// How often endpoint host names are resolved again.
+    pub resolve_interval: Duration,
+}
+
+/// One configured endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    /// `host:port`; a host name is resolved and every address becomes an endpoint.
+    pub address: String,
+    /// Relative weight (> 0).
+    pub weight: f64,
+}
+
+/// The request property a hash-based algorithm hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum HashKey {
+    /// A request header (missing: a random pick).
+    Header(String),
+    /// A cookie (missing: a random pick).
+    Cookie(String),
+    /// The client's IP address.
+    SourceIp,
+    /// The request path (without query).
+    Path,
+}
+
+/// How the proxy talks to a cluster's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive.
+    Http1,
+    /// HTTP/2 with prior knowledge (h2c).
+    Http2,
+}
+
+// ---- The file as written -------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    workers: Option<Spanned<usize>>,
+    admin: Option<Spanned<String>>,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default, rename = "listener")]
+    listeners: Vec<RawListener>,
+    #[serde(default, rename = "cluster")]
+    clusters: Vec<RawCluster>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    listen: Spanned<String>,
+    #[serde(default = "default_protocol")]
+    protocol: ListenerProtocol,
+    tls: Option<Tls>,
+    #[serde(default)]
+    routes: Vec<RawRoute>,
+    cluster: Option<Spanned<String>>,
+    max_header_bytes: Option<Spanned<usize>>,
+}
+
+fn default_protocol() -> ListenerProtocol {
+    ListenerProtocol::Http
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    host: Option<String>,
+    #[serde(default = "root")]
+    path_prefix: String,
+    cluster: Spanned<String>,
+}
+
+fn root() -> String {
+    "/".to_string()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    name: Spanned<String>,
+    endpoints: Spanned<Vec<RawEndpoint>>,
+    algorithm: Option<Spanned<AlgorithmConfig>>,
+    hash_key: Option<HashKey>,
+    #[serde(default = "default_upstream")]
+    upstream: UpstreamProtocol,
+    #[serde(default, with = "humantime_serde")]
+    connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    request_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    resolve_interval: Option<Duration>,
+}
+
+fn default_upstream() -> UpstreamProtocol {
+    UpstreamProtocol::Http1
+}
+
+/// An endpoint is `"host:port"` or `{ address = "host:port", weight = 2 }`.
+/// Read as a plain value (serde's untagged enums lose spans) and checked by hand.
+type RawEndpoint = Spanned<toml::Value>;
+
+fn read_endpoint(e: &RawEndpoint, src: &Source, field: &str) -> Result<EndpointConfig, ConfigError> {
+    let fail = |f: &str, m: String| Err(src.error(e.span(), format!("{field}{f}"), m));
+    let (address, weight) = match e.get_ref() {
+        toml::Value::String(a) => (a.clone(), 1.0),
+        toml::Value::Table(t) => {
+            if let Some(k) = t.keys().find(|k| *k != "address" && *k != "weight") {
+                return fail("", format!("unknown field `{k}`, expected `address` or `weight`"));
+            }
+            let address = match t.get("address") {
+                Some(toml::Value::String(a)) => a.clone(),
+                _ => return fail(".address", "missing: expected address = \"host:port\"".into()),
+            };
+            let weight = match t.get("weight") {
+                None => 1.0,
+                Some(toml::Value::Integer(w)) => *w as f64,
+                Some(toml::Value::Float(w)) => *w,
+                Some(other) => return fail(".weight", format!("{other} is not a number")),
+            };
+            (address, weight)
+        }
+        other => return fail("", format!("{other} is not \"host:port\" or {{ address, weight }}")),
+    };
+    if let Err(m) = check_address(&address) {
+        return fail(".address", m);
+    }
+    if !(weight.is_finite() && weight > 0.0) {
+        return fail(".weight", format!("{weight} is not a weight > 0"));
+    }
+    Ok(EndpointConfig { address, weight })
+}
+
+/// Defaults shared by the file and the quick mode.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Default largest request head, as nginx's `large_client_header_buffers`-ish 64 KiB.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Turns byte spans into line/column for errors.
+struct Source<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn error(&self, span: std::ops::Range<usize>, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        let (line, column) = if span.start == 0 && span.end == 0 {
+            (0, 0)
+        } else {
+            let before = &self.text[..span.start.min(self.text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            (line, column)
+        };
+        ConfigError { file: self.file.to_path_buf(), line, column, field: field.into(), message: message.into() }
+    }
+}
+
+impl Config {
+    /// Read and validate the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            field: "(file)".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Validate `text` as if read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let src = Source { file, text };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            // toml's message names the field ("unknown field `x`, expected …").
+            src.error(span, "(syntax)", e.message().to_string())
+        })?;
+        raw.validate(&src)
+    }
+
+    /// The quick mode: one HTTP listener in front of one cluster.
+    pub fn quick(listen: SocketAddr, backends: &[String], algorithm: AlgorithmKind) -> Result<Config, ConfigError> {
+        let src = Source { file: Path::new("<command line>"), text: "" };
+        if backends.is_empty() {
+            return Err(src.error(0..0, "--backends", "give at least one backend address (host:port)"));
+        }
+        let endpoints = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                check_address(b).map_err(|m| src.error(0..0, format!("--backends[{i}]"), m))?;
+                Ok(EndpointConfig { address: b.clone(), weight: 1.0 })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        Ok(Config {
+            workers: default_workers(),
+            admin: None,
+            seed: 0,
+            listeners: vec![Listener {
+                listen,
+                protocol: ListenerProtocol::Http,
+                tls: None,
+                routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0 }],
+                cluster: None,
+                max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            }],
+            clusters: vec![Cluster {
+                name: "default".into(),
+                endpoints,
+                algorithm: algorithm.default_config(),
+                hash_key: HashKey::SourceIp,
+                upstream: UpstreamProtocol::Http1,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                request_timeout: DEFAULT_REQUEST_TIMEOUT,
+                resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            }],
+        })
+    }
+}
+
+/// One worker per core.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn check_address(address: &str) -> Result<(), String> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => Ok(()),
+        _ => Err(format!("{address:?} is not host:port (e.g. 127.0.0.1:9001 or backend.internal:80)")),
+    }
+}
+
+impl RawConfig {
+    fn validate(self, src: &Source) -> Result<Config, ConfigError> {
+        let workers = match self.workers {
+            Some(w) if *w.get_ref() == 0 || *w.get_ref() > 256 => {
+                return Err(src.error(w.span(), "workers", "must be between 1 and 256"));
+            }
+            Some(w) => w.into_inner(),
+            None => default_workers(),
+        };
+        let admin = self
+            .admin
+            .map(|a| a.get_ref().parse().map_err(|_| src.error(a.span(), "admin", "expected ip:port")))
+            .transpose()?;
+
+        let mut clusters = Vec::with_capacity(self.clusters.len());
+        for (ci, c) in self.clusters.into_iter().enumerate() {
+            let at = |f: &str| format!("cluster[{ci}].{f}");
+            if clusters.iter().any(|k: &Cluster| k.name == *c.name.get_ref()) {
+                return Err(src.error(c.name.span(), at("name"), format!("cluster {:?} is defined twice", c.name.get_ref())));
+            }
+            let ep_span = c.endpoints.span();
+            let mut endpoints = Vec::with_capacity(c.endpoints.get_ref().len());
+            for (ei, e) in c.endpoints.get_ref().iter().enumerate() {
+                endpoints.push(read_endpoint(e, src, &at(&format!("endpoints[{ei}]")))?);
+            }
+            if endpoints.is_empty() {
+                return Err(src.error(ep_span, at("endpoints"), "a cluster needs at least one endpoint"));
+            }
+            let algorithm = match c.algorithm {
+                Some(a) => {
+                    a.get_ref().validate().map_err(|e| src.error(a.span(), at("algorithm"), e.to_string()))?;
+                    a.into_inner()
+                }
+                None => AlgorithmKind::RoundRobin.default_config(),
+            };
+            let positive = |d: Option<Duration>, name: &str, default: Duration| match d {
+                Some(d) if d.is_zero() => Err(src.error(c.name.span(), at(name), "must be greater than 0")),
+                Some(d) => Ok(d),
+                None => Ok(default),
+            };
+            clusters.push(Cluster {
+                connect_timeout: positive(c.connect_timeout, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)?,
+                request_timeout: positive(c.request_timeout, "request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
+                resolve_interval: positive(c.resolve_interval, "resolve_interval", DEFAULT_RESOLVE_INTERVAL)?,
+                name: c.name.into_inner(),
+                endpoints,
+                algorithm,
+                hash_key: c.hash_key.unwrap_or(HashKey::SourceIp),
+                upstream: c.upstream,
+            });
+        }
+
+        let find = |name: &Spanned<String>, field: String| {
+            clusters.iter().position(|c| c.name == *name.get_ref()).ok_or_else(|| {
+                let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+                src.error(name.span(), field, format!("no cluster named {:?} (defined: {known:?})", name.get_ref()))
+            })
+        };
+        let mut listeners = Vec::with_capacity(self.listeners.len());
+        for (li, l) in self.listeners.into_iter().enumerate() {
+            let at = |f: &str| format!("listener[{li}].{f}");
+            let listen: SocketAddr = l
+                .listen
+                .get_ref()
+                .parse()
+                .map_err(|_| src.error(l.listen.span(), at("listen"), "expected ip:port, e.g. 127.0.0.1:8080"))?;
+            if listeners.iter().any(|k: &Listener| k.listen == listen) {
+                return Err(src.error(l.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
+            }
+            let max_header_bytes = match l.max_header_bytes {
+                Some(m) if *m.get_ref() < 8192 => {
+                    return Err(src.error(m.span(), at("max_header_bytes"), "must be at least 8192"));
+                }
+                Some(m) => m.into_inner(),
+                None => DEFAULT_MAX_HEADER_BYTES,
+            };
+            let (routes, cluster) = match l.protocol {
+                ListenerProtocol::Http => {
+                    if let Some(c) = &l.cluster {
+                        return Err(src.error(c.span(), at("cluster"), "HTTP listeners route with `routes`"));
+                    }
+                    if l.routes.is_empty() {
+                        return Err(src.error(l.listen.span(), at("routes"), "an HTTP listener needs routes"));
+                    }
+                    let mut routes = Vec::new();
+                    for (ri, r) in l.routes.into_iter().enumerate() {
+                        if !r.path_prefix.starts_with('/') {
+                            return Err(src.error(
+                                r.cluster.span(),
+                                at(&format!("routes[{ri}].path_prefix")),
+                                "must start with /",
+                            ));
+                        }
+                        let cluster = find(&r.cluster, at(&format!("routes[{ri}].cluster")))?;
+                        let host = r.host.map(|h| h.to_ascii_lowercase());
+                        routes.push(Route { host, path_prefix: r.path_prefix, cluster });
+                    }
+                    (routes, None)
+                }
+                ListenerProtocol::Tcp => {
+                    if l.tls.is_some() {
+                        return Err(src.error(l.listen.span(), at("tls"), "TLS is for HTTP listeners"));
+                    }
+                    match &l.cluster {
+                        Some(c) if l.routes.is_empty() => (Vec::new(), Some(find(c, at("cluster"))?)),
+                        _ => {
+                            return Err(src.error(l.listen.span(), at("cluster"), "a TCP listener needs `cluster` (and no routes)"));
+                        }
+                    }
+                }
+            };
+            listeners.push(Listener { listen, protocol: l.protocol, tls: l.tls, routes, cluster, max_header_bytes });
+        }
+        if listeners.is_empty() {
+            return Err(src.error(0..0, "listener", "no [[listener]] defined"));
+        }
+        Ok(Config { workers, admin, seed: self.seed, listeners, clusters })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("test.toml"), text)
+    }
+
+    const GOOD: &str = r#"
+workers = 2
+admin = "127.0.0.1:9901"
+
+[[listener]]
+listen = "127.0.0.1:8080"
+routes = [
+  { host = "API.example.com", path_prefix = "/v1", cluster = "api" },
+  { cluster = "web" },
+]
+
+[[listener]]
+listen = "127.0.0.1:5432"
+protocol = "tcp"
+cluster = "web"
+
+[[cluster]]
+name = "web"
+endpoints = ["127.0.0.1:9001", { address = "localhost:9002", weight = 3 }]
+
+[[cluster]]
+name = "api"
+endpoints = ["127.0.0.1:9003"]
+algorithm = { kind = "maglev", table_size = 251 }
+hash_key = { header = "x-user" }
+upstream = "http2"
+connect_timeout = "250ms"
+"#;
+
+    #[test]
+    fn a_full_file_loads() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.workers, 2);
+        assert_eq!(c.listeners[0].routes[0], Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1 });
+        assert_eq!(c.listeners[0].routes[1].path_prefix, "/");
+        assert_eq!(c.listeners[1].cluster, Some(0));
+        assert_eq!(c.clusters[0].endpoints[1], EndpointConfig { address: "localhost:9002".into(), weight: 3.0 });
+        assert_eq!(c.clusters[1].hash_key, HashKey::Header("x-user".into()));
+        assert_eq!(c.clusters[1].connect_timeout, Duration::from_millis(250));
+        assert_eq!(c.clusters[1].upstream, UpstreamProtocol::Http2);
+    }
+
+    fn error(text: &str) -> ConfigError {
+        parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let e = error(&GOOD.replace("weight = 3", "weight = -1"));
+        assert_eq!((e.line, e.field.as_str()), (19, "cluster[0].endpoints[1].weight"), "{e}");
+        assert!(e.to_string().starts_with("test.toml:19:"), "{e}");
+
+        let e = error(&GOOD.replace("table_size = 251", "table_size = 250"));
+        assert_eq!((e.line, e.field.as_str()), (24, "cluster[1].algorithm"), "{e}");
+        assert!(e.message.contains("250"), "{e}");
+
+        let e = error(&GOOD.replace("cluster = \"api\"", "cluster = \"apj\""));
+        assert_eq!((e.line, e.field.as_str()), (8, "listener[0].routes[0].cluster"), "{e}");
+
+        let e = error(&GOOD.replace("\"127.0.0.1:9003\"", "\"127.0.0.1\""));
+        assert_eq!((e.line, e.field.as_str()), (23, "cluster[1].endpoints[0].address"), "{e}");
+
+        let e = error(&GOOD.replace("upstream = \"http2\"", "upstream = \"http3\""));
+        assert_eq!(e.line, 26, "{e}");
+        assert!(e.message.contains("http3"), "{e}");
+
+        let e = error(&GOOD.replace("connect_timeout", "connect_timeuot"));
+        assert_eq!(e.line, 27, "{e}");
+        assert!(e.message.contains("connect_timeuot"), "{e}");
+    }
+
+    #[test]
+    fn structural_mistakes_are_caught() {
+        assert!(error("").message.contains("no [[listener]]"));
+        let e = error("[[listener]]\nlisten = \"127.0.0.1:1\"\nprotocol = \"tcp\"\n");
+        assert_eq!(e.field, "listener[0].cluster");
+        let e = error("[[listener]]\nlisten = \"localhost:1\"\nroutes = []\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "listener[0].listen"));
+        let e = error("[[cluster]]\nname = \"a\"\nendpoints = []\n");
+        assert_eq!(e.field, "cluster[0].endpoints");
+    }
+
+    #[test]
+    fn quick_mode_checks_backends() {
+        let listen = "127.0.0.1:8080".parse().unwrap();
+        let c = Config::quick(listen, &["127.0.0.1:1".into()], AlgorithmKind::PeakEwma).unwrap();
+        assert_eq!(c.clusters[0].algorithm.kind(), AlgorithmKind::PeakEwma);
+        let e = Config::quick(listen, &["nonsense".into()], AlgorithmKind::PeakEwma).unwrap_err();
+        assert_eq!(e.field, "--backends[0]");
+    }
+}
