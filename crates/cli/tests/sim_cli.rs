@@ -1,0 +1,167 @@
+//! End-to-end tests of `fulcrum sim`: the real binary on the shipped scenarios.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const FIGURES: [&str; 10] = ["min", "avg", "p50", "p75", "p90", "p95", "p99", "p999", "max", "stddev"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fulcrum(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(args).current_dir(repo()).output().expect("binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// The keys of a JSON object, sorted (serde_json's map sorts them).
+fn keys(v: &serde_json::Value) -> Vec<&str> {
+    v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+fn sorted<'a>(mut k: Vec<&'a str>) -> Vec<&'a str> {
+    k.sort_unstable();
+    k
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fulcrum-sim-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn seed_000_table_is_printed_and_deterministic() {
+    let a = fulcrum(&["sim", "scenarios/seed-000.toml"]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    let text = stdout(&a);
+    for needle in ["Min", "Avg", "P50", "P75", "P90", "P95", "P99", "P999", "Max", "StdDev", "Requests per server"] {
+        assert!(text.contains(needle), "{needle} missing in\n{text}");
+    }
+    for algo in ["round-robin", "least-request", "random", "ring-hash", "maglev", "peak-ewma"] {
+        assert!(text.contains(algo), "{algo} missing");
+    }
+    let b = fulcrum(&["sim", "scenarios/seed-000.toml", "--threads", "1"]);
+    assert_eq!(a.stdout, b.stdout, "same scenario and seed, byte-identical output");
+    let c = fulcrum(&["sim", "scenarios/seed-000.toml", "--seed", "2"]);
+    assert_ne!(a.stdout, c.stdout);
+}
+
+#[test]
+fn json_has_the_documented_shape() {
+    let o = fulcrum(&["sim", "scenarios/seed-000.toml", "--json", "--algorithms", "WRR,PeakEWMA,RingHash,lr"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stdout is JSON only");
+    let top = ["scenario", "seed", "results", "simulated_requests", "wall_seconds"];
+    assert_eq!(keys(&v), sorted(top.to_vec()));
+    let at: Vec<usize> = top.iter().map(|k| text.find(&format!("\"{k}\"")).unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "keys in the documented order");
+    assert_eq!(v["scenario"], "seed-000");
+    assert_eq!(v["seed"], 1);
+    assert_eq!(v["simulated_requests"], 4000);
+    assert!(v["wall_seconds"].as_f64().unwrap() >= 0.0);
+    let results = v["results"].as_array().unwrap();
+    let names: Vec<&str> = results.iter().map(|r| r["algorithm"].as_str().unwrap()).collect();
+    assert_eq!(names, ["round-robin", "peak-ewma", "ring-hash", "least-request"]);
+    for r in results {
+        assert_eq!(keys(r), sorted(vec!["algorithm", "requests", "failed", "latency_ms", "requests_per_server"]));
+        assert_eq!(keys(&r["latency_ms"]), sorted(FIGURES.to_vec()));
+        assert_eq!(r["requests"], 1000);
+        assert_eq!(r["requests_per_server"].as_array().unwrap().len(), 10);
+    }
+}
+
+#[test]
+fn runs_add_means_and_intervals() {
+    let o = fulcrum(&["sim", "scenarios/seed-000.toml", "--json", "--runs", "5", "--algorithms", "random"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["runs"], 5);
+    let r = &v["results"][0];
+    assert_eq!(keys(&r["ci95_ms"]), sorted(FIGURES.to_vec()));
+    assert!(r["ci95_ms"]["avg"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["simulated_requests"], 5000);
+    let table = stdout(&fulcrum(&["sim", "scenarios/seed-000.toml", "--runs", "3"]));
+    assert!(table.contains("mean of 3 runs") && table.contains("95 % interval"), "{table}");
+}
+
+#[test]
+fn csv_and_plot_are_written() {
+    let dir = tmp("out");
+    let svg = dir.join("seed.svg");
+    let o = fulcrum(&[
+        "sim",
+        "scenarios/seed-004-50k.toml",
+        "--csv",
+        dir.join("csv").to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = std::fs::read_to_string(dir.join("csv/summary.csv")).unwrap();
+    assert!(summary.starts_with("algorithm,seed,requests,failed,min_ms,avg_ms,p50_ms"), "{summary}");
+    assert_eq!(summary.lines().count(), 4);
+    for f in ["requests_per_server.csv", "cdf.csv", "share.csv"] {
+        assert!(std::fs::read_to_string(dir.join("csv").join(f)).unwrap().lines().count() > 3, "{f}");
+    }
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("latency CDF (log scale)") && svg.contains("Share of requests"));
+    assert_eq!(svg.matches("<polyline").count(), 3 + 3 * 10, "3 CDFs and 3 panels of 10 servers");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bad_input_exits_2_with_a_clear_message() {
+    let dir = tmp("bad");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[clients]\nloop = \"open\"\nintervall = \"1ms\"\nrequests = 1\n").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["sim".into(), "no/such.toml".into()], "cannot read scenario"),
+        (vec!["sim".into(), bad.display().to_string()], "intervall"),
+        (vec!["sim".into(), "scenarios/seed-000.toml".into(), "--algorithms".into(), "fastest".into()], "fastest"),
+        (vec!["sim".into(), "scenarios/seed-000.toml".into(), "--runs".into(), "0".into()], "runs"),
+        (vec!["sim".into(), "scenarios/seed-000.toml".into(), "--seed".into(), "x".into()], "seed"),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = fulcrum(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    let o = fulcrum(&["sim", bad.to_str().unwrap()]);
+    assert!(stderr(&o).contains("bad.toml") && stderr(&o).contains("line 3"), "{}", stderr(&o));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn help_explains_the_options() {
+    let o = fulcrum(&["sim", "--help"]);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    for needle in ["--algorithms", "--seed", "--runs", "--json", "--csv", "--plot", "95 %", "Examples"] {
+        assert!(help.contains(needle), "{needle} missing in\n{help}");
+    }
+}
+
+#[test]
+fn every_shipped_scenario_runs() {
+    for entry in std::fs::read_dir(repo().join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") && !path.to_string_lossy().contains("seed-004-1m") {
+            let o = fulcrum(&["sim", path.to_str().unwrap(), "--json"]);
+            assert!(o.status.success(), "{}: {}", path.display(), stderr(&o));
+        }
+    }
+}
