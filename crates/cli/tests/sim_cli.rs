@@ -26,7 +26,7 @@ fn keys(v: &serde_json::Value) -> Vec<&str> {
     v.as_object().unwrap().keys().map(String::as_str).collect()
 }
 
-fn sorted<'a>(mut k: Vec<&'a str>) -> Vec<&'a str> {
+fn sorted(mut k: Vec<&str>) -> Vec<&str> {
     k.sort_unstable();
     k
 }

@@ -253,7 +253,10 @@ mod tests {
             parse("d = { dist = \"uniform\", min = \"0ms\", max = \"10ms\" }").unwrap(),
             Dist::Uniform { min: 0, max: 10 * MILLISECOND }
         );
-        assert!(matches!(parse("d = { dist = \"log-normal\", median = \"5ms\", sigma = 0.5 }"), Ok(Dist::LogNormal { .. })));
+        assert!(matches!(
+            parse("d = { dist = \"log-normal\", median = \"5ms\", sigma = 0.5 }"),
+            Ok(Dist::LogNormal { .. })
+        ));
         assert!(matches!(parse("d = { dist = \"exponential\", mean = \"5ms\" }"), Ok(Dist::Exponential { .. })));
     }
 

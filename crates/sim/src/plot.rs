@@ -190,21 +190,14 @@ fn share_panel(out: &mut String, report: &Report, index: usize, f: &Frame) {
             let color = PALETTE[s % PALETTE.len()];
             let x = f.x + f.w + 8.0;
             let y = f.y + 6.0 + s as f64 * 8.0;
-            let _ = writeln!(
-                out,
-                r#"<text x="{x}" y="{y}" font-size="7" fill="{color}">#{s} {}</text>"#,
-                esc(name)
-            );
+            let _ = writeln!(out, r#"<text x="{x}" y="{y}" font-size="7" fill="{color}">#{s} {}</text>"#, esc(name));
         }
     }
 }
 
 fn axes(out: &mut String, f: &Frame) {
-    let _ = writeln!(
-        out,
-        r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#,
-        f.x, f.y, f.w, f.h
-    );
+    let _ =
+        writeln!(out, r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#, f.x, f.y, f.w, f.h);
 }
 
 fn trim(v: f64) -> String {

@@ -283,9 +283,7 @@ impl<'de> Deserialize<'de> for Clients {
         }
         let arrivals = match (r.loop_kind, r.interval, r.rate, r.in_flight) {
             (LoopKind::Open, Some(i), None, None) if !i.is_zero() => Arrivals::Fixed(nanos(i)),
-            (LoopKind::Open, None, Some(rate), None) if rate.is_finite() && rate > 0.0 => {
-                Arrivals::Poisson(1e9 / rate)
-            }
+            (LoopKind::Open, None, Some(rate), None) if rate.is_finite() && rate > 0.0 => Arrivals::Poisson(1e9 / rate),
             (LoopKind::Open, ..) => {
                 return Err(D::Error::custom(
                     "clients: an open loop needs exactly one of `interval` (a duration > 0) or `rate` \
@@ -593,17 +591,21 @@ impl Scenario {
                         servers.len() - 1
                     )))
                 }
-                ServerRef::Name(name) => servers.iter().position(|s| &s.name == name).ok_or_else(|| {
-                    fail(format!("line {line}: events[{i}].server = {name:?} names no server"))
-                })?,
+                ServerRef::Name(name) => servers
+                    .iter()
+                    .position(|s| &s.name == name)
+                    .ok_or_else(|| fail(format!("line {line}: events[{i}].server = {name:?} names no server")))?,
             };
             events.push(Event { at: nanos(*at), server: index, action });
         }
         // Stable: events at the same time keep file order.
         events.sort_by_key(|e| e.at);
 
-        let endpoints: Vec<Endpoint> =
-            servers.iter().enumerate().map(|(i, s)| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight)).collect();
+        let endpoints: Vec<Endpoint> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
+            .collect();
         for (i, config) in raw.algorithm.iter().enumerate() {
             if raw.algorithm[..i].iter().any(|c| c.kind() == config.kind()) {
                 return Err(fail(format!("algorithm[{i}]: a second [[algorithm]] of kind {}", config.kind())));
@@ -681,7 +683,8 @@ service = "5ms"
     fn errors_name_file_line_and_field() {
         let err = parse(&MINIMAL.replace("requests = 10", "requests = 10\nburst = 3")).unwrap_err();
         assert!(err.starts_with("t.toml:") && err.contains("burst") && err.contains("line"), "{err}");
-        let err = parse(&MINIMAL.replace("\"5ms\"", "{ dist = \"uniform\", min = \"9ms\", max = \"1ms\" }")).unwrap_err();
+        let err =
+            parse(&MINIMAL.replace("\"5ms\"", "{ dist = \"uniform\", min = \"9ms\", max = \"1ms\" }")).unwrap_err();
         assert!(err.contains("line 9") && err.contains("below min"), "{err}");
         let err = parse(&MINIMAL.replace("interval = \"100ms\"", "in_flight = 4")).unwrap_err();
         assert!(err.contains("open loop") && err.contains("line"), "{err}");
@@ -689,8 +692,9 @@ service = "5ms"
         assert!(err.contains("fastest") && err.contains("line 1"), "{err}");
         let err = parse(&format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 7\naction = \"leave\"\n")).unwrap_err();
         assert!(err.contains("line 11") && err.contains("events[0].server = 7"), "{err}");
-        let err = parse(&format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 0\naction = \"fail\"\nmode = \"timeout\"\n"))
-            .unwrap_err();
+        let err =
+            parse(&format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 0\naction = \"fail\"\nmode = \"timeout\"\n"))
+                .unwrap_err();
         assert!(err.contains("balancers.timeout"), "{err}");
         let err = parse(&format!("{MINIMAL}\n[[algorithm]]\nkind = \"maglev\"\ntable_size = 100\n")).unwrap_err();
         assert!(err.contains("algorithm[0]") && err.contains("prime"), "{err}");

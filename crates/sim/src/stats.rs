@@ -94,7 +94,18 @@ impl Summary {
 
     /// A summary from its figures in [`FIGURES`] order.
     pub fn from_array(v: [f64; 10]) -> Summary {
-        Summary { min: v[0], avg: v[1], p50: v[2], p75: v[3], p90: v[4], p95: v[5], p99: v[6], p999: v[7], max: v[8], stddev: v[9] }
+        Summary {
+            min: v[0],
+            avg: v[1],
+            p50: v[2],
+            p75: v[3],
+            p90: v[4],
+            p95: v[5],
+            p99: v[6],
+            p999: v[7],
+            max: v[8],
+            stddev: v[9],
+        }
     }
 }
 
@@ -106,7 +117,8 @@ pub fn cdf_points(sorted: &[Nanos], points: usize) -> Vec<(f64, f64)> {
         return Vec::new();
     }
     let step = (n / points.max(1)).max(1);
-    let mut out: Vec<(f64, f64)> = (0..n).step_by(step).map(|i| ((i + 1) as f64 / n as f64, sorted[i] as f64 / MS)).collect();
+    let mut out: Vec<(f64, f64)> =
+        (0..n).step_by(step).map(|i| ((i + 1) as f64 / n as f64, sorted[i] as f64 / MS)).collect();
     // The tail is what matters on a latency plot: keep its last points exactly.
     let tail_from = n.saturating_sub((points / 10).max(1));
     for (i, &v) in sorted.iter().enumerate().skip(tail_from) {

@@ -93,9 +93,8 @@ fn failures_timeouts_and_recovery() {
     // Round robin sends every other request to b: half of those sent in 1–3 s fail.
     assert_eq!(r.failed, 100);
     assert_eq!(r.requests, 400);
-    let timeouts = parse(&format!(
-        "{TWO}\n[[events]]\nat = \"1s\"\nserver = \"b\"\naction = \"fail\"\nmode = \"timeout\"\n"
-    ));
+    let timeouts =
+        parse(&format!("{TWO}\n[[events]]\nat = \"1s\"\nserver = \"b\"\naction = \"fail\"\nmode = \"timeout\"\n"));
     let r = run_once(&timeouts, &timeouts.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
     assert_eq!(r.failed, 150);
     assert_eq!(r.latency.max, 5.0, "failures are not latency samples");
@@ -127,16 +126,16 @@ fn warmup_is_left_out_and_clients_spread_over_balancers() {
     let r = run_once(&s, &s.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
     assert_eq!(r.requests, 4 * 300);
     assert_eq!(r.completed, 4 * 400);
-    let fleet = parse(&TWO.replace("[balancers]", "[balancers]\ncount = 3").replace("[clients]", "[clients]\ncount = 6"));
+    let fleet =
+        parse(&TWO.replace("[balancers]", "[balancers]\ncount = 3").replace("[clients]", "[clients]\ncount = 6"));
     let r = run_once(&fleet, &fleet.config_for(AlgorithmKind::LeastRequest), 1, None).unwrap();
     assert_eq!(r.requests, 6 * 400);
 }
 
 #[test]
 fn closed_loop_and_poisson_workloads() {
-    let closed = parse(
-        "[clients]\nloop = \"closed\"\nin_flight = 4\nduration = \"1s\"\n[[servers]]\nservice = \"10ms\"\n",
-    );
+    let closed =
+        parse("[clients]\nloop = \"closed\"\nin_flight = 4\nduration = \"1s\"\n[[servers]]\nservice = \"10ms\"\n");
     let r = run_once(&closed, &closed.config_for(AlgorithmKind::Random), 1, None).unwrap();
     assert_eq!(r.requests, 400, "4 in flight for 1 s at 10 ms each");
     let poisson =
@@ -147,7 +146,8 @@ fn closed_loop_and_poisson_workloads() {
 
 #[test]
 fn same_seed_same_report_whatever_the_threads() {
-    let s = parse(&format!("{TWO}\n[network]\nfirst_contact = {{ dist = \"uniform\", min = \"0ms\", max = \"10ms\" }}\n"));
+    let s =
+        parse(&format!("{TWO}\n[network]\nfirst_contact = {{ dist = \"uniform\", min = \"0ms\", max = \"10ms\" }}\n"));
     let kinds = [AlgorithmKind::PeakEwma, AlgorithmKind::LeastRequest, AlgorithmKind::RingHash, AlgorithmKind::Maglev];
     let strip = |mut r: fulcrum_sim::Report| {
         r.wall_seconds = 0.0;
