@@ -19,6 +19,8 @@ enum Command {
     Algorithms(crate::algorithms::Args),
     /// Simulate a scenario: compare algorithms' latency and request spread.
     Sim(crate::sim::Args),
+    /// Run the HTTP/TCP load balancer (config file, or quick mode on the command line).
+    Serve(crate::serve::Args),
 }
 
 /// Parse `std::env::args`, exiting with a usage message on error.
@@ -32,6 +34,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Algorithms(args) => crate::algorithms::run(args),
         Command::Sim(args) => crate::sim::run(args),
+        Command::Serve(args) => crate::serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 
 mod algorithms;
 mod cli;
+mod serve;
 mod sim;
 
 use std::process::ExitCode;

@@ -380,7 +380,11 @@ impl RawConfig {
         for (ci, c) in self.clusters.into_iter().enumerate() {
             let at = |f: &str| format!("cluster[{ci}].{f}");
             if clusters.iter().any(|k: &Cluster| k.name == *c.name.get_ref()) {
-                return Err(src.error(c.name.span(), at("name"), format!("cluster {:?} is defined twice", c.name.get_ref())));
+                return Err(src.error(
+                    c.name.span(),
+                    at("name"),
+                    format!("cluster {:?} is defined twice", c.name.get_ref()),
+                ));
             }
             let ep_span = c.endpoints.span();
             let mut endpoints = Vec::with_capacity(c.endpoints.get_ref().len());
@@ -468,7 +472,11 @@ impl RawConfig {
                     match &l.cluster {
                         Some(c) if l.routes.is_empty() => (Vec::new(), Some(find(c, at("cluster"))?)),
                         _ => {
-                            return Err(src.error(l.listen.span(), at("cluster"), "a TCP listener needs `cluster` (and no routes)"));
+                            return Err(src.error(
+                                l.listen.span(),
+                                at("cluster"),
+                                "a TCP listener needs `cluster` (and no routes)",
+                            ));
                         }
                     }
                 }
@@ -523,7 +531,10 @@ connect_timeout = "250ms"
     fn a_full_file_loads() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.workers, 2);
-        assert_eq!(c.listeners[0].routes[0], Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1 });
+        assert_eq!(
+            c.listeners[0].routes[0],
+            Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1 }
+        );
         assert_eq!(c.listeners[0].routes[1].path_prefix, "/");
         assert_eq!(c.listeners[1].cluster, Some(0));
         assert_eq!(c.clusters[0].endpoints[1], EndpointConfig { address: "localhost:9002".into(), weight: 3.0 });

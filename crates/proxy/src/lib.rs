@@ -1,2 +1,22 @@
-//! Reverse proxy (issue 4).
+//! Fulcrum's L7 proxy: HTTP/1.1, HTTP/2 (h2c and TLS with ALPN) and TCP
+//! load balancing on tokio and hyper, driving the `fulcrum-balance`
+//! algorithms.
+//!
+//! [`Config`] loads and validates the TOML file (or builds the quick
+//! one-cluster mode); [`Proxy::start`] binds the listeners and starts one
+//! worker per core, each with its own balancers and connection pools
+//! ([`cluster`] explains why and what it costs); [`Proxy::shutdown`] drains.
+//! The request path is in [`http`] and [`tcp`]; counters and the admin
+//! listener in [`metrics`] and [`admin`].
+
+pub mod admin;
+pub mod cluster;
 pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod server;
+pub mod tcp;
+mod tls;
+
+pub use config::{Config, ConfigError};
+pub use server::{Proxy, ServeError, DEFAULT_DRAIN};

@@ -1,0 +1,189 @@
+//! The admin listener: `/metrics` (Prometheus text format), `/status`
+//! (JSON) and `/healthz`.
+//!
+//! Counters come from the shared [`EndpointStats`](crate::metrics::EndpointStats);
+//! active counts and latency estimates are read from every worker's balancer,
+//! labelled by worker, because each worker balances on its own view.
+
+use std::convert::Infallible;
+use std::fmt::Write;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use crate::cluster::SharedCluster;
+use crate::http::Epoch;
+use crate::metrics::{ProxyStats, LATENCY_BUCKETS};
+
+/// What the admin listener reports on.
+pub struct Admin {
+    /// Every cluster.
+    pub clusters: Vec<Arc<SharedCluster>>,
+    /// Proxy-made responses and connections.
+    pub stats: Arc<ProxyStats>,
+    /// Time origin of the balancers.
+    pub epoch: Epoch,
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r
+}
+
+impl Admin {
+    /// Answer one admin request.
+    pub async fn handle(&self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+        Ok(match req.uri().path() {
+            "/metrics" => text(StatusCode::OK, "text/plain; version=0.0.4", self.metrics()),
+            "/status" => text(StatusCode::OK, "application/json", self.status()),
+            "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+            _ => text(StatusCode::NOT_FOUND, "text/plain", "try /metrics, /status or /healthz\n".into()),
+        })
+    }
+
+    /// Prometheus text exposition of every counter.
+    pub fn metrics(&self) -> String {
+        let mut out = String::new();
+        let now = self.epoch.now();
+        let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            &mut out,
+            "fulcrum_upstream_requests_total",
+            "counter",
+            "Requests (TCP: connections) sent to an endpoint.",
+        );
+        for c in &self.clusters {
+            for (labels, u) in endpoints(c) {
+                let _ = writeln!(out, "fulcrum_upstream_requests_total{{{labels}}} {}", u.stats.requests.load(Relaxed));
+            }
+        }
+        family(
+            &mut out,
+            "fulcrum_upstream_errors_total",
+            "counter",
+            "Failed requests: connect errors, timeouts, resets, 5xx.",
+        );
+        for c in &self.clusters {
+            for (labels, u) in endpoints(c) {
+                let _ = writeln!(out, "fulcrum_upstream_errors_total{{{labels}}} {}", u.stats.errors.load(Relaxed));
+            }
+        }
+        family(&mut out, "fulcrum_upstream_in_flight", "gauge", "Requests sent and not yet finished, all workers.");
+        for c in &self.clusters {
+            for (labels, u) in endpoints(c) {
+                let _ = writeln!(out, "fulcrum_upstream_in_flight{{{labels}}} {}", u.stats.in_flight.load(Relaxed));
+            }
+        }
+        family(&mut out, "fulcrum_upstream_latency_seconds", "histogram", "Time to response headers.");
+        for c in &self.clusters {
+            for (labels, u) in endpoints(c) {
+                let (counts, sum) = u.stats.histogram();
+                for (bound, count) in LATENCY_BUCKETS.iter().zip(&counts) {
+                    let _ = writeln!(out, "fulcrum_upstream_latency_seconds_bucket{{{labels},le=\"{bound}\"}} {count}");
+                }
+                let total = counts.last().copied().unwrap_or(0);
+                let _ = writeln!(out, "fulcrum_upstream_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {total}");
+                let _ = writeln!(out, "fulcrum_upstream_latency_seconds_sum{{{labels}}} {sum}");
+                let _ = writeln!(out, "fulcrum_upstream_latency_seconds_count{{{labels}}} {total}");
+            }
+        }
+        family(&mut out, "fulcrum_balancer_active", "gauge", "Active requests as one worker's balancer counts them.");
+        family(
+            &mut out,
+            "fulcrum_balancer_latency_estimate_seconds",
+            "gauge",
+            "One worker's latency estimate (Peak-EWMA).",
+        );
+        for c in &self.clusters {
+            let resolved = c.current();
+            for (worker, loads) in c.worker_loads(now).iter().enumerate() {
+                for load in loads {
+                    let Some(e) = resolved.endpoints.iter().find(|e| e.id == load.id) else { continue };
+                    let labels = format!("cluster=\"{}\",endpoint=\"{}\",worker=\"{worker}\"", c.config.name, e.name);
+                    let _ = writeln!(out, "fulcrum_balancer_active{{{labels}}} {}", load.active);
+                    if let Some(est) = load.latency_estimate {
+                        let _ = writeln!(out, "fulcrum_balancer_latency_estimate_seconds{{{labels}}} {}", est / 1e9);
+                    }
+                }
+            }
+        }
+        family(&mut out, "fulcrum_local_responses_total", "counter", "Responses the proxy made itself, by status.");
+        for (code, n) in self.stats.local_responses() {
+            let _ = writeln!(out, "fulcrum_local_responses_total{{code=\"{code}\"}} {n}");
+        }
+        family(&mut out, "fulcrum_downstream_connections_total", "counter", "Client connections accepted.");
+        let _ = writeln!(out, "fulcrum_downstream_connections_total {}", self.stats.connections.load(Relaxed));
+        out
+    }
+
+    /// The clusters, endpoints and their counters as JSON.
+    pub fn status(&self) -> String {
+        let now = self.epoch.now();
+        let clusters: Vec<_> = self
+            .clusters
+            .iter()
+            .map(|c| {
+                let resolved = c.current();
+                let loads = c.worker_loads(now);
+                let endpoints: Vec<_> = resolved
+                    .endpoints
+                    .iter()
+                    .filter_map(|e| {
+                        let u = resolved.upstream(e.id)?;
+                        let per_worker: Vec<_> = loads
+                            .iter()
+                            .map(|w| {
+                                let l = w.iter().find(|l| l.id == e.id);
+                                json!({
+                                    "active": l.map_or(0, |l| l.active),
+                                    "latency_estimate_ms": l.and_then(|l| l.latency_estimate).map(|v| v / 1e6),
+                                })
+                            })
+                            .collect();
+                        Some(json!({
+                            "address": e.name,
+                            "weight": e.weight,
+                            "requests": u.stats.requests.load(Relaxed),
+                            "errors": u.stats.errors.load(Relaxed),
+                            "in_flight": u.stats.in_flight.load(Relaxed),
+                            "workers": per_worker,
+                        }))
+                    })
+                    .collect();
+                json!({
+                    "name": c.config.name,
+                    "algorithm": c.config.algorithm,
+                    "endpoints": endpoints,
+                })
+            })
+            .collect();
+        let local: serde_json::Map<String, serde_json::Value> =
+            self.stats.local_responses().iter().map(|(code, n)| (code.to_string(), json!(n))).collect();
+        let mut s = serde_json::to_string_pretty(&json!({ "clusters": clusters, "local_responses": local }))
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        s.push('\n');
+        s
+    }
+}
+
+/// `(labels, upstream)` for every endpoint of `c` currently in the set.
+fn endpoints(c: &SharedCluster) -> Vec<(String, crate::cluster::Upstream)> {
+    let resolved = c.current();
+    resolved
+        .endpoints
+        .iter()
+        .filter_map(|e| {
+            let u = resolved.upstream(e.id)?.clone();
+            Some((format!("cluster=\"{}\",endpoint=\"{}\"", c.config.name, e.name), u))
+        })
+        .collect()
+}

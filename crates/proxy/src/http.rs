@@ -1,0 +1,376 @@
+//! The HTTP request path: route, pick, forward, stream back, report.
+//!
+//! A request is matched against its listener's routes (host, then path
+//! prefix), the cluster's balancer picks an endpoint (hashing the configured
+//! key for hash-based algorithms), and the request is forwarded over the
+//! worker's pooled upstream connections with hop-by-hop headers removed and
+//! `X-Forwarded-For`, `X-Forwarded-Proto` and `Via` added. Bodies stream both
+//! ways; nothing is buffered whole.
+//!
+//! The balancer hears the outcome when the response body ends
+//! ([`TrackedBody`]): the latency it learns is the time to the response
+//! headers (as tower's Peak-EWMA measures it), and the request counts as
+//! active for least request until its body is done. A 5xx, a connect
+//! failure, a timeout or a broken body is a failure.
+//!
+//! Responses the proxy makes itself: 404 (no route), 503 (no endpoint),
+//! 502 (upstream refused, reset or broke the protocol), 504 (no response
+//! headers within the cluster's `request_timeout`); hyper answers malformed
+//! requests with 400 and oversized heads with 431.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fulcrum_balance::{Nanos, Outcome};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use xxhash_rust::xxh64::xxh64;
+
+use crate::cluster::{Pick, WorkerCluster};
+use crate::config::{Cluster, HashKey, Listener, UpstreamProtocol};
+use crate::metrics::ProxyStats;
+
+/// The body of every response the proxy sends.
+pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
+
+/// The process's monotonic time origin, shared by all workers, so that
+/// balancers see one timeline in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Epoch(Instant);
+
+impl Epoch {
+    /// Start the timeline now.
+    pub fn new() -> Self {
+        Epoch(Instant::now())
+    }
+
+    /// Nanoseconds since the epoch.
+    pub fn now(&self) -> Nanos {
+        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for Epoch {
+    fn default() -> Self {
+        Epoch::new()
+    }
+}
+
+/// The upstream client of one cluster on one worker (its own pool).
+pub type UpstreamClient = Client<HttpConnector, Incoming>;
+
+/// A pooled client speaking `cluster`'s upstream protocol.
+pub fn upstream_client(cluster: &Cluster) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(cluster.connect_timeout));
+    connector.set_nodelay(true);
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_idle_timeout(Duration::from_secs(90)).pool_max_idle_per_host(1024);
+    if cluster.upstream == UpstreamProtocol::Http2 {
+        builder.http2_only(true);
+    }
+    builder.build(connector)
+}
+
+/// Everything one worker needs to serve HTTP on one listener.
+pub struct HttpService {
+    /// The listener's routes.
+    pub listener: Listener,
+    /// This worker's clusters, indexed like the configuration.
+    pub clusters: Vec<Arc<WorkerCluster>>,
+    /// This worker's upstream clients, indexed like `clusters`.
+    pub clients: Vec<UpstreamClient>,
+    /// Shared counters.
+    pub stats: Arc<ProxyStats>,
+    /// Shared time origin.
+    pub epoch: Epoch,
+    /// Whether the listener terminates TLS (for `X-Forwarded-Proto`).
+    pub tls: bool,
+    /// Largest request head accepted (hyper answers 431 beyond it).
+    pub max_header_bytes: usize,
+}
+
+/// A response the proxy makes itself.
+fn local(status: StatusCode, message: &'static str) -> Response<ProxyBody> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(message.as_bytes()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// The request's host, lowercased, without port.
+fn host_of<B>(req: &Request<B>) -> Option<String> {
+    let raw = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| req.uri().host())?;
+    let host = match raw.rfind(':') {
+        // Keep IPv6 literals whole: "[::1]:80" → "[::1]".
+        Some(i) if !raw[i..].contains(']') => &raw[..i],
+        _ => raw,
+    };
+    Some(host.to_ascii_lowercase())
+}
+
+/// The hash a hash-based algorithm uses for this request, if the key is present.
+fn hash_key<B>(policy: &HashKey, req: &Request<B>, peer: SocketAddr) -> Option<u64> {
+    match policy {
+        HashKey::Header(name) => req.headers().get(name.as_str()).map(|v| xxh64(v.as_bytes(), 0)),
+        HashKey::Cookie(name) => req
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| xxh64(v.as_bytes(), 0)),
+        HashKey::SourceIp => Some(match peer.ip() {
+            std::net::IpAddr::V4(ip) => xxh64(&ip.octets(), 0),
+            std::net::IpAddr::V6(ip) => xxh64(&ip.octets(), 0),
+        }),
+        HashKey::Path => Some(xxh64(req.uri().path().as_bytes(), 0)),
+    }
+}
+
+/// Headers that belong to one connection and must not be forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+fn via(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_2 => "2 fulcrum",
+        Version::HTTP_10 => "1.0 fulcrum",
+        _ => "1.1 fulcrum",
+    })
+}
+
+impl HttpService {
+    /// Serve one request from `peer`. Never fails: every problem becomes a response.
+    pub async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+        let host = host_of(&req);
+        let path = req.uri().path();
+        let route = self.listener.routes.iter().find(|r| {
+            r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
+        });
+        let Some(route) = route else {
+            self.stats.no_route.fetch_add(1, Relaxed);
+            return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
+        };
+        let cluster = &self.clusters[route.cluster];
+        let config = &cluster.shared.config;
+        let key = hash_key(&config.hash_key, &req, peer);
+        let Some(pick) = cluster.pick(self.epoch.now(), key) else {
+            self.stats.unavailable.fetch_add(1, Relaxed);
+            return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n"));
+        };
+        let upstream_req = match self.rewrite(req, pick.upstream.addr, peer, config.upstream) {
+            Some(r) => r,
+            None => {
+                cluster.complete(pick, self.epoch.now(), Outcome::Failure { latency: 0 });
+                return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n"));
+            }
+        };
+        let sent = Instant::now();
+        let result =
+            tokio::time::timeout(config.request_timeout, self.clients[route.cluster].request(upstream_req)).await;
+        let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let fail = |pick: Pick| cluster.complete(pick, self.epoch.now(), Outcome::Failure { latency });
+        match result {
+            Err(_elapsed) => {
+                fail(pick);
+                self.stats.gateway_timeout.fetch_add(1, Relaxed);
+                Ok(local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n"))
+            }
+            Ok(Err(_error)) => {
+                fail(pick);
+                self.stats.bad_gateway.fetch_add(1, Relaxed);
+                Ok(local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n"))
+            }
+            Ok(Ok(response)) => {
+                let success = !response.status().is_server_error();
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                parts.headers.append(header::VIA, via(parts.version));
+                let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, success };
+                let body = TrackedBody { inner: body, completion: Some(completion) };
+                Ok(Response::from_parts(parts, Either::Left(body)))
+            }
+        }
+    }
+
+    /// The request as sent upstream, or `None` if its target cannot be forwarded.
+    fn rewrite(
+        &self,
+        req: Request<Incoming>,
+        upstream: SocketAddr,
+        peer: SocketAddr,
+        protocol: UpstreamProtocol,
+    ) -> Option<Request<Incoming>> {
+        let (mut parts, body) = req.into_parts();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = Uri::builder().scheme("http").authority(upstream.to_string()).path_and_query(path).build().ok()?;
+        let incoming_version = parts.version;
+        // HTTP/2 carries the host in :authority; HTTP/1.1 upstreams need it as Host.
+        if !parts.headers.contains_key(header::HOST) {
+            if let Some(authority) = parts.uri.authority().map(|a| a.as_str().to_owned()) {
+                let original = parts.uri.host().unwrap_or(&authority);
+                parts.headers.insert(header::HOST, HeaderValue::from_str(original).ok()?);
+            }
+        }
+        strip_hop_by_hop(&mut parts.headers);
+        let client_ip = peer.ip().to_string();
+        let forwarded_for = match parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prior) => format!("{prior}, {client_ip}"),
+            None => client_ip,
+        };
+        parts.headers.insert("x-forwarded-for", HeaderValue::from_str(&forwarded_for).ok()?);
+        parts.headers.insert("x-forwarded-proto", HeaderValue::from_static(if self.tls { "https" } else { "http" }));
+        parts.headers.append(header::VIA, via(incoming_version));
+        parts.version = match protocol {
+            UpstreamProtocol::Http1 => Version::HTTP_11,
+            UpstreamProtocol::Http2 => Version::HTTP_2,
+        };
+        Some(Request::from_parts(parts, body))
+    }
+}
+
+/// Reports a pick's outcome once, when the response body ends or is dropped.
+struct Completion {
+    cluster: Arc<WorkerCluster>,
+    pick: Pick,
+    epoch: Epoch,
+    latency: Nanos,
+    success: bool,
+}
+
+impl Completion {
+    fn finish(self, body_ok: bool) {
+        let latency = self.latency;
+        let outcome = if self.success && body_ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
+        self.cluster.complete(self.pick, self.epoch.now(), outcome);
+    }
+}
+
+/// An upstream response body that tells the balancer when it is done.
+pub struct TrackedBody {
+    inner: Incoming,
+    completion: Option<Completion>,
+}
+
+impl Body for TrackedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => {
+                if let Some(c) = self.completion.take() {
+                    c.finish(true);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(c) = self.completion.take() {
+                    c.finish(false);
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        // The client went away, or the body was empty and never polled: the
+        // upstream did its part.
+        if let Some(c) = self.completion.take() {
+            c.finish(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(host: Option<&str>, uri: &str) -> Request<()> {
+        let mut b = Request::builder().uri(uri);
+        if let Some(h) = host {
+            b = b.header(header::HOST, h);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn host_drops_the_port_but_not_ipv6_brackets() {
+        assert_eq!(host_of(&req(Some("Example.COM:8080"), "/")), Some("example.com".into()));
+        assert_eq!(host_of(&req(Some("[::1]"), "/")), Some("[::1]".into()));
+        assert_eq!(host_of(&req(Some("[::1]:80"), "/")), Some("[::1]".into()));
+        assert_eq!(host_of(&req(None, "http://h2.example:443/x")), Some("h2.example".into()));
+    }
+
+    #[test]
+    fn hash_keys_read_the_configured_property() {
+        let peer: SocketAddr = "10.0.0.7:5555".parse().unwrap();
+        let mut r = req(Some("a"), "/users/1?x=2");
+        r.headers_mut().insert("x-user", HeaderValue::from_static("alice"));
+        r.headers_mut().insert(header::COOKIE, HeaderValue::from_static("a=1; session=s3cr3t"));
+        assert_eq!(hash_key(&HashKey::Header("x-user".into()), &r, peer), Some(xxh64(b"alice", 0)));
+        assert_eq!(hash_key(&HashKey::Header("x-none".into()), &r, peer), None);
+        assert_eq!(hash_key(&HashKey::Cookie("session".into()), &r, peer), Some(xxh64(b"s3cr3t", 0)));
+        assert_eq!(hash_key(&HashKey::Path, &r, peer), Some(xxh64(b"/users/1", 0)));
+        let other: SocketAddr = "10.0.0.7:6666".parse().unwrap();
+        assert_eq!(hash_key(&HashKey::SourceIp, &r, peer), hash_key(&HashKey::SourceIp, &r, other));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_removed_with_those_connection_names() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+}

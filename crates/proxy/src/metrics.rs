@@ -1,0 +1,115 @@
+//! Counters shared by all workers and rendered by the admin listener.
+//!
+//! Each endpoint has one [`EndpointStats`] of atomics, shared by every
+//! worker (relaxed increments, no lock on the request path). Responses the
+//! proxy makes itself (400, 404, 502, 503, 504) are counted in
+//! [`ProxyStats`]. Latency estimates are not here: they live in each
+//! worker's balancer and the admin listener asks for them.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram buckets, in seconds (Prometheus
+/// convention: cumulative, plus `+Inf`).
+pub const LATENCY_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// What one endpoint has seen, across workers.
+#[derive(Debug, Default)]
+pub struct EndpointStats {
+    /// Requests (or TCP connections) sent to it.
+    pub requests: AtomicU64,
+    /// Requests that failed: connect errors, timeouts, resets, 5xx.
+    pub errors: AtomicU64,
+    /// Requests picked and not yet finished.
+    pub in_flight: AtomicU64,
+    /// Latency histogram counts, one per bucket plus `+Inf`.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    /// Sum of latencies in nanoseconds.
+    latency_sum_ns: AtomicU64,
+}
+
+impl EndpointStats {
+    /// Count a request as started.
+    pub fn start(&self) {
+        self.requests.fetch_add(1, Relaxed);
+        self.in_flight.fetch_add(1, Relaxed);
+    }
+
+    /// Count a request as finished after `latency` (to response headers).
+    pub fn finish(&self, latency: Duration, success: bool) {
+        self.in_flight.fetch_sub(1, Relaxed);
+        if !success {
+            self.errors.fetch_add(1, Relaxed);
+        }
+        let secs = latency.as_secs_f64();
+        let bucket = LATENCY_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[bucket].fetch_add(1, Relaxed);
+        self.latency_sum_ns.fetch_add(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// Cumulative bucket counts (`le` each bound, then `+Inf`), and the sum in seconds.
+    pub fn histogram(&self) -> (Vec<u64>, f64) {
+        let mut total = 0;
+        let cumulative = self
+            .buckets
+            .iter()
+            .map(|b| {
+                total += b.load(Relaxed);
+                total
+            })
+            .collect();
+        (cumulative, self.latency_sum_ns.load(Relaxed) as f64 / 1e9)
+    }
+}
+
+/// Responses the proxy generated itself, by status.
+#[derive(Debug, Default)]
+pub struct ProxyStats {
+    /// 400: malformed request (counted by hyper's parser as connection errors).
+    pub bad_request: AtomicU64,
+    /// 404: no route.
+    pub no_route: AtomicU64,
+    /// 502: upstream connect failure or reset.
+    pub bad_gateway: AtomicU64,
+    /// 503: no endpoint available.
+    pub unavailable: AtomicU64,
+    /// 504: no response headers within the request timeout.
+    pub gateway_timeout: AtomicU64,
+    /// Downstream connections accepted.
+    pub connections: AtomicU64,
+}
+
+impl ProxyStats {
+    /// `(status, count)` pairs for rendering.
+    pub fn local_responses(&self) -> [(u16, u64); 5] {
+        [
+            (400, self.bad_request.load(Relaxed)),
+            (404, self.no_route.load(Relaxed)),
+            (502, self.bad_gateway.load(Relaxed)),
+            (503, self.unavailable.load(Relaxed)),
+            (504, self.gateway_timeout.load(Relaxed)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let s = EndpointStats::default();
+        s.start();
+        s.finish(Duration::from_millis(3), true);
+        s.start();
+        s.finish(Duration::from_secs(20), false);
+        let (h, sum) = s.histogram();
+        assert_eq!(h[2], 0, "≤ 2.5 ms");
+        assert_eq!(h[3], 1, "≤ 5 ms");
+        assert_eq!(*h.last().unwrap(), 2);
+        assert!((sum - 20.003).abs() < 1e-9);
+        assert_eq!(s.errors.load(Relaxed), 1);
+        assert_eq!(s.in_flight.load(Relaxed), 0);
+    }
+}
