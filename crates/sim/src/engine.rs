@@ -340,34 +340,10 @@ impl<'a> Engine<'a> {
                     self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, ok });
                 }
             }
-            Ev::BackAtLb { req, gen, ok } => {
-                let r = &mut self.requests[req as usize];
-                if r.gen != gen {
-                    return;
-                }
-                // `None`: the balancer already timed this request out.
-                let Some(ticket) = r.ticket.take() else { return };
-                let latency = self.now - r.forwarded;
-                r.lb_latency = latency;
-                let client = r.client;
-                let outcome = if ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
-                let b = self.clients[client as usize].balancer as usize;
-                self.balancers[b].on_complete(ticket, self.now, outcome);
-                self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok });
-            }
-            Ev::Timeout { req, gen } => {
-                let r = &mut self.requests[req as usize];
-                if r.gen != gen {
-                    return;
-                }
-                let Some(ticket) = r.ticket.take() else { return };
-                let latency = self.now - r.forwarded;
-                r.lb_latency = latency;
-                let client = r.client;
-                let b = self.clients[client as usize].balancer as usize;
-                self.balancers[b].on_complete(ticket, self.now, Outcome::Failure { latency });
-                self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok: false });
-            }
+            Ev::BackAtLb { req, gen, ok } => self.answer_at_balancer(req, gen, ok),
+            // The balancer gives up: the request fails, and a late response
+            // finds its ticket gone.
+            Ev::Timeout { req, gen } => self.answer_at_balancer(req, gen, false),
             Ev::BackAtClient { req, gen, ok } => self.at_client(req, gen, ok),
             Ev::Change { index } => self.change(index as usize),
         }
@@ -451,6 +427,25 @@ impl<'a> Engine<'a> {
             self.push(self.now + t, Ev::Timeout { req, gen });
         }
         self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen });
+    }
+
+    /// A response (or the timeout) settles the request at its balancer,
+    /// which learns the outcome; the answer goes on to the client.
+    fn answer_at_balancer(&mut self, req: u32, gen: u32, ok: bool) {
+        let r = &mut self.requests[req as usize];
+        if r.gen != gen {
+            return;
+        }
+        // `None`: already settled (timed out before its response, or the
+        // timeout of a request that was answered).
+        let Some(ticket) = r.ticket.take() else { return };
+        let latency = self.now - r.forwarded;
+        r.lb_latency = latency;
+        let client = r.client;
+        let outcome = if ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
+        let b = self.clients[client as usize].balancer as usize;
+        self.balancers[b].on_complete(ticket, self.now, outcome);
+        self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok });
     }
 
     fn at_server(&mut self, req: u32, gen: u32) {

@@ -102,15 +102,7 @@ fn cdf(out: &mut String, report: &Report) {
         decade += 1;
     }
     for q in [0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0] {
-        let y = sy(q);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{q}</text>"##,
-            f.x,
-            f.x + f.w,
-            f.x - 6.0,
-            y + 4.0
-        );
+        grid_line(out, &f, sy(q), &q.to_string());
     }
     let _ = writeln!(
         out,
@@ -151,17 +143,8 @@ fn share_panel(out: &mut String, report: &Report, index: usize, f: &Frame) {
     let sx = |t: f64| f.x + (t - t0) / (t_end - t0).max(1e-9) * f.w;
     let sy = |share: f64| f.y + f.h - share * f.h;
     axes(out, f);
-    for pct in [0.0, 0.25, 0.5, 0.75, 1.0] {
-        let y = sy(pct);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
-            f.x,
-            f.x + f.w,
-            f.x - 5.0,
-            y + 4.0,
-            pct * 100.0
-        );
+    for share in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        grid_line(out, f, sy(share), &(share * 100.0).to_string());
     }
     for t in [t0, (t0 + t_end) / 2.0, t_end] {
         let _ = writeln!(
@@ -193,6 +176,18 @@ fn share_panel(out: &mut String, report: &Report, index: usize, f: &Frame) {
             let _ = writeln!(out, r#"<text x="{x}" y="{y}" font-size="7" fill="{color}">#{s} {}</text>"#, esc(name));
         }
     }
+}
+
+/// A horizontal grid line at `y` across the frame, labelled on the left.
+fn grid_line(out: &mut String, f: &Frame, y: f64, label: &str) {
+    let _ = writeln!(
+        out,
+        r##"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,
+        f.x,
+        f.x + f.w,
+        f.x - 6.0,
+        y + 4.0
+    );
 }
 
 fn axes(out: &mut String, f: &Frame) {
