@@ -1,0 +1,131 @@
+//! End-to-end: every kind of bad input gets its status from the real
+//! binary, quickly, and none takes the proxy down.
+
+mod common;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::{closed_port, get, send, Fulcrum};
+
+/// A listener that accepts connections and never answers.
+fn silent_upstream() -> (TcpListener, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let clone = l.try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = clone.accept() {
+            held.push(s);
+            if held.len() > 16 {
+                break;
+            }
+        }
+    });
+    (l, t)
+}
+
+fn config(cluster_endpoints: &str, request_timeout: &str) -> String {
+    format!(
+        r#"
+workers = 1
+admin = "127.0.0.1:0"
+
+[[listener]]
+listen = "127.0.0.1:0"
+routes = [{{ host = "app.test", cluster = "app" }}]
+max_header_bytes = 8192
+
+[[cluster]]
+name = "app"
+endpoints = [{cluster_endpoints}]
+connect_timeout = "300ms"
+request_timeout = "{request_timeout}"
+"#
+    )
+}
+
+#[test]
+fn refused_upstream_is_502_and_missing_route_404_and_bad_requests_400_431() {
+    let dead = closed_port();
+    let f = Fulcrum::serve("bad-input", &config(&format!("\"{dead}\""), "2s"));
+    let addr = f.listen[0];
+
+    let started = Instant::now();
+    let r = get(addr, "app.test", "/", "");
+    assert_eq!(r.status, 502, "{r:?}");
+    assert!(started.elapsed() < Duration::from_millis(1000), "502 took {:?}", started.elapsed());
+
+    assert_eq!(get(addr, "other.test", "/", "").status, 404);
+    assert_eq!(send(addr, b"GARBAGE\r\n\r\n").status, 400);
+    assert_eq!(send(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\nBad Header\r\n\r\n").status, 400);
+    let huge = format!("GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(send(addr, huge.as_bytes()).status, 431);
+
+    // Still serving after all that, and counted.
+    assert_eq!(get(addr, "other.test", "/", "").status, 404);
+    let metrics = get(f.admin.unwrap(), "admin", "/metrics", "");
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(text.contains("fulcrum_local_responses_total{code=\"502\"} 1"), "{text}");
+    assert!(text.contains("fulcrum_local_responses_total{code=\"404\"} 2"), "{text}");
+    assert!(f.terminate().success());
+}
+
+#[test]
+fn silent_upstream_is_504_after_the_request_timeout() {
+    let (upstream, _t) = silent_upstream();
+    let f = Fulcrum::serve("timeout", &config(&format!("\"{}\"", upstream.local_addr().unwrap()), "400ms"));
+    let started = Instant::now();
+    let r = get(f.listen[0], "app.test", "/", "");
+    let took = started.elapsed();
+    assert_eq!(r.status, 504, "{r:?}");
+    assert!(took >= Duration::from_millis(400) && took < Duration::from_secs(2), "504 after {took:?}");
+}
+
+#[test]
+fn unresolvable_endpoints_leave_no_endpoint_so_503() {
+    let f = Fulcrum::serve("no-endpoint", &config("\"no-such-host.invalid:80\"", "1s"));
+    let started = Instant::now();
+    assert_eq!(get(f.listen[0], "app.test", "/", "").status, 503);
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
+
+#[test]
+fn bad_config_names_file_line_and_field_and_exits_2() {
+    let dir = common::temp_dir("bad-config");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, config("\"127.0.0.1:1\", { address = \"127.0.0.1:2\", weight = 0 }", "1s")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{}:12:", path.display())), "{err}");
+    assert!(err.contains("cluster[0].endpoints[1].weight"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A listener whose accept queue is full, so new connections hang in SYN.
+fn full_backlog() -> (socket2::Socket, Vec<std::net::TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    s.listen(0).unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    // Fill the queue; connects past it are never answered.
+    let fillers =
+        (0..4).filter_map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()).collect();
+    (s, fillers)
+}
+
+#[test]
+fn connect_timeout_is_502_within_the_configured_time() {
+    let (upstream, _fillers) = full_backlog();
+    let addr = upstream.local_addr().unwrap().as_socket().unwrap();
+    let f = Fulcrum::serve("connect-timeout", &config(&format!("\"{addr}\""), "5s"));
+    let started = Instant::now();
+    let r = get(f.listen[0], "app.test", "/", "");
+    let took = started.elapsed();
+    assert_eq!(r.status, 502, "{r:?}");
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(1500), "502 after {took:?}");
+}

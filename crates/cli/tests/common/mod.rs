@@ -1,0 +1,158 @@
+//! Starting the real `fulcrum` binary for end-to-end tests, and a minimal
+//! HTTP/1.1 client over std sockets. Everything listens on 127.0.0.1 with
+//! ports chosen by the kernel; every process is killed by PID on drop.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `fulcrum serve`.
+pub struct Fulcrum {
+    child: Child,
+    /// Bound listener addresses, in configuration order.
+    pub listen: Vec<SocketAddr>,
+    /// The admin listener.
+    pub admin: Option<SocketAddr>,
+    /// The config file (kept for the process's lifetime).
+    pub dir: PathBuf,
+}
+
+/// A fresh temporary directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fulcrum-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Fulcrum {
+    /// `fulcrum serve --config` with `config` written to a file; returns once
+    /// it listens.
+    pub fn serve(name: &str, config: &str) -> Fulcrum {
+        let dir = temp_dir(name);
+        let path = dir.join("fulcrum.toml");
+        std::fs::write(&path, config).unwrap();
+        Fulcrum::spawn(&["serve", "--config", path.to_str().unwrap()], dir)
+    }
+
+    /// `fulcrum` with `args`, reading "listening on" lines from stderr.
+    pub fn spawn(args: &[&str], dir: PathBuf) -> Fulcrum {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fulcrum");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let mut listen = Vec::new();
+        let mut admin = None;
+        let mut seen = Vec::new();
+        // The admin line comes last; tests always configure an admin listener.
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(rest) = line.strip_prefix("fulcrum: listening on ") {
+                listen.push(rest.split_whitespace().next().unwrap().parse().unwrap());
+            } else if let Some(rest) = line.strip_prefix("fulcrum: admin on http://") {
+                admin = Some(rest.trim_end_matches("/metrics").parse().unwrap());
+                break;
+            }
+            seen.push(line);
+        }
+        assert!(admin.is_some(), "fulcrum exited before listening: {seen:#?}");
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Fulcrum { child, listen, admin, dir }
+    }
+
+    /// Ask it to stop (SIGTERM) and wait; returns the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let status = self.child.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Fulcrum {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A response read by [`send`].
+#[derive(Debug)]
+pub struct Reply {
+    /// Status code.
+    pub status: u16,
+    /// Raw header block (lowercase names as received).
+    pub head: String,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A header's value, case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// Write `raw` to `addr` and read one response (the connection is expected to close or the response to have a length).
+pub fn send(addr: SocketAddr, raw: &[u8]) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(raw).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => break,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = find(&buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok()).flatten()
+            });
+            if let Some(len) = length {
+                if buf.len() >= end + 4 + len {
+                    break;
+                }
+            }
+        }
+    }
+    let end =
+        find(&buf, b"\r\n\r\n").unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(&buf)));
+    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap();
+    Reply { status, head, body: buf[end + 4..].to_vec() }
+}
+
+/// `GET path` with `Host: host` and any extra header lines.
+pub fn get(addr: SocketAddr, host: &str, path: &str, extra: &str) -> Reply {
+    send(addr, format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n").as_bytes())
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A port on 127.0.0.1 where nothing listens (bound, then released).
+pub fn closed_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
