@@ -584,6 +584,15 @@ connect_timeout = "250ms"
     }
 
     #[test]
+    fn the_readme_example_is_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("workers = 2 ").expect("README example");
+        let end = start + readme[start..].find("```").expect("end of the example");
+        let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README example: {e}"));
+        assert_eq!((c.listeners.len(), c.clusters.len()), (2, 3));
+    }
+
+    #[test]
     fn quick_mode_checks_backends() {
         let listen = "127.0.0.1:8080".parse().unwrap();
         let c = Config::quick(listen, &["127.0.0.1:1".into()], AlgorithmKind::PeakEwma).unwrap();
