@@ -56,6 +56,9 @@ struct Registry {
     by_addr: HashMap<SocketAddr, (EndpointId, Arc<EndpointStats>)>,
 }
 
+/// One worker's balancer for a cluster, shared with the admin listener.
+type SharedBalancer = Arc<Mutex<Box<dyn Balancer>>>;
+
 /// A cluster as all workers share it.
 #[derive(Debug)]
 pub struct SharedCluster {
@@ -64,7 +67,7 @@ pub struct SharedCluster {
     registry: Mutex<Registry>,
     current: watch::Sender<Arc<Resolved>>,
     /// Each worker's balancer, for the admin listener.
-    balancers: Mutex<Vec<Arc<Mutex<Box<dyn Balancer>>>>>,
+    balancers: Mutex<Vec<SharedBalancer>>,
 }
 
 /// Lock a mutex even if a holder panicked: the guarded state stays usable
@@ -164,7 +167,7 @@ impl SharedCluster {
 pub struct WorkerCluster {
     /// The shared part.
     pub shared: Arc<SharedCluster>,
-    balancer: Arc<Mutex<Box<dyn Balancer>>>,
+    balancer: SharedBalancer,
     /// The endpoint set the balancer was last given.
     resolved: Mutex<Arc<Resolved>>,
 }
