@@ -101,7 +101,7 @@ fn cdf(out: &mut String, report: &Report) {
         );
         decade += 1;
     }
-    for q in [0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0] {
+    for q in [0.0, 0.25, 0.5, 0.75, 0.9, 1.0] {
         grid_line(out, &f, sy(q), &q.to_string());
     }
     let _ = writeln!(
