@@ -112,7 +112,7 @@ impl OutlierConfig {
         if !(self.success_rate_stdev_factor >= 0.0 && self.success_rate_stdev_factor.is_finite()) {
             return Err("outlier_detection.success_rate_stdev_factor must be ≥ 0".into());
         }
-        if !(self.failure_percentage_threshold >= 0.0) {
+        if self.failure_percentage_threshold.is_nan() || self.failure_percentage_threshold < 0.0 {
             return Err("outlier_detection.failure_percentage_threshold must be ≥ 0".into());
         }
         Ok(())
