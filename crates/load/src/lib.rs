@@ -1,1 +1,18 @@
-//! Test backends and load generator (issue 4).
+//! Test backends and an HTTP load generator (issue 4).
+//!
+//! - [`backend`]: [`Backends`] start HTTP/1.1 + h2c test upstreams in-process
+//!   with a service-time distribution, a status mix and a body size, and
+//!   count which of them answered.
+//! - [`dist`]: the distributions they draw from ([`Delay`], [`StatusMix`])
+//!   and their command-line syntax.
+//!
+//! Both keep time with a sub-millisecond timer thread (`timer`) instead of
+//! tokio's one-millisecond wheel, whose rounding is as large as the latencies
+//! measured.
+
+pub mod backend;
+pub mod dist;
+mod timer;
+
+pub use backend::{Backend, BackendSpec, Backends, BackendsConfig, BACKEND_HEADER};
+pub use dist::{Delay, DelayShape, ParseError, StatusMix};

@@ -1,0 +1,129 @@
+//! The test backends: delay, status mix, body size, names, run-time changes,
+//! HTTP/1.1 and h2c. Timing bounds are generous: this runs on a shared
+//! 2-core machine.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, send};
+use fulcrum_load::{BackendSpec, Backends, BackendsConfig, Delay, StatusMix};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn start(specs: Vec<BackendSpec>) -> Backends {
+    Backends::start(BackendsConfig { backends: specs, seed: 1, threads: 1 }).expect("start backends")
+}
+
+#[tokio::test]
+async fn answers_after_the_fixed_delay_with_its_name_and_body() {
+    let backends = start(vec![
+        BackendSpec { body_bytes: 1000, ..BackendSpec::with_delay(Delay::Fixed(20 * MS)) },
+        BackendSpec { name: Some("slow-one".into()), ..BackendSpec::with_delay(Delay::Fixed(60 * MS)) },
+    ]);
+    let addrs = backends.addrs();
+    let c = client(false);
+    for _ in 0..3 {
+        let a = send(&c, "GET", addrs[0], 0).await;
+        assert_eq!((a.status, a.backend.as_str(), a.body_len), (200, "0", 1000));
+        assert!(a.took >= 20 * MS && a.took < 200 * MS, "{:?}", a.took);
+        let b = send(&c, "POST", addrs[1], 100_000).await;
+        assert_eq!((b.status, b.backend.as_str(), b.body_len), (200, "slow-one", 0));
+        assert!(b.took >= 60 * MS && b.took < 250 * MS, "{:?}", b.took);
+    }
+    assert_eq!(backends.served(), vec![3, 3]);
+    backends.shutdown();
+}
+
+#[tokio::test]
+async fn speaks_h2c_and_any_method() {
+    let backends = start(vec![BackendSpec::default()]);
+    let c = client(true);
+    for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+        let a = send(&c, method, backends.addrs()[0], 10).await;
+        assert_eq!(a.status, 200, "{method}");
+    }
+    assert_eq!(backends.served(), vec![5]);
+}
+
+#[tokio::test]
+async fn status_mix_is_drawn_per_request() {
+    let mix: StatusMix = "200:0.5,503:0.5".parse().unwrap();
+    let backends = start(vec![
+        BackendSpec { status: mix, ..BackendSpec::default() },
+        BackendSpec { status: "404".parse().unwrap(), ..BackendSpec::default() },
+    ]);
+    let addrs = backends.addrs();
+    let c = client(false);
+    let mut unavailable = 0;
+    for _ in 0..200 {
+        match send(&c, "GET", addrs[0], 0).await.status {
+            503 => unavailable += 1,
+            s => assert_eq!(s, 200),
+        }
+    }
+    assert!((60..=140).contains(&unavailable), "{unavailable} of 200");
+    assert_eq!(send(&c, "GET", addrs[1], 0).await.status, 404);
+}
+
+#[tokio::test]
+async fn exponential_and_uniform_delays_average_their_mean() {
+    let backends = start(vec![
+        BackendSpec::with_delay(Delay::Exponential(4 * MS)),
+        BackendSpec::with_delay(Delay::Uniform(2 * MS, 6 * MS)),
+    ]);
+    let c = client(false);
+    for addr in backends.addrs() {
+        let n = 100;
+        let mut total = Duration::ZERO;
+        for _ in 0..n {
+            total += send(&c, "GET", addr, 0).await.took;
+        }
+        let mean = total / n;
+        // The mean is 4 ms; loopback and scheduling add a little.
+        assert!(mean > 2 * MS && mean < 15 * MS, "{addr}: mean {mean:?}");
+    }
+}
+
+#[tokio::test]
+async fn delay_status_and_pauses_change_at_run_time() {
+    let backends = start(vec![BackendSpec::default()]);
+    let (b, addr) = (backends.backends()[0].clone(), backends.addrs()[0]);
+    let c = client(false);
+    assert!(send(&c, "GET", addr, 0).await.took < 100 * MS);
+    b.set_delay(Delay::Fixed(80 * MS));
+    assert!(send(&c, "GET", addr, 0).await.took >= 80 * MS);
+    b.set_delay(Delay::ZERO);
+    b.set_status("503".parse().unwrap());
+    assert_eq!(send(&c, "GET", addr, 0).await.status, 503);
+    b.set_status(StatusMix::default());
+    b.pause(150 * MS);
+    let paused = send(&c, "GET", addr, 0).await;
+    assert_eq!(paused.status, 200);
+    assert!(paused.took >= 100 * MS, "{:?}", paused.took);
+    assert!(send(&c, "GET", addr, 0).await.took < 100 * MS);
+    assert_eq!(b.served(), 5);
+}
+
+#[test]
+fn an_address_in_use_is_an_error_that_names_it() {
+    let first = start(vec![BackendSpec::default()]);
+    let taken = first.addrs()[0];
+    let err = Backends::start(BackendsConfig {
+        backends: vec![BackendSpec { listen: taken, ..BackendSpec::default() }],
+        seed: 0,
+        threads: 1,
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains(&taken.to_string()), "{err}");
+}
+
+#[test]
+fn shutdown_closes_the_listeners() {
+    let backends = start(vec![BackendSpec::default(); 3]);
+    let addrs = backends.addrs();
+    backends.shutdown();
+    for addr in addrs {
+        assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(), "{addr}");
+    }
+}
