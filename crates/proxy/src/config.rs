@@ -432,7 +432,7 @@ impl RawConfig {
                 .get_ref()
                 .parse()
                 .map_err(|_| src.error(l.listen.span(), at("listen"), "expected ip:port, e.g. 127.0.0.1:8080"))?;
-            if listeners.iter().any(|k: &Listener| k.listen == listen) {
+            if listen.port() != 0 && listeners.iter().any(|k: &Listener| k.listen == listen) {
                 return Err(src.error(l.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
             }
             let max_header_bytes = match l.max_header_bytes {

@@ -1,0 +1,265 @@
+//! End-to-end: the real `fulcrum serve` binary in front of real backends on
+//! loopback. HTTP/1.1, h2c, TLS with ALPN h2, TCP mode, every algorithm's
+//! behaviour through the proxy, metrics, and a graceful stop.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{get, Fulcrum};
+use fulcrum_load::{Backends, BackendsConfig, BACKEND_HEADER};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+fn backends(delays_ms: &[u64]) -> Backends {
+    let delays: Vec<Duration> = delays_ms.iter().map(|&ms| Duration::from_millis(ms)).collect();
+    Backends::start(BackendsConfig::fixed_delays(&delays)).unwrap()
+}
+
+fn endpoints(b: &Backends) -> String {
+    b.addrs().iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")
+}
+
+/// One worker (so counts are exact), an admin listener, one HTTP listener.
+fn config(b: &Backends, algorithm: &str, extra_cluster: &str) -> String {
+    format!(
+        r#"
+workers = 1
+admin = "127.0.0.1:0"
+
+[[listener]]
+listen = "127.0.0.1:0"
+routes = [{{ cluster = "app" }}]
+
+[[cluster]]
+name = "app"
+endpoints = [{}]
+algorithm = {{ kind = "{algorithm}" }}
+{extra_cluster}
+"#,
+        endpoints(b)
+    )
+}
+
+/// Which backend answered each of `n` requests sent from `threads` threads.
+fn spread(addr: SocketAddr, n: usize, threads: usize, extra: &str) -> HashMap<String, usize> {
+    let extra = extra.to_string();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let extra = extra.clone();
+            std::thread::spawn(move || {
+                (0..n / threads)
+                    .map(|_| {
+                        let r = get(addr, "app", "/", &extra);
+                        assert_eq!(r.status, 200, "{r:?}");
+                        r.header(BACKEND_HEADER).unwrap().to_string()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut counts = HashMap::new();
+    for h in handles {
+        for name in h.join().unwrap() {
+            *counts.entry(name).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+#[test]
+fn http1_round_robin_reaches_every_backend_equally_and_forwards_headers() {
+    let b = backends(&[0, 0, 0]);
+    let f = Fulcrum::serve("rr", &config(&b, "round-robin", ""));
+    let counts = spread(f.listen[0], 30, 1, "");
+    assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![10; 3], "{counts:?}");
+    let r = get(f.listen[0], "app", "/", "");
+    assert_eq!(r.header("via"), Some("1.1 fulcrum"));
+}
+
+#[test]
+fn hash_keys_stick_to_one_backend() {
+    let b = backends(&[0, 0, 0, 0]);
+    for algorithm in ["ring-hash", "maglev", "rendezvous"] {
+        let f = Fulcrum::serve(algorithm, &config(&b, algorithm, "hash_key = { header = \"x-user\" }"));
+        let mut homes = std::collections::HashSet::new();
+        for user in 0..12 {
+            let counts = spread(f.listen[0], 8, 1, &format!("x-user: user-{user}\r\n"));
+            assert_eq!(counts.len(), 1, "{algorithm}: user {user} landed on {counts:?}");
+            homes.extend(counts.into_keys());
+        }
+        assert!(homes.len() >= 3, "{algorithm}: 12 users on only {homes:?}");
+    }
+}
+
+#[test]
+fn peak_ewma_avoids_a_slow_backend() {
+    let b = backends(&[2, 2, 2, 2, 60]);
+    let f = Fulcrum::serve("pe", &config(&b, "peak-ewma", ""));
+    let counts = spread(f.listen[0], 400, 4, "");
+    let slow = counts.get("4").copied().unwrap_or(0);
+    // Round robin would send it 80.
+    assert!(slow <= 12, "the 60 ms backend got {slow} of 400: {counts:?}");
+}
+
+#[test]
+fn least_request_follows_in_flight_counts() {
+    // Two backends, so both are always compared: while the slow one holds
+    // a request, every new one goes to the fast one.
+    let b = backends(&[300, 1]);
+    let f = Fulcrum::serve("lr", &config(&b, "least-request", ""));
+    let addr = f.listen[0];
+    let handles: Vec<_> = (0..20)
+        .map(|i| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::thread::spawn(move || {
+                let r = get(addr, "app", &format!("/{i}"), "");
+                r.header(BACKEND_HEADER).unwrap().to_string()
+            })
+        })
+        .collect();
+    let slow = handles.into_iter().map(|h| h.join().unwrap()).filter(|n| n == "0").count();
+    // 20 requests over 200 ms: the 300 ms backend holds its first one the
+    // whole time, so it gets about one (round robin would give it 10).
+    assert!(slow <= 3, "slow backend got {slow} of 20");
+}
+
+#[test]
+fn h2c_and_tls_with_alpn_h2() {
+    let b = backends(&[0, 0]);
+    let dir = common::temp_dir("tls-certs");
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), cert.key_pair.serialize_pem()).unwrap();
+    let text = format!(
+        r#"
+workers = 1
+admin = "127.0.0.1:0"
+
+[[listener]]
+listen = "127.0.0.1:0"
+routes = [{{ cluster = "app" }}]
+
+[[listener]]
+listen = "127.0.0.1:0"
+tls = {{ cert = "{0}/cert.pem", key = "{0}/key.pem" }}
+routes = [{{ cluster = "app" }}]
+
+[[cluster]]
+name = "app"
+endpoints = [{1}]
+upstream = "http2"
+"#,
+        dir.display(),
+        endpoints(&b)
+    );
+    let f = Fulcrum::serve("tls", &text);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        // h2c with prior knowledge.
+        let stream = tokio::net::TcpStream::connect(f.listen[0]).await.unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        for _ in 0..4 {
+            let req = http::Request::get("http://app/").body(Empty::<Bytes>::new()).unwrap();
+            let resp = send.send_request(req).await.unwrap();
+            assert_eq!((resp.status().as_u16(), resp.version()), (200, http::Version::HTTP_2));
+            assert_eq!(resp.headers()["via"], "2 fulcrum");
+            resp.into_body().collect().await.unwrap();
+        }
+
+        // TLS, ALPN offers h2 first: the proxy picks it.
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.cert.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+        let tcp = tokio::net::TcpStream::connect(f.listen[1]).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let stream = connector.connect(name, tcp).await.unwrap();
+        assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::get("https://localhost/").body(Empty::<Bytes>::new()).unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!((resp.status().as_u16(), resp.version()), (200, http::Version::HTTP_2));
+    });
+    let _ = std::fs::remove_dir_all(dir);
+    // The upstream side spoke HTTP/2 too: both backends served.
+    assert_eq!(b.served().iter().sum::<u64>(), 5);
+}
+
+#[test]
+fn tcp_mode_balances_connections() {
+    let b = backends(&[0, 0, 0]);
+    let text = format!(
+        r#"
+workers = 1
+admin = "127.0.0.1:0"
+
+[[listener]]
+listen = "127.0.0.1:0"
+protocol = "tcp"
+cluster = "tcp"
+
+[[cluster]]
+name = "tcp"
+endpoints = [{}]
+algorithm = {{ kind = "round-robin" }}
+"#,
+        endpoints(&b)
+    );
+    let f = Fulcrum::serve("tcp", &text);
+    // Each request is its own TCP connection, balanced per connection.
+    let counts = spread(f.listen[0], 9, 1, "");
+    assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![3; 3], "{counts:?}");
+    let metrics = String::from_utf8(get(f.admin.unwrap(), "admin", "/metrics", "").body).unwrap();
+    assert_eq!(metrics.matches("fulcrum_upstream_requests_total{cluster=\"tcp\"").count(), 3, "{metrics}");
+}
+
+#[test]
+fn admin_reports_metrics_status_and_health() {
+    let b = backends(&[0, 0]);
+    let f = Fulcrum::serve("admin", &config(&b, "peak-ewma", ""));
+    spread(f.listen[0], 10, 1, "");
+    let admin = f.admin.unwrap();
+    assert_eq!(get(admin, "admin", "/healthz", "").status, 200);
+    let metrics = String::from_utf8(get(admin, "admin", "/metrics", "").body).unwrap();
+    let total: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("fulcrum_upstream_requests_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 10, "{metrics}");
+    assert!(metrics.contains("fulcrum_upstream_latency_seconds_bucket{"), "{metrics}");
+    assert!(metrics.contains("fulcrum_balancer_latency_estimate_seconds{"), "{metrics}");
+    let status: serde_json::Value = serde_json::from_slice(&get(admin, "admin", "/status", "").body).unwrap();
+    assert_eq!(status["clusters"][0]["algorithm"]["kind"], "peak-ewma");
+    assert_eq!(status["clusters"][0]["endpoints"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn sigterm_lets_a_request_in_flight_finish() {
+    let b = backends(&[400]);
+    let f = Fulcrum::serve("drain", &config(&b, "round-robin", ""));
+    let addr = f.listen[0];
+    let started = Instant::now();
+    let inflight = std::thread::spawn(move || get(addr, "app", "/", ""));
+    std::thread::sleep(Duration::from_millis(100));
+    let status = f.terminate();
+    assert!(status.success(), "{status:?}");
+    let r = inflight.join().unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+}
