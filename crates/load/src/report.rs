@@ -1,0 +1,382 @@
+//! What a load run measured: the [`Report`] and the [`Recorder`] that
+//! workers write into while it runs.
+//!
+//! Latencies go into HDR histograms (microsecond resolution, three
+//! significant digits, up to an hour). Workers write into a few shards, each
+//! behind its own mutex, so two threads rarely meet on one lock; the shards
+//! are merged when the run ends. A response with any status has its latency
+//! recorded; a request that got no response (connect, timeout, I/O error)
+//! is only counted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::client::Answer;
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The TCP connection or the HTTP handshake failed.
+    Connect,
+    /// No complete response within the timeout (counted from the intended
+    /// send time).
+    Timeout,
+    /// A 4xx response.
+    Status4xx,
+    /// A 5xx response.
+    Status5xx,
+    /// The connection failed while sending or receiving.
+    Io,
+}
+
+/// Failed requests by [`ErrorKind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCounts {
+    /// [`ErrorKind::Connect`].
+    pub connect: u64,
+    /// [`ErrorKind::Timeout`].
+    pub timeout: u64,
+    /// [`ErrorKind::Status4xx`].
+    pub status_4xx: u64,
+    /// [`ErrorKind::Status5xx`].
+    pub status_5xx: u64,
+    /// [`ErrorKind::Io`].
+    pub io: u64,
+}
+
+impl ErrorCounts {
+    fn slot(&mut self, kind: ErrorKind) -> &mut u64 {
+        match kind {
+            ErrorKind::Connect => &mut self.connect,
+            ErrorKind::Timeout => &mut self.timeout,
+            ErrorKind::Status4xx => &mut self.status_4xx,
+            ErrorKind::Status5xx => &mut self.status_5xx,
+            ErrorKind::Io => &mut self.io,
+        }
+    }
+
+    /// All failures.
+    pub fn total(&self) -> u64 {
+        self.connect + self.timeout + self.status_4xx + self.status_5xx + self.io
+    }
+
+    fn named(&self) -> [(&'static str, u64); 5] {
+        [
+            ("connect", self.connect),
+            ("timeout", self.timeout),
+            ("status_4xx", self.status_4xx),
+            ("status_5xx", self.status_5xx),
+            ("io", self.io),
+        ]
+    }
+
+    fn add(&mut self, other: &ErrorCounts) {
+        for (kind, n) in [
+            (ErrorKind::Connect, other.connect),
+            (ErrorKind::Timeout, other.timeout),
+            (ErrorKind::Status4xx, other.status_4xx),
+            (ErrorKind::Status5xx, other.status_5xx),
+            (ErrorKind::Io, other.io),
+        ] {
+            *self.slot(kind) += n;
+        }
+    }
+}
+
+/// Latency figures in milliseconds, with the simulator's names (its
+/// `latency_ms`), so tools read both reports alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Smallest.
+    pub min: f64,
+    /// Mean.
+    pub avg: f64,
+    /// Median.
+    pub p50: f64,
+    /// 75th percentile.
+    pub p75: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// 99.99th percentile: in the table, not in the JSON, whose keys are
+    /// the simulator's.
+    #[serde(skip)]
+    pub p9999: f64,
+    /// Largest.
+    pub max: f64,
+    /// Standard deviation.
+    pub stddev: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Latency {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        let q = |q: f64| ms(h.value_at_quantile(q));
+        Latency {
+            min: ms(h.min()),
+            avg: h.mean() / 1000.0,
+            p50: q(0.5),
+            p75: q(0.75),
+            p90: q(0.9),
+            p95: q(0.95),
+            p99: q(0.99),
+            p999: q(0.999),
+            p9999: q(0.9999),
+            max: ms(h.max()),
+            stddev: h.stdev() / 1000.0,
+        }
+    }
+}
+
+/// The result of a load run. `--json` prints it as is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Requests finished: answered, whatever the status, or failed.
+    pub requests: u64,
+    /// Of those, failed: no response, or a 4xx/5xx status.
+    pub errors: u64,
+    /// `requests` per second of `duration_s`.
+    pub rps: f64,
+    /// From the first intended send to the last completion, in seconds.
+    pub duration_s: f64,
+    /// Latency of the answered requests, from the intended send time.
+    pub latency_ms: Latency,
+    /// `errors` by kind.
+    pub errors_by_kind: ErrorCounts,
+    /// Responses by the value of their `x-fulcrum-backend` header; those
+    /// without it are not counted here.
+    pub by_backend: BTreeMap<String, u64>,
+}
+
+impl Report {
+    /// The report as one line of JSON (with a final newline).
+    pub fn json(&self) -> String {
+        // A struct of numbers and string-keyed maps always serialises.
+        let mut s = serde_json::to_string(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The report as a table for people.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "requests {} in {:.2} s: {:.1} req/s, {} errors",
+            self.requests, self.duration_s, self.rps, self.errors
+        );
+        let l = &self.latency_ms;
+        let columns = [
+            ("min", l.min),
+            ("avg", l.avg),
+            ("p50", l.p50),
+            ("p75", l.p75),
+            ("p90", l.p90),
+            ("p95", l.p95),
+            ("p99", l.p99),
+            ("p99.9", l.p999),
+            ("p99.99", l.p9999),
+            ("max", l.max),
+            ("stddev", l.stddev),
+        ];
+        let _ = write!(out, "{:<13}", "latency (ms)");
+        for (name, _) in columns {
+            let _ = write!(out, "{name:>9}");
+        }
+        let _ = write!(out, "\n{:<13}", "");
+        for (_, v) in columns {
+            let _ = write!(out, "{v:>9.3}");
+        }
+        out.push('\n');
+        if self.errors > 0 {
+            let kinds: Vec<String> =
+                self.errors_by_kind.named().iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(out, "errors: {}", kinds.join(", "));
+        }
+        if !self.by_backend.is_empty() {
+            let total: u64 = self.by_backend.values().sum();
+            let _ = writeln!(out, "responses by backend (x-fulcrum-backend):");
+            let width = self.by_backend.keys().map(String::len).max().unwrap_or(0).max(8);
+            for (name, n) in &self.by_backend {
+                let share = 100.0 * *n as f64 / total as f64;
+                let _ = writeln!(out, "  {name:<width$} {n:>10} {share:>6.2} %");
+            }
+        }
+        out
+    }
+}
+
+/// Live totals, readable while the run goes on (for a progress line).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) requests: AtomicU64,
+    pub(crate) errors: AtomicU64,
+}
+
+/// Where workers record outcomes while a run goes on.
+pub(crate) struct Recorder {
+    shards: Vec<Mutex<Shard>>,
+    counters: Arc<Counters>,
+}
+
+struct Shard {
+    latency_us: Histogram<u64>,
+    errors: ErrorCounts,
+    // Keyed by the header's bytes so that counting allocates only for a
+    // backend not seen before.
+    by_backend: HashMap<Vec<u8>, u64>,
+}
+
+/// Shards of the recorder: a few per thread keeps collisions rare.
+const SHARDS: usize = 16;
+
+/// The histogram's range in microseconds: 1 µs to an hour.
+const MAX_US: u64 = 3_600_000_000;
+
+impl Recorder {
+    pub(crate) fn new(counters: Arc<Counters>) -> Recorder {
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    // Fixed, valid bounds: this cannot fail.
+                    latency_us: Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds"),
+                    errors: ErrorCounts::default(),
+                    by_backend: HashMap::new(),
+                })
+            })
+            .collect();
+        Recorder { shards, counters }
+    }
+
+    fn shard(&self, worker: usize) -> MutexGuard<'_, Shard> {
+        // Counts stay consistent even if a holder panicked mid-way.
+        self.shards[worker % SHARDS].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record one request sent (or meant to be sent) at `intended`.
+    pub(crate) fn record(&self, worker: usize, intended: Instant, outcome: Result<Answer, ErrorKind>) {
+        let latency = intended.elapsed();
+        let failed = match &outcome {
+            Ok((status, _)) if status.is_client_error() => Some(ErrorKind::Status4xx),
+            Ok((status, _)) if status.is_server_error() => Some(ErrorKind::Status5xx),
+            Ok(_) => None,
+            Err(kind) => Some(*kind),
+        };
+        {
+            let mut shard = self.shard(worker);
+            if let Ok((_, backend)) = &outcome {
+                let us = u64::try_from(latency.as_micros()).unwrap_or(MAX_US).clamp(1, MAX_US);
+                shard.latency_us.saturating_record(us);
+                if let Some(name) = backend {
+                    match shard.by_backend.get_mut(name.as_bytes()) {
+                        Some(n) => *n += 1,
+                        None => {
+                            shard.by_backend.insert(name.as_bytes().to_vec(), 1);
+                        }
+                    }
+                }
+            }
+            if let Some(kind) = failed {
+                *shard.errors.slot(kind) += 1;
+            }
+        }
+        self.counters.requests.fetch_add(1, Relaxed);
+        if failed.is_some() {
+            self.counters.errors.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Merge the shards into the report of a run that lasted `elapsed`.
+    pub(crate) fn report(&self, elapsed: Duration) -> Report {
+        let mut latency_us = Histogram::<u64>::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds");
+        let mut errors = ErrorCounts::default();
+        let mut by_backend = BTreeMap::new();
+        for i in 0..SHARDS {
+            let shard = self.shard(i);
+            // Same bounds on both sides, so adding cannot fail.
+            let _ = latency_us.add(&shard.latency_us);
+            errors.add(&shard.errors);
+            for (name, n) in &shard.by_backend {
+                *by_backend.entry(String::from_utf8_lossy(name).into_owned()).or_insert(0) += n;
+            }
+        }
+        let requests = latency_us.len() + errors.connect + errors.timeout + errors.io;
+        let duration_s = elapsed.as_secs_f64();
+        Report {
+            requests,
+            errors: errors.total(),
+            rps: if duration_s > 0.0 { requests as f64 / duration_s } else { 0.0 },
+            duration_s,
+            latency_ms: Latency::of(&latency_us),
+            errors_by_kind: errors,
+            by_backend,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderValue, StatusCode};
+
+    #[test]
+    fn outcomes_are_counted_by_kind_and_backend() {
+        let rec = Recorder::new(Arc::default());
+        let t = Instant::now();
+        let ok = |name: &'static str| Ok((StatusCode::OK, Some(HeaderValue::from_static(name))));
+        rec.record(0, t, ok("a"));
+        rec.record(1, t, ok("a"));
+        rec.record(2, t, ok("b"));
+        rec.record(3, t, Ok((StatusCode::SERVICE_UNAVAILABLE, Some(HeaderValue::from_static("b")))));
+        rec.record(4, t, Ok((StatusCode::NOT_FOUND, None)));
+        rec.record(5, t, Err(ErrorKind::Connect));
+        rec.record(6, t, Err(ErrorKind::Timeout));
+        let r = rec.report(Duration::from_secs(2));
+        assert_eq!((r.requests, r.errors), (7, 4));
+        assert_eq!(r.rps, 3.5);
+        let expect = ErrorCounts { connect: 1, timeout: 1, status_4xx: 1, status_5xx: 1, io: 0 };
+        assert_eq!(r.errors_by_kind, expect);
+        assert_eq!(r.by_backend, BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)]));
+    }
+
+    #[test]
+    fn latency_figures_come_from_the_histogram_in_milliseconds() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, MAX_US, 3).unwrap();
+        for us in 1..=1000 {
+            h.record(us * 10).unwrap(); // 0.01 ms … 10 ms
+        }
+        let l = Latency::of(&h);
+        assert!((l.p50 - 5.0).abs() < 0.01, "{l:?}");
+        assert!((l.p99 - 9.9).abs() < 0.01, "{l:?}");
+        assert!((l.max - 10.0).abs() < 0.01 && (l.min - 0.01).abs() < 0.001, "{l:?}");
+        assert!((l.avg - 5.005).abs() < 0.01, "{l:?}");
+    }
+
+    #[test]
+    fn the_json_has_the_simulator_latency_keys() {
+        let v: serde_json::Value = serde_json::from_str(&Report::default().json()).unwrap();
+        let keys: Vec<&str> = v["latency_ms"].as_object().unwrap().keys().map(String::as_str).collect();
+        let mut expected = ["min", "avg", "p50", "p75", "p90", "p95", "p99", "p999", "max", "stddev"];
+        expected.sort();
+        let mut keys = keys;
+        keys.sort();
+        assert_eq!(keys, expected);
+        for k in ["requests", "errors", "rps", "errors_by_kind", "by_backend"] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+    }
+}
