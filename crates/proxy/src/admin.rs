@@ -20,6 +20,9 @@ use crate::cluster::SharedCluster;
 use crate::http::Epoch;
 use crate::metrics::{ProxyStats, LATENCY_BUCKETS};
 
+/// A per-cluster metric: name, help text, and how to read it.
+type ClusterCounter = (&'static str, &'static str, fn(&SharedCluster) -> u64);
+
 /// What the admin listener reports on.
 pub struct Admin {
     /// Every cluster.
@@ -107,13 +110,43 @@ impl Admin {
             let resolved = c.current();
             for (worker, loads) in c.worker_loads(now).iter().enumerate() {
                 for load in loads {
-                    let Some(e) = resolved.endpoints.iter().find(|e| e.id == load.id) else { continue };
+                    let Some(e) = resolved.all.iter().find(|e| e.id == load.id) else { continue };
                     let labels = format!("cluster=\"{}\",endpoint=\"{}\",worker=\"{worker}\"", c.config.name, e.name);
                     let _ = writeln!(out, "fulcrum_balancer_active{{{labels}}} {}", load.active);
                     if let Some(est) = load.latency_estimate {
                         let _ = writeln!(out, "fulcrum_balancer_latency_estimate_seconds{{{labels}}} {}", est / 1e9);
                     }
                 }
+            }
+        }
+        family(&mut out, "fulcrum_upstream_healthy", "gauge", "1 if active health checks pass (or none run), else 0.");
+        for c in &self.clusters {
+            for (labels, id) in endpoint_ids(c) {
+                let _ = writeln!(out, "fulcrum_upstream_healthy{{{labels}}} {}", u8::from(c.health_of(id).1));
+            }
+        }
+        family(&mut out, "fulcrum_upstream_ejected", "gauge", "1 while outlier detection has the endpoint ejected.");
+        for c in &self.clusters {
+            for (labels, id) in endpoint_ids(c) {
+                let _ = writeln!(out, "fulcrum_upstream_ejected{{{labels}}} {}", u8::from(c.health_of(id).0));
+            }
+        }
+        let cluster_counters: [ClusterCounter; 5] = [
+            ("fulcrum_cluster_ejections_total", "Outlier ejections.", |c| c.ejections.load(Relaxed)),
+            ("fulcrum_cluster_retries_total", "Retries made.", |c| c.retries.load(Relaxed)),
+            ("fulcrum_cluster_retries_denied_total", "Retries the budget refused.", |c| c.retries_denied.load(Relaxed)),
+            ("fulcrum_cluster_overflow_total", "Requests refused by max_requests (503).", |c| {
+                c.overflows.load(Relaxed)
+            }),
+            ("fulcrum_cluster_panic", "1 while too few endpoints are healthy and all are used.", |c| {
+                u64::from(c.panic.load(Relaxed))
+            }),
+        ];
+        for (name, help, read) in cluster_counters {
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            family(&mut out, name, kind, help);
+            for c in &self.clusters {
+                let _ = writeln!(out, "{name}{{cluster=\"{}\"}} {}", c.config.name, read(c));
             }
         }
         family(&mut out, "fulcrum_local_responses_total", "counter", "Responses the proxy made itself, by status.");
@@ -135,7 +168,7 @@ impl Admin {
                 let resolved = c.current();
                 let loads = c.worker_loads(now);
                 let endpoints: Vec<_> = resolved
-                    .endpoints
+                    .all
                     .iter()
                     .filter_map(|e| {
                         let u = resolved.upstream(e.id)?;
@@ -149,9 +182,14 @@ impl Admin {
                                 })
                             })
                             .collect();
+                        let (ejected, healthy) = c.health_of(e.id);
+                        let routed = resolved.endpoints.iter().find(|r| r.id == e.id);
                         Some(json!({
                             "address": e.name,
                             "weight": e.weight,
+                            "effective_weight": routed.map(|r| r.weight),
+                            "healthy": healthy,
+                            "ejected": ejected,
                             "requests": u.stats.requests.load(Relaxed),
                             "errors": u.stats.errors.load(Relaxed),
                             "in_flight": u.stats.in_flight.load(Relaxed),
@@ -162,6 +200,11 @@ impl Admin {
                 json!({
                     "name": c.config.name,
                     "algorithm": c.config.algorithm,
+                    "panic": resolved.panic,
+                    "ejections": c.ejections.load(Relaxed),
+                    "retries": c.retries.load(Relaxed),
+                    "retries_denied": c.retries_denied.load(Relaxed),
+                    "overflows": c.overflows.load(Relaxed),
                     "endpoints": endpoints,
                 })
             })
@@ -175,11 +218,16 @@ impl Admin {
     }
 }
 
-/// `(labels, upstream)` for every endpoint of `c` currently in the set.
+/// `(labels, id)` for every known endpoint of `c`.
+fn endpoint_ids(c: &SharedCluster) -> Vec<(String, fulcrum_balance::EndpointId)> {
+    c.current().all.iter().map(|e| (format!("cluster=\"{}\",endpoint=\"{}\"", c.config.name, e.name), e.id)).collect()
+}
+
+/// `(labels, upstream)` for every known endpoint of `c`.
 fn endpoints(c: &SharedCluster) -> Vec<(String, crate::cluster::Upstream)> {
     let resolved = c.current();
     resolved
-        .endpoints
+        .all
         .iter()
         .filter_map(|e| {
             let u = resolved.upstream(e.id)?.clone();

@@ -1,12 +1,15 @@
-//! Clusters at run time: resolved endpoints, shared counters, and each
-//! worker's own balancer.
+//! Clusters at run time: resolved endpoints, their health, shared counters,
+//! and each worker's own balancer.
 //!
-//! [`SharedCluster`] is one per configured cluster: it owns the endpoint
+//! [`SharedCluster`] is one per configured cluster. It owns the endpoint
 //! registry (a stable [`EndpointId`] and [`EndpointStats`] per address) and
-//! publishes the resolved endpoint set on a `watch` channel. Every worker
+//! the [`Membership`]: every resolved endpoint with its active-health state,
+//! the outlier detector and slow-start clock. From them it computes the set
+//! the balancers should use (healthy, not ejected, weights ramped; all of
+//! them in panic mode) and publishes it on a `watch` channel. Every worker
 //! holds a [`WorkerCluster`] with its own balancer, built from the same
-//! configuration with its own seed, and applies each new endpoint set to it,
-//! so that the balancer keeps the state of endpoints that remain.
+//! configuration with its own seed, and applies each new set to it, so the
+//! balancer keeps the state of endpoints that remain.
 //!
 //! Why per worker: a balancer behind one lock would serialise every pick of
 //! every core. Per-worker balancers are what Envoy and nginx do; the price is
@@ -14,15 +17,21 @@
 //! Peak-EWMA learns latency only from its own worker's responses, so with W
 //! workers each sees about 1/W of the traffic. The per-worker lock is never
 //! contended on the request path (only the admin listener also takes it).
+//! Request results reach the outlier detector through a channel to the
+//! control thread, never through a lock the workers share.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use fulcrum_balance::{build, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos};
-use tokio::sync::watch;
+use fulcrum_balance::{build, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos, Outcome};
+use fulcrum_resilience::{routable, Change, OutlierDetector, RequestResult, RetryBudget, SlowStart};
+use tokio::sync::{mpsc, watch};
 
 use crate::config::Cluster;
+use crate::http::Epoch;
 use crate::metrics::EndpointStats;
 
 /// One upstream address with its counters.
@@ -34,26 +43,49 @@ pub struct Upstream {
     pub stats: Arc<EndpointStats>,
 }
 
-/// A resolved endpoint set: the balancer's view plus where each id connects.
+/// A published endpoint set: what the balancers use, plus where every known
+/// endpoint connects.
 #[derive(Debug, Default)]
 pub struct Resolved {
-    /// Endpoints for the balancer, named `ip:port`.
+    /// Endpoints for the balancer, named `ip:port`, weights ramped by slow start.
     pub endpoints: Vec<Endpoint>,
+    /// Every resolved endpoint, routable or not, with its configured weight.
+    pub all: Vec<Endpoint>,
     /// Upstream of each endpoint id (ids are small and dense).
     upstreams: Vec<Option<Upstream>>,
+    /// Too few endpoints are healthy, so all are used.
+    pub panic: bool,
 }
 
 impl Resolved {
-    /// The upstream behind `id`, if it is in this set.
+    /// The upstream behind `id`, if it is known.
     pub fn upstream(&self, id: EndpointId) -> Option<&Upstream> {
         self.upstreams.get(id.0 as usize).and_then(Option::as_ref)
     }
 }
 
-/// Stable ids and counters per address, for the life of the process.
-#[derive(Debug, Default)]
-struct Registry {
-    by_addr: HashMap<SocketAddr, (EndpointId, Arc<EndpointStats>)>,
+/// Health of one endpoint as the cluster sees it.
+#[derive(Debug, Clone)]
+struct Member {
+    endpoint: Endpoint,
+    upstream: Upstream,
+    /// Active health check verdict (healthy until checks say otherwise).
+    healthy: bool,
+    /// Checks in a row that disagreed with `healthy`.
+    streak: u32,
+    /// When it joined or last came back, for slow start; `None` if it was
+    /// there from the start.
+    ramp_from: Option<Nanos>,
+}
+
+/// Every resolved endpoint with its health, the outlier detector and the
+/// slow-start clock. Touched by the control thread only.
+#[derive(Debug)]
+pub struct Membership {
+    members: Vec<Member>,
+    detector: Option<OutlierDetector>,
+    slow_start: Option<SlowStart>,
+    started: bool,
 }
 
 /// One worker's balancer for a cluster, shared with the admin listener.
@@ -64,10 +96,28 @@ type SharedBalancer = Arc<Mutex<Box<dyn Balancer>>>;
 pub struct SharedCluster {
     /// Its configuration.
     pub config: Cluster,
-    registry: Mutex<Registry>,
+    /// The proxy's time origin.
+    pub epoch: Epoch,
+    registry: Mutex<HashMap<SocketAddr, (EndpointId, Arc<EndpointStats>)>>,
+    membership: Mutex<Membership>,
     current: watch::Sender<Arc<Resolved>>,
+    /// Request results on their way to the outlier detector.
+    results: mpsc::UnboundedSender<(EndpointId, RequestResult)>,
+    results_rx: Mutex<Option<mpsc::UnboundedReceiver<(EndpointId, RequestResult)>>>,
     /// Each worker's balancer, for the admin listener.
     balancers: Mutex<Vec<SharedBalancer>>,
+    /// Requests in flight over all workers, for circuit breaking.
+    in_flight: AtomicU64,
+    /// Requests refused because `max_requests` were in flight.
+    pub overflows: AtomicU64,
+    /// Ejections so far.
+    pub ejections: AtomicU64,
+    /// Retries made.
+    pub retries: AtomicU64,
+    /// Retries not made because the budget was spent.
+    pub retries_denied: AtomicU64,
+    /// Whether the cluster is in panic mode now.
+    pub panic: AtomicBool,
 }
 
 /// Lock a mutex even if a holder panicked: the guarded state stays usable
@@ -79,13 +129,26 @@ pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl SharedCluster {
     /// A cluster with its endpoints resolved once, now (blocking DNS).
     /// Names that do not resolve are reported and retried by [`SharedCluster::resolve`].
-    pub fn new(config: Cluster) -> Arc<SharedCluster> {
+    pub fn new(config: Cluster, epoch: Epoch) -> Arc<SharedCluster> {
         let (current, _) = watch::channel(Arc::new(Resolved::default()));
+        let (results, results_rx) = mpsc::unbounded_channel();
+        let slow_start = config.slow_start.as_ref().and_then(|s| SlowStart::new(s).ok());
+        let detector = config.outlier_detection.clone().map(|o| OutlierDetector::new(o, &[], epoch.now()));
         let shared = Arc::new(SharedCluster {
             config,
-            registry: Mutex::new(Registry::default()),
+            epoch,
+            registry: Mutex::new(HashMap::new()),
+            membership: Mutex::new(Membership { members: Vec::new(), detector, slow_start, started: false }),
             current,
+            results,
+            results_rx: Mutex::new(Some(results_rx)),
             balancers: Mutex::new(Vec::new()),
+            in_flight: AtomicU64::new(0),
+            overflows: AtomicU64::new(0),
+            ejections: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            retries_denied: AtomicU64::new(0),
+            panic: AtomicBool::new(false),
         });
         let addrs = shared
             .config
@@ -99,51 +162,109 @@ impl SharedCluster {
                 (found, e.weight)
             })
             .collect();
-        shared.publish(addrs);
+        shared.set_addresses(addrs);
+        lock(&shared.membership).started = true;
         shared
+    }
+
+    fn log(&self, message: std::fmt::Arguments) {
+        eprintln!("fulcrum: cluster {}: {message}", self.config.name);
     }
 
     /// Resolve every endpoint name again (async DNS) and publish the set if
     /// it changed. A name that fails keeps its previous addresses.
     pub async fn resolve(&self) {
-        let previous = self.current.borrow().clone();
+        let previous = self.current();
         let mut addrs = Vec::with_capacity(self.config.endpoints.len());
         for e in &self.config.endpoints {
             let found = match tokio::net::lookup_host(&e.address).await {
                 Ok(a) => a.collect(),
                 Err(err) => {
-                    eprintln!("fulcrum: cluster {}: cannot resolve {}: {err}", self.config.name, e.address);
+                    self.log(format_args!("cannot resolve {}: {err}", e.address));
                     let port = e.address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
                     previous.upstreams.iter().flatten().map(|u| u.addr).filter(|a| Some(a.port()) == port).collect()
                 }
             };
             addrs.push((found, e.weight));
         }
-        self.publish(addrs);
+        self.set_addresses(addrs);
     }
 
-    /// Publish the endpoint set made of `addrs` (per configured endpoint:
-    /// its addresses and weight) unless it equals the current one.
-    fn publish(&self, addrs: Vec<(Vec<SocketAddr>, f64)>) {
+    /// Make the members exactly `addrs` (per configured endpoint: its
+    /// addresses and weight), keeping the health of those that remain.
+    fn set_addresses(&self, addrs: Vec<(Vec<SocketAddr>, f64)>) {
+        let now = self.epoch.now();
         let mut registry = lock(&self.registry);
-        let mut resolved = Resolved::default();
+        let mut membership = lock(&self.membership);
+        let mut members = Vec::new();
         for (found, weight) in addrs {
             for addr in found {
-                if resolved.endpoints.iter().any(|e| e.name == addr.to_string()) {
+                if members.iter().any(|m: &Member| m.upstream.addr == addr) {
                     continue;
                 }
-                let next_id = EndpointId(registry.by_addr.len() as u64);
-                let (id, stats) = registry.by_addr.entry(addr).or_insert_with(|| (next_id, Arc::default())).clone();
-                resolved.endpoints.push(Endpoint { id, weight, name: addr.to_string() });
-                let slot = id.0 as usize;
-                if resolved.upstreams.len() <= slot {
-                    resolved.upstreams.resize(slot + 1, None);
-                }
-                resolved.upstreams[slot] = Some(Upstream { addr, stats });
+                let next_id = EndpointId(registry.len() as u64);
+                let (id, stats) = registry.entry(addr).or_insert_with(|| (next_id, Arc::default())).clone();
+                let endpoint = Endpoint { id, weight, name: addr.to_string() };
+                let member = match membership.members.iter().find(|m| m.endpoint.id == id) {
+                    Some(old) => Member { endpoint, ..old.clone() },
+                    None => Member {
+                        endpoint,
+                        upstream: Upstream { addr, stats },
+                        healthy: true,
+                        streak: 0,
+                        ramp_from: membership.started.then_some(now),
+                    },
+                };
+                members.push(member);
             }
         }
+        membership.members = members;
+        let ids: Vec<EndpointId> = membership.members.iter().map(|m| m.endpoint.id).collect();
+        if let Some(d) = membership.detector.as_mut() {
+            d.set_endpoints(&ids);
+        }
+        drop(registry);
+        self.publish(&membership);
+    }
+
+    /// Compute the routable set from `membership` and publish it if it changed.
+    fn publish(&self, membership: &Membership) {
+        let now = self.epoch.now();
+        let ejected = |id| membership.detector.as_ref().is_some_and(|d| d.is_ejected(id));
+        let all: Vec<Endpoint> = membership.members.iter().map(|m| m.endpoint.clone()).collect();
+        let member = |e: &Endpoint| membership.members.iter().find(|m| m.endpoint.id == e.id);
+        let set = routable(
+            &all,
+            |e| member(e).is_some_and(|m| m.healthy) && !ejected(e.id),
+            |e| match (&membership.slow_start, member(e).and_then(|m| m.ramp_from)) {
+                (Some(s), Some(from)) => s.factor(now.saturating_sub(from)),
+                _ => 1.0,
+            },
+            self.config.panic_threshold,
+        );
+        if set.panic != self.panic.swap(set.panic, Relaxed) {
+            let healthy = membership.members.iter().filter(|m| m.healthy && !ejected(m.endpoint.id)).count();
+            if set.panic {
+                self.log(format_args!(
+                    "PANIC: only {healthy} of {} endpoints healthy (below {} %); balancing over all of them",
+                    all.len(),
+                    self.config.panic_threshold
+                ));
+            } else {
+                self.log(format_args!("panic over: {healthy} of {} endpoints healthy", all.len()));
+            }
+        }
+        let mut upstreams: Vec<Option<Upstream>> = Vec::new();
+        for m in &membership.members {
+            let slot = m.endpoint.id.0 as usize;
+            if upstreams.len() <= slot {
+                upstreams.resize(slot + 1, None);
+            }
+            upstreams[slot] = Some(m.upstream.clone());
+        }
+        let resolved = Resolved { endpoints: set.endpoints, all, upstreams, panic: set.panic };
         self.current.send_if_modified(|current| {
-            if current.endpoints == resolved.endpoints {
+            if current.endpoints == resolved.endpoints && current.all == resolved.all {
                 return false;
             }
             *current = Arc::new(resolved);
@@ -160,6 +281,103 @@ impl SharedCluster {
     pub fn worker_loads(&self, now: Nanos) -> Vec<Vec<EndpointLoad>> {
         lock(&self.balancers).iter().map(|b| lock(b).loads(now)).collect()
     }
+
+    /// Whether the outlier detector has `id` ejected, and whether active
+    /// checks call it healthy.
+    pub fn health_of(&self, id: EndpointId) -> (bool, bool) {
+        let m = lock(&self.membership);
+        let ejected = m.detector.as_ref().is_some_and(|d| d.is_ejected(id));
+        let healthy = m.members.iter().find(|x| x.endpoint.id == id).is_none_or(|x| x.healthy);
+        (ejected, healthy)
+    }
+
+    /// Record an active health check of `id`: `passed` or not. Flips the
+    /// endpoint's health after the configured thresholds.
+    pub fn record_check(&self, id: EndpointId, passed: bool) {
+        let Some(hc) = &self.config.health_check else { return };
+        let mut membership = lock(&self.membership);
+        let now = self.epoch.now();
+        let Some(m) = membership.members.iter_mut().find(|m| m.endpoint.id == id) else { return };
+        if passed == m.healthy {
+            m.streak = 0;
+            return;
+        }
+        m.streak += 1;
+        let threshold = if passed { hc.healthy_threshold } else { hc.unhealthy_threshold };
+        if m.streak < threshold {
+            return;
+        }
+        m.healthy = passed;
+        m.streak = 0;
+        if passed {
+            m.ramp_from = Some(now);
+        }
+        let name = m.endpoint.name.clone();
+        self.log(format_args!("{name} is {} (active health check)", if passed { "healthy" } else { "unhealthy" }));
+        self.publish(&membership);
+    }
+
+    /// Feed request results to the outlier detector, return ejected
+    /// endpoints on time, and step slow-start weights, until `stopped`.
+    /// Run it on the control thread.
+    pub async fn manage(self: Arc<Self>, mut stopped: watch::Receiver<Option<Duration>>) {
+        let Some(mut results) = lock(&self.results_rx).take() else { return };
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut last_ramp_step = 0;
+        loop {
+            tokio::select! {
+                _ = crate::server::stopping(&mut stopped) => return,
+                Some((id, result)) = results.recv() => {
+                    let mut m = lock(&self.membership);
+                    let now = self.epoch.now();
+                    let change = m.detector.as_mut().and_then(|d| d.record(id, now, result));
+                    if let Some(change) = change {
+                        self.apply(&mut m, change, now);
+                        self.publish(&m);
+                    }
+                }
+                _ = tick.tick() => {
+                    let mut m = lock(&self.membership);
+                    let now = self.epoch.now();
+                    let changes = m.detector.as_mut().map(|d| d.tick(now)).unwrap_or_default();
+                    let any = !changes.is_empty();
+                    for change in changes {
+                        self.apply(&mut m, change, now);
+                    }
+                    // Slow-start weights change continuously; step them once a second.
+                    let ramping = m.slow_start.as_ref().is_some_and(|s| {
+                        m.members.iter().any(|x| x.ramp_from.is_some_and(|f| s.ramping(now.saturating_sub(f))))
+                    });
+                    if any || (ramping && now.saturating_sub(last_ramp_step) >= 1_000_000_000) {
+                        last_ramp_step = now;
+                        self.publish(&m);
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&self, m: &mut Membership, change: Change, now: Nanos) {
+        let name = |id: EndpointId| {
+            m.members
+                .iter()
+                .find(|x| x.endpoint.id == id)
+                .map_or_else(|| format!("#{}", id.0), |x| x.endpoint.name.clone())
+        };
+        match change {
+            Change::Ejected { id, reason, until } => {
+                self.ejections.fetch_add(1, Relaxed);
+                let secs = Duration::from_nanos(until.saturating_sub(now)).as_secs_f64();
+                self.log(format_args!("ejected {} ({reason:?}) for {secs:.0} s", name(id)));
+            }
+            Change::Returned { id } => {
+                self.log(format_args!("{} returns from ejection", name(id)));
+                if let Some(x) = m.members.iter_mut().find(|x| x.endpoint.id == id) {
+                    x.ramp_from = Some(now);
+                }
+            }
+        }
+    }
 }
 
 /// One worker's view of a cluster.
@@ -170,6 +388,8 @@ pub struct WorkerCluster {
     balancer: SharedBalancer,
     /// The endpoint set the balancer was last given.
     resolved: Mutex<Arc<Resolved>>,
+    /// This worker's retry budget.
+    budget: Mutex<RetryBudget>,
 }
 
 /// A picked endpoint: the ticket to hand back and where to connect.
@@ -178,6 +398,15 @@ pub struct Pick {
     pub ticket: fulcrum_balance::Ticket,
     /// Where to send the request.
     pub upstream: Upstream,
+}
+
+/// Why no endpoint was picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPick {
+    /// The cluster has no endpoint.
+    Empty,
+    /// `max_requests` are in flight (circuit breaker open).
+    Overflow,
 }
 
 impl WorkerCluster {
@@ -190,7 +419,9 @@ impl WorkerCluster {
             .unwrap_or_else(|e| unreachable!("validated algorithm failed to build: {e}"));
         let balancer = Arc::new(Mutex::new(balancer));
         lock(&shared.balancers).push(balancer.clone());
-        Arc::new(WorkerCluster { shared, balancer, resolved: Mutex::new(resolved) })
+        let budget = RetryBudget::new(shared.config.retries.budget.clone())
+            .unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}"));
+        Arc::new(WorkerCluster { shared, balancer, resolved: Mutex::new(resolved), budget: Mutex::new(budget) })
     }
 
     /// Apply endpoint-set changes for as long as the cluster exists. Run it
@@ -201,83 +432,169 @@ impl WorkerCluster {
             let next = rx.borrow_and_update().clone();
             let mut balancer = lock(&self.balancer);
             if let Err(e) = balancer.set_endpoints(&next.endpoints) {
-                eprintln!("fulcrum: cluster {}: endpoint update rejected: {e}", self.shared.config.name);
+                self.shared.log(format_args!("endpoint update rejected: {e}"));
                 continue;
             }
             *lock(&self.resolved) = next;
         }
     }
 
-    /// Pick an endpoint for a request with hash `key` at `now`.
-    pub fn pick(&self, now: Nanos, key: Option<u64>) -> Option<Pick> {
+    /// Pick an endpoint for a request with hash `key` at `now`, avoiding
+    /// `avoid` (a retry's earlier endpoints) when another can be had.
+    pub fn pick(&self, now: Nanos, key: Option<u64>, avoid: &[EndpointId]) -> Result<Pick, NoPick> {
+        if self.shared.in_flight.fetch_add(1, Relaxed) >= self.shared.config.max_requests {
+            self.shared.in_flight.fetch_sub(1, Relaxed);
+            self.shared.overflows.fetch_add(1, Relaxed);
+            return Err(NoPick::Overflow);
+        }
         let mut balancer = lock(&self.balancer);
-        let ticket = balancer.pick(now, key)?;
-        let resolved = lock(&self.resolved);
-        match resolved.upstream(ticket.endpoint()) {
-            Some(u) => {
-                u.stats.start();
-                Some(Pick { upstream: u.clone(), ticket })
+        let mut ticket = balancer.pick(now, key);
+        // A retry wants another endpoint. Draw again (hash-based algorithms
+        // with a fresh key), holding the unwanted picks meanwhile so that
+        // load-aware algorithms see those endpoints as busier.
+        let mut unwanted = Vec::new();
+        while unwanted.len() < 16 {
+            match ticket {
+                Some(t) if avoid.contains(&t.endpoint()) => {
+                    unwanted.push(t);
+                    ticket = balancer.pick(now, None);
+                }
+                _ => break,
             }
-            None => {
-                // Cannot happen: the balancer only knows endpoints of `resolved`.
-                balancer.on_cancel(ticket);
-                None
+        }
+        for t in unwanted {
+            balancer.on_cancel(t);
+        }
+        let resolved = lock(&self.resolved);
+        let upstream = ticket.as_ref().and_then(|t| resolved.upstream(t.endpoint()).cloned());
+        match (ticket, upstream) {
+            (Some(ticket), Some(upstream)) => {
+                upstream.stats.start();
+                Ok(Pick { upstream, ticket })
+            }
+            (ticket, _) => {
+                if let Some(t) = ticket {
+                    balancer.on_cancel(t);
+                }
+                self.shared.in_flight.fetch_sub(1, Relaxed);
+                Err(NoPick::Empty)
             }
         }
     }
 
-    /// Report the outcome of a pick.
-    pub fn complete(&self, pick: Pick, now: Nanos, outcome: fulcrum_balance::Outcome) {
-        let (latency, success) = match outcome {
-            fulcrum_balance::Outcome::Success { latency } => (latency, true),
-            fulcrum_balance::Outcome::Failure { latency } => (latency, false),
-        };
-        pick.upstream.stats.finish(std::time::Duration::from_nanos(latency), success);
+    /// Report the outcome of a pick: `latency` to response headers (or to
+    /// the failure) and the result as outlier detection sees it.
+    pub fn complete(&self, pick: Pick, now: Nanos, latency: Nanos, result: RequestResult) {
+        self.shared.in_flight.fetch_sub(1, Relaxed);
+        let success = result == RequestResult::Success;
+        pick.upstream.stats.finish(Duration::from_nanos(latency), success);
+        let id = pick.ticket.endpoint();
+        let outcome = if success { Outcome::Success { latency } } else { Outcome::Failure { latency } };
         lock(&self.balancer).on_complete(pick.ticket, now, outcome);
+        if self.shared.config.outlier_detection.is_some() {
+            // The control thread may be gone at shutdown; then nobody needs it.
+            let _ = self.shared.results.send((id, result));
+        }
+    }
+
+    /// Give up on a pick without an outcome (the request was never sent).
+    pub fn cancel(&self, pick: Pick) {
+        self.shared.in_flight.fetch_sub(1, Relaxed);
+        pick.upstream.stats.finish(Duration::ZERO, true);
+        lock(&self.balancer).on_cancel(pick.ticket);
+    }
+
+    /// A first attempt is being made: it earns the retry budget a deposit.
+    pub fn deposit(&self, now: Nanos) {
+        lock(&self.budget).deposit(now);
+    }
+
+    /// Whether a retry may be made now (it spends a token).
+    pub fn may_retry(&self, now: Nanos) -> bool {
+        let ok = lock(&self.budget).try_withdraw(now);
+        if ok {
+            self.shared.retries.fetch_add(1, Relaxed);
+        } else {
+            self.shared.retries_denied.fetch_add(1, Relaxed);
+        }
+        ok
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{EndpointConfig, HashKey, UpstreamProtocol};
-    use fulcrum_balance::{AlgorithmKind, Outcome};
-    use std::time::Duration;
+    use crate::config::{Config, HashKey};
+    use std::path::Path;
 
-    fn cluster(addrs: &[&str]) -> Cluster {
-        Cluster {
-            name: "c".into(),
-            endpoints: addrs.iter().map(|a| EndpointConfig { address: a.to_string(), weight: 1.0 }).collect(),
-            algorithm: AlgorithmKind::LeastRequest.default_config(),
-            hash_key: HashKey::SourceIp,
-            upstream: UpstreamProtocol::Http1,
-            connect_timeout: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(1),
-            resolve_interval: Duration::from_secs(1),
-        }
+    fn cluster(extra: &str, addrs: &[&str]) -> Cluster {
+        let endpoints = addrs.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:1\"\nroutes = [{{ cluster = \"c\" }}]\n\n\
+             [[cluster]]\nname = \"c\"\nendpoints = [{endpoints}]\nalgorithm = {{ kind = \"least-request\" }}\n{extra}"
+        );
+        let mut c = Config::parse(Path::new("t.toml"), &text).unwrap().clusters.remove(0);
+        c.hash_key = HashKey::SourceIp;
+        c
     }
 
     #[test]
     fn ids_are_stable_and_counters_shared() {
-        let shared = SharedCluster::new(cluster(&["127.0.0.1:1", "127.0.0.2:2"]));
+        let shared = SharedCluster::new(cluster("", &["127.0.0.1:1", "127.0.0.2:2"]), Epoch::new());
         let a = WorkerCluster::new(shared.clone(), 1);
         let b = WorkerCluster::new(shared.clone(), 2);
-        let p = a.pick(0, None).unwrap();
-        let q = b.pick(0, None).unwrap();
-        let total: u64 = shared
-            .current()
-            .upstreams
-            .iter()
-            .flatten()
-            .map(|u| u.stats.in_flight.load(std::sync::atomic::Ordering::Relaxed))
-            .sum();
-        assert_eq!(total, 2);
-        assert_eq!(shared.worker_loads(0).iter().map(|w| w.iter().map(|l| l.active).sum::<u32>()).sum::<u32>(), 2);
-        a.complete(p, 1, Outcome::Success { latency: 1 });
-        b.complete(q, 1, Outcome::Failure { latency: 1 });
+        let p = a.pick(0, None, &[]).unwrap();
+        let q = b.pick(0, None, &[]).unwrap();
+        assert_eq!(shared.in_flight.load(Relaxed), 2);
+        let active: u32 = shared.worker_loads(0).iter().flatten().map(|l| l.active).sum();
+        assert_eq!(active, 2);
+        a.complete(p, 1, 1, RequestResult::Success);
+        b.complete(q, 1, 1, RequestResult::GatewayFailure);
+        assert_eq!(shared.in_flight.load(Relaxed), 0);
         assert_eq!(shared.current().endpoints[1].name, "127.0.0.2:2");
-        // Publishing the same set again changes nothing; a new set keeps ids.
-        shared.publish(vec![(vec!["127.0.0.2:2".parse().unwrap()], 1.0)]);
+        // A new address set keeps the ids of the addresses that remain.
+        shared.set_addresses(vec![(vec!["127.0.0.2:2".parse().unwrap()], 1.0)]);
         assert_eq!(shared.current().endpoints[0].id, EndpointId(1));
+    }
+
+    #[test]
+    fn the_circuit_breaker_refuses_beyond_max_requests() {
+        let shared = SharedCluster::new(cluster("max_requests = 2", &["127.0.0.1:1"]), Epoch::new());
+        let w = WorkerCluster::new(shared.clone(), 1);
+        let held: Vec<_> = (0..2).map(|_| w.pick(0, None, &[]).unwrap()).collect();
+        assert_eq!(w.pick(0, None, &[]).err(), Some(NoPick::Overflow));
+        assert_eq!(shared.overflows.load(Relaxed), 1);
+        for p in held {
+            w.cancel(p);
+        }
+        assert!(w.pick(0, None, &[]).is_ok());
+    }
+
+    #[test]
+    fn retries_avoid_the_endpoint_that_failed() {
+        let shared = SharedCluster::new(cluster("", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]), Epoch::new());
+        let w = WorkerCluster::new(shared, 1);
+        for _ in 0..50 {
+            let p = w.pick(0, None, &[EndpointId(0), EndpointId(1)]).unwrap();
+            assert_eq!(p.ticket.endpoint(), EndpointId(2));
+            w.cancel(p);
+        }
+    }
+
+    #[test]
+    fn failing_checks_remove_an_endpoint_and_panic_brings_it_back() {
+        let c = cluster("health_check = { unhealthy_threshold = 2 }", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        let shared = SharedCluster::new(c, Epoch::new());
+        shared.record_check(EndpointId(0), false);
+        assert_eq!(shared.current().endpoints.len(), 3, "one failure is below the threshold");
+        shared.record_check(EndpointId(0), false);
+        assert_eq!(shared.current().endpoints.len(), 2);
+        for _ in 0..2 {
+            shared.record_check(EndpointId(1), false);
+        }
+        // One of three healthy is under the 50 % panic threshold: all are used, and it says so.
+        let now = shared.current();
+        assert!(now.panic && shared.panic.load(Relaxed));
+        assert_eq!(now.endpoints.len(), 3);
     }
 }

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
+use fulcrum_resilience::{OutlierConfig, RetryBudget, RetryBudgetConfig, SlowStart, SlowStartConfig};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -123,6 +124,99 @@ pub struct Cluster {
     pub request_timeout: Duration,
     /// How often endpoint host names are resolved again.
     pub resolve_interval: Duration,
+    /// Active health checking (none by default).
+    pub health_check: Option<HealthCheck>,
+    /// Passive outlier detection (none by default).
+    pub outlier_detection: Option<OutlierConfig>,
+    /// Below this percentage of healthy endpoints, balance over all of them.
+    pub panic_threshold: f64,
+    /// Ramp the weight of endpoints that join or return (none by default).
+    pub slow_start: Option<SlowStartConfig>,
+    /// When and how often to try another endpoint.
+    pub retries: Retries,
+    /// Circuit breaking: most requests in flight to the cluster (503 beyond).
+    pub max_requests: u64,
+}
+
+/// Active health checks of every endpoint of a cluster.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthCheck {
+    /// `http` (GET `path`, expect a status in `expected_status`) or `tcp` (connect).
+    pub kind: HealthCheckKind,
+    /// Path of the HTTP check.
+    pub path: String,
+    /// Inclusive range of statuses that count as healthy.
+    pub expected_status: [u16; 2],
+    /// Time between checks of one endpoint.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// A random extra delay up to this much before each check, so checks of
+    /// many proxies do not arrive together.
+    #[serde(with = "humantime_serde")]
+    pub jitter: Duration,
+    /// A check that takes longer fails.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Passing checks in a row to become healthy again.
+    pub healthy_threshold: u32,
+    /// Failing checks in a row to become unhealthy.
+    pub unhealthy_threshold: u32,
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            kind: HealthCheckKind::Http,
+            path: "/healthz".into(),
+            expected_status: [200, 399],
+            interval: Duration::from_secs(5),
+            jitter: Duration::from_millis(500),
+            timeout: Duration::from_secs(1),
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+        }
+    }
+}
+
+/// What an active health check does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HealthCheckKind {
+    /// An HTTP GET.
+    Http,
+    /// A TCP connect.
+    Tcp,
+}
+
+/// Retry policy of a cluster.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retries {
+    /// Tries in all, the first included (1 = no retries).
+    pub attempts: u32,
+    /// What to retry: `connect-failure` (the request was not sent, always
+    /// safe), `reset` (connection broke before a response), `timeout`
+    /// (`per_try_timeout` passed), `5xx`, or a status like `503`. Only
+    /// requests without a body and with an idempotent method are retried after
+    /// they were sent.
+    pub on: Vec<String>,
+    /// Give up on one try after this long (default: the request timeout).
+    #[serde(with = "humantime_serde")]
+    pub per_try_timeout: Option<Duration>,
+    /// Retry budget: retries may add at most this share of requests.
+    pub budget: RetryBudgetConfig,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            attempts: 2,
+            on: vec!["connect-failure".into()],
+            per_try_timeout: None,
+            budget: RetryBudgetConfig::default(),
+        }
+    }
 }
 
 /// One configured endpoint.
@@ -156,6 +250,34 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 with prior knowledge (h2c).
     Http2,
+}
+
+/// One condition of [`Retries::on`], parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOn {
+    /// The connection could not be made (the request was not sent).
+    ConnectFailure,
+    /// The connection broke before response headers.
+    Reset,
+    /// The per-try timeout passed.
+    Timeout,
+    /// Any 5xx status.
+    ServerError,
+    /// This status.
+    Status(u16),
+}
+
+impl RetryOn {
+    /// Parse one condition as written in the configuration.
+    pub fn parse(s: &str) -> Option<RetryOn> {
+        Some(match s {
+            "connect-failure" => RetryOn::ConnectFailure,
+            "reset" => RetryOn::Reset,
+            "timeout" => RetryOn::Timeout,
+            "5xx" => RetryOn::ServerError,
+            other => RetryOn::Status(other.parse().ok().filter(|s| (500..600).contains(s))?),
+        })
+    }
 }
 
 // ---- The file as written -------------------------------------------------
@@ -218,6 +340,12 @@ struct RawCluster {
     request_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     resolve_interval: Option<Duration>,
+    health_check: Option<Spanned<HealthCheck>>,
+    outlier_detection: Option<Spanned<OutlierConfig>>,
+    panic_threshold: Option<Spanned<f64>>,
+    slow_start: Option<Spanned<SlowStartConfig>>,
+    retries: Option<Spanned<Retries>>,
+    max_requests: Option<Spanned<u64>>,
 }
 
 fn default_upstream() -> UpstreamProtocol {
@@ -263,6 +391,8 @@ fn read_endpoint(e: &RawEndpoint, src: &Source, field: &str) -> Result<EndpointC
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Default circuit-breaker limit on requests in flight per cluster (Envoy's default).
+const DEFAULT_MAX_REQUESTS: u64 = 1024;
 /// Default largest request head, as nginx's `large_client_header_buffers`-ish 64 KiB.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 
@@ -345,6 +475,12 @@ impl Config {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
                 resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+                health_check: None,
+                outlier_detection: None,
+                panic_threshold: 50.0,
+                slow_start: None,
+                retries: Retries::default(),
+                max_requests: DEFAULT_MAX_REQUESTS,
             }],
         })
     }
@@ -406,7 +542,83 @@ impl RawConfig {
                 Some(d) => Ok(d),
                 None => Ok(default),
             };
+            let health_check = match c.health_check {
+                Some(h) => {
+                    let v = h.get_ref();
+                    let bad = if v.interval.is_zero() || v.timeout.is_zero() {
+                        Some("interval and timeout must be greater than 0")
+                    } else if v.healthy_threshold == 0 || v.unhealthy_threshold == 0 {
+                        Some("thresholds must be at least 1")
+                    } else if v.expected_status[0] > v.expected_status[1] || v.expected_status[0] < 100 {
+                        Some("expected_status must be a range [low, high] of HTTP statuses")
+                    } else if !v.path.starts_with('/') {
+                        Some("path must start with /")
+                    } else {
+                        None
+                    };
+                    if let Some(m) = bad {
+                        return Err(src.error(h.span(), at("health_check"), m));
+                    }
+                    Some(h.into_inner())
+                }
+                None => None,
+            };
+            let outlier_detection = match c.outlier_detection {
+                Some(o) => {
+                    o.get_ref().validate().map_err(|m| src.error(o.span(), at("outlier_detection"), m))?;
+                    Some(o.into_inner())
+                }
+                None => None,
+            };
+            let panic_threshold = match c.panic_threshold {
+                Some(p) if !(0.0..=100.0).contains(p.get_ref()) => {
+                    return Err(src.error(p.span(), at("panic_threshold"), "must be a percentage in 0..=100"));
+                }
+                Some(p) => p.into_inner(),
+                None => 50.0,
+            };
+            let slow_start = match c.slow_start {
+                Some(s) => {
+                    SlowStart::new(s.get_ref()).map_err(|m| src.error(s.span(), at("slow_start"), m))?;
+                    Some(s.into_inner())
+                }
+                None => None,
+            };
+            let retries = match c.retries {
+                Some(r) => {
+                    let v = r.get_ref();
+                    if v.attempts == 0 || v.attempts > 10 {
+                        return Err(src.error(r.span(), at("retries.attempts"), "must be between 1 and 10"));
+                    }
+                    if let Some(bad) = v.on.iter().find(|o| RetryOn::parse(o).is_none()) {
+                        return Err(src.error(
+                            r.span(),
+                            at("retries.on"),
+                            format!("{bad:?} is not connect-failure, reset, timeout, 5xx or a status 500-599"),
+                        ));
+                    }
+                    if v.per_try_timeout.is_some_and(|d| d.is_zero()) {
+                        return Err(src.error(r.span(), at("retries.per_try_timeout"), "must be greater than 0"));
+                    }
+                    RetryBudget::new(v.budget.clone()).map_err(|m| src.error(r.span(), at("retries.budget"), m))?;
+                    r.into_inner()
+                }
+                None => Retries::default(),
+            };
+            let max_requests = match c.max_requests {
+                Some(m) if *m.get_ref() == 0 => {
+                    return Err(src.error(m.span(), at("max_requests"), "must be at least 1"));
+                }
+                Some(m) => m.into_inner(),
+                None => DEFAULT_MAX_REQUESTS,
+            };
             clusters.push(Cluster {
+                health_check,
+                outlier_detection,
+                panic_threshold,
+                slow_start,
+                retries,
+                max_requests,
                 connect_timeout: positive(c.connect_timeout, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)?,
                 request_timeout: positive(c.request_timeout, "request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
                 resolve_interval: positive(c.resolve_interval, "resolve_interval", DEFAULT_RESOLVE_INTERVAL)?,

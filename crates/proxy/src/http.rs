@@ -13,7 +13,13 @@
 //! active for least request until its body is done. A 5xx, a connect
 //! failure, a timeout or a broken body is a failure.
 //!
-//! Responses the proxy makes itself: 404 (no route), 503 (no endpoint),
+//! Retries follow the cluster's policy: a connect failure (the request was
+//! not sent) is retried on another endpoint whenever the request can be sent
+//! again; resets, timeouts and 5xx only for idempotent requests without a
+//! body. Every retry spends a token of the worker's retry budget.
+//!
+//! Responses the proxy makes itself: 404 (no route), 503 (no endpoint, or
+//! `max_requests` in flight),
 //! 502 (upstream refused, reset or broke the protocol), 504 (no response
 //! headers within the cluster's `request_timeout`); hyper answers malformed
 //! requests with 400 and oversized heads with 431.
@@ -27,19 +33,20 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fulcrum_balance::{Nanos, Outcome};
+use fulcrum_balance::Nanos;
+use fulcrum_resilience::RequestResult;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{Either, Full};
+use http_body_util::{Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::cluster::{Pick, WorkerCluster};
-use crate::config::{Cluster, HashKey, Listener, UpstreamProtocol};
+use crate::cluster::{NoPick, Pick, WorkerCluster};
+use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
 
 /// The body of every response the proxy sends.
@@ -68,8 +75,12 @@ impl Default for Epoch {
     }
 }
 
+/// What is sent upstream: the client's streamed body, or nothing (which
+/// can be sent again on a retry).
+pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+
 /// The upstream client of one cluster on one worker (its own pool).
-pub type UpstreamClient = Client<HttpConnector, Incoming>;
+pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
 /// A pooled client speaking `cluster`'s upstream protocol.
 pub fn upstream_client(cluster: &Cluster) -> UpstreamClient {
@@ -174,6 +185,22 @@ fn via(version: Version) -> HeaderValue {
     })
 }
 
+/// What one try of a request came to.
+enum Try {
+    /// Response headers arrived.
+    Response(Response<Incoming>),
+    /// No connection could be made: the request was not sent.
+    ConnectFailure,
+    /// The connection broke, or the upstream broke the protocol.
+    Reset,
+    /// The per-try timeout passed.
+    Timeout,
+}
+
+fn idempotent(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+}
+
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a response.
     pub async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
@@ -189,78 +216,134 @@ impl HttpService {
         let cluster = &self.clusters[route.cluster];
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer);
-        let Some(pick) = cluster.pick(self.epoch.now(), key) else {
-            self.stats.unavailable.fetch_add(1, Relaxed);
-            return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n"));
-        };
-        let upstream_req = match self.rewrite(req, pick.upstream.addr, peer, config.upstream) {
-            Some(r) => r,
-            None => {
-                cluster.complete(pick, self.epoch.now(), Outcome::Failure { latency: 0 });
+        let (parts, body) = req.into_parts();
+        // A request without a body can be sent again as it was; one with a
+        // body streams once, so it is only retried if it never left.
+        let replayable = body.is_end_stream();
+        let resendable = replayable && idempotent(&parts.method);
+        let mut body = if replayable { None } else { Some(body) };
+        let retry_on: Vec<RetryOn> = config.retries.on.iter().filter_map(|o| RetryOn::parse(o)).collect();
+        let per_try = config.retries.per_try_timeout.unwrap_or(config.request_timeout).min(config.request_timeout);
+        let deadline = Instant::now() + config.request_timeout;
+        let mut tried = Vec::new();
+        cluster.deposit(self.epoch.now());
+        loop {
+            let pick = match cluster.pick(self.epoch.now(), key, &tried) {
+                Ok(p) => p,
+                Err(NoPick::Empty) => {
+                    self.stats.unavailable.fetch_add(1, Relaxed);
+                    return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n"));
+                }
+                Err(NoPick::Overflow) => {
+                    self.stats.unavailable.fetch_add(1, Relaxed);
+                    return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n"));
+                }
+            };
+            tried.push(pick.ticket.endpoint());
+            let this_body = match body.take() {
+                Some(b) => Either::Left(b),
+                None => Either::Right(Empty::new()),
+            };
+            let Some(upstream_req) = self.rewrite(&parts, this_body, pick.upstream.addr, peer, config.upstream) else {
+                cluster.cancel(pick);
                 return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n"));
+            };
+            let sent = Instant::now();
+            let timeout = per_try.min(deadline.saturating_duration_since(sent));
+            let outcome = match tokio::time::timeout(timeout, self.clients[route.cluster].request(upstream_req)).await {
+                Err(_) => Try::Timeout,
+                Ok(Err(e)) if e.is_connect() => Try::ConnectFailure,
+                Ok(Err(_)) => Try::Reset,
+                Ok(Ok(response)) => Try::Response(response),
+            };
+            let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let (condition, result) = match &outcome {
+                Try::Response(r) if r.status().is_server_error() => {
+                    (Some(r.status().as_u16()), RequestResult::ServerError)
+                }
+                Try::Response(_) => (None, RequestResult::Success),
+                Try::ConnectFailure | Try::Reset | Try::Timeout => (Some(0), RequestResult::GatewayFailure),
+            };
+            let wants_retry = condition.is_some()
+                && retry_on.iter().any(|on| match (on, &outcome) {
+                    (RetryOn::ConnectFailure, Try::ConnectFailure) => true,
+                    (RetryOn::Reset, Try::Reset) => resendable,
+                    (RetryOn::Timeout, Try::Timeout) => resendable,
+                    (RetryOn::ServerError, Try::Response(_)) => resendable,
+                    (RetryOn::Status(s), Try::Response(_)) => resendable && condition == Some(*s),
+                    _ => false,
+                });
+            // A connect failure never sent the body, but a streamed body was
+            // handed to the client and is gone: only replayable ones go again.
+            let can_send_again = replayable || matches!(outcome, Try::ConnectFailure) && body.is_some();
+            let retry = wants_retry
+                && can_send_again
+                && (tried.len() as u32) < config.retries.attempts
+                && Instant::now() < deadline
+                && cluster.may_retry(self.epoch.now());
+            if retry {
+                cluster.complete(pick, self.epoch.now(), latency, result);
+                continue;
             }
-        };
-        let sent = Instant::now();
-        let result =
-            tokio::time::timeout(config.request_timeout, self.clients[route.cluster].request(upstream_req)).await;
-        let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let fail = |pick: Pick| cluster.complete(pick, self.epoch.now(), Outcome::Failure { latency });
-        match result {
-            Err(_elapsed) => {
-                fail(pick);
-                self.stats.gateway_timeout.fetch_add(1, Relaxed);
-                Ok(local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n"))
-            }
-            Ok(Err(_error)) => {
-                fail(pick);
-                self.stats.bad_gateway.fetch_add(1, Relaxed);
-                Ok(local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n"))
-            }
-            Ok(Ok(response)) => {
-                let success = !response.status().is_server_error();
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                parts.headers.append(header::VIA, via(parts.version));
-                let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, success };
-                let body = TrackedBody { inner: body, completion: Some(completion) };
-                Ok(Response::from_parts(parts, Either::Left(body)))
-            }
+            return Ok(match outcome {
+                Try::Response(response) => {
+                    let (mut parts, body) = response.into_parts();
+                    strip_hop_by_hop(&mut parts.headers);
+                    parts.headers.append(header::VIA, via(parts.version));
+                    let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
+                    let body = TrackedBody { inner: body, completion: Some(completion) };
+                    Response::from_parts(parts, Either::Left(body))
+                }
+                Try::Timeout => {
+                    cluster.complete(pick, self.epoch.now(), latency, result);
+                    self.stats.gateway_timeout.fetch_add(1, Relaxed);
+                    local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
+                }
+                Try::ConnectFailure | Try::Reset => {
+                    cluster.complete(pick, self.epoch.now(), latency, result);
+                    self.stats.bad_gateway.fetch_add(1, Relaxed);
+                    local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
+                }
+            });
         }
     }
 
     /// The request as sent upstream, or `None` if its target cannot be forwarded.
     fn rewrite(
         &self,
-        req: Request<Incoming>,
+        parts: &http::request::Parts,
+        body: UpstreamBody,
         upstream: SocketAddr,
         peer: SocketAddr,
         protocol: UpstreamProtocol,
-    ) -> Option<Request<Incoming>> {
-        let (mut parts, body) = req.into_parts();
+    ) -> Option<Request<UpstreamBody>> {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        parts.uri = Uri::builder().scheme("http").authority(upstream.to_string()).path_and_query(path).build().ok()?;
-        let incoming_version = parts.version;
+        let uri = Uri::builder().scheme("http").authority(upstream.to_string()).path_and_query(path).build().ok()?;
+        let mut headers = parts.headers.clone();
         // HTTP/2 carries the host in :authority; HTTP/1.1 upstreams need it as Host.
-        if !parts.headers.contains_key(header::HOST) {
-            if let Some(authority) = parts.uri.authority().map(|a| a.as_str().to_owned()) {
-                let original = parts.uri.host().unwrap_or(&authority);
-                parts.headers.insert(header::HOST, HeaderValue::from_str(original).ok()?);
+        if !headers.contains_key(header::HOST) {
+            if let Some(host) = parts.uri.host() {
+                headers.insert(header::HOST, HeaderValue::from_str(host).ok()?);
             }
         }
-        strip_hop_by_hop(&mut parts.headers);
+        strip_hop_by_hop(&mut headers);
         let client_ip = peer.ip().to_string();
-        let forwarded_for = match parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
             Some(prior) => format!("{prior}, {client_ip}"),
             None => client_ip,
         };
-        parts.headers.insert("x-forwarded-for", HeaderValue::from_str(&forwarded_for).ok()?);
-        parts.headers.insert("x-forwarded-proto", HeaderValue::from_static(if self.tls { "https" } else { "http" }));
-        parts.headers.append(header::VIA, via(incoming_version));
-        parts.version = match protocol {
+        headers.insert("x-forwarded-for", HeaderValue::from_str(&forwarded_for).ok()?);
+        headers.insert("x-forwarded-proto", HeaderValue::from_static(if self.tls { "https" } else { "http" }));
+        headers.append(header::VIA, via(parts.version));
+        let mut req = Request::new(body);
+        *req.method_mut() = parts.method.clone();
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
+        *req.version_mut() = match protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::Http2 => Version::HTTP_2,
         };
-        Some(Request::from_parts(parts, body))
+        Some(req)
     }
 }
 
@@ -270,14 +353,13 @@ struct Completion {
     pick: Pick,
     epoch: Epoch,
     latency: Nanos,
-    success: bool,
+    result: RequestResult,
 }
 
 impl Completion {
     fn finish(self, body_ok: bool) {
-        let latency = self.latency;
-        let outcome = if self.success && body_ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
-        self.cluster.complete(self.pick, self.epoch.now(), outcome);
+        let result = if body_ok { self.result } else { RequestResult::GatewayFailure };
+        self.cluster.complete(self.pick, self.epoch.now(), self.latency, result);
     }
 }
 

@@ -72,7 +72,7 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 type Stop = Option<Duration>;
 
 /// Resolves once the proxy is told to stop.
-async fn stopping(rx: &mut watch::Receiver<Stop>) {
+pub(crate) async fn stopping(rx: &mut watch::Receiver<Stop>) {
     // An error means the sender is gone, which is a stop too.
     let _ = rx.wait_for(Option::is_some).await.map(|_| ());
 }
@@ -109,7 +109,8 @@ impl Proxy {
     pub fn start(config: Config) -> Result<Proxy, ServeError> {
         let epoch = Epoch::new();
         let stats = Arc::new(ProxyStats::default());
-        let clusters: Vec<Arc<SharedCluster>> = config.clusters.iter().cloned().map(SharedCluster::new).collect();
+        let clusters: Vec<Arc<SharedCluster>> =
+            config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch)).collect();
         let tls: Vec<_> = config
             .listeners
             .iter()
@@ -341,6 +342,10 @@ struct Control {
 
 impl Control {
     async fn run(mut self) {
+        for (i, c) in self.clusters.iter().enumerate() {
+            tokio::spawn(c.clone().manage(self.stopped.clone()));
+            tokio::spawn(crate::health::run(c.clone(), self.stopped.clone(), i as u64));
+        }
         for c in self.clusters.clone() {
             let mut stopped = self.stopped.clone();
             tokio::spawn(async move {

@@ -5,13 +5,14 @@
 //! cluster's `connect_timeout`, and copies bytes both ways until either side
 //! closes. The balancer counts the connection as active until it ends, and
 //! learns the connect time as its latency; a connect that fails or times out
-//! is a failure and the client's connection is closed.
+//! is a failure, and another endpoint is tried within the retry policy's
+//! attempts and budget before the client's connection is closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use fulcrum_balance::Outcome;
+use fulcrum_resilience::RequestResult;
 use tokio::net::TcpStream;
 use xxhash_rust::xxh64::xxh64;
 
@@ -27,24 +28,30 @@ fn ip_hash(peer: SocketAddr) -> u64 {
 
 /// Proxy one client connection to an endpoint of `cluster`.
 pub async fn proxy(cluster: Arc<WorkerCluster>, epoch: Epoch, mut inbound: TcpStream, peer: SocketAddr) {
-    let Some(pick) = cluster.pick(epoch.now(), Some(ip_hash(peer))) else {
-        return; // No endpoint: closing is all TCP can say.
-    };
-    let started = Instant::now();
-    let timeout = cluster.shared.config.connect_timeout;
-    let connected = tokio::time::timeout(timeout, TcpStream::connect(pick.upstream.addr)).await;
-    let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let mut outbound = match connected {
-        Ok(Ok(s)) => s,
-        Ok(Err(_)) | Err(_) => {
-            cluster.complete(pick, epoch.now(), Outcome::Failure { latency });
-            return;
+    let mut tried = Vec::new();
+    let (pick, mut outbound, latency) = loop {
+        // No endpoint or too many in flight: closing is all TCP can say.
+        let Ok(pick) = cluster.pick(epoch.now(), Some(ip_hash(peer)), &tried) else { return };
+        tried.push(pick.ticket.endpoint());
+        let started = Instant::now();
+        let timeout = cluster.shared.config.connect_timeout;
+        let connected = tokio::time::timeout(timeout, TcpStream::connect(pick.upstream.addr)).await;
+        let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match connected {
+            Ok(Ok(s)) => break (pick, s, latency),
+            Ok(Err(_)) | Err(_) => {
+                cluster.complete(pick, epoch.now(), latency, RequestResult::GatewayFailure);
+                // Nothing was sent yet, so another endpoint is always safe to try.
+                if tried.len() as u32 >= cluster.shared.config.retries.attempts || !cluster.may_retry(epoch.now()) {
+                    return;
+                }
+            }
         }
     };
     let _ = outbound.set_nodelay(true);
     let _ = inbound.set_nodelay(true);
     // Errors here are the peers resetting; the connection is over either way.
     let copied = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-    let outcome = if copied.is_ok() { Outcome::Success { latency } } else { Outcome::Failure { latency } };
-    cluster.complete(pick, epoch.now(), outcome);
+    let result = if copied.is_ok() { RequestResult::Success } else { RequestResult::GatewayFailure };
+    cluster.complete(pick, epoch.now(), latency, result);
 }

@@ -1,0 +1,80 @@
+//! Active health checks: every endpoint of a cluster with a `health_check`
+//! is probed on its own schedule (interval plus random jitter) by an HTTP
+//! GET or a TCP connect, and the verdicts go to
+//! [`SharedCluster::record_check`], which flips an endpoint's health after
+//! `unhealthy_threshold` failures or `healthy_threshold` passes in a row.
+//! Runs on the control thread, never on a worker.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fulcrum_balance::{EndpointId, Rng};
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
+
+use crate::cluster::SharedCluster;
+use crate::config::{HealthCheck, HealthCheckKind};
+
+/// One probe of `addr`: whether it passed.
+async fn probe(check: &HealthCheck, addr: SocketAddr) -> bool {
+    let attempt = async {
+        let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        if check.kind == HealthCheckKind::Tcp {
+            return Some(true);
+        }
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+        tokio::spawn(conn);
+        let req = http::Request::get(check.path.as_str())
+            .header(http::header::HOST, addr.to_string())
+            .header(http::header::USER_AGENT, "fulcrum-health-check")
+            .body(Empty::<Bytes>::new())
+            .ok()?;
+        let status = send.send_request(req).await.ok()?.status().as_u16();
+        Some((check.expected_status[0]..=check.expected_status[1]).contains(&status))
+    };
+    matches!(tokio::time::timeout(check.timeout, attempt).await, Ok(Some(true)))
+}
+
+/// Check every endpoint of `cluster` until the proxy stops. Endpoints that
+/// appear later (DNS) are picked up at the next round.
+pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Option<Duration>>, seed: u64) {
+    let Some(check) = cluster.config.health_check.clone() else { return };
+    let mut checking: Vec<EndpointId> = Vec::new();
+    let mut rng = Rng::new(seed);
+    loop {
+        for e in cluster.current().all.iter() {
+            if checking.contains(&e.id) {
+                continue;
+            }
+            checking.push(e.id);
+            let (cluster, check, id) = (cluster.clone(), check.clone(), e.id);
+            let mut stopped = stopped.clone();
+            let jitter_ns = u64::try_from(check.jitter.as_nanos()).unwrap_or(0);
+            let mut rng = rng.fork();
+            tokio::spawn(async move {
+                loop {
+                    let Some(addr) = cluster.current().upstream(id).map(|u| u.addr) else { return };
+                    if !cluster.current().all.iter().any(|e| e.id == id) {
+                        return; // Gone from the set; a new task starts if it comes back.
+                    }
+                    let passed = probe(&check, addr).await;
+                    cluster.record_check(id, passed);
+                    let jitter =
+                        if jitter_ns > 0 { Duration::from_nanos(rng.below(jitter_ns)) } else { Duration::ZERO };
+                    tokio::select! {
+                        _ = crate::server::stopping(&mut stopped) => return,
+                        _ = tokio::time::sleep(check.interval + jitter) => {}
+                    }
+                }
+            });
+        }
+        checking.retain(|id| cluster.current().all.iter().any(|e| e.id == *id));
+        tokio::select! {
+            _ = crate::server::stopping(&mut stopped) => return,
+            _ = tokio::time::sleep(check.interval) => {}
+        }
+    }
+}
