@@ -15,12 +15,18 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The main job: the seed-000 experiment live on loopback, next to the simulator's prediction.
+    Demo(crate::demo::Args),
     /// List the load-balancing algorithms with their default parameters.
     Algorithms(crate::algorithms::Args),
     /// Simulate a scenario: compare algorithms' latency and request spread.
     Sim(crate::sim::Args),
     /// Run the HTTP/TCP load balancer (config file, or quick mode on the command line).
     Serve(crate::serve::Args),
+    /// Start test upstreams: service-time distribution, status mix, body size.
+    Backend(crate::backend::Args),
+    /// Send HTTP load (open loop without coordinated omission, closed loop, clients) and report.
+    Load(crate::load::Args),
 }
 
 /// Parse `std::env::args`, exiting with a usage message on error.
@@ -32,9 +38,12 @@ pub fn parse() -> Cli {
 /// 0 on success, 1 on a runtime failure and 2 on bad input (clap's convention).
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
+        Command::Demo(args) => crate::demo::run(args),
         Command::Algorithms(args) => crate::algorithms::run(args),
         Command::Sim(args) => crate::sim::run(args),
         Command::Serve(args) => crate::serve::run(args),
+        Command::Backend(args) => crate::backend::run(args),
+        Command::Load(args) => crate::load::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -61,6 +70,11 @@ impl Failure {
     /// Something failed while running.
     pub fn runtime(message: impl Into<String>) -> Self {
         Failure { message: message.into(), code: 1 }
+    }
+
+    /// The user stopped it (SIGINT/SIGTERM): the shell's 128 + 2.
+    pub fn interrupted() -> Self {
+        Failure { message: "interrupted".into(), code: 130 }
     }
 
     fn exit_code(&self) -> u8 {

@@ -2,8 +2,12 @@
 //! exit code. Everything else lives in the library crates.
 
 mod algorithms;
+mod backend;
 mod cli;
+mod demo;
+mod load;
 mod serve;
+mod signal;
 mod sim;
 
 use std::process::ExitCode;
