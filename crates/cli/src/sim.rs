@@ -37,6 +37,11 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     algorithms: Option<Vec<String>>,
 
+    /// Turn off resilience mechanisms that the scenario turns on, to compare
+    /// (comma-separated): outlier-detection, slow-start, retries, retry-budget.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    without: Vec<String>,
+
     /// Seed of the first run (default: the scenario's `seed`).
     #[arg(long)]
     seed: Option<u64>,
@@ -71,7 +76,11 @@ pub struct Args {
 
 /// Load, run, report.
 pub fn run(args: Args) -> Result<(), Failure> {
-    let scenario = Scenario::load(&args.scenario).map_err(|e| Failure::input(e.to_string()))?;
+    let mut scenario = Scenario::load(&args.scenario).map_err(|e| Failure::input(e.to_string()))?;
+    for name in &args.without {
+        let mechanism = name.parse().map_err(|e| Failure::input(format!("--without: {e}")))?;
+        scenario.resilience.disable(mechanism);
+    }
     let mut plan = Plan::for_scenario(&scenario);
     if let Some(names) = &args.algorithms {
         plan.algorithms = names

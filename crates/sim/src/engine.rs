@@ -13,7 +13,11 @@
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
-//! timeout) comes back. Requests live in a slab whose slots are reused, so
+//! timeout) comes back. When the scenario turns on outlier detection, slow
+//! start or retries, each balancer also has a [`Guard`] (see
+//! [`crate::resilience`]) that learns every try's result, changes the
+//! balancer's endpoint set, and decides whether a failed try is retried (at
+//! once, on the same balancer, preferably on another endpoint). Requests live in a slab whose slots are reused, so
 //! memory follows the number of requests in flight, not the number sent;
 //! only the latency samples grow with the run.
 
@@ -24,7 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use fulcrum_balance::{AlgorithmConfig, Balancer, BuildError, Endpoint, Nanos, Outcome, Rng, Ticket};
 
 use crate::dist::Dist;
-use crate::scenario::{Action, Arrivals, Keys, MeasureAt, Scenario};
+use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
+use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario};
 use crate::stats::ShareSeries;
 
 /// What one run produced, before summarising.
@@ -44,6 +49,8 @@ pub struct RawRun {
     pub completed: u64,
     /// Simulated time at the end.
     pub end: Nanos,
+    /// What the resilience mechanisms did, when the scenario has any.
+    pub resilience: Option<ResilienceStats>,
 }
 
 /// Progress is published in steps of this many completed requests (a power of two).
@@ -61,18 +68,21 @@ enum Ev {
     Tick { client: u32 },
     /// A request reached its balancer.
     AtLb { req: u32, gen: u32 },
-    /// A request reached its server.
-    AtServer { req: u32, gen: u32 },
-    /// A server finished serving (or failing) a request.
-    Done { req: u32, gen: u32, server: u32, ok: bool, frees: bool },
+    /// A try of a request reached its server.
+    AtServer { req: u32, gen: u32, attempt: u8 },
+    /// A server finished serving (or failing) a try.
+    Done { req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, frees: bool },
     /// A response reached the balancer.
-    BackAtLb { req: u32, gen: u32, ok: bool },
+    BackAtLb { req: u32, gen: u32, attempt: u8, res: TryResult },
     /// A response (or the balancer's error) reached the client.
     BackAtClient { req: u32, gen: u32, ok: bool },
-    /// The balancer's timeout for a request.
-    Timeout { req: u32, gen: u32 },
+    /// The balancer's timeout: of the whole request (`overall`, from
+    /// `balancers.timeout`) or of one try (`retries.per_try_timeout`).
+    Timeout { req: u32, gen: u32, attempt: u8, overall: bool },
     /// A scenario event.
     Change { index: u32 },
+    /// Tick the outlier detectors and step slow start.
+    Guard,
 }
 
 struct Event {
@@ -109,6 +119,10 @@ struct Request {
     lb_latency: Nanos,
     key: Option<u64>,
     measured: bool,
+    /// Tries made before the current one.
+    attempt: u8,
+    /// Servers of the earlier tries (empty unless retried).
+    tried: Vec<u32>,
 }
 
 struct ClientState {
@@ -118,17 +132,47 @@ struct ClientState {
     key: u64,
 }
 
+/// How a failing server fails.
+enum Failing {
+    /// With an error after a delay.
+    Error(Dist),
+    /// Never answers.
+    Silent,
+    /// Refuses the connection at once.
+    Refuse,
+}
+
 struct ServerState {
     service: Dist,
     original: Dist,
-    /// `Some(Some(d))`: fails with an error after `d`; `Some(None)`: never answers.
-    failing: Option<Option<Dist>>,
+    failing: Option<Failing>,
+    /// When the current failure or slow-down began (for time to ejection).
+    failing_since: Option<Nanos>,
     limit: u32,
     busy: u32,
-    queue: VecDeque<(u32, u32)>,
+    /// Waiting tries: (request, generation, attempt).
+    queue: VecDeque<(u32, u32, u8)>,
     joined: bool,
+    /// When it last joined (the start for servers joined from the start).
+    joined_at: Nanos,
+    cold: Option<Cold>,
     rng: Rng,
 }
+
+impl ServerState {
+    /// A service time drawn at `now`, with the cold-start penalty if any.
+    #[inline]
+    fn service_time(&mut self, now: Nanos) -> Nanos {
+        let t = self.service.sample(&mut self.rng);
+        match &self.cold {
+            Some(c) => (t as f64 * c.multiplier(now.saturating_sub(self.joined_at))) as Nanos,
+            None => t,
+        }
+    }
+}
+
+/// Picks made for a retry before settling for an endpoint already tried.
+const RETRY_PICKS: u32 = 4;
 
 /// Which directed pair of nodes a hop uses, for first-contact delays.
 #[derive(Clone, Copy)]
@@ -160,6 +204,11 @@ pub struct Engine<'a> {
     out: RawRun,
     completed: u64,
     progress: Option<&'a AtomicU64>,
+    /// One per balancer when the scenario has resilience mechanisms, else empty.
+    guards: Vec<Guard>,
+    /// Every server as an endpoint (id = index), for the guards.
+    all_endpoints: Vec<Endpoint>,
+    stats: ResilienceStats,
 }
 
 impl<'a> Engine<'a> {
@@ -182,10 +231,13 @@ impl<'a> Engine<'a> {
                 service: s.service.clone(),
                 original: s.service.clone(),
                 failing: None,
+                failing_since: None,
                 limit: s.concurrency.unwrap_or(u32::MAX),
                 busy: 0,
                 queue: VecDeque::new(),
                 joined: s.joined,
+                joined_at: 0,
+                cold: s.cold,
                 rng: master.fork(),
             })
             .collect();
@@ -204,6 +256,19 @@ impl<'a> Engine<'a> {
             .collect();
         let n_servers = scenario.servers.len();
         let n_balancers = scenario.balancers.count as usize;
+        let all_endpoints: Vec<Endpoint> = scenario
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
+            .collect();
+        let resilience = &scenario.resilience;
+        let guards = if resilience.enabled() {
+            let member: Vec<bool> = servers.iter().map(|s| s.joined).collect();
+            (0..n_balancers).map(|_| Guard::new(resilience, &all_endpoints, member.clone(), 0)).collect()
+        } else {
+            Vec::new()
+        };
         let ready = if scenario.network.first_contact.is_zero() {
             Vec::new()
         } else {
@@ -232,15 +297,26 @@ impl<'a> Engine<'a> {
                 events: 0,
                 completed: 0,
                 end: 0,
+                resilience: None,
             },
             completed: 0,
             progress,
+            guards,
+            all_endpoints,
+            stats: ResilienceStats {
+                first_ejection: vec![None; n_servers],
+                time_to_ejection: vec![None; n_servers],
+                ..ResilienceStats::default()
+            },
         };
         for i in 0..c.count {
             engine.push(c.start + c.stagger * i as u64, Ev::Start { client: i });
         }
         for (i, e) in scenario.events.iter().enumerate() {
             engine.push(e.at, Ev::Change { index: i as u32 });
+        }
+        if resilience.manages_endpoints() {
+            engine.push(TICK, Ev::Guard);
         }
         Ok(engine)
     }
@@ -256,6 +332,14 @@ impl<'a> Engine<'a> {
         }
         self.out.end = self.now;
         self.out.completed = self.completed;
+        if !self.guards.is_empty() {
+            for g in &mut self.guards {
+                g.finish(self.now);
+            }
+            let total: Nanos = self.guards.iter().map(|g| g.panic_total).sum();
+            self.stats.panic = total / self.guards.len() as Nanos;
+            self.out.resilience = Some(std::mem::take(&mut self.stats));
+        }
         self.out
     }
 
@@ -330,22 +414,26 @@ impl<'a> Engine<'a> {
                 }
             }
             Ev::AtLb { req, gen } => self.at_balancer(req, gen),
-            Ev::AtServer { req, gen } => self.at_server(req, gen),
-            Ev::Done { req, gen, server, ok, frees } => {
+            Ev::AtServer { req, gen, attempt } => self.at_server(req, gen, attempt),
+            Ev::Done { req, gen, attempt, server, res, frees } => {
                 if frees {
                     self.release(server);
                 }
-                if self.requests[req as usize].gen == gen {
-                    let b = self.clients[self.requests[req as usize].client as usize].balancer;
-                    self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, ok });
+                let r = &self.requests[req as usize];
+                if r.gen == gen && r.attempt == attempt {
+                    let b = self.clients[r.client as usize].balancer;
+                    self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res });
                 }
             }
-            Ev::BackAtLb { req, gen, ok } => self.answer_at_balancer(req, gen, ok),
-            // The balancer gives up: the request fails, and a late response
-            // finds its ticket gone.
-            Ev::Timeout { req, gen } => self.answer_at_balancer(req, gen, false),
+            Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false),
+            // The balancer gives up: the try fails, and a late response finds
+            // its ticket gone.
+            Ev::Timeout { req, gen, attempt, overall } => {
+                self.answer_at_balancer(req, gen, attempt, TryResult::Timeout, overall)
+            }
             Ev::BackAtClient { req, gen, ok } => self.at_client(req, gen, ok),
             Ev::Change { index } => self.change(index as usize),
+            Ev::Guard => self.guard_tick(),
         }
     }
 
@@ -387,6 +475,8 @@ impl<'a> Engine<'a> {
             lb_latency: 0,
             key,
             measured: self.now >= self.scenario.metrics.warmup,
+            attempt: 0,
+            tried: Vec::new(),
         };
         let req = match self.free.pop() {
             Some(slot) => {
@@ -404,11 +494,28 @@ impl<'a> Engine<'a> {
         self.send(Pair::ClientLb(client), Ev::AtLb { req, gen });
     }
 
+    /// A request arrives at its balancer: its first try.
     fn at_balancer(&mut self, req: u32, gen: u32) {
+        if !self.guards.is_empty() {
+            let b = self.clients[self.requests[req as usize].client as usize].balancer as usize;
+            if let Some(budget) = &mut self.guards[b].budget {
+                budget.deposit(self.now);
+            }
+        }
+        self.forward(req, gen);
+    }
+
+    /// Pick an endpoint for the request's current try and send it there.
+    fn forward(&mut self, req: u32, gen: u32) {
         let r = &self.requests[req as usize];
-        let (client, key) = (r.client, r.key);
+        let (client, key, attempt) = (r.client, r.key, r.attempt);
         let b = self.clients[client as usize].balancer;
-        let Some(ticket) = self.balancers[b as usize].pick(self.now, key) else {
+        let picked = if attempt == 0 {
+            self.balancers[b as usize].pick(self.now, key)
+        } else {
+            self.pick_for_retry(req, b as usize)
+        };
+        let Some(ticket) = picked else {
             // No endpoint: the balancer answers with an error (through the
             // heap, so that a closed loop cannot spin without time passing).
             self.push(self.now, Ev::BackAtClient { req, gen, ok: false });
@@ -423,17 +530,46 @@ impl<'a> Engine<'a> {
             self.out.per_server[server as usize] += 1;
             self.out.share.record(self.now, server as usize);
         }
-        if let Some(t) = self.scenario.balancers.timeout {
-            self.push(self.now + t, Ev::Timeout { req, gen });
+        if attempt == 0 {
+            if let Some(t) = self.scenario.balancers.timeout {
+                self.push(self.now + t, Ev::Timeout { req, gen, attempt, overall: true });
+            }
         }
-        self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen });
+        if let Some(t) = self.scenario.resilience.retries.as_ref().and_then(|r| r.per_try_timeout) {
+            self.push(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
+        }
+        self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt });
+    }
+
+    /// A pick for a retry: with `different_endpoint`, up to [`RETRY_PICKS`]
+    /// picks (the rejected ones cancelled) to find an endpoint not tried yet.
+    /// Hash-based balancers get a key derived from the request's key and the
+    /// pick, or they would answer with the same endpoint every time.
+    fn pick_for_retry(&mut self, req: u32, b: usize) -> Option<Ticket> {
+        let different = self.scenario.resilience.retries.as_ref().is_some_and(|r| r.different_endpoint);
+        let r = &self.requests[req as usize];
+        let (key, attempt) = (r.key, r.attempt);
+        for k in 0..RETRY_PICKS {
+            let salt = (u64::from(attempt) << 32 | u64::from(k)).wrapping_add(1);
+            let key = key.map(|key| splitmix64(key ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+            let ticket = self.balancers[b].pick(self.now, key)?;
+            let server = ticket.endpoint().0 as u32;
+            if !different || k + 1 == RETRY_PICKS || !self.requests[req as usize].tried.contains(&server) {
+                return Some(ticket);
+            }
+            self.balancers[b].on_cancel(ticket);
+        }
+        unreachable!("the last pick is always taken")
     }
 
     /// A response (or the timeout) settles the request at its balancer,
     /// which learns the outcome; the answer goes on to the client.
-    fn answer_at_balancer(&mut self, req: u32, gen: u32, ok: bool) {
+    ///
+    /// With resilience mechanisms, the try's result also goes to the
+    /// outlier detector, and a failed try may be retried at once instead.
+    fn answer_at_balancer(&mut self, req: u32, gen: u32, attempt: u8, res: TryResult, overall: bool) {
         let r = &mut self.requests[req as usize];
-        if r.gen != gen {
+        if r.gen != gen || (!overall && r.attempt != attempt) {
             return;
         }
         // `None`: already settled (timed out before its response, or the
@@ -441,46 +577,119 @@ impl<'a> Engine<'a> {
         let Some(ticket) = r.ticket.take() else { return };
         let latency = self.now - r.forwarded;
         r.lb_latency = latency;
-        let client = r.client;
+        let (client, server, measured) = (r.client, r.server, r.measured);
+        let ok = res == TryResult::Ok;
         let outcome = if ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
         let b = self.clients[client as usize].balancer as usize;
         self.balancers[b].on_complete(ticket, self.now, outcome);
+        if !self.guards.is_empty() {
+            if let Some(ejected) = self.guards[b].record(server, self.now, res) {
+                self.note_ejection(ejected);
+                self.apply_guard(b);
+            }
+            if !ok && !overall && self.retry(req, b, res, measured) {
+                self.forward(req, gen);
+                return;
+            }
+        }
         self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok });
     }
 
-    fn at_server(&mut self, req: u32, gen: u32) {
-        if self.requests[req as usize].gen != gen {
+    /// Whether the failed try of `req` is retried (the budget permitting);
+    /// if so the request is ready for its next try.
+    fn retry(&mut self, req: u32, b: usize, res: TryResult, measured: bool) -> bool {
+        let Some(retries) = &self.scenario.resilience.retries else { return false };
+        let r = &self.requests[req as usize];
+        if !res.retried_by(retries) || u32::from(r.attempt) + 1 >= retries.attempts {
+            return false;
+        }
+        let allowed = match &mut self.guards[b].budget {
+            Some(budget) => budget.try_withdraw(self.now),
+            None => true,
+        };
+        if !allowed {
+            self.stats.retries_denied += u64::from(measured);
+            return false;
+        }
+        self.stats.retries += u64::from(measured);
+        let r = &mut self.requests[req as usize];
+        r.tried.push(r.server);
+        r.attempt += 1;
+        true
+    }
+
+    /// Count an ejection of `server` by some balancer.
+    fn note_ejection(&mut self, server: u32) {
+        let s = server as usize;
+        self.stats.ejections += 1;
+        self.stats.first_ejection[s].get_or_insert(self.now);
+        if let Some(since) = self.servers[s].failing_since {
+            self.stats.time_to_ejection[s].get_or_insert(self.now - since);
+        }
+    }
+
+    /// Give balancer `b` its routable set, if it changed.
+    fn apply_guard(&mut self, b: usize) {
+        if self.scenario.resilience.manages_endpoints() {
+            let threshold = self.scenario.resilience.panic_threshold;
+            self.guards[b].apply(&self.all_endpoints, self.balancers[b].as_mut(), self.now, threshold);
+        }
+    }
+
+    /// The resilience timer: returns from ejection, interval rules, slow-start steps.
+    fn guard_tick(&mut self) {
+        for b in 0..self.guards.len() {
+            for server in self.guards[b].tick(self.now) {
+                self.note_ejection(server);
+            }
+            self.apply_guard(b);
+        }
+        // Nothing else pending: the run is over.
+        if !self.heap.is_empty() {
+            self.push(self.now + TICK, Ev::Guard);
+        }
+    }
+
+    fn at_server(&mut self, req: u32, gen: u32, attempt: u8) {
+        let r = &self.requests[req as usize];
+        if r.gen != gen || r.attempt != attempt {
             return;
         }
-        let server = self.requests[req as usize].server;
+        let server = r.server;
+        let now = self.now;
         let s = &mut self.servers[server as usize];
         match &s.failing {
-            Some(Some(after)) => {
-                let t = self.now + after.sample(&mut s.rng);
-                self.push(t, Ev::Done { req, gen, server, ok: false, frees: false });
+            Some(Failing::Error(after)) => {
+                let t = now + after.sample(&mut s.rng);
+                self.push(t, Ev::Done { req, gen, attempt, server, res: TryResult::ServerError, frees: false });
+            }
+            Some(Failing::Refuse) => {
+                self.push(now, Ev::Done { req, gen, attempt, server, res: TryResult::Refused, frees: false });
             }
             // Never answers: the balancer's timeout fires.
-            Some(None) => {}
+            Some(Failing::Silent) => {}
             None if s.busy < s.limit => {
                 s.busy += 1;
-                let t = self.now + s.service.sample(&mut s.rng);
-                self.push(t, Ev::Done { req, gen, server, ok: true, frees: true });
+                let t = now + s.service_time(now);
+                self.push(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
             }
-            None => s.queue.push_back((req, gen)),
+            None => s.queue.push_back((req, gen, attempt)),
         }
     }
 
     /// A server slot is free: start the next queued request still wanted.
     fn release(&mut self, server: u32) {
+        let now = self.now;
         let s = &mut self.servers[server as usize];
         s.busy -= 1;
-        while let Some((req, gen)) = s.queue.pop_front() {
-            if self.requests[req as usize].gen != gen {
+        while let Some((req, gen, attempt)) = s.queue.pop_front() {
+            let r = &self.requests[req as usize];
+            if r.gen != gen || r.attempt != attempt {
                 continue;
             }
             s.busy += 1;
-            let t = self.now + s.service.sample(&mut s.rng);
-            self.push(t, Ev::Done { req, gen, server, ok: true, frees: true });
+            let t = now + s.service_time(now);
+            self.push(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
             break;
         }
     }
@@ -524,25 +733,54 @@ impl<'a> Engine<'a> {
 
     fn change(&mut self, index: usize) {
         let event = &self.scenario.events[index];
+        let now = self.now;
         let s = &mut self.servers[event.server];
         let membership = match &event.action {
             Action::Slow(d) => {
                 s.service = d.clone();
+                s.failing_since.get_or_insert(now);
                 false
             }
             Action::Fail(mode) => {
-                s.failing = Some(mode.clone());
+                s.failing = Some(match mode {
+                    Some(after) => Failing::Error(after.clone()),
+                    None => Failing::Silent,
+                });
+                s.failing_since.get_or_insert(now);
+                false
+            }
+            Action::Refuse => {
+                s.failing = Some(Failing::Refuse);
+                s.failing_since.get_or_insert(now);
                 false
             }
             Action::Recover => {
                 s.failing = None;
+                s.failing_since = None;
                 s.service = s.original.clone();
                 false
             }
-            Action::Join => !std::mem::replace(&mut s.joined, true),
+            Action::Join => {
+                let joins = !std::mem::replace(&mut s.joined, true);
+                if joins {
+                    s.joined_at = now;
+                }
+                joins
+            }
             Action::Leave => std::mem::replace(&mut s.joined, false),
         };
-        if membership {
+        if membership && !self.guards.is_empty() {
+            let (server, joined) = (event.server, self.servers[event.server].joined);
+            for b in 0..self.guards.len() {
+                self.guards[b].set_member(server, joined, now);
+                if self.scenario.resilience.manages_endpoints() {
+                    self.apply_guard(b);
+                } else {
+                    let endpoints = joined_endpoints(self.scenario, &self.servers);
+                    self.balancers[b].set_endpoints(&endpoints).expect("a subset of valid endpoints is valid");
+                }
+            }
+        } else if membership {
             let endpoints = joined_endpoints(self.scenario, &self.servers);
             for b in &mut self.balancers {
                 // The set was valid at build time and only its membership changes.
@@ -550,6 +788,13 @@ impl<'a> Engine<'a> {
             }
         }
     }
+}
+
+/// SplitMix64's finaliser: a well-mixed 64-bit value from `x`.
+fn splitmix64(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {

@@ -10,6 +10,10 @@
 //! 95 % interval of every figure. [`report`] renders it as a table, JSON or
 //! CSV, and [`plot`] as SVG.
 //!
+//! Scenarios may turn on outlier ejection, slow start, the panic threshold
+//! and retries with budgets ([`resilience`]); they run on the state machines
+//! of `fulcrum_resilience`, the same code as the proxy's.
+//!
 //! Each run is an [`engine::Engine`]: a plain event loop over a binary heap
 //! of events in integer nanoseconds, tie-broken by sequence number, with
 //! every random draw taken from RNGs seeded by the run's seed. The same
@@ -20,6 +24,7 @@ pub mod dist;
 pub mod engine;
 pub mod plot;
 pub mod report;
+pub mod resilience;
 pub mod scenario;
 pub mod stats;
 
@@ -30,6 +35,7 @@ use std::time::Instant;
 use fulcrum_balance::{AlgorithmConfig, BuildError, Nanos};
 
 pub use dist::Dist;
+pub use resilience::{Mechanism, ResilienceStats};
 pub use scenario::{Scenario, ScenarioError};
 pub use stats::{ShareSeries, Summary};
 
@@ -59,6 +65,8 @@ pub struct RunResult {
     pub completed: u64,
     /// Simulated time at the end of the run.
     pub simulated: Nanos,
+    /// What the resilience mechanisms did (`None` when the scenario has none).
+    pub resilience: Option<ResilienceStats>,
 }
 
 /// Run `algorithm` over `scenario` once with `seed`.
@@ -81,6 +89,7 @@ pub fn run_once(
         events: raw.events,
         completed: raw.completed,
         simulated: raw.end,
+        resilience: raw.resilience,
     })
 }
 
@@ -131,6 +140,51 @@ pub struct AlgorithmReport {
     pub failed: f64,
     /// Mean requests per server per run.
     pub requests_per_server: Vec<f64>,
+    /// Resilience figures, means over the runs (`None` when the scenario has none).
+    pub resilience: Option<ResilienceSummary>,
+}
+
+/// Resilience figures of one algorithm, means over its runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResilienceSummary {
+    /// Retries made per run.
+    pub retries: f64,
+    /// Retries refused by the budget per run.
+    pub retries_denied: f64,
+    /// Ejections per run (all balancers).
+    pub ejections: f64,
+    /// Seconds in panic per run (mean over balancers).
+    pub panic_seconds: f64,
+    /// Per server: simulated time of its first ejection in seconds, mean over
+    /// the runs that ejected it.
+    pub first_ejection_s: Vec<Option<f64>>,
+    /// Per server: milliseconds from its failure (or slow-down) to its first
+    /// ejection, mean over the runs that ejected it while failing.
+    pub time_to_ejection_ms: Vec<Option<f64>>,
+}
+
+impl ResilienceSummary {
+    fn of(runs: &[&ResilienceStats]) -> ResilienceSummary {
+        let n = runs.len() as f64;
+        let mean = |f: &dyn Fn(&ResilienceStats) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / n;
+        let servers = runs.first().map_or(0, |r| r.first_ejection.len());
+        let per_server = |get: &dyn Fn(&ResilienceStats, usize) -> Option<Nanos>, unit: f64| -> Vec<Option<f64>> {
+            (0..servers)
+                .map(|s| {
+                    let seen: Vec<f64> = runs.iter().filter_map(|r| get(r, s)).map(|t| t as f64 / unit).collect();
+                    (!seen.is_empty()).then(|| seen.iter().sum::<f64>() / seen.len() as f64)
+                })
+                .collect()
+        };
+        ResilienceSummary {
+            retries: mean(&|r| r.retries as f64),
+            retries_denied: mean(&|r| r.retries_denied as f64),
+            ejections: mean(&|r| r.ejections as f64),
+            panic_seconds: mean(&|r| r.panic as f64 / 1e9),
+            first_ejection_s: per_server(&|r, s| r.first_ejection[s], 1e9),
+            time_to_ejection_ms: per_server(&|r, s| r.time_to_ejection[s], 1e6),
+        }
+    }
 }
 
 impl AlgorithmReport {
@@ -147,6 +201,8 @@ impl AlgorithmReport {
         let ci95 = Summary::from_array(halves);
         let servers = runs.first().map_or(0, |r| r.requests_per_server.len());
         let requests_per_server = (0..servers).map(|s| mean(&|r| r.requests_per_server[s] as f64)).collect();
+        let stats: Option<Vec<&ResilienceStats>> = runs.iter().map(|r| r.resilience.as_ref()).collect();
+        let resilience = stats.filter(|s| !s.is_empty()).map(|s| ResilienceSummary::of(&s));
         AlgorithmReport {
             algorithm,
             requests: mean(&|r| r.requests as f64),
@@ -154,6 +210,7 @@ impl AlgorithmReport {
             requests_per_server,
             latency,
             ci95,
+            resilience,
             runs,
         }
     }

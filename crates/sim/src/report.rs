@@ -6,6 +6,12 @@
 //! `{"scenario", "seed", ["runs"], "results": [{"algorithm", "requests",
 //! "failed", "latency_ms": {…}, ["ci95_ms": {…}], "requests_per_server"}],
 //! "simulated_requests", "wall_seconds"}`.
+//!
+//! When the scenario turns on resilience mechanisms, the table gains a
+//! resilience part and each JSON result the keys `retries`,
+//! `retries_denied`, `ejections`, `panic_seconds`, `first_ejection_s` and
+//! `time_to_ejection_ms` (per server, `null` when never ejected); nothing
+//! else changes.
 
 use std::fmt::Write as _;
 use std::io;
@@ -14,7 +20,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::stats::{Summary, FIGURES};
-use crate::{AlgorithmReport, Report};
+use crate::{AlgorithmReport, Report, ResilienceSummary};
 
 /// The human-readable report (what `fulcrum sim` prints).
 pub fn table(report: &Report) -> String {
@@ -56,7 +62,45 @@ pub fn table(report: &Report) -> String {
     }
     let legend: Vec<String> = report.servers.iter().enumerate().map(|(i, n)| format!("#{i} {n}")).collect();
     let _ = writeln!(out, "Servers: {}", legend.join(", "));
+    resilience_table(&mut out, report);
     out
+}
+
+/// Retries, ejections and panic time, when the scenario has them.
+fn resilience_table(out: &mut String, report: &Report) {
+    let rows: Vec<(&str, &ResilienceSummary)> =
+        report.results.iter().filter_map(|a| a.resilience.as_ref().map(|r| (a.algorithm.as_str(), r))).collect();
+    if rows.is_empty() {
+        return;
+    }
+    let per_run = if report.runs > 1 { " (mean per run)" } else { "" };
+    let _ = writeln!(out, "\nResilience{per_run}");
+    let _ = writeln!(out, "{:<15} {:>9} {:>9} {:>9} {:>9}", "Algorithm", "Retries", "Denied", "Ejections", "Panic s");
+    for (name, r) in &rows {
+        let _ = writeln!(
+            out,
+            "{name:<15} {:>9.0} {:>9.0} {:>9.1} {:>9.3}",
+            r.retries, r.retries_denied, r.ejections, r.panic_seconds
+        );
+    }
+    for (name, r) in &rows {
+        let firsts: Vec<String> = r
+            .first_ejection_s
+            .iter()
+            .zip(&r.time_to_ejection_ms)
+            .enumerate()
+            .filter_map(|(s, (first, delay))| {
+                let first = (*first)?;
+                Some(match delay {
+                    Some(ms) => format!("#{s} at {first:.3} s ({ms:.0} ms after it failed)"),
+                    None => format!("#{s} at {first:.3} s"),
+                })
+            })
+            .collect();
+        if !firsts.is_empty() {
+            let _ = writeln!(out, "First ejections, {name}: {}", firsts.join(", "));
+        }
+    }
 }
 
 fn header(out: &mut String) {
@@ -99,6 +143,31 @@ struct JsonResult<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     ci95_ms: Option<Summary>,
     requests_per_server: Vec<u64>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    resilience: Option<JsonResilience>,
+}
+
+#[derive(Serialize)]
+struct JsonResilience {
+    retries: u64,
+    retries_denied: u64,
+    ejections: f64,
+    panic_seconds: f64,
+    first_ejection_s: Vec<Option<f64>>,
+    time_to_ejection_ms: Vec<Option<f64>>,
+}
+
+impl JsonResilience {
+    fn of(r: &ResilienceSummary) -> Self {
+        JsonResilience {
+            retries: r.retries.round() as u64,
+            retries_denied: r.retries_denied.round() as u64,
+            ejections: r.ejections,
+            panic_seconds: r.panic_seconds,
+            first_ejection_s: r.first_ejection_s.clone(),
+            time_to_ejection_ms: r.time_to_ejection_ms.clone(),
+        }
+    }
 }
 
 /// The JSON document. With more than one run, counts are the rounded means
@@ -119,6 +188,7 @@ pub fn json(report: &Report) -> String {
                 latency_ms: a.latency,
                 ci95_ms: many.then_some(a.ci95),
                 requests_per_server: a.requests_per_server.iter().map(|n| n.round() as u64).collect(),
+                resilience: a.resilience.as_ref().map(JsonResilience::of),
             })
             .collect(),
         simulated_requests: report.simulated_requests,

@@ -24,6 +24,7 @@ use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
 use serde::Deserialize;
 
 use crate::dist::{nanos, Dist, BASE_DIR};
+use crate::resilience::{OutlierSpec, Resilience, Retries, SlowStartSpec};
 
 /// A scenario that failed to load: the message names the file and the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -55,6 +56,9 @@ pub struct Scenario {
     pub metrics: Metrics,
     /// Timed changes, in time order.
     pub events: Vec<Event>,
+    /// Outlier detection, slow start, retries and the panic threshold (all
+    /// off unless the scenario turns them on).
+    pub resilience: Resilience,
 }
 
 /// How clients send.
@@ -130,6 +134,30 @@ pub struct Server {
     pub concurrency: Option<u32>,
     /// Whether the server is in the balancers' sets at the start.
     pub joined: bool,
+    /// A cold start: service times are longer for a while after joining.
+    pub cold: Option<Cold>,
+}
+
+/// A server's warm-up penalty: service times are multiplied by `factor` when
+/// it joins (at the start, or at its `join` event), falling linearly to 1
+/// over `duration` (a cold cache, a JIT warming up).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cold {
+    /// Service-time multiplier at the moment of joining (≥ 1).
+    pub factor: f64,
+    /// How long the penalty takes to wear off.
+    pub duration: Nanos,
+}
+
+impl Cold {
+    /// The multiplier `age` after joining.
+    pub fn multiplier(&self, age: Nanos) -> f64 {
+        if age >= self.duration {
+            1.0
+        } else {
+            1.0 + (self.factor - 1.0) * (1.0 - age as f64 / self.duration as f64)
+        }
+    }
 }
 
 /// The balancers section.
@@ -174,6 +202,8 @@ pub enum Action {
     Fail(Option<Dist>),
     /// Healthy again, with the service time it started with.
     Recover,
+    /// Requests fail at once: the server refuses connections.
+    Refuse,
     /// Enter the balancers' endpoint sets.
     Join,
     /// Leave the balancers' endpoint sets (requests in flight still finish).
@@ -215,6 +245,10 @@ struct RawScenario {
     metrics: Metrics,
     #[serde(default)]
     events: Vec<toml::Spanned<EventSpec>>,
+    outlier_detection: Option<OutlierSpec>,
+    slow_start: Option<SlowStartSpec>,
+    retries: Option<Retries>,
+    panic_threshold: Option<f64>,
 }
 
 fn default_seed() -> u64 {
@@ -355,6 +389,31 @@ struct ServerSpec {
     concurrency: Option<u32>,
     #[serde(default = "yes")]
     joined: bool,
+    cold: Option<ColdSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCold {
+    factor: f64,
+    #[serde(with = "humantime_serde")]
+    duration: Duration,
+}
+
+struct ColdSpec(Cold);
+
+impl<'de> Deserialize<'de> for ColdSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let r = RawCold::deserialize(d)?;
+        if !(r.factor.is_finite() && r.factor >= 1.0) {
+            return Err(D::Error::custom(format!("cold.factor = {} must be a finite number ≥ 1", r.factor)));
+        }
+        if r.duration.is_zero() {
+            return Err(D::Error::custom("cold.duration must be above 0"));
+        }
+        Ok(ColdSpec(Cold { factor: r.factor, duration: nanos(r.duration) }))
+    }
 }
 
 fn unit_weight() -> f64 {
@@ -441,6 +500,7 @@ enum ServerRef {
 enum FailMode {
     Error,
     Timeout,
+    Refuse,
 }
 
 #[derive(Deserialize)]
@@ -541,6 +601,7 @@ impl Scenario {
                     service: spec.service.clone(),
                     concurrency: spec.concurrency,
                     joined: spec.joined,
+                    cold: spec.cold.as_ref().map(|c| c.0),
                 });
             }
         }
@@ -574,6 +635,14 @@ impl Scenario {
                                 )));
                             }
                             Action::Fail(None)
+                        }
+                        FailMode::Refuse => {
+                            if after.is_some() {
+                                return Err(fail(format!(
+                                    "line {line}: events[{i}].after applies to mode = \"error\" only"
+                                )));
+                            }
+                            Action::Refuse
                         }
                     };
                     (at, server, action)
@@ -613,6 +682,16 @@ impl Scenario {
             fulcrum_balance::build(config, &endpoints, 0)
                 .map_err(|e| fail(format!("algorithm[{i}] ({}): {e}", config.kind())))?;
         }
+        let resilience = Resilience {
+            outlier_detection: raw.outlier_detection.map(|o| o.0),
+            slow_start: raw.slow_start.map(|s| s.0),
+            retries: raw.retries,
+            panic_threshold: match raw.panic_threshold {
+                None => 50.0,
+                Some(p) if (0.0..=100.0).contains(&p) => p,
+                Some(p) => return Err(fail(format!("panic_threshold = {p} must be a percentage in 0..=100"))),
+            },
+        };
         let mut scenario = Scenario {
             name: raw.name.unwrap_or_else(|| default_name.to_string()),
             description: raw.description,
@@ -625,6 +704,7 @@ impl Scenario {
             balancers: raw.balancers,
             metrics: raw.metrics,
             events,
+            resilience,
         };
         if raw.algorithms.is_empty() {
             return Err(fail("algorithms: the list is empty".into()));

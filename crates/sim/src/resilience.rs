@@ -1,0 +1,382 @@
+//! Outlier ejection, slow start, the panic threshold and retries in the
+//! simulator, driven by the very state machines of `fulcrum_resilience` that
+//! the proxy uses.
+//!
+//! A scenario turns each mechanism on with its own section
+//! ([`Resilience`]: `[outlier_detection]`, `[slow_start]`, `[retries]`,
+//! `panic_threshold`); all are off by default, so older scenarios run exactly
+//! as before. Each balancer instance gets a [`Guard`]: its own
+//! [`OutlierDetector`], slow-start clock per endpoint and [`RetryBudget`], as
+//! each proxy process would have. The guard turns that state into the
+//! endpoint set the balancer sees with [`fulcrum_resilience::routable`] and
+//! hands it over with `set_endpoints` only when it changes: on an ejection,
+//! a return, a join or leave, and at each slow-start step (every [`TICK`] of
+//! simulated time, when the detector is also ticked).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use fulcrum_balance::{Balancer, Endpoint, EndpointId, Nanos};
+use fulcrum_resilience::{
+    routable, OutlierConfig, OutlierDetector, RetryBudget, RetryBudgetConfig, SlowStart, SlowStartConfig,
+};
+use serde::Deserialize;
+
+use crate::dist::nanos;
+
+/// How often the detector is ticked and slow-start weights are stepped, in
+/// simulated time: returns from ejection are late by less than this.
+pub const TICK: Nanos = 100_000_000;
+
+/// The resilience settings of a scenario. Everything is off by default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resilience {
+    /// Passive outlier detection (`[outlier_detection]`).
+    pub outlier_detection: Option<OutlierConfig>,
+    /// Slow start for endpoints that join or return (`[slow_start]`).
+    pub slow_start: Option<SlowStartConfig>,
+    /// Retries (`[retries]`).
+    pub retries: Option<Retries>,
+    /// Below this percentage of healthy endpoints, balance over all of them.
+    pub panic_threshold: f64,
+}
+
+impl Default for Resilience {
+    fn default() -> Self {
+        Resilience { outlier_detection: None, slow_start: None, retries: None, panic_threshold: 50.0 }
+    }
+}
+
+impl Resilience {
+    /// Whether any mechanism is on (the report then has a resilience part).
+    pub fn enabled(&self) -> bool {
+        self.outlier_detection.is_some() || self.slow_start.is_some() || self.retries.is_some()
+    }
+
+    /// Whether the balancers' endpoint sets are managed (ejection or slow start).
+    pub fn manages_endpoints(&self) -> bool {
+        self.outlier_detection.is_some() || self.slow_start.is_some()
+    }
+
+    /// Turn `mechanism` off (the command line's `--without`).
+    pub fn disable(&mut self, mechanism: Mechanism) {
+        match mechanism {
+            Mechanism::OutlierDetection => self.outlier_detection = None,
+            Mechanism::SlowStart => self.slow_start = None,
+            Mechanism::Retries => self.retries = None,
+            Mechanism::RetryBudget => {
+                if let Some(r) = &mut self.retries {
+                    r.budget = None;
+                }
+            }
+        }
+    }
+}
+
+/// One mechanism, as named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    /// `outlier-detection`.
+    OutlierDetection,
+    /// `slow-start`.
+    SlowStart,
+    /// `retries`.
+    Retries,
+    /// `retry-budget`: retries stay on, without their budget.
+    RetryBudget,
+}
+
+impl FromStr for Mechanism {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "outlier-detection" | "outlier" | "ejection" => Ok(Mechanism::OutlierDetection),
+            "slow-start" => Ok(Mechanism::SlowStart),
+            "retries" | "retry" => Ok(Mechanism::Retries),
+            "retry-budget" | "budget" => Ok(Mechanism::RetryBudget),
+            other => Err(format!("unknown mechanism {other:?} (outlier-detection, slow-start, retries, retry-budget)")),
+        }
+    }
+}
+
+/// Which failed tries are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryOn {
+    /// The server answered with an error (`"5xx"`).
+    pub server_error: bool,
+    /// No answer within the per-try timeout (`"timeout"`).
+    pub timeout: bool,
+    /// The server refused the connection (`"connect"`).
+    pub connect: bool,
+}
+
+/// The `[retries]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retries {
+    /// Tries in all, the first included (≥ 1).
+    pub attempts: u32,
+    /// Which failures are retried.
+    pub on: RetryOn,
+    /// Avoid the endpoints already tried when picking for a retry.
+    pub different_endpoint: bool,
+    /// A try without an answer after this long fails as a timeout (and may be
+    /// retried); `balancers.timeout` stays the deadline of the whole request.
+    pub per_try_timeout: Option<Nanos>,
+    /// The retry budget; `None`: every failure is retried up to `attempts`.
+    pub budget: Option<RetryBudgetConfig>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+enum RetryClass {
+    #[serde(rename = "5xx")]
+    ServerError,
+    #[serde(rename = "timeout")]
+    Timeout,
+    #[serde(rename = "connect")]
+    Connect,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetries {
+    #[serde(default = "two")]
+    attempts: u32,
+    #[serde(default = "default_on")]
+    on: Vec<RetryClass>,
+    #[serde(default = "yes")]
+    different_endpoint: bool,
+    #[serde(default, with = "humantime_serde")]
+    per_try_timeout: Option<Duration>,
+    budget: Option<RetryBudgetConfig>,
+}
+
+fn two() -> u32 {
+    2
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_on() -> Vec<RetryClass> {
+    vec![RetryClass::ServerError, RetryClass::Connect]
+}
+
+impl<'de> Deserialize<'de> for Retries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let r = RawRetries::deserialize(d)?;
+        if !(1..=10).contains(&r.attempts) {
+            return Err(D::Error::custom(format!(
+                "retries.attempts = {} must be in 1..=10 (the first try included)",
+                r.attempts
+            )));
+        }
+        if r.per_try_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(D::Error::custom("retries.per_try_timeout must be above 0 (leave it out for none)"));
+        }
+        if let Some(b) = &r.budget {
+            RetryBudget::new(b.clone()).map_err(D::Error::custom)?;
+        }
+        if r.on.contains(&RetryClass::Timeout) && r.per_try_timeout.is_none() {
+            return Err(D::Error::custom("retries.on has \"timeout\", which needs retries.per_try_timeout"));
+        }
+        let on = RetryOn {
+            server_error: r.on.contains(&RetryClass::ServerError),
+            timeout: r.on.contains(&RetryClass::Timeout),
+            connect: r.on.contains(&RetryClass::Connect),
+        };
+        Ok(Retries {
+            attempts: r.attempts,
+            on,
+            different_endpoint: r.different_endpoint,
+            per_try_timeout: r.per_try_timeout.map(nanos),
+            budget: r.budget,
+        })
+    }
+}
+
+/// `[outlier_detection]`, validated while read so errors carry the line.
+pub(crate) struct OutlierSpec(pub OutlierConfig);
+
+impl<'de> Deserialize<'de> for OutlierSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let c = OutlierConfig::deserialize(d)?;
+        c.validate().map_err(serde::de::Error::custom)?;
+        Ok(OutlierSpec(c))
+    }
+}
+
+/// `[slow_start]`, validated while read.
+pub(crate) struct SlowStartSpec(pub SlowStartConfig);
+
+impl<'de> Deserialize<'de> for SlowStartSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let c = SlowStartConfig::deserialize(d)?;
+        SlowStart::new(&c).map_err(serde::de::Error::custom)?;
+        Ok(SlowStartSpec(c))
+    }
+}
+
+/// How a try ended, as the balancer sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TryResult {
+    /// A good response.
+    Ok,
+    /// An error response (a 5xx).
+    ServerError,
+    /// No response in time.
+    Timeout,
+    /// The connection was refused.
+    Refused,
+}
+
+impl TryResult {
+    fn for_detector(self) -> fulcrum_resilience::RequestResult {
+        use fulcrum_resilience::RequestResult;
+        match self {
+            TryResult::Ok => RequestResult::Success,
+            TryResult::ServerError => RequestResult::ServerError,
+            TryResult::Timeout | TryResult::Refused => RequestResult::GatewayFailure,
+        }
+    }
+
+    /// Whether `retries` retries a try that ended like this.
+    pub(crate) fn retried_by(self, retries: &Retries) -> bool {
+        match self {
+            TryResult::Ok => false,
+            TryResult::ServerError => retries.on.server_error,
+            TryResult::Timeout => retries.on.timeout,
+            TryResult::Refused => retries.on.connect,
+        }
+    }
+}
+
+/// What a run counts of the mechanisms.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResilienceStats {
+    /// Retries made for measured requests.
+    pub retries: u64,
+    /// Retries of measured requests that the budget refused.
+    pub retries_denied: u64,
+    /// Ejections, all balancers together.
+    pub ejections: u64,
+    /// Per server: when a balancer first ejected it.
+    pub first_ejection: Vec<Option<Nanos>>,
+    /// Per server: time from the event that made it fail (or slow down) to
+    /// its first ejection after it, if it was failing then.
+    pub time_to_ejection: Vec<Option<Nanos>>,
+    /// Time spent in panic, mean over the balancers.
+    pub panic: Nanos,
+}
+
+/// One balancer's resilience state.
+pub(crate) struct Guard {
+    detector: Option<OutlierDetector>,
+    slow_start: Option<SlowStart>,
+    /// Per server: when it last joined or returned (slow start's clock);
+    /// `None` for servers there from the start, which are established.
+    since: Vec<Option<Nanos>>,
+    /// Per server: whether it is in the balancer's membership (joined).
+    member: Vec<bool>,
+    /// What the balancer was last given.
+    current: Vec<Endpoint>,
+    pub(crate) budget: Option<RetryBudget>,
+    panic_since: Option<Nanos>,
+    pub(crate) panic_total: Nanos,
+}
+
+impl Guard {
+    /// The state of one balancer over `all` servers (ids are indices), of
+    /// which `member` are joined at `now`.
+    pub(crate) fn new(r: &Resilience, all: &[Endpoint], member: Vec<bool>, now: Nanos) -> Guard {
+        let ids: Vec<EndpointId> = all.iter().zip(&member).filter(|(_, &m)| m).map(|(e, _)| e.id).collect();
+        Guard {
+            detector: r.outlier_detection.clone().map(|c| OutlierDetector::new(c, &ids, now)),
+            slow_start: r.slow_start.as_ref().map(|c| SlowStart::new(c).expect("validated when the scenario was read")),
+            since: vec![None; all.len()],
+            current: all.iter().zip(&member).filter(|(_, &m)| m).map(|(e, _)| e.clone()).collect(),
+            member,
+            budget: r.retries.as_ref().and_then(|x| x.budget.clone()).map(|b| RetryBudget::new(b).expect("validated")),
+            panic_since: None,
+            panic_total: 0,
+        }
+    }
+
+    /// Follow a membership change at `now`: a server that joins starts its
+    /// slow start.
+    pub(crate) fn set_member(&mut self, server: usize, member: bool, now: Nanos) {
+        if member && !self.member[server] {
+            self.since[server] = Some(now);
+        }
+        self.member[server] = member;
+        if let Some(d) = &mut self.detector {
+            let ids: Vec<EndpointId> =
+                self.member.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| EndpointId(i as u64)).collect();
+            d.set_endpoints(&ids);
+        }
+    }
+
+    /// Record a try's result; returns the server ejected by it, if any.
+    pub(crate) fn record(&mut self, server: u32, now: Nanos, result: TryResult) -> Option<u32> {
+        let d = self.detector.as_mut()?;
+        match d.record(EndpointId(u64::from(server)), now, result.for_detector()) {
+            Some(fulcrum_resilience::Change::Ejected { id, .. }) => Some(id.0 as u32),
+            _ => None,
+        }
+    }
+
+    /// Tick the detector at `now`; returns the servers it ejected.
+    pub(crate) fn tick(&mut self, now: Nanos) -> Vec<u32> {
+        let Some(d) = &mut self.detector else { return Vec::new() };
+        let mut ejected = Vec::new();
+        for change in d.tick(now) {
+            match change {
+                fulcrum_resilience::Change::Ejected { id, .. } => ejected.push(id.0 as u32),
+                // A returning endpoint ramps up again.
+                fulcrum_resilience::Change::Returned { id } => self.since[id.0 as usize] = Some(now),
+            }
+        }
+        ejected
+    }
+
+    /// Compute the routable set at `now` from `all` (the scenario's servers)
+    /// and give it to `balancer` if it changed.
+    pub(crate) fn apply(&mut self, all: &[Endpoint], balancer: &mut dyn Balancer, now: Nanos, panic_threshold: f64) {
+        let joined: Vec<Endpoint> = all.iter().zip(&self.member).filter(|(_, &m)| m).map(|(e, _)| e.clone()).collect();
+        let detector = &self.detector;
+        let slow = &self.slow_start;
+        let since = &self.since;
+        let r = routable(
+            &joined,
+            |e| !matches!(detector, Some(d) if d.is_ejected(e.id)),
+            |e| match (slow, since[e.id.0 as usize]) {
+                (Some(s), Some(t)) => s.factor(now.saturating_sub(t)),
+                _ => 1.0,
+            },
+            panic_threshold,
+        );
+        match (r.panic, self.panic_since) {
+            (true, None) => self.panic_since = Some(now),
+            (false, Some(t)) => {
+                self.panic_total += now - t;
+                self.panic_since = None;
+            }
+            _ => {}
+        }
+        if r.endpoints != self.current {
+            // Weights are scaled by factors in (0, 1] of valid weights and
+            // ids are unique, so the set is valid.
+            balancer.set_endpoints(&r.endpoints).expect("a routable set of valid endpoints is valid");
+            self.current = r.endpoints;
+        }
+    }
+
+    /// Close the books at the end of the run.
+    pub(crate) fn finish(&mut self, now: Nanos) {
+        if let Some(t) = self.panic_since.take() {
+            self.panic_total += now.saturating_sub(t);
+        }
+    }
+}
