@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: GPL-2.0-only OR Apache-2.0
+//
+// Fulcrum's L4 data plane: an XDP program that load-balances IPv4 TCP and UDP
+// services (VIP, port, protocol) over backends.
+//
+// The program is small and dumb on purpose (Katran's split): it hashes the
+// flow's 5-tuple (xxHash64 or MurmurHash3, chosen per service), indexes the
+// service's consistent-hash table (built in userspace by fulcrum-balance's
+// Maglev or rendezvous code) and looks the backend up. An LRU conntrack map
+// keeps established flows on their backend when the table changes. Two
+// forwarding modes:
+//   NAT: the destination is rewritten to the backend (address and port), and
+//        the replies, which the backends route back through the LB, get the
+//        VIP back as their source; checksums are updated incrementally.
+//   DSR: only the Ethernet addresses change; the backend holds the VIP on its
+//        loopback and answers the client directly.
+// The next hop comes from the kernel FIB (bpf_fib_lookup); when it cannot be
+// resolved yet the rewritten packet goes to the kernel, which forwards it and
+// learns the neighbour. Everything that is not for a service passes to the
+// kernel; malformed IPv4 is dropped and counted.
+//
+// The layouts below are mirrored by crates/xdp/src/maps.rs: change both.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#define MAX_SERVICES 64
+#define RING_SIZE 65537 /* prime, fulcrum-balance's default Maglev size */
+#define MAX_BACKENDS 1024
+#define MAX_FLOWS 262144
+#define NO_BACKEND 0xffffffffu
+
+#define SVC_DSR 1u     /* forwarding mode: DSR instead of NAT */
+#define SVC_MURMUR3 2u /* flow hash: MurmurHash3 instead of xxHash64 */
+
+#define BACKEND_ACTIVE 1u
+
+#define AF_INET 2
+
+/* Indices of the `totals` counters. */
+enum {
+	T_PASS = 0,      /* not for a service: passed to the kernel */
+	T_MALFORMED = 1, /* malformed IPv4 or truncated header: dropped */
+	T_NO_BACKEND = 2,/* service without a usable backend: dropped */
+	T_REPLY = 3,     /* NAT reply rewritten back to the VIP */
+	T_KERNEL = 4,    /* rewritten, next hop unresolved: forwarded by the kernel */
+	T_UNSUPPORTED = 5, /* IP options or fragments: passed to the kernel */
+	T_MAX = 6,
+};
+
+struct svc_key {
+	__u32 vip;   /* network order */
+	__u16 port;  /* network order */
+	__u8 proto;  /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+};
+
+struct svc_value {
+	__u32 id;    /* index into ring (id * RING_SIZE) and svc_stats */
+	__u32 flags; /* SVC_* */
+};
+
+struct backend {
+	__u32 ip;     /* network order */
+	__u16 port;   /* network order */
+	__u16 pad;
+	__u32 svc_id;
+	__u32 weight; /* control plane only */
+	__u32 gen;    /* bumped when the slot is freed, to expire conntrack entries */
+	__u32 flags;  /* BACKEND_* */
+};
+
+/* A flow's 5-tuple, as in the packet (network order). These 16 bytes are
+ * also the input of the flow hash: crates/xdp/src/flow.rs builds the same. */
+struct flow_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct flow {
+	__u32 backend;
+	__u32 gen;
+};
+
+struct nat_origin {
+	__u32 vip;
+	__u16 port;
+	__u16 pad;
+};
+
+struct counters {
+	__u64 packets;
+	__u64 bytes;
+	__u64 flows; /* new flows assigned (conntrack misses) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, struct svc_key);
+	__type(value, struct svc_value);
+} services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SERVICES * RING_SIZE);
+	__type(key, __u32);
+	__type(value, __u32);
+} ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct backend);
+} backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FLOWS);
+	__type(key, struct flow_key);
+	__type(value, struct flow);
+} conntrack SEC(".maps");
+
+/* Reply 5-tuple (backend -> client) of a NAT flow -> the VIP and port the
+ * client addressed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FLOWS);
+	__type(key, struct flow_key);
+	__type(value, struct nat_origin);
+} nat_replies SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct counters);
+} svc_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct counters);
+} backend_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, T_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} totals SEC(".maps");
+
+static __always_inline int count(__u32 which, int action)
+{
+	__u64 *n = bpf_map_lookup_elem(&totals, &which);
+	if (n)
+		*n += 1;
+	return action;
+}
+
+static __always_inline void add(void *map, __u32 index, __u64 bytes, __u64 flows)
+{
+	struct counters *c = bpf_map_lookup_elem(map, &index);
+	if (c) {
+		c->packets += 1;
+		c->bytes += bytes;
+		c->flows += flows;
+	}
+}
+
+static __always_inline __u64 rotl64(__u64 x, int r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+/* xxHash64 (seed 0) of the 16-byte flow key: the short-input path of the
+ * reference algorithm, unrolled for exactly two 8-byte lanes. */
+static __always_inline __u64 xxh64_16(__u64 lane0, __u64 lane1)
+{
+	const __u64 p1 = 0x9E3779B185EBCA87ULL, p2 = 0xC2B2AE3D27D4EB4FULL;
+	const __u64 p3 = 0x165667B19E3779F9ULL, p4 = 0x85EBCA77C2B2AE63ULL;
+	const __u64 p5 = 0x27D4EB2F165667C5ULL;
+	__u64 h = p5 + 16;
+	h ^= rotl64(lane0 * p2, 31) * p1;
+	h = rotl64(h, 27) * p1 + p4;
+	h ^= rotl64(lane1 * p2, 31) * p1;
+	h = rotl64(h, 27) * p1 + p4;
+	h ^= h >> 33;
+	h *= p2;
+	h ^= h >> 29;
+	h *= p3;
+	h ^= h >> 32;
+	return h;
+}
+
+static __always_inline __u64 fmix64(__u64 k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ULL;
+	k ^= k >> 33;
+	return k;
+}
+
+/* MurmurHash3 x64_128 (seed 0) of the 16-byte flow key, low 64 bits: one
+ * block, no tail. */
+static __always_inline __u64 murmur3_16(__u64 k1, __u64 k2)
+{
+	const __u64 c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
+	__u64 h1 = 0, h2 = 0;
+	k1 = rotl64(k1 * c1, 31) * c2;
+	h1 ^= k1;
+	h1 = (rotl64(h1, 27) + h2) * 5 + 0x52dce729;
+	k2 = rotl64(k2 * c2, 33) * c1;
+	h2 ^= k2;
+	h2 = (rotl64(h2, 31) + h1) * 5 + 0x38495ab5;
+	h1 ^= 16;
+	h2 ^= 16;
+	h1 += h2;
+	h2 += h1;
+	h1 = fmix64(h1);
+	h2 = fmix64(h2);
+	return h1 + h2;
+}
+
+static __always_inline __u64 flow_hash(const struct flow_key *key, __u32 flags)
+{
+	const __u64 *lanes = (const __u64 *)key;
+	if (flags & SVC_MURMUR3)
+		return murmur3_16(lanes[0], lanes[1]);
+	return xxh64_16(lanes[0], lanes[1]);
+}
+
+/* RFC 1624 incremental checksum update: HC' = ~(~HC + ~m + m'), on 16-bit
+ * words as they sit in memory (one's-complement sums ignore byte order). */
+static __always_inline void csum_replace(__u16 *sum, __u32 from, __u32 to)
+{
+	__u32 c = (__u16)~*sum;
+	c += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
+	c += (to & 0xffff) + (to >> 16);
+	c = (c & 0xffff) + (c >> 16);
+	c = (c & 0xffff) + (c >> 16);
+	*sum = ~c;
+}
+
+/* Rewrite one address and one port of the packet, fixing the IP header and
+ * L4 checksums (a UDP checksum of 0 means none and stays 0). */
+static __always_inline void rewrite(struct iphdr *ip, __u16 *l4sum, __u32 *addr, __u16 *port, __u32 new_addr,
+				    __u16 new_port, int is_udp)
+{
+	__u32 old_addr = *addr;
+	__u16 old_port = *port;
+	csum_replace(&ip->check, old_addr, new_addr);
+	if (!is_udp || *l4sum) {
+		csum_replace(l4sum, old_addr, new_addr);
+		csum_replace(l4sum, old_port, new_port);
+		if (is_udp && *l4sum == 0)
+			*l4sum = 0xffff;
+	}
+	*addr = new_addr;
+	*port = new_port;
+}
+
+/* Send the packet towards `next` (the backend, or the client for replies):
+ * XDP_TX when the route leaves by the interface it came in on, a redirect
+ * otherwise, and the kernel when the FIB cannot give a resolved next hop. */
+static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip, __u32 next)
+{
+	struct bpf_fib_lookup fib = {};
+	fib.family = AF_INET;
+	fib.tos = ip->tos;
+	fib.l4_protocol = ip->protocol;
+	fib.tot_len = bpf_ntohs(ip->tot_len);
+	fib.ipv4_src = ip->saddr;
+	fib.ipv4_dst = next;
+	fib.ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return count(T_KERNEL, XDP_PASS);
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+/* The backend slot for a flow: its conntrack entry while that backend is
+ * still in service, otherwise the table's choice (then remembered). */
+static __always_inline __u32 pick(const struct flow_key *key, const struct svc_value *svc, __u32 *is_new)
+{
+	struct flow *known = bpf_map_lookup_elem(&conntrack, key);
+	if (known) {
+		__u32 idx = known->backend;
+		struct backend *b = bpf_map_lookup_elem(&backends, &idx);
+		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE) && b->svc_id == svc->id)
+			return idx;
+	}
+	__u32 slot = svc->id * RING_SIZE + (__u32)(flow_hash(key, svc->flags) % RING_SIZE);
+	__u32 *idx = bpf_map_lookup_elem(&ring, &slot);
+	if (!idx || *idx == NO_BACKEND)
+		return NO_BACKEND;
+	struct backend *b = bpf_map_lookup_elem(&backends, idx);
+	if (!b || !(b->flags & BACKEND_ACTIVE))
+		return NO_BACKEND;
+	struct flow entry = { .backend = *idx, .gen = b->gen };
+	bpf_map_update_elem(&conntrack, key, &entry, BPF_ANY);
+	*is_new = 1;
+	return *idx;
+}
+
+SEC("xdp")
+int fulcrum_lb(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 bytes = data_end - data;
+
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return count(T_PASS, XDP_PASS);
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return count(T_PASS, XDP_PASS);
+
+	struct iphdr *ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return count(T_MALFORMED, XDP_DROP);
+	if (ip->version != 4 || ip->ihl < 5 || bpf_ntohs(ip->tot_len) < ip->ihl * 4 ||
+	    (void *)ip + bpf_ntohs(ip->tot_len) > data_end)
+		return count(T_MALFORMED, XDP_DROP);
+	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
+		return count(T_PASS, XDP_PASS);
+	/* Options and fragments are legal but rare: leave them to the kernel
+	 * rather than hash a fragment without ports. */
+	if (ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)))
+		return count(T_UNSUPPORTED, XDP_PASS);
+
+	int is_udp = ip->protocol == IPPROTO_UDP;
+	__u16 *ports = (void *)(ip + 1);
+	__u16 *l4sum;
+	if (is_udp) {
+		struct udphdr *udp = (void *)(ip + 1);
+		if ((void *)(udp + 1) > data_end)
+			return count(T_MALFORMED, XDP_DROP);
+		l4sum = &udp->check;
+	} else {
+		struct tcphdr *tcp = (void *)(ip + 1);
+		if ((void *)(tcp + 1) > data_end)
+			return count(T_MALFORMED, XDP_DROP);
+		l4sum = &tcp->check;
+	}
+
+	struct flow_key key = {
+		.saddr = ip->saddr,
+		.daddr = ip->daddr,
+		.sport = ports[0],
+		.dport = ports[1],
+		.proto = ip->protocol,
+	};
+	struct svc_key sk = { .vip = ip->daddr, .port = ports[1], .proto = ip->protocol };
+	struct svc_value *svc = bpf_map_lookup_elem(&services, &sk);
+	if (!svc) {
+		struct nat_origin *origin = bpf_map_lookup_elem(&nat_replies, &key);
+		if (!origin)
+			return count(T_PASS, XDP_PASS);
+		rewrite(ip, l4sum, &ip->saddr, &ports[0], origin->vip, origin->port, is_udp);
+		count(T_REPLY, 0);
+		return forward(ctx, eth, ip, ip->daddr);
+	}
+
+	__u32 is_new = 0;
+	__u32 idx = pick(&key, svc, &is_new);
+	struct backend *b = bpf_map_lookup_elem(&backends, &idx);
+	if (!b)
+		return count(T_NO_BACKEND, XDP_DROP);
+	add(&svc_stats, svc->id, bytes, is_new);
+	add(&backend_stats, idx, bytes, is_new);
+	if (svc->flags & SVC_DSR)
+		return forward(ctx, eth, ip, b->ip);
+
+	if (is_new) {
+		struct flow_key reply = {
+			.saddr = b->ip,
+			.daddr = key.saddr,
+			.sport = b->port,
+			.dport = key.sport,
+			.proto = key.proto,
+		};
+		struct nat_origin origin = { .vip = key.daddr, .port = key.dport };
+		bpf_map_update_elem(&nat_replies, &reply, &origin, BPF_ANY);
+	}
+	rewrite(ip, l4sum, &ip->daddr, &ports[1], b->ip, b->port, is_udp);
+	return forward(ctx, eth, ip, b->ip);
+}
+
+/* bpf_fib_lookup is GPL-only: the kernel reads this string to allow it. */
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,455 @@
+//! The control plane's handle on the data plane: loading the BPF object,
+//! pinning its maps in bpffs, attaching it to interfaces, and reading and
+//! writing services, backends and counters.
+//!
+//! [`Dataplane`] owns the maps. [`Dataplane::open_pinned`] finds them under a
+//! pin directory (default [`DEFAULT_PIN_DIR`]), creating and pinning them on
+//! first use, so each `fulcrum lb` command is a short-lived process and the
+//! data plane, with its flows, outlives it. [`Loaded`] is the unpinned
+//! variant the fixture tests and the cost benchmark run through
+//! `BPF_PROG_TEST_RUN`. An attachment is a bpf_link pinned as
+//! `link-<interface>`: removing the pin detaches the program.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, PerCpuValues};
+use aya::programs::links::FdLink;
+use aya::programs::{Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+
+use crate::maps::*;
+use crate::spec::{Backend, Mode, Protocol, Select, ServiceKey, ServiceSpec};
+use crate::Error;
+
+/// Where `fulcrum lb` pins the data plane unless told otherwise.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
+
+/// The maps the program defines.
+const MAP_NAMES: [&str; 8] =
+    ["services", "ring", "backends", "conntrack", "nat_replies", "svc_stats", "backend_stats", "totals"];
+
+const PROGRAM: &str = "fulcrum_lb";
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// The compiled program, aligned for the ELF parser.
+#[cfg(fulcrum_bpf)]
+fn object() -> Result<&'static [u8], Error> {
+    #[repr(C, align(32))]
+    struct Aligned<B: ?Sized>(B);
+    static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/lb.bpf.o")));
+    Ok(&OBJECT.0)
+}
+
+#[cfg(not(fulcrum_bpf))]
+fn object() -> Result<&'static [u8], Error> {
+    Err(Error::NotBuilt)
+}
+
+/// True when this build carries the BPF program (clang was found).
+pub fn built() -> bool {
+    object().is_ok()
+}
+
+/// A service as the data plane holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceInfo {
+    /// The service, backends in table order.
+    pub spec: ServiceSpec,
+    /// Its ring segment and counter index.
+    pub id: u32,
+    /// The backend slot of each of `spec.backends`.
+    pub slots: Vec<u32>,
+}
+
+/// A service with its counters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceStats {
+    /// The service.
+    pub info: ServiceInfo,
+    /// Counters of the service.
+    pub total: Counters,
+    /// Counters of each backend, in `info.spec.backends` order.
+    pub backends: Vec<Counters>,
+}
+
+/// What [`Dataplane::upsert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The service was new.
+    pub created: bool,
+    /// Backends added.
+    pub added: usize,
+    /// Backends removed.
+    pub removed: usize,
+}
+
+/// The program's maps.
+pub struct Dataplane {
+    services: HashMap<MapData, SvcKey, SvcValue>,
+    ring: Array<MapData, u32>,
+    backends: Array<MapData, BackendEntry>,
+    svc_stats: PerCpuArray<MapData, Counters>,
+    backend_stats: PerCpuArray<MapData, Counters>,
+    totals: PerCpuArray<MapData, u64>,
+}
+
+/// The program loaded without pins or attachment, with its maps.
+pub struct Loaded {
+    ebpf: Ebpf,
+    /// The maps.
+    pub dataplane: Dataplane,
+}
+
+impl Loaded {
+    /// Load the program and create fresh maps.
+    pub fn new() -> Result<Self, Error> {
+        let mut ebpf = EbpfLoader::new().load(object()?).map_err(|e| Error::load("loading lb.bpf.o", e))?;
+        program(&mut ebpf)?;
+        let dataplane = Dataplane::from_maps(|name| {
+            ebpf.take_map(name).ok_or_else(|| Error::Missing(format!("map {name} in lb.bpf.o")))
+        })?;
+        Ok(Loaded { ebpf, dataplane })
+    }
+
+    /// The program's file descriptor, for `BPF_PROG_TEST_RUN`.
+    pub fn program_fd(&self) -> Result<BorrowedFd<'_>, Error> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or_else(|| Error::Missing(format!("program {PROGRAM}")))?
+            .try_into()
+            .map_err(|e| Error::program("program type", e))?;
+        Ok(prog.fd().map_err(|e| Error::program("program fd", e))?.as_fd())
+    }
+}
+
+/// The XDP program of a loaded object, verified and loaded into the kernel.
+fn program(ebpf: &mut Ebpf) -> Result<&mut Xdp, Error> {
+    let prog: &mut Xdp = ebpf
+        .program_mut(PROGRAM)
+        .ok_or_else(|| Error::Missing(format!("program {PROGRAM}")))?
+        .try_into()
+        .map_err(|e| Error::program("program type", e))?;
+    prog.load().map_err(|e| Error::program("verifying and loading fulcrum_lb", e))?;
+    Ok(prog)
+}
+
+/// Mount bpffs at /sys/fs/bpf if `dir` lies there and it is not mounted,
+/// then create `dir`.
+fn prepare_pin_dir(dir: &Path) -> Result<(), Error> {
+    let root = Path::new("/sys/fs/bpf");
+    if dir.starts_with(root) && !is_bpffs(root) {
+        let (src, target, fstype) = (c"bpf", c"/sys/fs/bpf", c"bpf");
+        // SAFETY: NUL-terminated strings, no data argument.
+        let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+        if rc != 0 {
+            return Err(Error::io("mounting bpffs on /sys/fs/bpf", std::io::Error::last_os_error()));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    if !is_bpffs(dir) {
+        return Err(Error::Missing(format!("{} is not on a bpffs (mount -t bpf bpf DIR)", dir.display())));
+    }
+    Ok(())
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: `st` is plain data the call fills in.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
+}
+
+/// Load the object with every map pinned under `dir` (created if missing,
+/// reused if pinned already).
+fn load_pinned(dir: &Path) -> Result<Ebpf, Error> {
+    prepare_pin_dir(dir)?;
+    let mut loader = EbpfLoader::new();
+    for name in MAP_NAMES {
+        loader.map_pin_path(name, dir.join(name));
+    }
+    loader.load(object()?).map_err(|e| Error::load(format!("loading lb.bpf.o with maps in {}", dir.display()), e))
+}
+
+fn link_path(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("link-{iface}"))
+}
+
+/// Attach the program to `iface` in `mode` and pin the link; false when it
+/// was attached already.
+pub fn attach(dir: &Path, iface: &str, mode: XdpMode) -> Result<bool, Error> {
+    let pin = link_path(dir, iface);
+    if pin.exists() {
+        return Ok(false);
+    }
+    let mut ebpf = load_pinned(dir)?;
+    let prog = program(&mut ebpf)?;
+    let id = prog.attach(iface, mode).map_err(|e| Error::program(format!("attaching to {iface}"), e))?;
+    let link = prog.take_link(id).map_err(|e| Error::program("taking the link", e))?;
+    let link = FdLink::try_from(link)
+        .map_err(|e| Error::Missing(format!("a bpf_link for {iface} (kernel too old for XDP links?): {e}")))?;
+    link.pin(&pin).map_err(|e| Error::io(format!("pinning {}", pin.display()), std::io::Error::other(e)))?;
+    Ok(true)
+}
+
+/// Detach the program from `iface`; false when it was not attached.
+pub fn detach(dir: &Path, iface: &str) -> Result<bool, Error> {
+    let pin = link_path(dir, iface);
+    match std::fs::remove_file(&pin) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(format!("removing {}", pin.display()), e)),
+    }
+}
+
+/// The interfaces the program is attached to.
+pub fn attached(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("link-").map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Detach everywhere and remove every pin: the data plane and its flows go.
+pub fn reset(dir: &Path) -> Result<(), Error> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(format!("removing {}", dir.display()), e)),
+        _ => Ok(()),
+    }
+}
+
+fn svc_key(key: &ServiceKey) -> SvcKey {
+    SvcKey { vip: be_addr(key.vip), port: be_port(key.port), proto: key.proto.number(), pad: 0 }
+}
+
+fn not_found(e: &MapError) -> bool {
+    matches!(e, MapError::KeyNotFound)
+}
+
+impl Dataplane {
+    fn from_maps(mut take: impl FnMut(&str) -> Result<Map, Error>) -> Result<Self, Error> {
+        fn typed<T: TryFrom<Map, Error = MapError>>(m: Map, name: &str) -> Result<T, Error> {
+            T::try_from(m).map_err(|e| Error::map(format!("map {name}"), e))
+        }
+        Ok(Dataplane {
+            services: typed(take("services")?, "services")?,
+            ring: typed(take("ring")?, "ring")?,
+            backends: typed(take("backends")?, "backends")?,
+            svc_stats: typed(take("svc_stats")?, "svc_stats")?,
+            backend_stats: typed(take("backend_stats")?, "backend_stats")?,
+            totals: typed(take("totals")?, "totals")?,
+        })
+    }
+
+    /// The pinned maps under `dir`; with `create`, load and pin them first if
+    /// they are not there (mounting bpffs if needed).
+    pub fn open_pinned(dir: &Path, create: bool) -> Result<Self, Error> {
+        if !dir.join("services").exists() {
+            if !create {
+                return Err(Error::NotCreated(dir.to_owned()));
+            }
+            load_pinned(dir)?;
+        }
+        Dataplane::from_maps(|name| {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path).map_err(|e| Error::map(format!("opening {}", path.display()), e))?;
+            Map::from_map_data(data).map_err(|e| Error::map(format!("map {name}"), e))
+        })
+    }
+
+    /// Create `spec`'s service, or change it: backends that stay keep their
+    /// slot, so their established flows stay with them; flows of removed
+    /// backends move (their conntrack entries no longer match the slot's
+    /// generation).
+    pub fn upsert(&mut self, spec: &ServiceSpec) -> Result<Change, Error> {
+        spec.validate().map_err(|e| Error::Spec(e.0))?;
+        let key = svc_key(&spec.key);
+        let existing = match self.services.get(&key, 0) {
+            Ok(v) => Some(v),
+            Err(e) if not_found(&e) => None,
+            Err(e) => return Err(Error::map("reading services", e)),
+        };
+        let id = match existing {
+            Some(v) => v.id,
+            None => self.free_service_id()?,
+        };
+        let current = if existing.is_some() { self.backends_of(id)? } else { Vec::new() };
+        let (backends, table) = crate::table::build(spec).map_err(|e| Error::Spec(e.to_string()))?;
+        let port = be_port(spec.backend_port);
+        let mut free = self.free_backend_slots()?.into_iter();
+        let mut slots = Vec::with_capacity(backends.len());
+        let mut added = 0;
+        for b in &backends {
+            let kept = current.iter().find(|(_, e)| e.ip == be_addr(b.ip) && e.port == port);
+            let (slot, gen) = match kept {
+                Some(&(slot, e)) => (slot, e.gen),
+                None => {
+                    let (slot, old) = free.next().ok_or_else(|| {
+                        Error::Full(format!("no free backend slot (the data plane holds {MAX_BACKENDS})"))
+                    })?;
+                    self.zero_backend_stats(slot)?;
+                    added += 1;
+                    (slot, old.gen)
+                }
+            };
+            let entry = BackendEntry {
+                ip: be_addr(b.ip),
+                port,
+                pad: 0,
+                svc_id: id,
+                weight: b.weight,
+                gen,
+                flags: BACKEND_ACTIVE,
+            };
+            self.backends.set(slot, entry, 0).map_err(|e| Error::map("writing backends", e))?;
+            slots.push(slot);
+        }
+        let base = id * RING_SIZE as u32;
+        for (i, &b) in table.iter().enumerate() {
+            self.ring.set(base + i as u32, slots[b as usize], 0).map_err(|e| Error::map("writing the ring", e))?;
+        }
+        if existing.is_none() {
+            self.svc_stats.set(id, zeros()?, 0).map_err(|e| Error::map("resetting svc_stats", e))?;
+        }
+        let mut flags = 0;
+        if spec.mode == Mode::Dsr {
+            flags |= SVC_DSR;
+        }
+        if spec.hash == fulcrum_balance::HashFunction::Murmur3 {
+            flags |= SVC_MURMUR3;
+        }
+        if spec.select == Select::Rendezvous {
+            flags |= SVC_RENDEZVOUS;
+        }
+        self.services.insert(key, SvcValue { id, flags }, 0).map_err(|e| Error::map("writing services", e))?;
+        // Only now that the ring no longer names them do the old ones go.
+        let mut removed = 0;
+        for (slot, entry) in current.into_iter().filter(|(s, _)| !slots.contains(s)) {
+            self.free_backend(slot, entry)?;
+            removed += 1;
+        }
+        Ok(Change { created: existing.is_none(), added, removed })
+    }
+
+    /// Remove a service; false when there was none.
+    pub fn delete(&mut self, key: &ServiceKey) -> Result<bool, Error> {
+        let k = svc_key(key);
+        let v = match self.services.get(&k, 0) {
+            Ok(v) => v,
+            Err(e) if not_found(&e) => return Ok(false),
+            Err(e) => return Err(Error::map("reading services", e)),
+        };
+        self.services.remove(&k).map_err(|e| Error::map("removing the service", e))?;
+        for (slot, entry) in self.backends_of(v.id)? {
+            self.free_backend(slot, entry)?;
+        }
+        Ok(true)
+    }
+
+    /// Every service, ordered by VIP, port and protocol.
+    pub fn services(&self) -> Result<Vec<ServiceInfo>, Error> {
+        let mut out = Vec::new();
+        for item in self.services.iter() {
+            let (k, v) = item.map_err(|e| Error::map("reading services", e))?;
+            let backends = self.backends_of(v.id)?;
+            let proto = Protocol::from_number(k.proto).ok_or_else(|| Error::Missing("a known protocol".into()))?;
+            let key = ServiceKey { vip: addr_of(k.vip), port: u16::from_be(k.port), proto };
+            out.push(ServiceInfo {
+                spec: ServiceSpec {
+                    key,
+                    backend_port: backends.first().map_or(key.port, |(_, e)| u16::from_be(e.port)),
+                    backends: backends.iter().map(|(_, e)| Backend { ip: addr_of(e.ip), weight: e.weight }).collect(),
+                    mode: if v.flags & SVC_DSR != 0 { Mode::Dsr } else { Mode::Nat },
+                    select: if v.flags & SVC_RENDEZVOUS != 0 { Select::Rendezvous } else { Select::Maglev },
+                    hash: if v.flags & SVC_MURMUR3 != 0 {
+                        fulcrum_balance::HashFunction::Murmur3
+                    } else {
+                        fulcrum_balance::HashFunction::Xxhash
+                    },
+                },
+                id: v.id,
+                slots: backends.iter().map(|(s, _)| *s).collect(),
+            });
+        }
+        out.sort_by_key(|s| s.spec.key);
+        Ok(out)
+    }
+
+    /// Every service with its counters, summed over CPUs.
+    pub fn stats(&self) -> Result<Vec<ServiceStats>, Error> {
+        let read = |map: &PerCpuArray<MapData, Counters>, i: u32| {
+            map.get(&i, 0).map(|v| Counters::sum(v.iter())).map_err(|e| Error::map("reading counters", e))
+        };
+        self.services()?
+            .into_iter()
+            .map(|info| {
+                let total = read(&self.svc_stats, info.id)?;
+                let backends = info.slots.iter().map(|&s| read(&self.backend_stats, s)).collect::<Result<_, _>>()?;
+                Ok(ServiceStats { info, total, backends })
+            })
+            .collect()
+    }
+
+    /// The data plane's own counters ([`TOTALS`] names them), summed over CPUs.
+    pub fn totals(&self) -> Result<Vec<(&'static str, u64)>, Error> {
+        TOTALS
+            .iter()
+            .enumerate()
+            .map(|(i, &name)| {
+                let v = self.totals.get(&(i as u32), 0).map_err(|e| Error::map("reading totals", e))?;
+                Ok((name, v.iter().sum()))
+            })
+            .collect()
+    }
+
+    fn backends_of(&self, id: u32) -> Result<Vec<(u32, BackendEntry)>, Error> {
+        Ok(self
+            .backend_entries()?
+            .into_iter()
+            .filter(|(_, e)| e.flags & BACKEND_ACTIVE != 0 && e.svc_id == id)
+            .collect())
+    }
+
+    fn free_backend_slots(&self) -> Result<Vec<(u32, BackendEntry)>, Error> {
+        Ok(self.backend_entries()?.into_iter().filter(|(_, e)| e.flags & BACKEND_ACTIVE == 0).collect())
+    }
+
+    fn backend_entries(&self) -> Result<Vec<(u32, BackendEntry)>, Error> {
+        (0..MAX_BACKENDS)
+            .map(|i| self.backends.get(&i, 0).map(|e| (i, e)).map_err(|e| Error::map("reading backends", e)))
+            .collect()
+    }
+
+    fn free_backend(&mut self, slot: u32, entry: BackendEntry) -> Result<(), Error> {
+        let freed = BackendEntry { flags: 0, gen: entry.gen.wrapping_add(1), ..entry };
+        self.backends.set(slot, freed, 0).map_err(|e| Error::map("freeing a backend", e))
+    }
+
+    fn free_service_id(&self) -> Result<u32, Error> {
+        let mut used = HashSet::new();
+        for item in self.services.iter() {
+            used.insert(item.map_err(|e| Error::map("reading services", e))?.1.id);
+        }
+        (0..MAX_SERVICES)
+            .find(|id| !used.contains(id))
+            .ok_or_else(|| Error::Full(format!("no free service (the data plane holds {MAX_SERVICES})")))
+    }
+
+    fn zero_backend_stats(&mut self, slot: u32) -> Result<(), Error> {
+        self.backend_stats.set(slot, zeros()?, 0).map_err(|e| Error::map("resetting backend_stats", e))
+    }
+}
+
+fn zeros() -> Result<PerCpuValues<Counters>, Error> {
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::io(what, e))?;
+    PerCpuValues::try_from(vec![Counters::default(); cpus]).map_err(|e| Error::io("per-CPU values", e))
+}

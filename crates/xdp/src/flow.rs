@@ -1,0 +1,81 @@
+//! The flow hash: the Rust reference of what `bpf/lb.bpf.c` computes.
+//!
+//! A flow's 5-tuple is laid out in 16 bytes exactly as the program's
+//! `struct flow_key` (addresses and ports in network order, protocol, three
+//! zero bytes) and hashed with fulcrum-balance's xxHash64 or MurmurHash3.
+//! The table entry is `hash mod RING_SIZE`, so [`entry`] and the program
+//! agree on the backend of every flow; the fixture tests check that.
+
+use std::net::Ipv4Addr;
+
+use fulcrum_balance::HashFunction;
+
+use crate::maps::RING_SIZE;
+use crate::spec::Protocol;
+
+/// A flow as the client sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Flow {
+    /// Client address.
+    pub src: Ipv4Addr,
+    /// Destination (the VIP).
+    pub dst: Ipv4Addr,
+    /// Client port.
+    pub sport: u16,
+    /// Destination port (the service port).
+    pub dport: u16,
+    /// TCP or UDP.
+    pub proto: Protocol,
+}
+
+impl Flow {
+    /// The 16 bytes the program hashes.
+    pub fn key_bytes(&self) -> [u8; 16] {
+        let mut key = [0u8; 16];
+        key[0..4].copy_from_slice(&self.src.octets());
+        key[4..8].copy_from_slice(&self.dst.octets());
+        key[8..10].copy_from_slice(&self.sport.to_be_bytes());
+        key[10..12].copy_from_slice(&self.dport.to_be_bytes());
+        key[12] = self.proto.number();
+        key
+    }
+
+    /// The flow hash with `hash`.
+    pub fn hash(&self, hash: HashFunction) -> u64 {
+        hash.hash(&self.key_bytes())
+    }
+}
+
+/// The table entry a flow hashing to `hash` uses.
+pub fn entry(hash: u64) -> usize {
+    (hash % RING_SIZE) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_bytes_are_network_order() {
+        let flow = Flow {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(20, 20, 20, 1),
+            sport: 0x1234,
+            dport: 2020,
+            proto: Protocol::Tcp,
+        };
+        assert_eq!(flow.key_bytes(), [10, 0, 0, 1, 20, 20, 20, 1, 0x12, 0x34, 0x07, 0xe4, 6, 0, 0, 0]);
+    }
+
+    #[test]
+    fn the_two_hashes_differ() {
+        let flow = Flow {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(20, 20, 20, 1),
+            sport: 40000,
+            dport: 80,
+            proto: Protocol::Udp,
+        };
+        assert_ne!(flow.hash(HashFunction::Xxhash), flow.hash(HashFunction::Murmur3));
+    }
+}

@@ -1,0 +1,141 @@
+//! The BPF maps' key and value layouts, mirrored from `bpf/lb.bpf.c`.
+//!
+//! Addresses and ports are kept in network byte order, as the program reads
+//! them from packets; [`be_addr`] and [`be_port`] convert.
+
+use std::net::Ipv4Addr;
+
+/// Services the data plane can hold (`services` map, one ring each).
+pub const MAX_SERVICES: u32 = 64;
+/// Entries per service in the consistent-hash table (prime; Maglev's default).
+pub const RING_SIZE: u64 = 65_537;
+/// Backend slots shared by all services.
+pub const MAX_BACKENDS: u32 = 1024;
+/// A ring entry that points at no backend.
+pub const NO_BACKEND: u32 = u32::MAX;
+
+/// Service flag: direct server return (L2 rewrite) instead of NAT.
+pub const SVC_DSR: u32 = 1;
+/// Service flag: MurmurHash3 flow hash instead of xxHash64.
+pub const SVC_MURMUR3: u32 = 2;
+/// Service flag, control plane only: the ring was built by rendezvous hashing.
+pub const SVC_RENDEZVOUS: u32 = 4;
+/// Backend flag: the slot is in service.
+pub const BACKEND_ACTIVE: u32 = 1;
+
+/// The `totals` counters, in map order, with the names `lb stats` prints.
+pub const TOTALS: [&str; 6] = ["passed", "malformed", "no_backend", "nat_replies", "kernel_forwarded", "unsupported"];
+
+/// Key of the `services` map: `struct svc_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SvcKey {
+    /// VIP, network order.
+    pub vip: u32,
+    /// Port, network order.
+    pub port: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// Zero.
+    pub pad: u8,
+}
+
+/// Value of the `services` map: `struct svc_value`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SvcValue {
+    /// Index of the service's ring segment and counters.
+    pub id: u32,
+    /// `SVC_*` flags.
+    pub flags: u32,
+}
+
+/// Value of the `backends` map: `struct backend`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct BackendEntry {
+    /// Address, network order.
+    pub ip: u32,
+    /// Port, network order.
+    pub port: u16,
+    /// Zero.
+    pub pad: u16,
+    /// The owning service's id.
+    pub svc_id: u32,
+    /// Weight (read by the control plane only).
+    pub weight: u32,
+    /// Generation: bumped when the slot is freed, so conntrack entries that
+    /// name the old occupant are not followed.
+    pub gen: u32,
+    /// `BACKEND_*` flags.
+    pub flags: u32,
+}
+
+/// Per-CPU counters of a service or backend: `struct counters`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Packets forwarded.
+    pub packets: u64,
+    /// Bytes forwarded (frame length).
+    pub bytes: u64,
+    /// New flows assigned (conntrack misses).
+    pub flows: u64,
+}
+
+impl Counters {
+    /// The sum of per-CPU values.
+    pub fn sum<'a>(values: impl IntoIterator<Item = &'a Counters>) -> Counters {
+        values.into_iter().fold(Counters::default(), |a, c| Counters {
+            packets: a.packets + c.packets,
+            bytes: a.bytes + c.bytes,
+            flows: a.flows + c.flows,
+        })
+    }
+}
+
+// SAFETY: plain `repr(C)` integers whose padding is explicit, matching the C
+// structs byte for byte.
+unsafe impl aya::Pod for SvcKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SvcValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for BackendEntry {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Counters {}
+
+/// An address as the program sees it: the octets in memory order.
+pub fn be_addr(ip: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(ip.octets())
+}
+
+/// The address behind a network-order value.
+pub fn addr_of(be: u32) -> Ipv4Addr {
+    Ipv4Addr::from(be.to_ne_bytes())
+}
+
+/// A port as the program sees it.
+pub fn be_port(port: u16) -> u16 {
+    port.to_be()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_c_structs() {
+        assert_eq!(std::mem::size_of::<SvcKey>(), 8);
+        assert_eq!(std::mem::size_of::<SvcValue>(), 8);
+        assert_eq!(std::mem::size_of::<BackendEntry>(), 24);
+        assert_eq!(std::mem::size_of::<Counters>(), 24);
+    }
+
+    #[test]
+    fn network_order_round_trips() {
+        let ip = Ipv4Addr::new(20, 20, 20, 1);
+        assert_eq!(be_addr(ip).to_ne_bytes(), [20, 20, 20, 1]);
+        assert_eq!(addr_of(be_addr(ip)), ip);
+        assert_eq!(be_port(2020).to_ne_bytes(), [0x07, 0xe4]);
+    }
+}
