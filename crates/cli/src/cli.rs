@@ -23,6 +23,8 @@ enum Command {
     Sim(crate::sim::Args),
     /// Run the HTTP/TCP load balancer (config file, or quick mode on the command line).
     Serve(crate::serve::Args),
+    /// Make a running `fulcrum serve --config` re-read its file (SIGHUP).
+    Reload(crate::serve::ReloadArgs),
     /// Start test upstreams: service-time distribution, status mix, body size.
     Backend(crate::backend::Args),
     /// Send HTTP load (open loop without coordinated omission, closed loop, clients) and report.
@@ -42,6 +44,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Algorithms(args) => crate::algorithms::run(args),
         Command::Sim(args) => crate::sim::run(args),
         Command::Serve(args) => crate::serve::run(args),
+        Command::Reload(args) => crate::serve::reload(args),
         Command::Backend(args) => crate::backend::run(args),
         Command::Load(args) => crate::load::run(args),
     };

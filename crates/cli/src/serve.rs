@@ -40,6 +40,23 @@ pub struct Args {
     /// On SIGTERM/SIGINT, wait this long for requests in flight.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     drain: Duration,
+    /// Write the process id here, for `fulcrum reload --pid-file`.
+    #[arg(long)]
+    pid_file: Option<PathBuf>,
+}
+
+/// Options of `fulcrum reload`.
+#[derive(Debug, ClapArgs)]
+#[command(after_help = "Sends SIGHUP to a running `fulcrum serve --config FILE`, which reads FILE again and \
+    applies it without dropping a connection; an invalid file is reported by the server and the old \
+    configuration keeps serving.")]
+pub struct ReloadArgs {
+    /// The file `fulcrum serve --pid-file` wrote.
+    #[arg(long, conflicts_with = "pid", required_unless_present = "pid")]
+    pid_file: Option<PathBuf>,
+    /// The server's process id.
+    #[arg(long)]
+    pid: Option<i32>,
 }
 
 fn load(args: &Args) -> Result<Config, Failure> {
@@ -67,7 +84,7 @@ fn load(args: &Args) -> Result<Config, Failure> {
     Ok(config)
 }
 
-/// Start the proxy and serve until a signal says stop.
+/// Start the proxy and serve until a signal says stop; SIGHUP reloads the file.
 pub fn run(args: Args) -> Result<(), Failure> {
     let config = load(&args)?;
     if args.check {
@@ -76,29 +93,68 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     let workers = config.workers;
     let proxy = Proxy::start(config).map_err(|e| Failure::runtime(e.to_string()))?;
+    if let Some(path) = &args.pid_file {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
     for addr in proxy.listen_addrs() {
         eprintln!("fulcrum: listening on {addr} ({workers} workers)");
     }
     if let Some(admin) = proxy.admin_addr() {
         eprintln!("fulcrum: admin on http://{admin}/metrics");
     }
-    wait_for_signal().map_err(|e| Failure::runtime(format!("cannot wait for signals: {e}")))?;
+    let result = wait_for_signals(|| match load(&args) {
+        Ok(next) => match proxy.reload(next) {
+            Ok(()) => eprintln!("fulcrum: configuration reloaded"),
+            Err(e) => eprintln!("fulcrum: {e}"),
+        },
+        Err(e) => eprintln!("fulcrum: reload refused, the old configuration keeps serving: {e}"),
+    });
     eprintln!("fulcrum: stopping; draining requests in flight for up to {}", humantime::format_duration(args.drain));
     proxy.shutdown(args.drain);
-    Ok(())
+    if let Some(path) = &args.pid_file {
+        let _ = std::fs::remove_file(path);
+    }
+    result.map_err(|e| Failure::runtime(format!("cannot wait for signals: {e}")))
 }
 
-/// Block until SIGINT or SIGTERM.
-fn wait_for_signal() -> std::io::Result<()> {
+/// Block until SIGINT or SIGTERM, calling `reload` on every SIGHUP.
+fn wait_for_signals(mut reload: impl FnMut()) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+                _ = hup.recv() => reload(),
+            }
         }
-        Ok(())
     })
+}
+
+/// `fulcrum reload`: send SIGHUP to a running server.
+pub fn reload(args: ReloadArgs) -> Result<(), Failure> {
+    let pid = match (args.pid, &args.pid_file) {
+        (Some(pid), _) => pid,
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| Failure::input(format!("cannot read {}: {e}", path.display())))?
+            .trim()
+            .parse()
+            .map_err(|_| Failure::input(format!("{} does not hold a process id", path.display())))?,
+        (None, None) => return Err(Failure::input("give --pid-file FILE or --pid N")),
+    };
+    if pid <= 0 {
+        return Err(Failure::input(format!("{pid} is not a process id")));
+    }
+    // SAFETY: kill(2) with a positive pid and a valid signal number has no
+    // memory-safety preconditions.
+    if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+        return Err(Failure::runtime(format!("cannot signal process {pid}: {}", std::io::Error::last_os_error())));
+    }
+    eprintln!("fulcrum: asked process {pid} to reload its configuration");
+    Ok(())
 }

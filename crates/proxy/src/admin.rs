@@ -25,8 +25,8 @@ type ClusterCounter = (&'static str, &'static str, fn(&SharedCluster) -> u64);
 
 /// What the admin listener reports on.
 pub struct Admin {
-    /// Every cluster.
-    pub clusters: Vec<Arc<SharedCluster>>,
+    /// The clusters in force (a reload replaces them).
+    pub clusters: tokio::sync::watch::Receiver<Vec<Arc<SharedCluster>>>,
     /// Proxy-made responses and connections.
     pub stats: Arc<ProxyStats>,
     /// Time origin of the balancers.
@@ -55,6 +55,7 @@ impl Admin {
     pub fn metrics(&self) -> String {
         let mut out = String::new();
         let now = self.epoch.now();
+        let clusters = self.clusters.borrow().clone();
         let family = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
@@ -64,7 +65,7 @@ impl Admin {
             "counter",
             "Requests (TCP: connections) sent to an endpoint.",
         );
-        for c in &self.clusters {
+        for c in &clusters {
             for (labels, u) in endpoints(c) {
                 let _ = writeln!(out, "fulcrum_upstream_requests_total{{{labels}}} {}", u.stats.requests.load(Relaxed));
             }
@@ -75,19 +76,19 @@ impl Admin {
             "counter",
             "Failed requests: connect errors, timeouts, resets, 5xx.",
         );
-        for c in &self.clusters {
+        for c in &clusters {
             for (labels, u) in endpoints(c) {
                 let _ = writeln!(out, "fulcrum_upstream_errors_total{{{labels}}} {}", u.stats.errors.load(Relaxed));
             }
         }
         family(&mut out, "fulcrum_upstream_in_flight", "gauge", "Requests sent and not yet finished, all workers.");
-        for c in &self.clusters {
+        for c in &clusters {
             for (labels, u) in endpoints(c) {
                 let _ = writeln!(out, "fulcrum_upstream_in_flight{{{labels}}} {}", u.stats.in_flight.load(Relaxed));
             }
         }
         family(&mut out, "fulcrum_upstream_latency_seconds", "histogram", "Time to response headers.");
-        for c in &self.clusters {
+        for c in &clusters {
             for (labels, u) in endpoints(c) {
                 let (counts, sum) = u.stats.histogram();
                 for (bound, count) in LATENCY_BUCKETS.iter().zip(&counts) {
@@ -106,7 +107,7 @@ impl Admin {
             "gauge",
             "One worker's latency estimate (Peak-EWMA).",
         );
-        for c in &self.clusters {
+        for c in &clusters {
             let resolved = c.current();
             for (worker, loads) in c.worker_loads(now).iter().enumerate() {
                 for load in loads {
@@ -120,23 +121,25 @@ impl Admin {
             }
         }
         family(&mut out, "fulcrum_upstream_healthy", "gauge", "1 if active health checks pass (or none run), else 0.");
-        for c in &self.clusters {
+        for c in &clusters {
             for (labels, id) in endpoint_ids(c) {
                 let _ = writeln!(out, "fulcrum_upstream_healthy{{{labels}}} {}", u8::from(c.health_of(id).1));
             }
         }
         family(&mut out, "fulcrum_upstream_ejected", "gauge", "1 while outlier detection has the endpoint ejected.");
-        for c in &self.clusters {
+        for c in &clusters {
             for (labels, id) in endpoint_ids(c) {
                 let _ = writeln!(out, "fulcrum_upstream_ejected{{{labels}}} {}", u8::from(c.health_of(id).0));
             }
         }
         let cluster_counters: [ClusterCounter; 5] = [
-            ("fulcrum_cluster_ejections_total", "Outlier ejections.", |c| c.ejections.load(Relaxed)),
-            ("fulcrum_cluster_retries_total", "Retries made.", |c| c.retries.load(Relaxed)),
-            ("fulcrum_cluster_retries_denied_total", "Retries the budget refused.", |c| c.retries_denied.load(Relaxed)),
+            ("fulcrum_cluster_ejections_total", "Outlier ejections.", |c| c.counters.ejections.load(Relaxed)),
+            ("fulcrum_cluster_retries_total", "Retries made.", |c| c.counters.retries.load(Relaxed)),
+            ("fulcrum_cluster_retries_denied_total", "Retries the budget refused.", |c| {
+                c.counters.retries_denied.load(Relaxed)
+            }),
             ("fulcrum_cluster_overflow_total", "Requests refused by max_requests (503).", |c| {
-                c.overflows.load(Relaxed)
+                c.counters.overflows.load(Relaxed)
             }),
             ("fulcrum_cluster_panic", "1 while too few endpoints are healthy and all are used.", |c| {
                 u64::from(c.panic.load(Relaxed))
@@ -145,7 +148,7 @@ impl Admin {
         for (name, help, read) in cluster_counters {
             let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
             family(&mut out, name, kind, help);
-            for c in &self.clusters {
+            for c in &clusters {
                 let _ = writeln!(out, "{name}{{cluster=\"{}\"}} {}", c.config.name, read(c));
             }
         }
@@ -155,6 +158,8 @@ impl Admin {
         }
         family(&mut out, "fulcrum_downstream_connections_total", "counter", "Client connections accepted.");
         let _ = writeln!(out, "fulcrum_downstream_connections_total {}", self.stats.connections.load(Relaxed));
+        family(&mut out, "fulcrum_downstream_rejected_total", "counter", "Connections closed over max_connections.");
+        let _ = writeln!(out, "fulcrum_downstream_rejected_total {}", self.stats.rejected_connections.load(Relaxed));
         out
     }
 
@@ -163,6 +168,7 @@ impl Admin {
         let now = self.epoch.now();
         let clusters: Vec<_> = self
             .clusters
+            .borrow()
             .iter()
             .map(|c| {
                 let resolved = c.current();
@@ -201,10 +207,10 @@ impl Admin {
                     "name": c.config.name,
                     "algorithm": c.config.algorithm,
                     "panic": resolved.panic,
-                    "ejections": c.ejections.load(Relaxed),
-                    "retries": c.retries.load(Relaxed),
-                    "retries_denied": c.retries_denied.load(Relaxed),
-                    "overflows": c.overflows.load(Relaxed),
+                    "ejections": c.counters.ejections.load(Relaxed),
+                    "retries": c.counters.retries.load(Relaxed),
+                    "retries_denied": c.counters.retries_denied.load(Relaxed),
+                    "overflows": c.counters.overflows.load(Relaxed),
                     "endpoints": endpoints,
                 })
             })

@@ -106,6 +106,16 @@ pub struct SharedCluster {
     results_rx: Mutex<Option<mpsc::UnboundedReceiver<(EndpointId, RequestResult)>>>,
     /// Each worker's balancer, for the admin listener.
     balancers: Mutex<Vec<SharedBalancer>>,
+    /// Counters that outlive a reload.
+    pub counters: Arc<ClusterCounters>,
+    /// Whether the cluster is in panic mode now.
+    pub panic: AtomicBool,
+}
+
+/// A cluster's counters, carried over when a reload replaces the cluster so
+/// that requests in flight across the reload are counted once.
+#[derive(Debug, Default)]
+pub struct ClusterCounters {
     /// Requests in flight over all workers, for circuit breaking.
     in_flight: AtomicU64,
     /// Requests refused because `max_requests` were in flight.
@@ -116,8 +126,6 @@ pub struct SharedCluster {
     pub retries: AtomicU64,
     /// Retries not made because the budget was spent.
     pub retries_denied: AtomicU64,
-    /// Whether the cluster is in panic mode now.
-    pub panic: AtomicBool,
 }
 
 /// Lock a mutex even if a holder panicked: the guarded state stays usable
@@ -128,26 +136,52 @@ pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SharedCluster {
     /// A cluster with its endpoints resolved once, now (blocking DNS).
-    /// Names that do not resolve are reported and retried by [`SharedCluster::resolve`].
-    pub fn new(config: Cluster, epoch: Epoch) -> Arc<SharedCluster> {
+    /// Names that do not resolve are reported and retried by
+    /// [`SharedCluster::resolve`]. With `previous` (a reload), endpoints that
+    /// remain keep their ids, counters, health and ejection state.
+    pub fn new(config: Cluster, epoch: Epoch, previous: Option<&SharedCluster>) -> Arc<SharedCluster> {
         let (current, _) = watch::channel(Arc::new(Resolved::default()));
         let (results, results_rx) = mpsc::unbounded_channel();
         let slow_start = config.slow_start.as_ref().and_then(|s| SlowStart::new(s).ok());
-        let detector = config.outlier_detection.clone().map(|o| OutlierDetector::new(o, &[], epoch.now()));
+        let (registry, mut membership, counters) = match previous {
+            Some(p) => {
+                let old = lock(&p.membership);
+                let detector = match &old.detector {
+                    Some(d) if Some(d.config()) == config.outlier_detection.as_ref() => Some(d.clone()),
+                    _ => config.outlier_detection.clone().map(|o| OutlierDetector::new(o, &[], epoch.now())),
+                };
+                let members = old.members.clone();
+                (
+                    lock(&p.registry).clone(),
+                    Membership { members, detector, slow_start, started: true },
+                    p.counters.clone(),
+                )
+            }
+            None => {
+                let detector = config.outlier_detection.clone().map(|o| OutlierDetector::new(o, &[], epoch.now()));
+                (
+                    HashMap::new(),
+                    Membership { members: Vec::new(), detector, slow_start, started: false },
+                    Arc::default(),
+                )
+            }
+        };
+        if config.health_check.is_none() {
+            // Without checks nothing would ever mark them healthy again.
+            for m in &mut membership.members {
+                m.healthy = true;
+            }
+        }
         let shared = Arc::new(SharedCluster {
             config,
             epoch,
-            registry: Mutex::new(HashMap::new()),
-            membership: Mutex::new(Membership { members: Vec::new(), detector, slow_start, started: false }),
+            registry: Mutex::new(registry),
+            membership: Mutex::new(membership),
             current,
             results,
             results_rx: Mutex::new(Some(results_rx)),
             balancers: Mutex::new(Vec::new()),
-            in_flight: AtomicU64::new(0),
-            overflows: AtomicU64::new(0),
-            ejections: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-            retries_denied: AtomicU64::new(0),
+            counters,
             panic: AtomicBool::new(false),
         });
         let addrs = shared
@@ -366,7 +400,7 @@ impl SharedCluster {
         };
         match change {
             Change::Ejected { id, reason, until } => {
-                self.ejections.fetch_add(1, Relaxed);
+                self.counters.ejections.fetch_add(1, Relaxed);
                 let secs = Duration::from_nanos(until.saturating_sub(now)).as_secs_f64();
                 self.log(format_args!("ejected {} ({reason:?}) for {secs:.0} s", name(id)));
             }
@@ -410,41 +444,58 @@ pub enum NoPick {
 }
 
 impl WorkerCluster {
-    /// This worker's balancer for `shared`, seeded with `seed`.
-    pub fn new(shared: Arc<SharedCluster>, seed: u64) -> Arc<WorkerCluster> {
+    /// This worker's balancer for `shared`, seeded with `seed`. With
+    /// `previous` (a reload) running the same algorithm, its balancer is kept,
+    /// with its latency estimates and active counts, and given the new set.
+    pub fn new(shared: Arc<SharedCluster>, seed: u64, previous: Option<&WorkerCluster>) -> Arc<WorkerCluster> {
         let resolved = shared.current();
-        // The configuration was validated at load, so this cannot fail on
-        // parameters; endpoints come from the registry with valid weights.
-        let balancer = build(&shared.config.algorithm, &resolved.endpoints, seed)
-            .unwrap_or_else(|e| unreachable!("validated algorithm failed to build: {e}"));
-        let balancer = Arc::new(Mutex::new(balancer));
+        let balancer = match previous {
+            Some(p) if p.shared.config.algorithm == shared.config.algorithm => {
+                let b = p.balancer.clone();
+                if let Err(e) = lock(&b).set_endpoints(&resolved.endpoints) {
+                    shared.log(format_args!("endpoint update rejected: {e}"));
+                }
+                b
+            }
+            // The configuration was validated at load, so this cannot fail on
+            // parameters; endpoints come from the registry with valid weights.
+            _ => Arc::new(Mutex::new(
+                build(&shared.config.algorithm, &resolved.endpoints, seed)
+                    .unwrap_or_else(|e| unreachable!("validated algorithm failed to build: {e}")),
+            )),
+        };
         lock(&shared.balancers).push(balancer.clone());
-        let budget = RetryBudget::new(shared.config.retries.budget.clone())
-            .unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}"));
+        let budget = match previous {
+            Some(p) if p.shared.config.retries.budget == shared.config.retries.budget => lock(&p.budget).clone(),
+            _ => RetryBudget::new(shared.config.retries.budget.clone())
+                .unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}")),
+        };
         Arc::new(WorkerCluster { shared, balancer, resolved: Mutex::new(resolved), budget: Mutex::new(budget) })
     }
 
-    /// Apply endpoint-set changes for as long as the cluster exists. Run it
-    /// as a task on the worker's runtime.
-    pub async fn follow_endpoints(self: Arc<Self>) {
-        let mut rx = self.shared.current.subscribe();
+    /// Apply endpoint-set changes to this worker's balancer until the
+    /// cluster is replaced or gone. Run it as a task on the worker's runtime.
+    pub async fn follow_endpoints(this: std::sync::Weak<Self>) {
+        let Some(mut rx) = this.upgrade().map(|w| w.shared.current.subscribe()) else { return };
         while rx.changed().await.is_ok() {
+            let Some(me) = this.upgrade() else { return };
             let next = rx.borrow_and_update().clone();
-            let mut balancer = lock(&self.balancer);
+            let mut balancer = lock(&me.balancer);
             if let Err(e) = balancer.set_endpoints(&next.endpoints) {
-                self.shared.log(format_args!("endpoint update rejected: {e}"));
+                me.shared.log(format_args!("endpoint update rejected: {e}"));
                 continue;
             }
-            *lock(&self.resolved) = next;
+            *lock(&me.resolved) = next;
         }
     }
 
     /// Pick an endpoint for a request with hash `key` at `now`, avoiding
     /// `avoid` (a retry's earlier endpoints) when another can be had.
     pub fn pick(&self, now: Nanos, key: Option<u64>, avoid: &[EndpointId]) -> Result<Pick, NoPick> {
-        if self.shared.in_flight.fetch_add(1, Relaxed) >= self.shared.config.max_requests {
-            self.shared.in_flight.fetch_sub(1, Relaxed);
-            self.shared.overflows.fetch_add(1, Relaxed);
+        let counters = &self.shared.counters;
+        if counters.in_flight.fetch_add(1, Relaxed) >= self.shared.config.max_requests {
+            counters.in_flight.fetch_sub(1, Relaxed);
+            counters.overflows.fetch_add(1, Relaxed);
             return Err(NoPick::Overflow);
         }
         let mut balancer = lock(&self.balancer);
@@ -476,7 +527,7 @@ impl WorkerCluster {
                 if let Some(t) = ticket {
                     balancer.on_cancel(t);
                 }
-                self.shared.in_flight.fetch_sub(1, Relaxed);
+                self.shared.counters.in_flight.fetch_sub(1, Relaxed);
                 Err(NoPick::Empty)
             }
         }
@@ -485,7 +536,7 @@ impl WorkerCluster {
     /// Report the outcome of a pick: `latency` to response headers (or to
     /// the failure) and the result as outlier detection sees it.
     pub fn complete(&self, pick: Pick, now: Nanos, latency: Nanos, result: RequestResult) {
-        self.shared.in_flight.fetch_sub(1, Relaxed);
+        self.shared.counters.in_flight.fetch_sub(1, Relaxed);
         let success = result == RequestResult::Success;
         pick.upstream.stats.finish(Duration::from_nanos(latency), success);
         let id = pick.ticket.endpoint();
@@ -499,7 +550,7 @@ impl WorkerCluster {
 
     /// Give up on a pick without an outcome (the request was never sent).
     pub fn cancel(&self, pick: Pick) {
-        self.shared.in_flight.fetch_sub(1, Relaxed);
+        self.shared.counters.in_flight.fetch_sub(1, Relaxed);
         pick.upstream.stats.finish(Duration::ZERO, true);
         lock(&self.balancer).on_cancel(pick.ticket);
     }
@@ -513,9 +564,9 @@ impl WorkerCluster {
     pub fn may_retry(&self, now: Nanos) -> bool {
         let ok = lock(&self.budget).try_withdraw(now);
         if ok {
-            self.shared.retries.fetch_add(1, Relaxed);
+            self.shared.counters.retries.fetch_add(1, Relaxed);
         } else {
-            self.shared.retries_denied.fetch_add(1, Relaxed);
+            self.shared.counters.retries_denied.fetch_add(1, Relaxed);
         }
         ok
     }
@@ -540,17 +591,17 @@ mod tests {
 
     #[test]
     fn ids_are_stable_and_counters_shared() {
-        let shared = SharedCluster::new(cluster("", &["127.0.0.1:1", "127.0.0.2:2"]), Epoch::new());
-        let a = WorkerCluster::new(shared.clone(), 1);
-        let b = WorkerCluster::new(shared.clone(), 2);
+        let shared = SharedCluster::new(cluster("", &["127.0.0.1:1", "127.0.0.2:2"]), Epoch::new(), None);
+        let a = WorkerCluster::new(shared.clone(), 1, None);
+        let b = WorkerCluster::new(shared.clone(), 2, None);
         let p = a.pick(0, None, &[]).unwrap();
         let q = b.pick(0, None, &[]).unwrap();
-        assert_eq!(shared.in_flight.load(Relaxed), 2);
+        assert_eq!(shared.counters.in_flight.load(Relaxed), 2);
         let active: u32 = shared.worker_loads(0).iter().flatten().map(|l| l.active).sum();
         assert_eq!(active, 2);
         a.complete(p, 1, 1, RequestResult::Success);
         b.complete(q, 1, 1, RequestResult::GatewayFailure);
-        assert_eq!(shared.in_flight.load(Relaxed), 0);
+        assert_eq!(shared.counters.in_flight.load(Relaxed), 0);
         assert_eq!(shared.current().endpoints[1].name, "127.0.0.2:2");
         // A new address set keeps the ids of the addresses that remain.
         shared.set_addresses(vec![(vec!["127.0.0.2:2".parse().unwrap()], 1.0)]);
@@ -559,11 +610,11 @@ mod tests {
 
     #[test]
     fn the_circuit_breaker_refuses_beyond_max_requests() {
-        let shared = SharedCluster::new(cluster("max_requests = 2", &["127.0.0.1:1"]), Epoch::new());
-        let w = WorkerCluster::new(shared.clone(), 1);
+        let shared = SharedCluster::new(cluster("max_requests = 2", &["127.0.0.1:1"]), Epoch::new(), None);
+        let w = WorkerCluster::new(shared.clone(), 1, None);
         let held: Vec<_> = (0..2).map(|_| w.pick(0, None, &[]).unwrap()).collect();
         assert_eq!(w.pick(0, None, &[]).err(), Some(NoPick::Overflow));
-        assert_eq!(shared.overflows.load(Relaxed), 1);
+        assert_eq!(shared.counters.overflows.load(Relaxed), 1);
         for p in held {
             w.cancel(p);
         }
@@ -572,8 +623,9 @@ mod tests {
 
     #[test]
     fn retries_avoid_the_endpoint_that_failed() {
-        let shared = SharedCluster::new(cluster("", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]), Epoch::new());
-        let w = WorkerCluster::new(shared, 1);
+        let shared =
+            SharedCluster::new(cluster("", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]), Epoch::new(), None);
+        let w = WorkerCluster::new(shared, 1, None);
         for _ in 0..50 {
             let p = w.pick(0, None, &[EndpointId(0), EndpointId(1)]).unwrap();
             assert_eq!(p.ticket.endpoint(), EndpointId(2));
@@ -584,7 +636,7 @@ mod tests {
     #[test]
     fn failing_checks_remove_an_endpoint_and_panic_brings_it_back() {
         let c = cluster("health_check = { unhealthy_threshold = 2 }", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
-        let shared = SharedCluster::new(c, Epoch::new());
+        let shared = SharedCluster::new(c, Epoch::new(), None);
         shared.record_check(EndpointId(0), false);
         assert_eq!(shared.current().endpoints.len(), 3, "one failure is below the threshold");
         shared.record_check(EndpointId(0), false);
@@ -596,5 +648,29 @@ mod tests {
         let now = shared.current();
         assert!(now.panic && shared.panic.load(Relaxed));
         assert_eq!(now.endpoints.len(), 3);
+    }
+
+    #[test]
+    fn a_reload_keeps_state_of_endpoints_that_remain() {
+        let epoch = Epoch::new();
+        let c = cluster("health_check = { unhealthy_threshold = 1 }", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        let old = SharedCluster::new(c, epoch, None);
+        let w_old = WorkerCluster::new(old.clone(), 1, None);
+        let held = w_old.pick(0, None, &[]).unwrap();
+        old.record_check(EndpointId(0), false);
+        // The new configuration drops 127.0.0.1:3 and adds :4.
+        let c = cluster("health_check = { unhealthy_threshold = 1 }", &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"]);
+        let new = SharedCluster::new(c, epoch, Some(&old));
+        let w_new = WorkerCluster::new(new.clone(), 1, Some(&w_old));
+        assert_eq!(new.health_of(EndpointId(0)), (false, false), "still unhealthy");
+        let names: Vec<_> = new.current().all.iter().map(|e| (e.id.0, e.name.clone())).collect();
+        assert_eq!(names, vec![(0, "127.0.0.1:1".into()), (1, "127.0.0.1:2".into()), (3, "127.0.0.1:4".into())]);
+        // The balancer (same algorithm) is the same one: the request in flight is still counted.
+        let active: u32 = new.worker_loads(0).iter().flatten().map(|l| l.active).sum();
+        assert_eq!(active, u32::from(held.ticket.endpoint() == EndpointId(1)), "only :2 remains routable");
+        assert_eq!(new.counters.in_flight.load(Relaxed), 1);
+        w_old.complete(held, 1, 1, RequestResult::Success);
+        assert_eq!(new.counters.in_flight.load(Relaxed), 0);
+        drop(w_new);
     }
 }

@@ -72,6 +72,40 @@ pub struct Listener {
     pub cluster: Option<usize>,
     /// Largest request head (request line and headers) accepted; larger gets 431.
     pub max_header_bytes: usize,
+    /// Protection against slow or greedy clients.
+    pub limits: Limits,
+}
+
+/// Limits a listener enforces on its clients.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// A request head must arrive within this long (slow-loris defence); the
+    /// connection is closed otherwise.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight is closed after this long.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Most header fields in a request (431 beyond).
+    pub max_headers: usize,
+    /// Most client connections open at once, over all workers; more are
+    /// closed on accept.
+    pub max_connections: usize,
+    /// Largest request body (413 beyond).
+    pub max_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_headers: 100,
+            max_connections: 10_000,
+            max_body_bytes: 100 * 1024 * 1024,
+        }
+    }
 }
 
 /// What a listener speaks.
@@ -306,6 +340,7 @@ struct RawListener {
     routes: Vec<RawRoute>,
     cluster: Option<Spanned<String>>,
     max_header_bytes: Option<Spanned<usize>>,
+    limits: Option<Spanned<Limits>>,
 }
 
 fn default_protocol() -> ListenerProtocol {
@@ -465,6 +500,7 @@ impl Config {
                 routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0 }],
                 cluster: None,
                 max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+                limits: Limits::default(),
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
@@ -693,7 +729,28 @@ impl RawConfig {
                     }
                 }
             };
-            listeners.push(Listener { listen, protocol: l.protocol, tls: l.tls, routes, cluster, max_header_bytes });
+            let limits = match l.limits {
+                Some(lim) => {
+                    let v = lim.get_ref();
+                    if v.header_read_timeout.is_zero() || v.idle_timeout.is_zero() {
+                        return Err(src.error(lim.span(), at("limits"), "timeouts must be greater than 0"));
+                    }
+                    if v.max_headers == 0 || v.max_connections == 0 {
+                        return Err(src.error(lim.span(), at("limits"), "max_headers and max_connections must be ≥ 1"));
+                    }
+                    lim.into_inner()
+                }
+                None => Limits::default(),
+            };
+            listeners.push(Listener {
+                listen,
+                protocol: l.protocol,
+                tls: l.tls,
+                routes,
+                cluster,
+                max_header_bytes,
+                limits,
+            });
         }
         if listeners.is_empty() {
             return Err(src.error(0..0, "listener", "no [[listener]] defined"));

@@ -27,7 +27,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -43,11 +43,13 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
 use crate::cluster::{NoPick, Pick, WorkerCluster};
-use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
+use crate::config::{Cluster, HashKey, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
+use crate::server::Routing;
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -77,7 +79,60 @@ impl Default for Epoch {
 
 /// What is sent upstream: the client's streamed body, or nothing (which
 /// can be sent again on a retry).
-pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
+
+/// A client's request body, cut off with an error past the listener's
+/// `max_body_bytes` (bodies without a length are only known to be too large
+/// while they stream).
+pub struct LimitedBody {
+    inner: Incoming,
+    left: u64,
+    over: Arc<AtomicBool>,
+}
+
+/// The error a [`LimitedBody`] ends with.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitedBodyError {
+    /// The client's body broke.
+    #[error(transparent)]
+    Client(#[from] hyper::Error),
+    /// The body outgrew the limit.
+    #[error("request body over max_body_bytes")]
+    TooLarge,
+}
+
+impl Body for LimitedBody {
+    type Data = Bytes;
+    type Error = LimitedBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LimitedBodyError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if len > self.left {
+                    self.over.store(true, Relaxed);
+                    return Poll::Ready(Some(Err(LimitedBodyError::TooLarge)));
+                }
+                self.left -= len;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// The upstream client of one cluster on one worker (its own pool).
 pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
@@ -95,22 +150,18 @@ pub fn upstream_client(cluster: &Cluster) -> UpstreamClient {
     builder.build(connector)
 }
 
-/// Everything one worker needs to serve HTTP on one listener.
+/// Everything one worker needs to serve one listener.
 pub struct HttpService {
-    /// The listener's routes.
-    pub listener: Listener,
-    /// This worker's clusters, indexed like the configuration.
-    pub clusters: Vec<Arc<WorkerCluster>>,
-    /// This worker's upstream clients, indexed like `clusters`.
-    pub clients: Vec<UpstreamClient>,
+    /// Which listener of the routing this serves.
+    pub listener: usize,
+    /// The worker's routing (replaced on reload; read once per request).
+    pub routing: watch::Receiver<Arc<Routing>>,
     /// Shared counters.
     pub stats: Arc<ProxyStats>,
     /// Shared time origin.
     pub epoch: Epoch,
     /// Whether the listener terminates TLS (for `X-Forwarded-Proto`).
     pub tls: bool,
-    /// Largest request head accepted (hyper answers 431 beyond it).
-    pub max_header_bytes: usize,
 }
 
 /// A response the proxy makes itself.
@@ -204,19 +255,29 @@ fn idempotent(method: &Method) -> bool {
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a response.
     pub async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+        // Requests keep the routing they started with, across a reload.
+        let routing = self.routing.borrow().clone();
+        let listener = &routing.listeners[self.listener];
         let host = host_of(&req);
         let path = req.uri().path();
-        let route = self.listener.routes.iter().find(|r| {
+        let route = listener.routes.iter().find(|r| {
             r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
         });
         let Some(route) = route else {
             self.stats.no_route.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
         };
-        let cluster = &self.clusters[route.cluster];
+        let cluster = &routing.clusters[route.cluster];
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer);
+        let max_body = listener.limits.max_body_bytes;
+        if req.body().size_hint().lower() > max_body {
+            self.stats.payload_too_large.fetch_add(1, Relaxed);
+            return Ok(local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
+        }
         let (parts, body) = req.into_parts();
+        let over_limit = Arc::new(AtomicBool::new(false));
+        let body = LimitedBody { inner: body, left: max_body, over: over_limit.clone() };
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
@@ -250,12 +311,13 @@ impl HttpService {
             };
             let sent = Instant::now();
             let timeout = per_try.min(deadline.saturating_duration_since(sent));
-            let outcome = match tokio::time::timeout(timeout, self.clients[route.cluster].request(upstream_req)).await {
-                Err(_) => Try::Timeout,
-                Ok(Err(e)) if e.is_connect() => Try::ConnectFailure,
-                Ok(Err(_)) => Try::Reset,
-                Ok(Ok(response)) => Try::Response(response),
-            };
+            let outcome =
+                match tokio::time::timeout(timeout, routing.clients[route.cluster].request(upstream_req)).await {
+                    Err(_) => Try::Timeout,
+                    Ok(Err(e)) if e.is_connect() => Try::ConnectFailure,
+                    Ok(Err(_)) => Try::Reset,
+                    Ok(Ok(response)) => Try::Response(response),
+                };
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let (condition, result) = match &outcome {
                 Try::Response(r) if r.status().is_server_error() => {
@@ -298,6 +360,13 @@ impl HttpService {
                     cluster.complete(pick, self.epoch.now(), latency, result);
                     self.stats.gateway_timeout.fetch_add(1, Relaxed);
                     local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
+                }
+                Try::Reset if over_limit.load(Relaxed) => {
+                    // The body outgrew the limit while streaming: the client's
+                    // fault, not the upstream's.
+                    cluster.cancel(pick);
+                    self.stats.payload_too_large.fetch_add(1, Relaxed);
+                    local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
                 }
                 Try::ConnectFailure | Try::Reset => {
                     cluster.complete(pick, self.epoch.now(), latency, result);

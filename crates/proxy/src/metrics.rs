@@ -76,16 +76,21 @@ pub struct ProxyStats {
     pub unavailable: AtomicU64,
     /// 504: no response headers within the request timeout.
     pub gateway_timeout: AtomicU64,
+    /// 413: request body over `max_body_bytes`.
+    pub payload_too_large: AtomicU64,
     /// Downstream connections accepted.
     pub connections: AtomicU64,
+    /// Connections closed on accept because `max_connections` were open.
+    pub rejected_connections: AtomicU64,
 }
 
 impl ProxyStats {
     /// `(status, count)` pairs for rendering.
-    pub fn local_responses(&self) -> [(u16, u64); 5] {
+    pub fn local_responses(&self) -> [(u16, u64); 6] {
         [
             (400, self.bad_request.load(Relaxed)),
             (404, self.no_route.load(Relaxed)),
+            (413, self.payload_too_large.load(Relaxed)),
             (502, self.bad_gateway.load(Relaxed)),
             (503, self.unavailable.load(Relaxed)),
             (504, self.gateway_timeout.load(Relaxed)),

@@ -1,20 +1,30 @@
-//! Starting and stopping the proxy: listeners, worker threads, the control
-//! thread.
+//! Starting, reloading and stopping the proxy: listeners, worker threads,
+//! the control thread.
 //!
 //! Every listener is bound once per worker with `SO_REUSEPORT`, so the
 //! kernel spreads connections over the workers and no accept lock is
 //! shared. Each worker is a thread running a single-threaded tokio runtime
 //! with its own balancers and upstream connection pools
-//! ([`WorkerCluster`](crate::cluster::WorkerCluster)); a connection stays on
-//! the worker that accepted it. A control thread serves the admin listener
-//! and re-resolves endpoint names. [`Proxy::shutdown`] stops accepting,
-//! lets connections finish their requests (up to a drain timeout) and joins
-//! every thread.
+//! ([`WorkerCluster`](crate::cluster::WorkerCluster)), reached through a
+//! per-worker [`Routing`] that a reload replaces; a connection stays on the
+//! worker that accepted it. A control thread serves the admin listener,
+//! re-resolves endpoint names, runs health checks and outlier detection.
+//!
+//! [`Proxy::reload`] applies a new configuration without closing a listener
+//! or a connection: requests already routed finish on the clusters they
+//! started with, new ones use the new routing; clusters that remain keep
+//! their endpoints' ids, counters, health and ejections, and their
+//! balancers (with latency estimates and active counts) when the algorithm
+//! is unchanged. [`Proxy::shutdown`] stops accepting, lets connections
+//! finish their requests (up to a drain timeout) and joins every thread.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -23,13 +33,15 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
+use tokio::time::{Instant, Sleep};
 
 use crate::admin::Admin;
-use crate::cluster::{SharedCluster, WorkerCluster};
+use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Listener, ListenerProtocol};
-use crate::http::{upstream_client, Epoch, HttpService};
+use crate::http::{upstream_client, Epoch, HttpService, UpstreamClient};
 use crate::metrics::ProxyStats;
 
 /// Why the proxy could not start.
@@ -54,6 +66,20 @@ pub enum ServeError {
     /// A thread or runtime could not be started.
     #[error("cannot start: {0}")]
     Runtime(#[from] std::io::Error),
+    /// A reload asked for something only a restart can do.
+    #[error("cannot reload: {0}; restart to apply it (the old configuration keeps serving)")]
+    NeedsRestart(String),
+}
+
+/// What a worker routes with: listeners' routes, its clusters and their
+/// connection pools. Replaced whole on reload.
+pub struct Routing {
+    /// The listeners, in configuration order.
+    pub listeners: Vec<Listener>,
+    /// This worker's clusters, in configuration order.
+    pub clusters: Vec<Arc<WorkerCluster>>,
+    /// This worker's upstream clients, indexed like `clusters`.
+    pub clients: Vec<UpstreamClient>,
 }
 
 /// A running proxy.
@@ -62,7 +88,13 @@ pub struct Proxy {
     admin_addr: Option<SocketAddr>,
     stop: watch::Sender<Stop>,
     threads: Vec<JoinHandle<()>>,
-    clusters: Vec<Arc<SharedCluster>>,
+    epoch: Epoch,
+    /// The configuration in force.
+    config: Mutex<Config>,
+    /// Shared clusters, watched by the control thread and the admin listener.
+    clusters: watch::Sender<Vec<Arc<SharedCluster>>>,
+    /// Each worker's routing.
+    routing: Vec<watch::Sender<Arc<Routing>>>,
 }
 
 /// How long a shutdown waits for requests in flight, unless told otherwise.
@@ -103,14 +135,40 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
+fn worker_seed(config: &Config, worker: usize, cluster: usize) -> u64 {
+    config.seed.wrapping_add(worker as u64) ^ ((cluster as u64) << 32)
+}
+
+/// Routing for `worker` under `config`, reusing what `previous` had for
+/// clusters of the same name.
+fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previous: Option<&Routing>) -> Arc<Routing> {
+    let mut clusters = Vec::with_capacity(shared.len());
+    let mut clients = Vec::with_capacity(shared.len());
+    for (i, s) in shared.iter().enumerate() {
+        let old = previous.and_then(|p| {
+            let j = p.clusters.iter().position(|c| c.shared.config.name == s.config.name)?;
+            Some((&p.clusters[j], &p.clients[j]))
+        });
+        clusters.push(WorkerCluster::new(s.clone(), worker_seed(config, worker, i), old.map(|o| o.0.as_ref())));
+        let same_pool = old.is_some_and(|(c, _)| {
+            c.shared.config.upstream == s.config.upstream && c.shared.config.connect_timeout == s.config.connect_timeout
+        });
+        clients.push(match old {
+            Some((_, client)) if same_pool => client.clone(),
+            _ => upstream_client(&s.config),
+        });
+    }
+    Arc::new(Routing { listeners: config.listeners.clone(), clusters, clients })
+}
+
 impl Proxy {
     /// Bind every listener and start the workers. Returns once the proxy
     /// accepts connections.
     pub fn start(config: Config) -> Result<Proxy, ServeError> {
         let epoch = Epoch::new();
         let stats = Arc::new(ProxyStats::default());
-        let clusters: Vec<Arc<SharedCluster>> =
-            config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch)).collect();
+        let shared: Vec<Arc<SharedCluster>> =
+            config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch, None)).collect();
         let tls: Vec<_> = config
             .listeners
             .iter()
@@ -129,21 +187,22 @@ impl Proxy {
         }
         let admin_socket = config.admin.map(bind).transpose()?;
         let admin_addr = admin_socket.as_ref().map(|s| s.local_addr()).transpose()?;
+        // Connection limits hold over all workers.
+        let permits: Vec<Arc<Semaphore>> =
+            config.listeners.iter().map(|l| Arc::new(Semaphore::new(l.limits.max_connections))).collect();
 
         let (stop, stopped) = watch::channel(None);
+        let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
+        let mut routing_tx = Vec::new();
         for (worker, sockets) in sockets.into_iter().enumerate() {
-            let seed = config.seed.wrapping_add(worker as u64);
-            let worker_clusters: Vec<Arc<WorkerCluster>> = clusters
-                .iter()
-                .enumerate()
-                .map(|(i, c)| WorkerCluster::new(c.clone(), seed ^ ((i as u64) << 32)))
-                .collect();
+            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None));
+            routing_tx.push(tx);
             let job = Worker {
-                listeners: config.listeners.clone(),
                 sockets,
-                clusters: worker_clusters,
+                routing: rx,
                 tls: tls.clone(),
+                permits: permits.clone(),
                 stats: stats.clone(),
                 epoch,
                 stopped: stopped.clone(),
@@ -156,15 +215,24 @@ impl Proxy {
             })?);
         }
         let control = Control {
-            admin: admin_socket.map(|s| (s, Arc::new(Admin { clusters: clusters.clone(), stats, epoch }))),
-            clusters: clusters.clone(),
+            admin: admin_socket.map(|s| (s, Arc::new(Admin { clusters: clusters_rx.clone(), stats, epoch }))),
+            clusters: clusters_rx,
             stopped,
         };
         threads.push(std::thread::Builder::new().name("fulcrum-control".into()).spawn(move || match runtime() {
             Ok(rt) => rt.block_on(control.run()),
             Err(e) => eprintln!("fulcrum: control thread: cannot start a runtime: {e}"),
         })?);
-        Ok(Proxy { listen_addrs, admin_addr, stop, threads, clusters })
+        Ok(Proxy {
+            listen_addrs,
+            admin_addr,
+            stop,
+            threads,
+            epoch,
+            config: Mutex::new(config),
+            clusters: clusters_tx,
+            routing: routing_tx,
+        })
     }
 
     /// The bound address of each listener, in configuration order.
@@ -177,9 +245,48 @@ impl Proxy {
         self.admin_addr
     }
 
-    /// The clusters, for inspection.
-    pub fn clusters(&self) -> &[Arc<SharedCluster>] {
-        &self.clusters
+    /// The clusters in force.
+    pub fn clusters(&self) -> Vec<Arc<SharedCluster>> {
+        self.clusters.borrow().clone()
+    }
+
+    /// Apply `next` without dropping a connection or a request. Clusters
+    /// and routes may change freely; listeners (addresses, protocols, TLS,
+    /// limits), the worker count, the admin address and the seed need a
+    /// restart, and a configuration that changes them is refused whole.
+    pub fn reload(&self, next: Config) -> Result<(), ServeError> {
+        let mut config = lock(&self.config);
+        let same_listener = |a: &Listener, b: &Listener| {
+            a.listen == b.listen
+                && a.protocol == b.protocol
+                && a.tls == b.tls
+                && a.max_header_bytes == b.max_header_bytes
+                && a.limits == b.limits
+        };
+        if next.listeners.len() != config.listeners.len()
+            || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
+        {
+            return Err(ServeError::NeedsRestart("listeners changed".into()));
+        }
+        if next.workers != config.workers || next.admin != config.admin || next.seed != config.seed {
+            return Err(ServeError::NeedsRestart("workers, admin or seed changed".into()));
+        }
+        let old = self.clusters.borrow().clone();
+        let shared: Vec<Arc<SharedCluster>> = next
+            .clusters
+            .iter()
+            .map(|c| {
+                let previous = old.iter().find(|o| o.config.name == c.name);
+                SharedCluster::new(c.clone(), self.epoch, previous.map(|p| p.as_ref()))
+            })
+            .collect();
+        for (worker, tx) in self.routing.iter().enumerate() {
+            let previous = tx.borrow().clone();
+            tx.send_replace(routing(&next, worker, &shared, Some(&previous)));
+        }
+        self.clusters.send_replace(shared);
+        *config = next;
+        Ok(())
     }
 
     /// Stop accepting, let requests in flight finish for up to `drain`, and
@@ -195,10 +302,10 @@ impl Proxy {
 
 /// One worker thread's share of the proxy.
 struct Worker {
-    listeners: Vec<Listener>,
     sockets: Vec<std::net::TcpListener>,
-    clusters: Vec<Arc<WorkerCluster>>,
+    routing: watch::Receiver<Arc<Routing>>,
     tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
+    permits: Vec<Arc<Semaphore>>,
     stats: Arc<ProxyStats>,
     epoch: Epoch,
     stopped: watch::Receiver<Stop>,
@@ -206,13 +313,25 @@ struct Worker {
 
 impl Worker {
     async fn run(self) {
-        for c in &self.clusters {
-            tokio::spawn(c.clone().follow_endpoints());
-        }
-        let clients: Vec<_> = self.clusters.iter().map(|c| upstream_client(&c.shared.config)).collect();
+        // Keep each balancer in step with its cluster's endpoint set, for the
+        // routing in force and every routing a reload brings.
+        let mut follow = self.routing.clone();
+        let mut stopped = self.stopped.clone();
+        tokio::spawn(async move {
+            loop {
+                for c in &follow.borrow_and_update().clusters {
+                    tokio::spawn(WorkerCluster::follow_endpoints(Arc::downgrade(c)));
+                }
+                tokio::select! {
+                    _ = stopping(&mut stopped) => return,
+                    changed = follow.changed() => if changed.is_err() { return },
+                }
+            }
+        });
         let graceful = Arc::new(GracefulShutdown::new());
         let mut accept_loops = Vec::new();
-        for ((listener, socket), tls) in self.listeners.into_iter().zip(self.sockets).zip(self.tls) {
+        for (index, ((socket, tls), permits)) in self.sockets.into_iter().zip(self.tls).zip(self.permits).enumerate() {
+            let listener = self.routing.borrow().listeners[index].clone();
             let socket = match TcpListener::from_std(socket) {
                 Ok(s) => s,
                 Err(e) => {
@@ -222,29 +341,21 @@ impl Worker {
             };
             let accept = Accept {
                 socket,
-                tls,
+                permits,
                 stats: self.stats.clone(),
-                epoch: self.epoch,
                 stopped: self.stopped.clone(),
                 graceful: graceful.clone(),
             };
+            let service = Arc::new(HttpService {
+                listener: index,
+                routing: self.routing.clone(),
+                stats: self.stats.clone(),
+                epoch: self.epoch,
+                tls: tls.is_some(),
+            });
             accept_loops.push(match listener.protocol {
-                ListenerProtocol::Http => {
-                    let service = Arc::new(HttpService {
-                        max_header_bytes: listener.max_header_bytes,
-                        tls: accept.tls.is_some(),
-                        listener,
-                        clusters: self.clusters.clone(),
-                        clients: clients.clone(),
-                        stats: self.stats.clone(),
-                        epoch: self.epoch,
-                    });
-                    tokio::spawn(accept.http(service))
-                }
-                ListenerProtocol::Tcp => {
-                    let cluster = self.clusters[listener.cluster.unwrap_or(0)].clone();
-                    tokio::spawn(accept.tcp(cluster))
-                }
+                ListenerProtocol::Http => tokio::spawn(accept.http(service, listener, tls)),
+                ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
             });
         }
         for a in accept_loops {
@@ -260,23 +371,29 @@ impl Worker {
 /// One listener's accept loop on one worker.
 struct Accept {
     socket: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    permits: Arc<Semaphore>,
     stats: Arc<ProxyStats>,
-    epoch: Epoch,
     stopped: watch::Receiver<Stop>,
     graceful: Arc<GracefulShutdown>,
 }
 
 impl Accept {
-    /// The next connection, or `None` once the proxy stops.
-    async fn next(&mut self) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+    /// The next connection with its permit, or `None` once the proxy stops.
+    /// Connections beyond `max_connections` are closed at once.
+    async fn next(&mut self) -> Option<(tokio::net::TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit)> {
         loop {
             tokio::select! {
                 _ = stopping(&mut self.stopped) => return None,
                 accepted = self.socket.accept() => match accepted {
-                    Ok(c) => {
+                    Ok((stream, peer)) => {
                         self.stats.connections.fetch_add(1, Relaxed);
-                        return Some(c);
+                        match self.permits.clone().try_acquire_owned() {
+                            Ok(permit) => return Some((stream, peer, permit)),
+                            Err(_) => {
+                                self.stats.rejected_connections.fetch_add(1, Relaxed);
+                                drop(stream);
+                            }
+                        }
                     }
                     // Out of file descriptors and the like: back off instead of spinning.
                     Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -285,40 +402,54 @@ impl Accept {
         }
     }
 
-    async fn http(mut self, service: Arc<HttpService>) {
+    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<tokio_rustls::TlsAcceptor>) {
+        let limits = listener.limits.clone();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
-            .max_buf_size(service.max_header_bytes);
-        builder.http2().timer(TokioTimer::new()).max_concurrent_streams(1024);
+            .header_read_timeout(limits.header_read_timeout)
+            .max_headers(limits.max_headers)
+            .max_buf_size(listener.max_header_bytes);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(1024)
+            .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
         let builder = Arc::new(builder);
-        while let Some((stream, peer)) = self.next().await {
+        while let Some((stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
-            let tls = self.tls.clone();
+            let tls = tls.clone();
             let watcher = self.graceful.watcher();
+            let limits = limits.clone();
             tokio::spawn(async move {
+                let _permit = permit;
+                let active = Arc::new(AtomicUsize::new(0));
+                let counter = active.clone();
                 let svc = service_fn(move |req| {
                     let service = service.clone();
-                    async move { service.handle(peer, req).await }
+                    let guard = ActiveGuard::new(counter.clone());
+                    async move {
+                        let response = service.handle(peer, req).await;
+                        drop(guard);
+                        response
+                    }
                 });
                 // Connection errors (malformed requests, resets) are the
                 // client's; hyper has already answered what can be answered.
                 match tls {
                     None => {
-                        let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
+                        let conn = builder.serve_connection(TokioIo::new(io), svc);
                         let _ = watcher.watch(conn.into_owned()).await;
                     }
                     Some(acceptor) => {
-                        let Ok(Ok(stream)) =
-                            tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
-                        else {
-                            return;
-                        };
-                        let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                        let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                        let Ok(Ok(stream)) = handshake.await else { return };
+                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
+                        let conn = builder.serve_connection(TokioIo::new(io), svc);
                         let _ = watcher.watch(conn.into_owned()).await;
                     }
                 }
@@ -326,63 +457,191 @@ impl Accept {
         }
     }
 
-    async fn tcp(mut self, cluster: Arc<WorkerCluster>) {
-        while let Some((stream, peer)) = self.next().await {
-            tokio::spawn(crate::tcp::proxy(cluster.clone(), self.epoch, stream, peer));
+    async fn tcp(mut self, service: Arc<HttpService>) {
+        while let Some((stream, peer, permit)) = self.next().await {
+            let routing = service.routing.borrow().clone();
+            let Some(cluster) = routing.listeners[service.listener].cluster.map(|i| routing.clusters[i].clone()) else {
+                continue;
+            };
+            let epoch = service.epoch;
+            tokio::spawn(async move {
+                let _permit = permit;
+                crate::tcp::proxy(cluster, epoch, stream, peer).await;
+            });
         }
     }
 }
 
-/// The control thread: admin listener and DNS re-resolution.
+/// Counts a request in flight on its connection while it lives.
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl ActiveGuard {
+    fn new(counter: Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Relaxed);
+        ActiveGuard(counter)
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A connection that fails its reads once it has been idle — no bytes in
+/// either direction and no request in flight — for `limit`, so that hyper
+/// closes it. hyper has a header-read timeout but no idle timeout between
+/// requests.
+struct IdleTimeout<IO> {
+    io: IO,
+    limit: Duration,
+    deadline: Pin<Box<Sleep>>,
+    active: Arc<AtomicUsize>,
+}
+
+impl<IO> IdleTimeout<IO> {
+    fn new(io: IO, limit: Duration, active: Arc<AtomicUsize>) -> Self {
+        IdleTimeout { io, limit, deadline: Box::pin(tokio::time::sleep(limit)), active }
+    }
+
+    fn touch(&mut self) {
+        self.deadline.as_mut().reset(Instant::now() + self.limit);
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for IdleTimeout<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    self.touch();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                if self.active.load(Relaxed) > 0 {
+                    self.touch();
+                    return Poll::Pending;
+                }
+                match self.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// The control thread: admin listener, DNS re-resolution, health checks
+/// and outlier detection for the clusters in force.
 struct Control {
     admin: Option<(std::net::TcpListener, Arc<Admin>)>,
-    clusters: Vec<Arc<SharedCluster>>,
+    clusters: watch::Receiver<Vec<Arc<SharedCluster>>>,
     stopped: watch::Receiver<Stop>,
 }
 
 impl Control {
-    async fn run(mut self) {
-        for (i, c) in self.clusters.iter().enumerate() {
-            tokio::spawn(c.clone().manage(self.stopped.clone()));
-            tokio::spawn(crate::health::run(c.clone(), self.stopped.clone(), i as u64));
-        }
-        for c in self.clusters.clone() {
-            let mut stopped = self.stopped.clone();
-            tokio::spawn(async move {
+    /// Start the per-cluster tasks of `clusters`.
+    fn spawn_cluster_tasks(&self, clusters: &[Arc<SharedCluster>]) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        for (i, c) in clusters.iter().enumerate() {
+            tasks.push(tokio::spawn(c.clone().manage(self.stopped.clone())));
+            tasks.push(tokio::spawn(crate::health::run(c.clone(), self.stopped.clone(), i as u64)));
+            let (c, mut stopped) = (c.clone(), self.stopped.clone());
+            tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         _ = stopping(&mut stopped) => return,
                         _ = tokio::time::sleep(c.config.resolve_interval) => c.resolve().await,
                     }
                 }
-            });
+            }));
         }
-        let Some((socket, admin)) = self.admin.take() else {
-            stopping(&mut self.stopped).await;
-            return;
-        };
-        let socket = match TcpListener::from_std(socket) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("fulcrum: admin listener: {e}");
-                return;
-            }
-        };
-        loop {
-            tokio::select! {
-                _ = stopping(&mut self.stopped) => return,
-                accepted = socket.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    let admin = admin.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req| {
-                            let admin = admin.clone();
-                            async move { admin.handle(req).await }
-                        });
-                        let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-                    });
+        tasks
+    }
+
+    async fn run(mut self) {
+        let admin = self.admin.take();
+        let mut clusters = self.clusters.clone();
+        let mut stopped = self.stopped.clone();
+        let mut tasks = self.spawn_cluster_tasks(&clusters.borrow_and_update());
+        let supervisor = async {
+            loop {
+                tokio::select! {
+                    _ = stopping(&mut stopped) => return,
+                    changed = clusters.changed() => {
+                        if changed.is_err() { return }
+                        // A reload: the replaced clusters' tasks end, the new ones start.
+                        for t in tasks.drain(..) {
+                            t.abort();
+                        }
+                        tasks = self.spawn_cluster_tasks(&clusters.borrow_and_update());
+                    }
                 }
             }
-        }
+        };
+        let mut stopped = self.stopped.clone();
+        tokio::join!(supervisor, async move {
+            let Some((socket, admin)) = admin else { return };
+            let socket = match TcpListener::from_std(socket) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("fulcrum: admin listener: {e}");
+                    return;
+                }
+            };
+            loop {
+                tokio::select! {
+                    _ = stopping(&mut stopped) => return,
+                    accepted = socket.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let admin = admin.clone();
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req| {
+                                let admin = admin.clone();
+                                async move { admin.handle(req).await }
+                            });
+                            let conn = hyper::server::conn::http1::Builder::new();
+                            let _ = conn.serve_connection(TokioIo::new(stream), svc).await;
+                        });
+                    }
+                }
+            }
+        });
     }
 }
