@@ -69,6 +69,11 @@ impl Fulcrum {
         Fulcrum { child, listen, admin, dir }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Ask it to stop (SIGTERM) and wait; returns the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
