@@ -132,7 +132,7 @@ impl Admin {
                 let _ = writeln!(out, "fulcrum_upstream_ejected{{{labels}}} {}", u8::from(c.health_of(id).0));
             }
         }
-        let cluster_counters: [ClusterCounter; 5] = [
+        let cluster_counters: [ClusterCounter; 6] = [
             ("fulcrum_cluster_ejections_total", "Outlier ejections.", |c| c.counters.ejections.load(Relaxed)),
             ("fulcrum_cluster_retries_total", "Retries made.", |c| c.counters.retries.load(Relaxed)),
             ("fulcrum_cluster_retries_denied_total", "Retries the budget refused.", |c| {
@@ -140,6 +140,9 @@ impl Admin {
             }),
             ("fulcrum_cluster_overflow_total", "Requests refused by max_requests (503).", |c| {
                 c.counters.overflows.load(Relaxed)
+            }),
+            ("fulcrum_cluster_request_limit", "Requests in flight allowed now (slow start ramps it).", |c| {
+                c.request_limit.load(Relaxed)
             }),
             ("fulcrum_cluster_panic", "1 while too few endpoints are healthy and all are used.", |c| {
                 u64::from(c.panic.load(Relaxed))

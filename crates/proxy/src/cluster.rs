@@ -110,6 +110,10 @@ pub struct SharedCluster {
     pub counters: Arc<ClusterCounters>,
     /// Whether the cluster is in panic mode now.
     pub panic: AtomicBool,
+    /// Requests in flight allowed now: `max_requests`, scaled down by slow
+    /// start while *every* endpoint is ramping (weights are relative, so
+    /// ramping them all alike would otherwise change nothing).
+    pub request_limit: AtomicU64,
 }
 
 /// A cluster's counters, carried over when a reload replaces the cluster so
@@ -183,6 +187,7 @@ impl SharedCluster {
             balancers: Mutex::new(Vec::new()),
             counters,
             panic: AtomicBool::new(false),
+            request_limit: AtomicU64::new(u64::MAX),
         });
         let addrs = shared
             .config
@@ -288,6 +293,22 @@ impl SharedCluster {
                 self.log(format_args!("panic over: {healthy} of {} endpoints healthy", all.len()));
             }
         }
+        let factors: Vec<f64> = match &membership.slow_start {
+            Some(s) => membership
+                .members
+                .iter()
+                .map(|m| m.ramp_from.map_or(1.0, |from| s.factor(now.saturating_sub(from))))
+                .collect(),
+            None => Vec::new(),
+        };
+        let all_ramping = !factors.is_empty() && factors.iter().all(|&f| f < 1.0);
+        let limit = if all_ramping {
+            let mean = factors.iter().sum::<f64>() / factors.len() as f64;
+            ((self.config.max_requests as f64 * mean).ceil() as u64).max(1)
+        } else {
+            self.config.max_requests
+        };
+        self.request_limit.store(limit, Relaxed);
         let mut upstreams: Vec<Option<Upstream>> = Vec::new();
         for m in &membership.members {
             let slot = m.endpoint.id.0 as usize;
@@ -382,7 +403,8 @@ impl SharedCluster {
                     let ramping = m.slow_start.as_ref().is_some_and(|s| {
                         m.members.iter().any(|x| x.ramp_from.is_some_and(|f| s.ramping(now.saturating_sub(f))))
                     });
-                    if any || (ramping && now.saturating_sub(last_ramp_step) >= 1_000_000_000) {
+                    let was_ramping = self.request_limit.load(Relaxed) < self.config.max_requests;
+                    if any || ((ramping || was_ramping) && now.saturating_sub(last_ramp_step) >= 1_000_000_000) {
                         last_ramp_step = now;
                         self.publish(&m);
                     }
@@ -493,7 +515,7 @@ impl WorkerCluster {
     /// `avoid` (a retry's earlier endpoints) when another can be had.
     pub fn pick(&self, now: Nanos, key: Option<u64>, avoid: &[EndpointId]) -> Result<Pick, NoPick> {
         let counters = &self.shared.counters;
-        if counters.in_flight.fetch_add(1, Relaxed) >= self.shared.config.max_requests {
+        if counters.in_flight.fetch_add(1, Relaxed) >= self.shared.request_limit.load(Relaxed) {
             counters.in_flight.fetch_sub(1, Relaxed);
             counters.overflows.fetch_add(1, Relaxed);
             return Err(NoPick::Overflow);
@@ -648,6 +670,22 @@ mod tests {
         let now = shared.current();
         assert!(now.panic && shared.panic.load(Relaxed));
         assert_eq!(now.endpoints.len(), 3);
+    }
+
+    #[test]
+    fn slow_start_ramps_the_request_limit_when_every_endpoint_is_new() {
+        let epoch = Epoch::new();
+        let c = cluster("max_requests = 100\nslow_start = { window = \"30s\" }", &["127.0.0.1:1", "127.0.0.1:2"]);
+        let old = SharedCluster::new(c.clone(), epoch, None);
+        assert_eq!(old.request_limit.load(Relaxed), 100, "endpoints there from the start are warm");
+        // A reload that replaces every endpoint: all new, all at the 10 % floor.
+        let c2 = cluster("max_requests = 100\nslow_start = { window = \"30s\" }", &["127.0.0.1:3", "127.0.0.1:4"]);
+        let new = SharedCluster::new(c2, epoch, Some(&old));
+        assert_eq!(new.request_limit.load(Relaxed), 10);
+        let w = WorkerCluster::new(new.clone(), 1, None);
+        let held: Vec<_> = (0..10).map(|_| w.pick(0, None, &[]).unwrap()).collect();
+        assert_eq!(w.pick(0, None, &[]).err(), Some(NoPick::Overflow));
+        held.into_iter().for_each(|p| w.cancel(p));
     }
 
     #[test]
