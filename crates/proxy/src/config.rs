@@ -859,6 +859,17 @@ connect_timeout = "250ms"
         let end = start + readme[start..].find("```").expect("end of the example");
         let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README example: {e}"));
         assert_eq!((c.listeners.len(), c.clusters.len()), (2, 3));
+        // The reliability section's example, with every resilience option.
+        let start = readme.find(
+            "[[cluster]]\nname = \"app\"\nendpoints = [\"127.0.0.1:9001\", \"127.0.0.1:9002\", \"127.0.0.1:9003\"]",
+        );
+        let start = start.expect("README reliability example");
+        let end = start + readme[start..].find("```").expect("end of the example");
+        let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README reliability example: {e}"));
+        let app = &c.clusters[0];
+        assert!(app.health_check.is_some() && app.outlier_detection.is_some() && app.slow_start.is_some());
+        assert_eq!(app.retries.attempts, 3);
+        assert_eq!(c.listeners[0].limits.max_headers, 100);
     }
 
     #[test]
