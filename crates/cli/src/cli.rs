@@ -29,6 +29,8 @@ enum Command {
     Backend(crate::backend::Args),
     /// Send HTTP load (open loop without coordinated omission, closed loop, clients) and report.
     Load(crate::load::Args),
+    /// The XDP L4 load balancer: create, list, delete services; stats.
+    Lb(crate::lb::Args),
 }
 
 /// Parse `std::env::args`, exiting with a usage message on error.
@@ -47,6 +49,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Reload(args) => crate::serve::reload(args),
         Command::Backend(args) => crate::backend::run(args),
         Command::Load(args) => crate::load::run(args),
+        Command::Lb(args) => crate::lb::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 mod algorithms;
 mod backend;
 mod cli;
+mod lb;
 mod demo;
 mod load;
 mod serve;

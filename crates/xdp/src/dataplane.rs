@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
-use aya::programs::{Xdp, XdpMode};
+use aya::programs::Xdp;
+/// How the program attaches: native (driver), generic (skb) or let the kernel choose.
+pub use aya::programs::XdpMode;
 use aya::{Ebpf, EbpfLoader};
 
 use crate::maps::*;
