@@ -22,5 +22,6 @@ mod timer;
 
 pub use backend::{Backend, BackendSpec, Backends, BackendsConfig, BACKEND_HEADER};
 pub use dist::{Delay, DelayShape, ParseError, StatusMix};
+pub use fulcrum_sim::Summary;
 pub use load::{run, run_async, run_with, Clients, Control, LoadConfig, LoadError, Pattern};
-pub use report::{ErrorCounts, ErrorKind, Latency, Report};
+pub use report::{ErrorCounts, ErrorKind, Report};

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use fulcrum_sim::Summary;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -89,57 +90,28 @@ impl ErrorCounts {
     }
 }
 
-/// Latency figures in milliseconds, with the simulator's names (its
-/// `latency_ms`), so tools read both reports alike.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Latency {
-    /// Smallest.
-    pub min: f64,
-    /// Mean.
-    pub avg: f64,
-    /// Median.
-    pub p50: f64,
-    /// 75th percentile.
-    pub p75: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// 99.9th percentile.
-    pub p999: f64,
-    /// 99.99th percentile: in the table, not in the JSON, whose keys are
-    /// the simulator's.
-    #[serde(skip)]
-    pub p9999: f64,
-    /// Largest.
-    pub max: f64,
-    /// Standard deviation.
-    pub stddev: f64,
-}
-
-impl Latency {
-    fn of(h: &Histogram<u64>) -> Latency {
-        if h.is_empty() {
-            return Latency::default();
-        }
-        let ms = |us: u64| us as f64 / 1000.0;
-        let q = |q: f64| ms(h.value_at_quantile(q));
-        Latency {
-            min: ms(h.min()),
-            avg: h.mean() / 1000.0,
-            p50: q(0.5),
-            p75: q(0.75),
-            p90: q(0.9),
-            p95: q(0.95),
-            p99: q(0.99),
-            p999: q(0.999),
-            p9999: q(0.9999),
-            max: ms(h.max()),
-            stddev: h.stdev() / 1000.0,
-        }
+/// The latency figures of `h` (microseconds) in milliseconds: the
+/// simulator's [`Summary`], so both reports have the same `latency_ms`, and
+/// the 99.99th percentile apart.
+fn summary(h: &Histogram<u64>) -> (Summary, f64) {
+    if h.is_empty() {
+        return (Summary::default(), 0.0);
     }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let q = |q: f64| ms(h.value_at_quantile(q));
+    let summary = Summary {
+        min: ms(h.min()),
+        avg: h.mean() / 1000.0,
+        p50: q(0.5),
+        p75: q(0.75),
+        p90: q(0.9),
+        p95: q(0.95),
+        p99: q(0.99),
+        p999: q(0.999),
+        max: ms(h.max()),
+        stddev: h.stdev() / 1000.0,
+    };
+    (summary, q(0.9999))
 }
 
 /// The result of a load run. `--json` prints it as is.
@@ -153,8 +125,13 @@ pub struct Report {
     pub rps: f64,
     /// From the first intended send to the last completion, in seconds.
     pub duration_s: f64,
-    /// Latency of the answered requests, from the intended send time.
-    pub latency_ms: Latency,
+    /// Latency of the answered requests, from the intended send time: the
+    /// simulator's figures and names.
+    pub latency_ms: Summary,
+    /// The 99.99th percentile: in the table, not in the JSON, whose
+    /// `latency_ms` is the simulator's.
+    #[serde(skip)]
+    pub latency_p9999_ms: f64,
     /// `errors` by kind.
     pub errors_by_kind: ErrorCounts,
     /// Responses by the value of their `x-fulcrum-backend` header; those
@@ -189,7 +166,7 @@ impl Report {
             ("p95", l.p95),
             ("p99", l.p99),
             ("p99.9", l.p999),
-            ("p99.99", l.p9999),
+            ("p99.99", self.latency_p9999_ms),
             ("max", l.max),
             ("stddev", l.stddev),
         ];
@@ -316,12 +293,14 @@ impl Recorder {
         }
         let requests = latency_us.len() + errors.connect + errors.timeout + errors.io;
         let duration_s = elapsed.as_secs_f64();
+        let (latency_ms, latency_p9999_ms) = summary(&latency_us);
         Report {
             requests,
             errors: errors.total(),
             rps: if duration_s > 0.0 { requests as f64 / duration_s } else { 0.0 },
             duration_s,
-            latency_ms: Latency::of(&latency_us),
+            latency_ms,
+            latency_p9999_ms,
             errors_by_kind: errors,
             by_backend,
         }
@@ -359,7 +338,8 @@ mod tests {
         for us in 1..=1000 {
             h.record(us * 10).unwrap(); // 0.01 ms … 10 ms
         }
-        let l = Latency::of(&h);
+        let (l, p9999) = summary(&h);
+        assert!((p9999 - 10.0).abs() < 0.01, "{p9999}");
         assert!((l.p50 - 5.0).abs() < 0.01, "{l:?}");
         assert!((l.p99 - 9.9).abs() < 0.01, "{l:?}");
         assert!((l.max - 10.0).abs() < 0.01 && (l.min - 0.01).abs() < 0.001, "{l:?}");
