@@ -38,6 +38,11 @@ impl Netns {
         Ok(ns)
     }
 
+    /// A handle on an existing namespace that is not deleted on drop.
+    pub fn attach(name: &str) -> NetnsRef {
+        NetnsRef { path: format!("/run/netns/{name}") }
+    }
+
     /// Its name.
     pub fn name(&self) -> &str {
         &self.name
@@ -72,13 +77,30 @@ impl Netns {
     /// Move the calling thread into the namespace (for good: run this on a
     /// thread of its own, or in a test, whose thread ends with it).
     pub fn enter(&self) -> io::Result<()> {
-        let f = File::open(self.path())?;
-        // SAFETY: a valid namespace fd; affects only the calling thread.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        enter(&self.path())
     }
+}
+
+/// A namespace made by someone else (e.g. `scripts/xdp-topology`).
+#[derive(Debug, Clone)]
+pub struct NetnsRef {
+    path: String,
+}
+
+impl NetnsRef {
+    /// Move the calling thread into the namespace, as [`Netns::enter`].
+    pub fn enter(&self) -> io::Result<()> {
+        enter(&self.path)
+    }
+}
+
+fn enter(path: &str) -> io::Result<()> {
+    let f = File::open(path)?;
+    // SAFETY: a valid namespace fd; affects only the calling thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Drop for Netns {
