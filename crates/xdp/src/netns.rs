@@ -4,7 +4,7 @@
 //! it when dropped. Only namespaces made here are touched.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
 
@@ -137,6 +137,8 @@ pub fn skip_bpf_test(test: &str) -> bool {
     if std::env::var_os("FULCRUM_REQUIRE_BPF").is_some() {
         panic!("{test}: FULCRUM_REQUIRE_BPF is set but {why}");
     }
-    eprintln!("skipped {test}: {why}");
+    // Straight to stderr: the test harness captures eprintln!, and a skip
+    // should be seen.
+    let _ = writeln!(io::stderr(), "skipped {test}: {why}");
     true
 }
