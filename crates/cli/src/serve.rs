@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use fulcrum_balance::AlgorithmKind;
+use fulcrum_proxy::config::HashKey;
 use fulcrum_proxy::{Config, Proxy};
 
 use crate::cli::Failure;
@@ -28,6 +29,10 @@ pub struct Args {
     /// peak-ewma, ring-hash, maglev, rendezvous; aliases wrr, lr, …).
     #[arg(long, default_value = "round-robin")]
     algorithm: Option<String>,
+    /// Quick mode: what hash-based algorithms hash: source-ip, path,
+    /// header:NAME or cookie:NAME (a request without it gets a random key).
+    #[arg(long, default_value = "source-ip", value_parser = parse_hash_key)]
+    hash_key: HashKey,
     /// Admin listener (/metrics, /status, /healthz); overrides the file's.
     #[arg(long)]
     admin: Option<SocketAddr>,
@@ -59,6 +64,16 @@ pub struct ReloadArgs {
     pid: Option<i32>,
 }
 
+fn parse_hash_key(s: &str) -> Result<HashKey, String> {
+    match s.split_once(':') {
+        None if s == "source-ip" => Ok(HashKey::SourceIp),
+        None if s == "path" => Ok(HashKey::Path),
+        Some(("header", name)) if !name.is_empty() => Ok(HashKey::Header(name.to_ascii_lowercase())),
+        Some(("cookie", name)) if !name.is_empty() => Ok(HashKey::Cookie(name.to_string())),
+        _ => Err("expected source-ip, path, header:NAME or cookie:NAME".into()),
+    }
+}
+
 fn load(args: &Args) -> Result<Config, Failure> {
     let mut config = match (&args.config, args.listen) {
         (Some(path), _) => Config::load(path).map_err(|e| Failure::input(e.to_string()))?,
@@ -66,7 +81,9 @@ fn load(args: &Args) -> Result<Config, Failure> {
             let name = args.algorithm.as_deref().unwrap_or("round-robin");
             let kind: AlgorithmKind =
                 name.parse().map_err(|e: fulcrum_balance::UnknownAlgorithm| Failure::input(e.to_string()))?;
-            Config::quick(listen, &args.backends, kind).map_err(|e| Failure::input(e.to_string()))?
+            let mut config = Config::quick(listen, &args.backends, kind).map_err(|e| Failure::input(e.to_string()))?;
+            config.clusters[0].hash_key = args.hash_key.clone();
+            config
         }
         (None, None) => {
             return Err(Failure::input("give --config FILE, or --listen ADDR --backends LIST (see --help)"))
