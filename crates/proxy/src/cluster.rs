@@ -39,6 +39,8 @@ use crate::metrics::EndpointStats;
 pub struct Upstream {
     /// Where to connect.
     pub addr: SocketAddr,
+    /// `addr` as a URI authority, made once rather than per request.
+    pub authority: http::uri::Authority,
     /// Shared counters.
     pub stats: Arc<EndpointStats>,
 }
@@ -248,7 +250,11 @@ impl SharedCluster {
                     Some(old) => Member { endpoint, ..old.clone() },
                     None => Member {
                         endpoint,
-                        upstream: Upstream { addr, stats },
+                        upstream: Upstream {
+                            addr,
+                            authority: addr.to_string().parse().expect("a socket address is a valid authority"),
+                            stats,
+                        },
                         healthy: true,
                         streak: 0,
                         ramp_from: membership.started.then_some(now),

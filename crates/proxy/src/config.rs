@@ -240,6 +240,9 @@ pub struct Retries {
     pub per_try_timeout: Option<Duration>,
     /// Retry budget: retries may add at most this share of requests.
     pub budget: RetryBudgetConfig,
+    /// `on`, parsed once at load.
+    #[serde(skip)]
+    pub conditions: Vec<RetryOn>,
 }
 
 impl Default for Retries {
@@ -249,6 +252,7 @@ impl Default for Retries {
             on: vec!["connect-failure".into()],
             per_try_timeout: None,
             budget: RetryBudgetConfig::default(),
+            conditions: vec![RetryOn::ConnectFailure],
         }
     }
 }
@@ -637,7 +641,9 @@ impl RawConfig {
                         return Err(src.error(r.span(), at("retries.per_try_timeout"), "must be greater than 0"));
                     }
                     RetryBudget::new(v.budget.clone()).map_err(|m| src.error(r.span(), at("retries.budget"), m))?;
-                    r.into_inner()
+                    let mut retries = r.into_inner();
+                    retries.conditions = retries.on.iter().filter_map(|o| RetryOn::parse(o)).collect();
+                    retries
                 }
                 None => Retries::default(),
             };

@@ -36,6 +36,7 @@ use bytes::Bytes;
 use fulcrum_balance::Nanos;
 use fulcrum_resilience::RequestResult;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty, Full};
@@ -216,6 +217,10 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests carry none: one pass of cheap name comparisons, no hashing.
+    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return;
+    }
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -254,7 +259,7 @@ fn idempotent(method: &Method) -> bool {
 
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a response.
-    pub async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+    pub async fn handle(&self, peer: &Peer, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
@@ -269,7 +274,7 @@ impl HttpService {
         };
         let cluster = &routing.clusters[route.cluster];
         let config = &cluster.shared.config;
-        let key = hash_key(&config.hash_key, &req, peer);
+        let key = hash_key(&config.hash_key, &req, peer.addr);
         let max_body = listener.limits.max_body_bytes;
         if req.body().size_hint().lower() > max_body {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
@@ -277,13 +282,17 @@ impl HttpService {
         }
         let (parts, body) = req.into_parts();
         let over_limit = Arc::new(AtomicBool::new(false));
-        let body = LimitedBody { inner: body, left: max_body, over: over_limit.clone() };
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let mut body = if replayable { None } else { Some(body) };
-        let retry_on: Vec<RetryOn> = config.retries.on.iter().filter_map(|o| RetryOn::parse(o)).collect();
+        let mut body =
+            if replayable { None } else { Some(LimitedBody { inner: body, left: max_body, over: over_limit.clone() }) };
+        let Some(headers) = self.upstream_headers(&parts, peer) else {
+            return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
+        };
+        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let retry_on = &config.retries.conditions;
         let per_try = config.retries.per_try_timeout.unwrap_or(config.request_timeout).min(config.request_timeout);
         let deadline = Instant::now() + config.request_timeout;
         let mut tried = Vec::new();
@@ -305,7 +314,8 @@ impl HttpService {
                 Some(b) => Either::Left(b),
                 None => Either::Right(Empty::new()),
             };
-            let Some(upstream_req) = self.rewrite(&parts, this_body, pick.upstream.addr, peer, config.upstream) else {
+            let Some(upstream_req) = rewrite(&parts, &headers, &path, this_body, &pick.upstream, config.upstream)
+            else {
                 cluster.cancel(pick);
                 return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n"));
             };
@@ -377,17 +387,9 @@ impl HttpService {
         }
     }
 
-    /// The request as sent upstream, or `None` if its target cannot be forwarded.
-    fn rewrite(
-        &self,
-        parts: &http::request::Parts,
-        body: UpstreamBody,
-        upstream: SocketAddr,
-        peer: SocketAddr,
-        protocol: UpstreamProtocol,
-    ) -> Option<Request<UpstreamBody>> {
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = Uri::builder().scheme("http").authority(upstream.to_string()).path_and_query(path).build().ok()?;
+    /// The request headers as sent upstream (every attempt): hop-by-hop
+    /// headers removed, `Host` kept, forwarding headers added.
+    fn upstream_headers(&self, parts: &http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
         let mut headers = parts.headers.clone();
         // HTTP/2 carries the host in :authority; HTTP/1.1 upstreams need it as Host.
         if !headers.contains_key(header::HOST) {
@@ -396,24 +398,57 @@ impl HttpService {
             }
         }
         strip_hop_by_hop(&mut headers);
-        let client_ip = peer.ip().to_string();
         let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(prior) => format!("{prior}, {client_ip}"),
-            None => client_ip,
+            Some(prior) => HeaderValue::from_str(&format!("{prior}, {}", peer.ip.to_str().ok()?)).ok()?,
+            None => peer.ip.clone(),
         };
-        headers.insert("x-forwarded-for", HeaderValue::from_str(&forwarded_for).ok()?);
+        headers.insert("x-forwarded-for", forwarded_for);
         headers.insert("x-forwarded-proto", HeaderValue::from_static(if self.tls { "https" } else { "http" }));
         headers.append(header::VIA, via(parts.version));
-        let mut req = Request::new(body);
-        *req.method_mut() = parts.method.clone();
-        *req.uri_mut() = uri;
-        *req.headers_mut() = headers;
-        *req.version_mut() = match protocol {
-            UpstreamProtocol::Http1 => Version::HTTP_11,
-            UpstreamProtocol::Http2 => Version::HTTP_2,
-        };
-        Some(req)
+        Some(headers)
     }
+}
+
+/// The client of a connection, as requests need it.
+pub struct Peer {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Its IP address as a header value, formatted once per connection.
+    pub ip: HeaderValue,
+}
+
+impl Peer {
+    /// The peer at `addr`.
+    pub fn new(addr: SocketAddr) -> Peer {
+        let ip = HeaderValue::from_str(&addr.ip().to_string()).expect("an IP address is a valid header value");
+        Peer { addr, ip }
+    }
+}
+
+/// One attempt's request to `upstream`, or `None` if its target cannot be forwarded.
+fn rewrite(
+    parts: &http::request::Parts,
+    headers: &HeaderMap,
+    path: &PathAndQuery,
+    body: UpstreamBody,
+    upstream: &crate::cluster::Upstream,
+    protocol: UpstreamProtocol,
+) -> Option<Request<UpstreamBody>> {
+    let uri = Uri::builder()
+        .scheme(http::uri::Scheme::HTTP)
+        .authority(upstream.authority.clone())
+        .path_and_query(path.clone())
+        .build()
+        .ok()?;
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers.clone();
+    *req.version_mut() = match protocol {
+        UpstreamProtocol::Http1 => Version::HTTP_11,
+        UpstreamProtocol::Http2 => Version::HTTP_2,
+    };
+    Some(req)
 }
 
 /// Reports a pick's outcome once, when the response body ends or is dropped.

@@ -428,11 +428,13 @@ impl Accept {
                 let _permit = permit;
                 let active = Arc::new(AtomicUsize::new(0));
                 let counter = active.clone();
+                let peer = Arc::new(crate::http::Peer::new(peer));
                 let svc = service_fn(move |req| {
                     let service = service.clone();
+                    let peer = peer.clone();
                     let guard = ActiveGuard::new(counter.clone());
                     async move {
-                        let response = service.handle(peer, req).await;
+                        let response = service.handle(&peer, req).await;
                         drop(guard);
                         response
                     }
