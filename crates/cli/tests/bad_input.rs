@@ -6,7 +6,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use common::{closed_port, get, send, Fulcrum};
+use common::{app_config, closed_port, get, send, Fulcrum};
 
 /// A listener that accepts connections and never answers.
 fn silent_upstream() -> (TcpListener, std::thread::JoinHandle<()>) {
@@ -25,23 +25,9 @@ fn silent_upstream() -> (TcpListener, std::thread::JoinHandle<()>) {
 }
 
 fn config(cluster_endpoints: &str, request_timeout: &str) -> String {
-    format!(
-        r#"
-workers = 1
-admin = "127.0.0.1:0"
-
-[[listener]]
-listen = "127.0.0.1:0"
-routes = [{{ host = "app.test", cluster = "app" }}]
-max_header_bytes = 8192
-
-[[cluster]]
-name = "app"
-endpoints = [{cluster_endpoints}]
-connect_timeout = "300ms"
-request_timeout = "{request_timeout}"
-"#
-    )
+    let timeouts = format!("connect_timeout = \"300ms\"\nrequest_timeout = \"{request_timeout}\"");
+    app_config(cluster_endpoints, "workers = 1", "max_header_bytes = 8192", &timeouts)
+        .replace("routes = [{ cluster = \"app\" }]", "routes = [{ host = \"app.test\", cluster = \"app\" }]")
 }
 
 #[test]
@@ -93,14 +79,16 @@ fn unresolvable_endpoints_leave_no_endpoint_so_503() {
 fn bad_config_names_file_line_and_field_and_exits_2() {
     let dir = common::temp_dir("bad-config");
     let path = dir.join("bad.toml");
-    std::fs::write(&path, config("\"127.0.0.1:1\", { address = \"127.0.0.1:2\", weight = 0 }", "1s")).unwrap();
+    let text = config("\"127.0.0.1:1\", { address = \"127.0.0.1:2\", weight = 0 }", "1s");
+    let line = 1 + text.lines().position(|l| l.starts_with("endpoints = [")).unwrap();
+    std::fs::write(&path, &text).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum"))
         .args(["serve", "--config", path.to_str().unwrap()])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("{}:12:", path.display())), "{err}");
+    assert!(err.contains(&format!("{}:{line}:", path.display())), "{err}");
     assert!(err.contains("cluster[0].endpoints[1].weight"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }

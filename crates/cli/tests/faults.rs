@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{get, Fulcrum};
+use common::{app_config, get, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, LoadConfig, Pattern, Report, StatusMix};
 
 /// A `fulcrum backend` process (so it can be killed like a real one).
@@ -77,28 +77,13 @@ fn total_requests(admin: SocketAddr) -> u64 {
 fn killing_a_backend_under_load_fails_no_request_and_it_ramps_back() {
     let backends: Vec<BackendProcess> = (0..3).map(|_| BackendProcess::start("127.0.0.1:0", "1ms")).collect();
     let victim = backends[2].addr;
-    let endpoints = backends.iter().map(|b| format!("\"{}\"", b.addr)).collect::<Vec<_>>().join(", ");
-    let f = Fulcrum::serve(
-        "kill",
-        &format!(
-            r#"
-admin = "127.0.0.1:0"
-
-[[listener]]
-listen = "127.0.0.1:0"
-routes = [{{ cluster = "app" }}]
-
-[[cluster]]
-name = "app"
-endpoints = [{endpoints}]
-algorithm = {{ kind = "round-robin" }}
-retries = {{ attempts = 3, on = ["connect-failure", "reset", "5xx"] }}
-outlier_detection = {{ consecutive_gateway_failure = 3, base_ejection_time = "3s" }}
-health_check = {{ kind = "tcp", interval = "250ms", jitter = "50ms", unhealthy_threshold = 2, healthy_threshold = 1 }}
-slow_start = {{ window = "4s" }}
-"#
-        ),
-    );
+    let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
+    let cluster = r#"algorithm = { kind = "round-robin" }
+retries = { attempts = 3, on = ["connect-failure", "reset", "5xx"] }
+outlier_detection = { consecutive_gateway_failure = 3, base_ejection_time = "3s" }
+health_check = { kind = "tcp", interval = "250ms", jitter = "50ms", unhealthy_threshold = 2, healthy_threshold = 1 }
+slow_start = { window = "4s" }"#;
+    let f = Fulcrum::serve("kill", &app_config(&toml_list(&addrs), "", "", cluster));
     let admin = f.admin.unwrap();
     let started = Instant::now();
     let run = load(f.listen[0], 200.0, 12);
@@ -165,11 +150,7 @@ fn twenty_reloads_under_load_fail_no_request_and_drop_no_connection() {
     let b = Backends::start(BackendsConfig::fixed_delays(&[Duration::from_millis(2); 3])).unwrap();
     let addrs = b.addrs();
     let config = |algorithm: &str, n: usize| {
-        let endpoints = addrs[..n].iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
-        format!(
-            "admin = \"127.0.0.1:0\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"app\" }}]\n\n\
-             [[cluster]]\nname = \"app\"\nendpoints = [{endpoints}]\nalgorithm = {{ kind = \"{algorithm}\" }}\n"
-        )
+        app_config(&toml_list(&addrs[..n]), "", "", &format!("algorithm = {{ kind = \"{algorithm}\" }}"))
     };
     let f = Fulcrum::serve("reload", &config("round-robin", 3));
     let path = f.dir.join("fulcrum.toml");
@@ -205,14 +186,8 @@ fn twenty_reloads_under_load_fail_no_request_and_drop_no_connection() {
 #[test]
 fn slow_loris_connections_do_not_hurt_a_well_behaved_client() {
     let b = Backends::start(BackendsConfig::fixed_delays(&[Duration::from_millis(1); 2])).unwrap();
-    let endpoints = b.addrs().iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
-    let f = Fulcrum::serve(
-        "loris",
-        &format!(
-            "admin = \"127.0.0.1:0\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"app\" }}]\n\
-             limits = {{ header_read_timeout = \"3s\" }}\n\n[[cluster]]\nname = \"app\"\nendpoints = [{endpoints}]\n"
-        ),
-    );
+    let limits = "limits = { header_read_timeout = \"3s\" }";
+    let f = Fulcrum::serve("loris", &app_config(&toml_list(&b.addrs()), "", limits, ""));
     let addr = f.listen[0];
     let baseline = load(addr, 100.0, 3).join().unwrap();
     // 500 connections that send half a request head, then a byte a second.
@@ -271,15 +246,8 @@ fn peak_ewma_does_not_favour_a_backend_that_fails_fast() {
     config.backends[3].delay = fulcrum_load::Delay::ZERO;
     config.backends[3].status = StatusMix::always(http::StatusCode::SERVICE_UNAVAILABLE);
     let b = Backends::start(config).unwrap();
-    let endpoints = b.addrs().iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
-    let f = Fulcrum::serve(
-        "fast-fail",
-        &format!(
-            "admin = \"127.0.0.1:0\"\nworkers = 1\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\n\
-             routes = [{{ cluster = \"app\" }}]\n\n[[cluster]]\nname = \"app\"\nendpoints = [{endpoints}]\n\
-             algorithm = {{ kind = \"peak-ewma\" }}\n"
-        ),
-    );
+    let cluster = "algorithm = { kind = \"peak-ewma\" }";
+    let f = Fulcrum::serve("fast-fail", &app_config(&toml_list(&b.addrs()), "workers = 1", "", cluster));
     let report = load(f.listen[0], 200.0, 4).join().unwrap();
     let count = |name: &str| report.by_backend.get(name).copied().unwrap_or(0);
     let healthy_min = (0..3).map(|i| count(&i.to_string())).min().unwrap();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{get, Fulcrum};
+use common::{app_config, get, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, BACKEND_HEADER};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -21,28 +21,12 @@ fn backends(delays_ms: &[u64]) -> Backends {
 }
 
 fn endpoints(b: &Backends) -> String {
-    b.addrs().iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")
+    toml_list(&b.addrs())
 }
 
 /// One worker (so counts are exact), an admin listener, one HTTP listener.
 fn config(b: &Backends, algorithm: &str, extra_cluster: &str) -> String {
-    format!(
-        r#"
-workers = 1
-admin = "127.0.0.1:0"
-
-[[listener]]
-listen = "127.0.0.1:0"
-routes = [{{ cluster = "app" }}]
-
-[[cluster]]
-name = "app"
-endpoints = [{}]
-algorithm = {{ kind = "{algorithm}" }}
-{extra_cluster}
-"#,
-        endpoints(b)
-    )
+    app_config(&endpoints(b), "workers = 1", "", &format!("algorithm = {{ kind = \"{algorithm}\" }}\n{extra_cluster}"))
 }
 
 /// Which backend answered each of `n` requests sent from `threads` threads.

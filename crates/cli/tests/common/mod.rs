@@ -156,6 +156,22 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Addresses as the body of a TOML list: `"a", "b"`.
+pub fn toml_list<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")
+}
+
+/// A proxy configuration: an admin listener and one HTTP listener, both on
+/// free ports, routing everything to the cluster `app` whose endpoints are
+/// `endpoints` (a TOML list body). `top` goes before the tables (e.g.
+/// `workers = 1`), `listener` and `cluster` into those tables.
+pub fn app_config(endpoints: &str, top: &str, listener: &str, cluster: &str) -> String {
+    format!(
+        "admin = \"127.0.0.1:0\"\n{top}\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"app\" }}]\n\
+         {listener}\n\n[[cluster]]\nname = \"app\"\nendpoints = [{endpoints}]\n{cluster}\n"
+    )
+}
+
 /// A port on 127.0.0.1 where nothing listens (bound, then released).
 pub fn closed_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
