@@ -4,8 +4,8 @@
 mod algorithms;
 mod backend;
 mod cli;
-mod lb;
 mod demo;
+mod lb;
 mod load;
 mod serve;
 mod signal;
