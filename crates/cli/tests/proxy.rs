@@ -113,6 +113,21 @@ fn least_request_follows_in_flight_counts() {
 }
 
 #[test]
+fn connection_and_pending_limits_answer_503() {
+    let b = backends(&[300]);
+    let f = Fulcrum::serve("breaker", &config(&b, "round-robin", "max_connections = 1\nmax_pending = 0"));
+    let addr = f.listen[0];
+    let first = std::thread::spawn(move || get(addr, "app", "/", "").status);
+    std::thread::sleep(Duration::from_millis(100));
+    // The one connection is busy and nobody may wait for it.
+    assert_eq!(get(addr, "app", "/", "").status, 503);
+    assert_eq!(first.join().unwrap(), 200);
+    let metrics = String::from_utf8(get(f.admin.unwrap(), "admin", "/metrics", "").body).unwrap();
+    assert!(metrics.contains("fulcrum_cluster_overflow_total{cluster=\"app\"} 1"), "{metrics}");
+    assert!(metrics.contains("fulcrum_cluster_upstream_connections{cluster=\"app\"} 1"), "{metrics}");
+}
+
+#[test]
 fn h2c_and_tls_with_alpn_h2() {
     let b = backends(&[0, 0]);
     let dir = common::temp_dir("tls-certs");

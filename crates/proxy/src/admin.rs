@@ -132,14 +132,19 @@ impl Admin {
                 let _ = writeln!(out, "fulcrum_upstream_ejected{{{labels}}} {}", u8::from(c.health_of(id).0));
             }
         }
-        let cluster_counters: [ClusterCounter; 6] = [
+        let cluster_counters: [ClusterCounter; 7] = [
             ("fulcrum_cluster_ejections_total", "Outlier ejections.", |c| c.counters.ejections.load(Relaxed)),
             ("fulcrum_cluster_retries_total", "Retries made.", |c| c.counters.retries.load(Relaxed)),
             ("fulcrum_cluster_retries_denied_total", "Retries the budget refused.", |c| {
                 c.counters.retries_denied.load(Relaxed)
             }),
-            ("fulcrum_cluster_overflow_total", "Requests refused by max_requests (503).", |c| {
-                c.counters.overflows.load(Relaxed)
+            (
+                "fulcrum_cluster_overflow_total",
+                "Requests refused by max_requests, max_connections or max_pending (503).",
+                |c| c.counters.overflows.load(Relaxed),
+            ),
+            ("fulcrum_cluster_upstream_connections", "Upstream connections open, all workers.", |c| {
+                c.connections.open(c.config.max_connections) as u64
             }),
             ("fulcrum_cluster_request_limit", "Requests in flight allowed now (slow start ramps it).", |c| {
                 c.request_limit.load(Relaxed)

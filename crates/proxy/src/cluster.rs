@@ -110,6 +110,8 @@ pub struct SharedCluster {
     balancers: Mutex<Vec<SharedBalancer>>,
     /// Counters that outlive a reload.
     pub counters: Arc<ClusterCounters>,
+    /// Upstream connections open and waiting, over all workers.
+    pub connections: Arc<crate::pool_limit::ConnectionLimit>,
     /// Whether the cluster is in panic mode now.
     pub panic: AtomicBool,
     /// Requests in flight allowed now: `max_requests`, scaled down by slow
@@ -178,6 +180,15 @@ impl SharedCluster {
                 m.healthy = true;
             }
         }
+        // Pools survive a reload with the same limits, and so do their permits.
+        let connections = match previous {
+            Some(p)
+                if (p.config.max_connections, p.config.max_pending) == (config.max_connections, config.max_pending) =>
+            {
+                p.connections.clone()
+            }
+            _ => crate::pool_limit::ConnectionLimit::new(config.max_connections, config.max_pending),
+        };
         let shared = Arc::new(SharedCluster {
             config,
             epoch,
@@ -187,6 +198,7 @@ impl SharedCluster {
             results,
             results_rx: Mutex::new(Some(results_rx)),
             balancers: Mutex::new(Vec::new()),
+            connections,
             counters,
             panic: AtomicBool::new(false),
             request_limit: AtomicU64::new(u64::MAX),

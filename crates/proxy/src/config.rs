@@ -170,6 +170,10 @@ pub struct Cluster {
     pub retries: Retries,
     /// Circuit breaking: most requests in flight to the cluster (503 beyond).
     pub max_requests: u64,
+    /// Circuit breaking: most upstream connections open, over all workers.
+    pub max_connections: usize,
+    /// Circuit breaking: most requests waiting for a connection (503 beyond).
+    pub max_pending: usize,
 }
 
 /// Active health checks of every endpoint of a cluster.
@@ -385,6 +389,8 @@ struct RawCluster {
     slow_start: Option<Spanned<SlowStartConfig>>,
     retries: Option<Spanned<Retries>>,
     max_requests: Option<Spanned<u64>>,
+    max_connections: Option<Spanned<usize>>,
+    max_pending: Option<Spanned<usize>>,
 }
 
 fn default_upstream() -> UpstreamProtocol {
@@ -430,7 +436,8 @@ fn read_endpoint(e: &RawEndpoint, src: &Source, field: &str) -> Result<EndpointC
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(5);
-/// Default circuit-breaker limit on requests in flight per cluster (Envoy's default).
+/// Default circuit-breaker limit on requests in flight, connections and
+/// pending requests per cluster (Envoy's default for each).
 const DEFAULT_MAX_REQUESTS: u64 = 1024;
 /// Default largest request head, as nginx's `large_client_header_buffers`-ish 64 KiB.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -521,6 +528,8 @@ impl Config {
                 slow_start: None,
                 retries: Retries::default(),
                 max_requests: DEFAULT_MAX_REQUESTS,
+                max_connections: DEFAULT_MAX_REQUESTS as usize,
+                max_pending: DEFAULT_MAX_REQUESTS as usize,
             }],
         })
     }
@@ -654,7 +663,18 @@ impl RawConfig {
                 Some(m) => m.into_inner(),
                 None => DEFAULT_MAX_REQUESTS,
             };
+            let at_least_one = |v: Option<Spanned<usize>>, name: &str| match v {
+                Some(m) if *m.get_ref() == 0 && name == "max_connections" => {
+                    Err(src.error(m.span(), at(name), "must be at least 1"))
+                }
+                Some(m) => Ok(m.into_inner()),
+                None => Ok(DEFAULT_MAX_REQUESTS as usize),
+            };
+            let max_connections = at_least_one(c.max_connections, "max_connections")?;
+            let max_pending = at_least_one(c.max_pending, "max_pending")?;
             clusters.push(Cluster {
+                max_connections,
+                max_pending,
                 health_check,
                 outlier_detection,
                 panic_threshold,

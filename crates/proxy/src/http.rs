@@ -50,6 +50,7 @@ use xxhash_rust::xxh64::xxh64;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
+use crate::pool_limit::{ConnectionLimit, LimitedConnector};
 use crate::server::Routing;
 
 /// The body of every response the proxy sends.
@@ -136,10 +137,10 @@ impl Body for LimitedBody {
 }
 
 /// The upstream client of one cluster on one worker (its own pool).
-pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
+pub type UpstreamClient = Client<LimitedConnector, UpstreamBody>;
 
 /// A pooled client speaking `cluster`'s upstream protocol.
-pub fn upstream_client(cluster: &Cluster) -> UpstreamClient {
+pub fn upstream_client(cluster: &Cluster, limit: Arc<ConnectionLimit>) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(cluster.connect_timeout));
     connector.set_nodelay(true);
@@ -148,7 +149,7 @@ pub fn upstream_client(cluster: &Cluster) -> UpstreamClient {
     if cluster.upstream == UpstreamProtocol::Http2 {
         builder.http2_only(true);
     }
-    builder.build(connector)
+    builder.build(LimitedConnector::new(connector, limit))
 }
 
 /// Everything one worker needs to serve one listener.
@@ -249,6 +250,8 @@ enum Try {
     ConnectFailure,
     /// The connection broke, or the upstream broke the protocol.
     Reset,
+    /// The cluster's connection and pending limits are full.
+    Overflow,
     /// The per-try timeout passed.
     Timeout,
 }
@@ -324,6 +327,7 @@ impl HttpService {
             let outcome =
                 match tokio::time::timeout(timeout, routing.clients[route.cluster].request(upstream_req)).await {
                     Err(_) => Try::Timeout,
+                    Ok(Err(e)) if crate::pool_limit::is_overflow(&e) => Try::Overflow,
                     Ok(Err(e)) if e.is_connect() => Try::ConnectFailure,
                     Ok(Err(_)) => Try::Reset,
                     Ok(Ok(response)) => Try::Response(response),
@@ -333,7 +337,7 @@ impl HttpService {
                 Try::Response(r) if r.status().is_server_error() => {
                     (Some(r.status().as_u16()), RequestResult::ServerError)
                 }
-                Try::Response(_) => (None, RequestResult::Success),
+                Try::Response(_) | Try::Overflow => (None, RequestResult::Success),
                 Try::ConnectFailure | Try::Reset | Try::Timeout => (Some(0), RequestResult::GatewayFailure),
             };
             let wants_retry = condition.is_some()
@@ -370,6 +374,12 @@ impl HttpService {
                     cluster.complete(pick, self.epoch.now(), latency, result);
                     self.stats.gateway_timeout.fetch_add(1, Relaxed);
                     local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
+                }
+                Try::Overflow => {
+                    cluster.cancel(pick);
+                    cluster.shared.counters.overflows.fetch_add(1, Relaxed);
+                    self.stats.unavailable.fetch_add(1, Relaxed);
+                    local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
                 }
                 Try::Reset if over_limit.load(Relaxed) => {
                     // The body outgrew the limit while streaming: the client's

@@ -15,6 +15,7 @@ pub mod config;
 mod health;
 pub mod http;
 pub mod metrics;
+mod pool_limit;
 pub mod server;
 pub mod tcp;
 mod tls;

@@ -151,11 +151,15 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
         });
         clusters.push(WorkerCluster::new(s.clone(), worker_seed(config, worker, i), old.map(|o| o.0.as_ref())));
         let same_pool = old.is_some_and(|(c, _)| {
-            c.shared.config.upstream == s.config.upstream && c.shared.config.connect_timeout == s.config.connect_timeout
+            let (a, b) = (&c.shared.config, &s.config);
+            a.upstream == b.upstream
+                && a.connect_timeout == b.connect_timeout
+                && a.max_connections == b.max_connections
+                && a.max_pending == b.max_pending
         });
         clients.push(match old {
             Some((_, client)) if same_pool => client.clone(),
-            _ => upstream_client(&s.config),
+            _ => upstream_client(&s.config, s.connections.clone()),
         });
     }
     Arc::new(Routing { listeners: config.listeners.clone(), clusters, clients })
