@@ -13,6 +13,7 @@
 
 pub mod dataplane;
 mod error;
+pub mod fixture;
 pub mod flow;
 pub mod maps;
 pub mod netns;

@@ -2,35 +2,25 @@
 //! `BPF_PROG_TEST_RUN` (no attachment), checking the action and the frame
 //! that comes out. Each test makes its own namespace with two interfaces
 //! and fixed neighbours so that the program's FIB lookups give known
-//! results: `lb0` (10.201.0.1/24) faces backends .11–.15 (.14 has no
-//! neighbour entry), `lb1` (10.201.2.1/24) faces the client 10.201.2.100.
+//! results (see `fulcrum_xdp::fixture`).
 //! Needs root and the program; skipped with a message otherwise.
 
 use std::net::Ipv4Addr;
 
 use fulcrum_balance::HashFunction;
+use fulcrum_xdp::fixture::{backend_mac, FibFixture, CLIENT, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP};
 use fulcrum_xdp::flow::{entry, Flow};
-use fulcrum_xdp::netns::{skip_bpf_test, Netns};
-use fulcrum_xdp::packet::{self, Mac};
+use fulcrum_xdp::netns::skip_bpf_test;
+use fulcrum_xdp::packet;
 use fulcrum_xdp::spec::{parse_endpoints, Mode, Protocol, Select, ServiceKey, ServiceSpec};
 use fulcrum_xdp::testrun::{self, action, RunResult};
 use fulcrum_xdp::Loaded;
-
-const LB0_MAC: Mac = [2, 0, 0, 0, 0, 1];
-const LB1_MAC: Mac = [2, 0, 0, 0, 1, 1];
-const CLIENT_MAC: Mac = [2, 0, 0, 0, 1, 0x64];
-const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 100);
-const VIP: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
-
-fn backend_mac(ip: Ipv4Addr) -> Mac {
-    [2, 0, 0, 0, 0, ip.octets()[3]]
-}
 
 struct Fixture {
     loaded: Loaded,
     lb0: u32,
     lb1: u32,
-    _ns: Netns,
+    _net: FibFixture,
 }
 
 impl Fixture {
@@ -38,31 +28,8 @@ impl Fixture {
         if skip_bpf_test(test) {
             return None;
         }
-        let ns = Netns::new(&format!("fx{}-{}", std::process::id(), &test[..test.len().min(8)])).unwrap();
-        for (i, mac, addr) in [(0, LB0_MAC, "10.201.0.1/24"), (1, LB1_MAC, "10.201.2.1/24")] {
-            let (lb, peer) = (format!("lb{i}"), format!("peer{i}"));
-            ns.ip(&["link", "add", &lb, "type", "veth", "peer", "name", &peer]).unwrap();
-            ns.ip(&["link", "set", &lb, "address", &mac_str(mac), "up"]).unwrap();
-            ns.ip(&["link", "set", &peer, "up"]).unwrap();
-            ns.ip(&["addr", "add", addr, "dev", &lb]).unwrap();
-        }
-        for last in [11u8, 12, 13, 15] {
-            let ip = Ipv4Addr::new(10, 201, 0, last);
-            let mac = mac_str(backend_mac(ip));
-            ns.ip(&["neigh", "add", &ip.to_string(), "lladdr", &mac, "dev", "lb0", "nud", "permanent"]).unwrap();
-        }
-        let client_mac = mac_str(CLIENT_MAC);
-        ns.ip(&["neigh", "add", &CLIENT.to_string(), "lladdr", &client_mac, "dev", "lb1", "nud", "permanent"]).unwrap();
-        ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
-        ns.enter().unwrap();
-        let index = |name: &str| {
-            let c = std::ffi::CString::new(name).unwrap();
-            // SAFETY: a valid C string.
-            unsafe { libc::if_nametoindex(c.as_ptr()) }
-        };
-        let (lb0, lb1) = (index("lb0"), index("lb1"));
-        assert!(lb0 != 0 && lb1 != 0);
-        Some(Fixture { loaded: Loaded::new().unwrap(), lb0, lb1, _ns: ns })
+        let net = FibFixture::new(&format!("fx{}-{}", std::process::id(), &test[..test.len().min(8)])).unwrap();
+        Some(Fixture { loaded: Loaded::new().unwrap(), lb0: net.lb0, lb1: net.lb1, _net: net })
     }
 
     fn service(&mut self, port: u16, proto: Protocol, backends: &str, mode: Mode, hash: HashFunction) -> ServiceSpec {
@@ -98,10 +65,6 @@ impl Fixture {
     fn client_sends(&self, flow: &Flow) -> RunResult {
         self.run_on(self.lb1, &packet::build(flow, CLIENT_MAC, LB1_MAC, b"fixture"))
     }
-}
-
-fn mac_str(m: Mac) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn flow(sport: u16, dport: u16, proto: Protocol) -> Flow {

@@ -1,0 +1,71 @@
+//! A namespace in which the program's FIB lookups give known answers, for
+//! the packet fixtures and the per-packet cost benchmark. `lb0`
+//! (10.201.0.1/24) faces backends 10.201.0.11–.15, with permanent neighbour
+//! entries except for .14; `lb1` (10.201.2.1/24) faces the client
+//! 10.201.2.100. The calling thread enters it.
+
+use std::ffi::CString;
+use std::io;
+use std::net::Ipv4Addr;
+
+use crate::netns::Netns;
+use crate::packet::Mac;
+
+/// MAC of `lb0`.
+pub const LB0_MAC: Mac = [2, 0, 0, 0, 0, 1];
+/// MAC of `lb1`.
+pub const LB1_MAC: Mac = [2, 0, 0, 0, 1, 1];
+/// The client's MAC.
+pub const CLIENT_MAC: Mac = [2, 0, 0, 0, 1, 0x64];
+/// The client.
+pub const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 100);
+/// The VIP services use.
+pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
+
+/// The MAC of backend `ip` (its last octet).
+pub fn backend_mac(ip: Ipv4Addr) -> Mac {
+    [2, 0, 0, 0, 0, ip.octets()[3]]
+}
+
+/// The namespace, entered, with its interfaces' indexes.
+pub struct FibFixture {
+    /// Index of `lb0` (backends).
+    pub lb0: u32,
+    /// Index of `lb1` (client).
+    pub lb1: u32,
+    _ns: Netns,
+}
+
+fn mac_str(m: Mac) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+impl FibFixture {
+    /// Create namespace `name`, set it up and move the calling thread into it.
+    pub fn new(name: &str) -> io::Result<Self> {
+        let ns = Netns::new(name)?;
+        for (i, mac, addr) in [(0, LB0_MAC, "10.201.0.1/24"), (1, LB1_MAC, "10.201.2.1/24")] {
+            let (lb, peer) = (format!("lb{i}"), format!("peer{i}"));
+            ns.ip(&["link", "add", &lb, "type", "veth", "peer", "name", &peer])?;
+            ns.ip(&["link", "set", &lb, "address", &mac_str(mac), "up"])?;
+            ns.ip(&["link", "set", &peer, "up"])?;
+            ns.ip(&["addr", "add", addr, "dev", &lb])?;
+        }
+        let neighbours = [11u8, 12, 13, 15].map(|last| (Ipv4Addr::new(10, 201, 0, last), "lb0"));
+        for (ip, dev) in neighbours.into_iter().chain([(CLIENT, "lb1")]) {
+            let mac = if dev == "lb1" { CLIENT_MAC } else { backend_mac(ip) };
+            ns.ip(&["neigh", "add", &ip.to_string(), "lladdr", &mac_str(mac), "dev", dev, "nud", "permanent"])?;
+        }
+        ns.sysctl("net.ipv4.ip_forward", "1")?;
+        ns.enter()?;
+        let index = |name: &str| {
+            let c = CString::new(name).expect("no NUL");
+            // SAFETY: a valid C string.
+            match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+                0 => Err(io::Error::last_os_error()),
+                i => Ok(i),
+            }
+        };
+        Ok(FibFixture { lb0: index("lb0")?, lb1: index("lb1")?, _ns: ns })
+    }
+}
