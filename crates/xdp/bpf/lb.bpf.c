@@ -16,7 +16,9 @@
 //        loopback and answers the client directly.
 // The next hop comes from the kernel FIB (bpf_fib_lookup); when it cannot be
 // resolved yet the rewritten packet goes to the kernel, which forwards it and
-// learns the neighbour. Everything that is not for a service passes to the
+// learns the neighbour. A backend's next hop is cached per CPU for
+// NEXTHOP_TTL_JIFFIES: the lookup costs more than the rest of the program,
+// and a route or neighbour change is followed within the TTL. Everything that is not for a service passes to the
 // kernel; malformed IPv4 is dropped and counted.
 //
 // The layouts below are mirrored by crates/xdp/src/maps.rs: change both.
@@ -40,6 +42,9 @@
 #define SVC_MURMUR3 2u /* flow hash: MurmurHash3 instead of xxHash64 */
 
 #define BACKEND_ACTIVE 1u
+
+/* 0.25 s to 2.5 s, by CONFIG_HZ: jiffies are the cheapest clock a program has. */
+#define NEXTHOP_TTL_JIFFIES 250
 
 #define AF_INET 2
 
@@ -98,6 +103,15 @@ struct nat_origin {
 	__u16 pad;
 };
 
+struct nexthop {
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
+	__u32 ip;         /* the backend it was looked up for */
+	__u32 in_ifindex; /* the ingress interface it was looked up from */
+	__u32 ifindex;    /* the egress interface */
+	__u64 expires;    /* bpf_jiffies64() deadline */
+};
+
 struct counters {
 	__u64 packets;
 	__u64 bytes;
@@ -140,6 +154,14 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct nat_origin);
 } nat_replies SEC(".maps");
+
+/* Backend slot -> its cached next hop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct nexthop);
+} nexthops SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -274,11 +296,29 @@ static __always_inline void rewrite(struct iphdr *ip, __u16 *l4sum, __u32 *addr,
 	*port = new_port;
 }
 
-/* Send the packet towards `next` (the backend, or the client for replies):
- * XDP_TX when the route leaves by the interface it came in on, a redirect
- * otherwise, and the kernel when the FIB cannot give a resolved next hop. */
-static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip, __u32 next)
+static __always_inline int send(struct xdp_md *ctx, struct ethhdr *eth, const __u8 *dmac, const __u8 *smac,
+				__u32 ifindex)
 {
+	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
+	if (ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(ifindex, 0);
+}
+
+/* Send the packet towards `next` (the backend in slot `slot`, or the client
+ * for replies when `slot` is NO_BACKEND): XDP_TX when the route leaves by
+ * the interface it came in on, a redirect otherwise, and the kernel when the
+ * FIB cannot give a resolved next hop. */
+static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip, __u32 next, __u32 slot)
+{
+	struct nexthop *nh = slot == NO_BACKEND ? 0 : bpf_map_lookup_elem(&nexthops, &slot);
+	__u64 now = 0;
+	if (nh) {
+		now = bpf_jiffies64();
+		if (nh->ip == next && nh->in_ifindex == ctx->ingress_ifindex && now < nh->expires)
+			return send(ctx, eth, nh->dmac, nh->smac, nh->ifindex);
+	}
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET;
 	fib.tos = ip->tos;
@@ -289,35 +329,42 @@ static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struc
 	fib.ifindex = ctx->ingress_ifindex;
 	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
 		return count(T_KERNEL, XDP_PASS);
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	if (fib.ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(fib.ifindex, 0);
+	if (nh) {
+		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+		nh->ip = next;
+		nh->in_ifindex = ctx->ingress_ifindex;
+		nh->ifindex = fib.ifindex;
+		nh->expires = now + NEXTHOP_TTL_JIFFIES;
+	}
+	return send(ctx, eth, fib.dmac, fib.smac, fib.ifindex);
 }
 
-/* The backend slot for a flow: its conntrack entry while that backend is
- * still in service, otherwise the table's choice (then remembered). */
-static __always_inline __u32 pick(const struct flow_key *key, const struct svc_value *svc, __u32 *is_new)
+/* The backend for a flow, and its slot in *slot: its conntrack entry while
+ * that backend is still in service, otherwise the table's choice (then
+ * remembered, and *is_new set). */
+static __always_inline struct backend *pick(const struct flow_key *key, const struct svc_value *svc, __u32 *slot,
+					    __u32 *is_new)
 {
 	struct flow *known = bpf_map_lookup_elem(&conntrack, key);
 	if (known) {
-		__u32 idx = known->backend;
-		struct backend *b = bpf_map_lookup_elem(&backends, &idx);
+		*slot = known->backend;
+		struct backend *b = bpf_map_lookup_elem(&backends, slot);
 		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE) && b->svc_id == svc->id)
-			return idx;
+			return b;
 	}
-	__u32 slot = svc->id * RING_SIZE + (__u32)(flow_hash(key, svc->flags) % RING_SIZE);
-	__u32 *idx = bpf_map_lookup_elem(&ring, &slot);
+	__u32 entry = svc->id * RING_SIZE + (__u32)(flow_hash(key, svc->flags) % RING_SIZE);
+	__u32 *idx = bpf_map_lookup_elem(&ring, &entry);
 	if (!idx || *idx == NO_BACKEND)
-		return NO_BACKEND;
-	struct backend *b = bpf_map_lookup_elem(&backends, idx);
+		return 0;
+	*slot = *idx;
+	struct backend *b = bpf_map_lookup_elem(&backends, slot);
 	if (!b || !(b->flags & BACKEND_ACTIVE))
-		return NO_BACKEND;
-	struct flow entry = { .backend = *idx, .gen = b->gen };
-	bpf_map_update_elem(&conntrack, key, &entry, BPF_ANY);
+		return 0;
+	struct flow remember = { .backend = *slot, .gen = b->gen };
+	bpf_map_update_elem(&conntrack, key, &remember, BPF_ANY);
 	*is_new = 1;
-	return *idx;
+	return b;
 }
 
 SEC("xdp")
@@ -376,18 +423,17 @@ int fulcrum_lb(struct xdp_md *ctx)
 			return count(T_PASS, XDP_PASS);
 		rewrite(ip, l4sum, &ip->saddr, &ports[0], origin->vip, origin->port, is_udp);
 		count(T_REPLY, 0);
-		return forward(ctx, eth, ip, ip->daddr);
+		return forward(ctx, eth, ip, ip->daddr, NO_BACKEND);
 	}
 
-	__u32 is_new = 0;
-	__u32 idx = pick(&key, svc, &is_new);
-	struct backend *b = bpf_map_lookup_elem(&backends, &idx);
+	__u32 is_new = 0, idx = 0;
+	struct backend *b = pick(&key, svc, &idx, &is_new);
 	if (!b)
 		return count(T_NO_BACKEND, XDP_DROP);
 	add(&svc_stats, svc->id, bytes, is_new);
 	add(&backend_stats, idx, bytes, is_new);
 	if (svc->flags & SVC_DSR)
-		return forward(ctx, eth, ip, b->ip);
+		return forward(ctx, eth, ip, b->ip, idx);
 
 	if (is_new) {
 		struct flow_key reply = {
@@ -401,7 +447,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 		bpf_map_update_elem(&nat_replies, &reply, &origin, BPF_ANY);
 	}
 	rewrite(ip, l4sum, &ip->daddr, &ports[1], b->ip, b->port, is_udp);
-	return forward(ctx, eth, ip, b->ip);
+	return forward(ctx, eth, ip, b->ip, idx);
 }
 
 /* bpf_fib_lookup is GPL-only: the kernel reads this string to allow it. */

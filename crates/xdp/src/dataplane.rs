@@ -30,8 +30,8 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 8] =
-    ["services", "ring", "backends", "conntrack", "nat_replies", "svc_stats", "backend_stats", "totals"];
+const MAP_NAMES: [&str; 9] =
+    ["services", "ring", "backends", "conntrack", "nat_replies", "nexthops", "svc_stats", "backend_stats", "totals"];
 
 const PROGRAM: &str = "fulcrum_lb";
 

@@ -33,7 +33,7 @@ pub struct FibFixture {
     pub lb0: u32,
     /// Index of `lb1` (client).
     pub lb1: u32,
-    _ns: Netns,
+    ns: Netns,
 }
 
 fn mac_str(m: Mac) -> String {
@@ -41,6 +41,11 @@ fn mac_str(m: Mac) -> String {
 }
 
 impl FibFixture {
+    /// The namespace.
+    pub fn ns(&self) -> &Netns {
+        &self.ns
+    }
+
     /// Create namespace `name`, set it up and move the calling thread into it.
     pub fn new(name: &str) -> io::Result<Self> {
         let ns = Netns::new(name)?;
@@ -66,6 +71,6 @@ impl FibFixture {
                 i => Ok(i),
             }
         };
-        Ok(FibFixture { lb0: index("lb0")?, lb1: index("lb1")?, _ns: ns })
+        Ok(FibFixture { lb0: index("lb0")?, lb1: index("lb1")?, ns })
     }
 }

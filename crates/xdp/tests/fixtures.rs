@@ -20,7 +20,7 @@ struct Fixture {
     loaded: Loaded,
     lb0: u32,
     lb1: u32,
-    _net: FibFixture,
+    net: FibFixture,
 }
 
 impl Fixture {
@@ -29,7 +29,7 @@ impl Fixture {
             return None;
         }
         let net = FibFixture::new(&format!("fx{}-{}", std::process::id(), &test[..test.len().min(8)])).unwrap();
-        Some(Fixture { loaded: Loaded::new().unwrap(), lb0: net.lb0, lb1: net.lb1, _net: net })
+        Some(Fixture { loaded: Loaded::new().unwrap(), lb0: net.lb0, lb1: net.lb1, net })
     }
 
     fn service(&mut self, port: u16, proto: Protocol, backends: &str, mode: Mode, hash: HashFunction) -> ServiceSpec {
@@ -311,4 +311,18 @@ fn deleted_service_passes_and_list_shows_the_rest() {
     assert!(!fx.loaded.dataplane.delete(&a.key).unwrap());
     assert_eq!(fx.client_sends(&flow(40000, 80, Protocol::Tcp)).action, action::PASS);
     assert_eq!(fx.loaded.dataplane.services().unwrap().len(), 1);
+}
+
+#[test]
+fn cached_next_hop_follows_a_neighbour_change_within_the_ttl() {
+    let Some(mut fx) = Fixture::new("nexthop") else { return };
+    let backend = Ipv4Addr::new(10, 201, 0, 11);
+    fx.service(80, Protocol::Tcp, "10.201.0.11", Mode::Dsr, HashFunction::Xxhash);
+    let dst_mac =
+        |fx: &Fixture| packet::parse(&fx.client_sends(&flow(40000, 80, Protocol::Tcp)).packet).unwrap().dst_mac;
+    assert_eq!(dst_mac(&fx), backend_mac(backend));
+    fx.net.ns().ip(&["neigh", "replace", "10.201.0.11", "lladdr", "02:00:00:00:00:99", "dev", "lb0"]).unwrap();
+    // The TTL is 250 jiffies: 2.5 s at CONFIG_HZ=100, the slowest.
+    std::thread::sleep(std::time::Duration::from_millis(2600));
+    assert_eq!(dst_mac(&fx), [2, 0, 0, 0, 0, 0x99]);
 }
