@@ -56,10 +56,10 @@ topology() { # MODE: (re)build the topology and start the backends
 	done
 }
 
-lb_create() { # ARGS…: fulcrum lb create VIP --tcp=80 ARGS… on the LB's eth0 (native unless ARGS say)
+lb_create() { # ARGS…: fulcrum lb create VIP --tcp=80 ARGS… on the LB's eth0 (XDP_MODE: native unless set)
 	in_ns lb "$FULCRUM" lb --pin-dir "$PIN_DIR" reset
 	in_ns lb "$FULCRUM" lb --pin-dir "$PIN_DIR" create "$VIP" --tcp=80 \
-		--endpoints="$(IFS=,; echo "${BACKENDS[*]}")" --iface eth0 --xdp-mode native "$@" >/dev/null
+		--endpoints="$(IFS=,; echo "${BACKENDS[*]}")" --iface eth0 --xdp-mode "${XDP_MODE:-native}" "$@" >/dev/null
 }
 
 machine() {

@@ -78,30 +78,30 @@ fn reference_backend(spec: &ServiceSpec, flow: &Flow) -> Ipv4Addr {
     backends[table[entry(flow.hash(spec.hash))] as usize].ip
 }
 
+/// Send `f` from the client and check that it left for its reference
+/// backend's port 8080 through lb0, with valid checksums.
+fn assert_nat_forwarded(fx: &Fixture, spec: &ServiceSpec, f: &Flow) -> packet::Parsed {
+    let out = fx.client_sends(f);
+    assert_eq!(out.action, action::REDIRECT, "lb1 → lb0 is a redirect");
+    let p = packet::parse(&out.packet).unwrap();
+    assert_eq!(p.flow, Flow { dst: reference_backend(spec, f), dport: 8080, ..*f });
+    assert!(p.ip_checksum_ok && p.l4_checksum_ok);
+    p
+}
+
 #[test]
 fn nat_tcp_rewrites_destination_macs_and_checksums() {
     let Some(mut fx) = Fixture::new("nat_tcp") else { return };
     let spec = fx.service(80, Protocol::Tcp, "10.201.0.11,10.201.0.12,10.201.0.13", Mode::Nat, HashFunction::Xxhash);
-    let f = flow(40000, 80, Protocol::Tcp);
-    let out = fx.client_sends(&f);
-    assert_eq!(out.action, action::REDIRECT, "lb1 → lb0 is a redirect");
-    let p = packet::parse(&out.packet).unwrap();
-    let backend = reference_backend(&spec, &f);
-    assert_eq!(p.flow, Flow { dst: backend, dport: 8080, ..f });
-    assert_eq!((p.dst_mac, p.src_mac), (backend_mac(backend), LB0_MAC));
-    assert!(p.ip_checksum_ok && p.l4_checksum_ok);
+    let p = assert_nat_forwarded(&fx, &spec, &flow(40000, 80, Protocol::Tcp));
+    assert_eq!((p.dst_mac, p.src_mac), (backend_mac(p.flow.dst), LB0_MAC));
 }
 
 #[test]
 fn nat_udp_murmur3_rewrites_and_keeps_a_zero_checksum() {
     let Some(mut fx) = Fixture::new("nat_udp") else { return };
     let spec = fx.service(53, Protocol::Udp, "10.201.0.11,10.201.0.12", Mode::Nat, HashFunction::Murmur3);
-    let f = flow(5353, 53, Protocol::Udp);
-    let out = fx.client_sends(&f);
-    assert_eq!(out.action, action::REDIRECT);
-    let p = packet::parse(&out.packet).unwrap();
-    assert_eq!(p.flow, Flow { dst: reference_backend(&spec, &f), dport: 8080, ..f });
-    assert!(p.ip_checksum_ok && p.l4_checksum_ok);
+    assert_nat_forwarded(&fx, &spec, &flow(5353, 53, Protocol::Udp));
     // A UDP datagram without checksum keeps none.
     let mut frame = packet::build(&flow(5354, 53, Protocol::Udp), CLIENT_MAC, LB1_MAC, b"x");
     frame[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
