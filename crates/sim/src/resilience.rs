@@ -107,7 +107,7 @@ pub struct RetryOn {
     pub server_error: bool,
     /// No answer within the per-try timeout (`"timeout"`).
     pub timeout: bool,
-    /// The server refused the connection (`"connect"`).
+    /// The server refused the connection (`"connect-failure"`).
     pub connect: bool,
 }
 
@@ -133,7 +133,7 @@ enum RetryClass {
     ServerError,
     #[serde(rename = "timeout")]
     Timeout,
-    #[serde(rename = "connect")]
+    #[serde(rename = "connect-failure", alias = "connect")]
     Connect,
 }
 
@@ -159,8 +159,9 @@ fn yes() -> bool {
     true
 }
 
+/// The proxy's default: only tries that never reached the server.
 fn default_on() -> Vec<RetryClass> {
-    vec![RetryClass::ServerError, RetryClass::Connect]
+    vec![RetryClass::Connect]
 }
 
 impl<'de> Deserialize<'de> for Retries {
