@@ -50,9 +50,15 @@ pub(crate) fn build_ring(endpoints: &[Endpoint], min: u64, max: u64, hash: HashF
     if endpoints.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    let total: f64 = endpoints.iter().map(|e| e.weight).sum();
+    // Weights are first divided by a power of two near the largest, which
+    // changes no result but keeps `min / total` finite: with tiny weights
+    // (1e-320) it was infinite and the ring had 2^64 points.
+    let largest = endpoints.iter().map(|e| e.weight).fold(f64::MIN_POSITIVE, f64::max);
+    let unit = largest.log2().floor().exp2();
+    let total: f64 = endpoints.iter().map(|e| e.weight / unit).sum();
     let per_weight = (min as f64 / total).log2().ceil().exp2().min(max as f64 / total);
-    let counts: Vec<u64> = endpoints.iter().map(|e| ((per_weight * e.weight).round() as u64).max(1)).collect();
+    let counts: Vec<u64> =
+        endpoints.iter().map(|e| ((per_weight * (e.weight / unit)).round() as u64).clamp(1, max.max(1))).collect();
     let mut ring: Vec<(u64, u32)> = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
     let mut key = String::new();
     for (slot, (e, &count)) in endpoints.iter().zip(&counts).enumerate() {
@@ -210,6 +216,18 @@ mod tests {
         assert!(r.is_err(), "min above max is rejected");
         let r = RingHash::new(&eps(10), 128, 150, HashFunction::Xxhash, None, 0).unwrap();
         assert_eq!(r.ring_size(), 150, "16 per host would exceed max_ring_size");
+    }
+
+    /// Found by the `operations` fuzz target: a tiny weight made `min / total`
+    /// infinite, so every endpoint got 2^64 points (an overflow, or an
+    /// allocation of the whole memory).
+    #[test]
+    fn tiny_and_huge_weights_keep_the_ring_within_max() {
+        for weights in [[5e-324, 5e-324], [5e-324, 1.0], [1e300, 1.0], [1e-300, 1e300]] {
+            let endpoints: Vec<Endpoint> = eps(2).into_iter().zip(weights).map(|(e, w)| e.with_weight(w)).collect();
+            let r = RingHash::new(&endpoints, 1024, 4096, HashFunction::Xxhash, None, 0).unwrap();
+            assert!((2..=4096 + 2).contains(&r.ring_size()), "{weights:?}: {} points", r.ring_size());
+        }
     }
 
     #[test]

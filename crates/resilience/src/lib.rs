@@ -47,7 +47,12 @@ pub fn routable(
         .filter(|e| panic || healthy(e))
         .map(|e| {
             let mut e = e.clone();
-            e.weight *= weight_factor(&e).clamp(1e-3, 1.0);
+            let scaled = e.weight * weight_factor(&e).clamp(1e-3, 1.0);
+            // A tiny (subnormal) weight scaled down can round to 0, which no
+            // balancer accepts: keep it unscaled then.
+            if scaled > 0.0 {
+                e.weight = scaled;
+            }
             e
         })
         .collect();
@@ -78,5 +83,12 @@ mod tests {
         let r = routable(&eps(2), |_| true, |e| if e.id.0 == 0 { 0.0 } else { 0.5 }, 50.0);
         assert_eq!(r.endpoints[0].weight, 1e-3);
         assert_eq!(r.endpoints[1].weight, 0.5);
+    }
+
+    #[test]
+    fn a_tiny_weight_scaled_down_stays_above_zero() {
+        let all = vec![Endpoint::new(0, "e0").with_weight(5e-324), Endpoint::new(1, "e1")];
+        let r = routable(&all, |_| true, |_| 0.1, 50.0);
+        assert!(r.endpoints.iter().all(|e| e.weight > 0.0), "{:?}", r.endpoints);
     }
 }
