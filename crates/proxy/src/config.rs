@@ -899,6 +899,16 @@ connect_timeout = "250ms"
     }
 
     #[test]
+    fn nested_tables_load_without_their_parent() {
+        // TOML lets `[cluster.retries.budget]` create `retries` implicitly;
+        // the parent's defaults then apply.
+        let text = format!("{GOOD}\n[cluster.retries.budget]\nratio = 0.5\n");
+        let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.clusters[1].retries.attempts, Retries::default().attempts);
+        assert_eq!(c.clusters[1].retries.budget.ratio, 0.5);
+    }
+
+    #[test]
     fn quick_mode_checks_backends() {
         let listen = "127.0.0.1:8080".parse().unwrap();
         let c = Config::quick(listen, &["127.0.0.1:1".into()], AlgorithmKind::PeakEwma).unwrap();
