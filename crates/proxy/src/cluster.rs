@@ -111,7 +111,7 @@ pub struct SharedCluster {
     /// Counters that outlive a reload.
     pub counters: Arc<ClusterCounters>,
     /// Upstream connections open and waiting, over all workers.
-    pub connections: Arc<crate::pool_limit::ConnectionLimit>,
+    pub connections: Arc<crate::upstream::ConnectionLimit>,
     /// Whether the cluster is in panic mode now.
     pub panic: AtomicBool,
     /// Requests in flight allowed now: `max_requests`, scaled down by slow
@@ -187,7 +187,7 @@ impl SharedCluster {
             {
                 p.connections.clone()
             }
-            _ => crate::pool_limit::ConnectionLimit::new(config.max_connections, config.max_pending),
+            _ => crate::upstream::ConnectionLimit::new(config.max_connections, config.max_pending),
         };
         let shared = Arc::new(SharedCluster {
             config,

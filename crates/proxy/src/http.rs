@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use fulcrum_balance::Nanos;
@@ -41,17 +41,14 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
 use crate::cluster::{NoPick, Pick, WorkerCluster};
-use crate::config::{Cluster, HashKey, RetryOn, UpstreamProtocol};
+use crate::config::{HashKey, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
-use crate::pool_limit::{ConnectionLimit, LimitedConnector};
 use crate::server::Routing;
+use crate::upstream::{Lease, SendFailure};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -134,22 +131,6 @@ impl Body for LimitedBody {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
-}
-
-/// The upstream client of one cluster on one worker (its own pool).
-pub type UpstreamClient = Client<LimitedConnector, UpstreamBody>;
-
-/// A pooled client speaking `cluster`'s upstream protocol.
-pub fn upstream_client(cluster: &Cluster, limit: Arc<ConnectionLimit>) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(cluster.connect_timeout));
-    connector.set_nodelay(true);
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.pool_idle_timeout(Duration::from_secs(90)).pool_max_idle_per_host(1024);
-    if cluster.upstream == UpstreamProtocol::Http2 {
-        builder.http2_only(true);
-    }
-    builder.build(LimitedConnector::new(connector, limit))
 }
 
 /// Everything one worker needs to serve one listener.
@@ -243,9 +224,11 @@ fn via(version: Version) -> HeaderValue {
 }
 
 /// What one try of a request came to.
+// Lives on the stack for one try; boxing the response would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 enum Try {
-    /// Response headers arrived.
-    Response(Response<Incoming>),
+    /// Response headers arrived (on this HTTP/1.1 connection).
+    Response(Response<Incoming>, Option<Lease>),
     /// No connection could be made: the request was not sent.
     ConnectFailure,
     /// The connection broke, or the upstream broke the protocol.
@@ -324,20 +307,20 @@ impl HttpService {
             };
             let sent = Instant::now();
             let timeout = per_try.min(deadline.saturating_duration_since(sent));
-            let outcome =
-                match tokio::time::timeout(timeout, routing.clients[route.cluster].request(upstream_req)).await {
-                    Err(_) => Try::Timeout,
-                    Ok(Err(e)) if crate::pool_limit::is_overflow(&e) => Try::Overflow,
-                    Ok(Err(e)) if e.is_connect() => Try::ConnectFailure,
-                    Ok(Err(_)) => Try::Reset,
-                    Ok(Ok(response)) => Try::Response(response),
-                };
+            let send = routing.pools[route.cluster].send(pick.upstream.addr, upstream_req);
+            let outcome = match tokio::time::timeout(timeout, send).await {
+                Err(_) => Try::Timeout,
+                Ok(Err(SendFailure::Overflow)) => Try::Overflow,
+                Ok(Err(SendFailure::ConnectFailure)) => Try::ConnectFailure,
+                Ok(Err(SendFailure::Reset)) => Try::Reset,
+                Ok(Ok((response, lease))) => Try::Response(response, lease),
+            };
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let (condition, result) = match &outcome {
-                Try::Response(r) if r.status().is_server_error() => {
+                Try::Response(r, _) if r.status().is_server_error() => {
                     (Some(r.status().as_u16()), RequestResult::ServerError)
                 }
-                Try::Response(_) | Try::Overflow => (None, RequestResult::Success),
+                Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
                 Try::ConnectFailure | Try::Reset | Try::Timeout => (Some(0), RequestResult::GatewayFailure),
             };
             let wants_retry = condition.is_some()
@@ -345,8 +328,8 @@ impl HttpService {
                     (RetryOn::ConnectFailure, Try::ConnectFailure) => true,
                     (RetryOn::Reset, Try::Reset) => resendable,
                     (RetryOn::Timeout, Try::Timeout) => resendable,
-                    (RetryOn::ServerError, Try::Response(_)) => resendable,
-                    (RetryOn::Status(s), Try::Response(_)) => resendable && condition == Some(*s),
+                    (RetryOn::ServerError, Try::Response(..)) => resendable,
+                    (RetryOn::Status(s), Try::Response(..)) => resendable && condition == Some(*s),
                     _ => false,
                 });
             // A connect failure never sent the body, but a streamed body was
@@ -362,12 +345,12 @@ impl HttpService {
                 continue;
             }
             return Ok(match outcome {
-                Try::Response(response) => {
+                Try::Response(response, lease) => {
                     let (mut parts, body) = response.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
                     parts.headers.append(header::VIA, via(parts.version));
                     let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
-                    let body = TrackedBody { inner: body, completion: Some(completion) };
+                    let body = TrackedBody { inner: body, completion: Some(completion), lease };
                     Response::from_parts(parts, Either::Left(body))
                 }
                 Try::Timeout => {
@@ -477,10 +460,27 @@ impl Completion {
     }
 }
 
-/// An upstream response body that tells the balancer when it is done.
+/// An upstream response body that tells the balancer when it is done, and
+/// gives its HTTP/1.1 connection back to the pool once it has ended.
 pub struct TrackedBody {
     inner: Incoming,
     completion: Option<Completion>,
+    lease: Option<Lease>,
+}
+
+impl TrackedBody {
+    /// The body is over: report the outcome and, if the connection carried
+    /// the whole exchange, give it back to the pool.
+    fn end(&mut self, ok: bool) {
+        if let Some(c) = self.completion.take() {
+            c.finish(ok);
+        }
+        if let Some(lease) = self.lease.take() {
+            if ok && self.inner.is_end_stream() {
+                lease.give_back();
+            }
+        }
+    }
 }
 
 impl Body for TrackedBody {
@@ -490,16 +490,11 @@ impl Body for TrackedBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
-            Poll::Ready(None) => {
-                if let Some(c) = self.completion.take() {
-                    c.finish(true);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(c) = self.completion.take() {
-                    c.finish(false);
-                }
-            }
+            // hyper stops polling a body of known length after its last
+            // byte, so the end is seen there rather than at `None`.
+            Poll::Ready(None) => self.end(true),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(true),
+            Poll::Ready(Some(Err(_))) => self.end(false),
             _ => {}
         }
         polled
@@ -516,11 +511,10 @@ impl Body for TrackedBody {
 
 impl Drop for TrackedBody {
     fn drop(&mut self) {
-        // The client went away, or the body was empty and never polled: the
-        // upstream did its part.
-        if let Some(c) = self.completion.take() {
-            c.finish(true);
-        }
+        // The body was empty and never polled, or the client went away: the
+        // upstream did its part. The connection goes back to the pool only if
+        // the whole body arrived.
+        self.end(true);
     }
 }
 

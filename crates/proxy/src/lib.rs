@@ -15,10 +15,10 @@ pub mod config;
 mod health;
 pub mod http;
 pub mod metrics;
-mod pool_limit;
 pub mod server;
 pub mod tcp;
 mod tls;
+pub mod upstream;
 
 pub use config::{Config, ConfigError};
 pub use server::{Proxy, ServeError, DEFAULT_DRAIN};

@@ -41,8 +41,9 @@ use tokio::time::{Instant, Sleep};
 use crate::admin::Admin;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Listener, ListenerProtocol};
-use crate::http::{upstream_client, Epoch, HttpService, UpstreamClient};
+use crate::http::{Epoch, HttpService};
 use crate::metrics::ProxyStats;
+use crate::upstream::UpstreamPool;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -78,8 +79,8 @@ pub struct Routing {
     pub listeners: Vec<Listener>,
     /// This worker's clusters, in configuration order.
     pub clusters: Vec<Arc<WorkerCluster>>,
-    /// This worker's upstream clients, indexed like `clusters`.
-    pub clients: Vec<UpstreamClient>,
+    /// This worker's upstream connection pools, indexed like `clusters`.
+    pub pools: Vec<Arc<UpstreamPool>>,
 }
 
 /// A running proxy.
@@ -143,11 +144,11 @@ fn worker_seed(config: &Config, worker: usize, cluster: usize) -> u64 {
 /// clusters of the same name.
 fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previous: Option<&Routing>) -> Arc<Routing> {
     let mut clusters = Vec::with_capacity(shared.len());
-    let mut clients = Vec::with_capacity(shared.len());
+    let mut pools = Vec::with_capacity(shared.len());
     for (i, s) in shared.iter().enumerate() {
         let old = previous.and_then(|p| {
             let j = p.clusters.iter().position(|c| c.shared.config.name == s.config.name)?;
-            Some((&p.clusters[j], &p.clients[j]))
+            Some((&p.clusters[j], &p.pools[j]))
         });
         clusters.push(WorkerCluster::new(s.clone(), worker_seed(config, worker, i), old.map(|o| o.0.as_ref())));
         let same_pool = old.is_some_and(|(c, _)| {
@@ -157,12 +158,12 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
                 && a.max_connections == b.max_connections
                 && a.max_pending == b.max_pending
         });
-        clients.push(match old {
-            Some((_, client)) if same_pool => client.clone(),
-            _ => upstream_client(&s.config, s.connections.clone()),
+        pools.push(match old {
+            Some((_, pool)) if same_pool => pool.clone(),
+            _ => UpstreamPool::new(s.config.upstream, s.config.connect_timeout, s.connections.clone()),
         });
     }
-    Arc::new(Routing { listeners: config.listeners.clone(), clusters, clients })
+    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
 }
 
 impl Proxy {
