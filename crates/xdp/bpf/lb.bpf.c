@@ -7,7 +7,11 @@
 // flow's 5-tuple (xxHash64 or MurmurHash3, chosen per service), indexes the
 // service's consistent-hash table (built in userspace by fulcrum-balance's
 // Maglev or rendezvous code) and looks the backend up. An LRU conntrack map
-// keeps established flows on their backend when the table changes. Two
+// keeps established flows on their backend when the table changes; it is
+// looked up first, and holds what a packet of a known flow needs (the
+// backend slot and generation, or for a NAT reply the VIP to put back), so
+// such a packet costs one hash lookup: the services map is read only for a
+// flow's first packet and for traffic that is not for a service. Two
 // forwarding modes:
 //   NAT: the destination is rewritten to the backend (address and port), and
 //        the replies, which the backends route back through the LB, get the
@@ -18,8 +22,9 @@
 // resolved yet the rewritten packet goes to the kernel, which forwards it and
 // learns the neighbour. A backend's next hop is cached per CPU for
 // NEXTHOP_TTL_JIFFIES: the lookup costs more than the rest of the program,
-// and a route or neighbour change is followed within the TTL. Everything that is not for a service passes to the
-// kernel; malformed IPv4 is dropped and counted.
+// and a route or neighbour change is followed within the TTL. Everything that
+// is not for a service passes to the kernel; malformed IPv4 is dropped and
+// counted.
 //
 // The layouts below are mirrored by crates/xdp/src/maps.rs: change both.
 
@@ -37,11 +42,13 @@
 #define MAX_BACKENDS 1024
 #define MAX_FLOWS 262144
 #define NO_BACKEND 0xffffffffu
+#define FLOW_REPLY 0xfffffffeu /* conntrack entry of a NAT flow's reply direction */
 
 #define SVC_DSR 1u     /* forwarding mode: DSR instead of NAT */
 #define SVC_MURMUR3 2u /* flow hash: MurmurHash3 instead of xxHash64 */
 
 #define BACKEND_ACTIVE 1u
+#define BACKEND_DSR 2u /* the service's SVC_DSR, so that a conntrack hit needs no service lookup */
 
 /* 0.25 s to 2.5 s, by CONFIG_HZ: jiffies are the cheapest clock a program has. */
 #define NEXTHOP_TTL_JIFFIES 250
@@ -92,14 +99,15 @@ struct flow_key {
 	__u8 pad[3];
 };
 
+/* A conntrack entry. A flow to a service names its backend: the slot, and
+ * the slot's generation when the flow was assigned (a freed slot's entries
+ * stop matching). The reply direction of a NAT flow (backend -> client) has
+ * backend == FLOW_REPLY and the VIP and port the client addressed. */
 struct flow {
-	__u32 backend;
+	__u32 backend; /* slot, or FLOW_REPLY */
 	__u32 gen;
-};
-
-struct nat_origin {
-	__u32 vip;
-	__u16 port;
+	__u32 vip;     /* FLOW_REPLY: network order */
+	__u16 port;    /* FLOW_REPLY: network order */
 	__u16 pad;
 };
 
@@ -139,21 +147,13 @@ struct {
 	__type(value, struct backend);
 } backends SEC(".maps");
 
+/* Both directions of a NAT flow take an entry, hence twice MAX_FLOWS. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_FLOWS);
+	__uint(max_entries, 2 * MAX_FLOWS);
 	__type(key, struct flow_key);
 	__type(value, struct flow);
 } conntrack SEC(".maps");
-
-/* Reply 5-tuple (backend -> client) of a NAT flow -> the VIP and port the
- * client addressed. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_FLOWS);
-	__type(key, struct flow_key);
-	__type(value, struct nat_origin);
-} nat_replies SEC(".maps");
 
 /* Backend slot -> its cached next hop. */
 struct {
@@ -340,36 +340,42 @@ static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struc
 	return send(ctx, eth, fib.dmac, fib.smac, fib.ifindex);
 }
 
-/* The backend for a flow, and its slot in *slot: its conntrack entry while
- * that backend is still in service, otherwise the table's choice (then
- * remembered, and *is_new set). */
-static __always_inline struct backend *pick(const struct flow_key *key, const struct svc_value *svc, __u32 *slot,
-					    __u32 *is_new)
+/* Count the packet and forward it to backend `b` (in `slot`): in DSR mode as
+ * it is, in NAT mode with its destination rewritten, after remembering the
+ * reply direction of a new flow. */
+static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip, __u16 *l4sum,
+				   __u16 *ports, int is_udp, const struct flow_key *key, const struct backend *b,
+				   __u32 slot, __u64 bytes, __u32 is_new)
 {
-	struct flow *known = bpf_map_lookup_elem(&conntrack, key);
-	if (known) {
-		*slot = known->backend;
-		struct backend *b = bpf_map_lookup_elem(&backends, slot);
-		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE) && b->svc_id == svc->id)
-			return b;
+	add(&svc_stats, b->svc_id, bytes, is_new);
+	add(&backend_stats, slot, bytes, is_new);
+	if (b->flags & BACKEND_DSR)
+		return forward(ctx, eth, ip, b->ip, slot);
+	if (is_new) {
+		struct flow_key reply = {
+			.saddr = b->ip,
+			.daddr = key->saddr,
+			.sport = b->port,
+			.dport = key->sport,
+			.proto = key->proto,
+		};
+		struct flow origin = { .backend = FLOW_REPLY, .vip = key->daddr, .port = key->dport };
+		bpf_map_update_elem(&conntrack, &reply, &origin, BPF_ANY);
 	}
-	__u32 entry = svc->id * RING_SIZE + (__u32)(flow_hash(key, svc->flags) % RING_SIZE);
-	__u32 *idx = bpf_map_lookup_elem(&ring, &entry);
-	if (!idx || *idx == NO_BACKEND)
-		return 0;
-	*slot = *idx;
-	struct backend *b = bpf_map_lookup_elem(&backends, slot);
-	if (!b || !(b->flags & BACKEND_ACTIVE))
-		return 0;
-	struct flow remember = { .backend = *slot, .gen = b->gen };
-	bpf_map_update_elem(&conntrack, key, &remember, BPF_ANY);
-	*is_new = 1;
-	return b;
+	rewrite(ip, l4sum, &ip->daddr, &ports[1], b->ip, b->port, is_udp);
+	return forward(ctx, eth, ip, b->ip, slot);
 }
+
+#ifdef FULCRUM_BENCH
+#include "bench.h"
+#endif
 
 SEC("xdp")
 int fulcrum_lb(struct xdp_md *ctx)
 {
+#ifdef FULCRUM_BENCH
+	bench_prologue(ctx);
+#endif
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
@@ -415,39 +421,36 @@ int fulcrum_lb(struct xdp_md *ctx)
 		.dport = ports[1],
 		.proto = ip->protocol,
 	};
+	/* A known flow: one hash lookup. */
+	struct flow *known = bpf_map_lookup_elem(&conntrack, &key);
+	if (known) {
+		if (known->backend == FLOW_REPLY) {
+			rewrite(ip, l4sum, &ip->saddr, &ports[0], known->vip, known->port, is_udp);
+			count(T_REPLY, 0);
+			return forward(ctx, eth, ip, ip->daddr, NO_BACKEND);
+		}
+		__u32 slot = known->backend;
+		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
+		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE))
+			return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0);
+		/* Its backend has left: the flow is assigned again below. */
+	}
+
 	struct svc_key sk = { .vip = ip->daddr, .port = ports[1], .proto = ip->protocol };
 	struct svc_value *svc = bpf_map_lookup_elem(&services, &sk);
-	if (!svc) {
-		struct nat_origin *origin = bpf_map_lookup_elem(&nat_replies, &key);
-		if (!origin)
-			return count(T_PASS, XDP_PASS);
-		rewrite(ip, l4sum, &ip->saddr, &ports[0], origin->vip, origin->port, is_udp);
-		count(T_REPLY, 0);
-		return forward(ctx, eth, ip, ip->daddr, NO_BACKEND);
-	}
-
-	__u32 is_new = 0, idx = 0;
-	struct backend *b = pick(&key, svc, &idx, &is_new);
-	if (!b)
+	if (!svc)
+		return count(T_PASS, XDP_PASS);
+	__u32 entry = svc->id * RING_SIZE + (__u32)(flow_hash(&key, svc->flags) % RING_SIZE);
+	__u32 *idx = bpf_map_lookup_elem(&ring, &entry);
+	if (!idx || *idx == NO_BACKEND)
 		return count(T_NO_BACKEND, XDP_DROP);
-	add(&svc_stats, svc->id, bytes, is_new);
-	add(&backend_stats, idx, bytes, is_new);
-	if (svc->flags & SVC_DSR)
-		return forward(ctx, eth, ip, b->ip, idx);
-
-	if (is_new) {
-		struct flow_key reply = {
-			.saddr = b->ip,
-			.daddr = key.saddr,
-			.sport = b->port,
-			.dport = key.sport,
-			.proto = key.proto,
-		};
-		struct nat_origin origin = { .vip = key.daddr, .port = key.dport };
-		bpf_map_update_elem(&nat_replies, &reply, &origin, BPF_ANY);
-	}
-	rewrite(ip, l4sum, &ip->daddr, &ports[1], b->ip, b->port, is_udp);
-	return forward(ctx, eth, ip, b->ip, idx);
+	__u32 slot = *idx;
+	struct backend *b = bpf_map_lookup_elem(&backends, &slot);
+	if (!b || !(b->flags & BACKEND_ACTIVE))
+		return count(T_NO_BACKEND, XDP_DROP);
+	struct flow remember = { .backend = slot, .gen = b->gen };
+	bpf_map_update_elem(&conntrack, &key, &remember, BPF_ANY);
+	return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 1);
 }
 
 /* bpf_fib_lookup is GPL-only: the kernel reads this string to allow it. */

@@ -30,8 +30,8 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 9] =
-    ["services", "ring", "backends", "conntrack", "nat_replies", "nexthops", "svc_stats", "backend_stats", "totals"];
+const MAP_NAMES: [&str; 8] =
+    ["services", "ring", "backends", "conntrack", "nexthops", "svc_stats", "backend_stats", "totals"];
 
 const PROGRAM: &str = "fulcrum_lb";
 
@@ -46,9 +46,68 @@ fn object() -> Result<&'static [u8], Error> {
     Ok(&OBJECT.0)
 }
 
+/// The benchmark variant (`-DFULCRUM_BENCH`, `bpf/bench.h`).
+#[cfg(fulcrum_bpf)]
+fn bench_object() -> Result<&'static [u8], Error> {
+    #[repr(C, align(32))]
+    struct Aligned<B: ?Sized>(B);
+    static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/lb_bench.bpf.o")));
+    Ok(&OBJECT.0)
+}
+
 #[cfg(not(fulcrum_bpf))]
 fn object() -> Result<&'static [u8], Error> {
     Err(Error::NotBuilt)
+}
+
+/// An empty program (XDP_PASS), the per-packet benchmark's floor.
+#[cfg(fulcrum_bpf)]
+fn empty_object() -> Result<&'static [u8], Error> {
+    #[repr(C, align(32))]
+    struct Aligned<B: ?Sized>(B);
+    static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/peer_pass.bpf.o")));
+    Ok(&OBJECT.0)
+}
+
+#[cfg(not(fulcrum_bpf))]
+fn bench_object() -> Result<&'static [u8], Error> {
+    Err(Error::NotBuilt)
+}
+
+#[cfg(not(fulcrum_bpf))]
+fn empty_object() -> Result<&'static [u8], Error> {
+    Err(Error::NotBuilt)
+}
+
+/// `bpf/peer_pass.bpf.c` loaded (not attached): a program that returns
+/// XDP_PASS and does nothing else, for measuring what `BPF_PROG_TEST_RUN`
+/// itself costs per repetition.
+pub struct EmptyProgram(Ebpf);
+
+impl EmptyProgram {
+    /// Load it.
+    pub fn new() -> Result<Self, Error> {
+        let mut ebpf =
+            EbpfLoader::new().load(empty_object()?).map_err(|e| Error::load("loading peer_pass.bpf.o", e))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut("peer_pass")
+            .ok_or_else(|| Error::Missing("program peer_pass".into()))?
+            .try_into()
+            .map_err(|e| Error::program("program type", e))?;
+        prog.load().map_err(|e| Error::program("loading peer_pass", e))?;
+        Ok(EmptyProgram(ebpf))
+    }
+
+    /// Its file descriptor, for `BPF_PROG_TEST_RUN`.
+    pub fn fd(&self) -> Result<BorrowedFd<'_>, Error> {
+        let prog: &Xdp = self
+            .0
+            .program("peer_pass")
+            .ok_or_else(|| Error::Missing("program peer_pass".into()))?
+            .try_into()
+            .map_err(|e| Error::program("program type", e))?;
+        Ok(prog.fd().map_err(|e| Error::program("program fd", e))?.as_fd())
+    }
 }
 
 /// True when this build carries the BPF program (clang was found).
@@ -106,10 +165,42 @@ pub struct Loaded {
     pub dataplane: Dataplane,
 }
 
+/// What the benchmark variant's prologue does to each repetition of a
+/// `BPF_PROG_TEST_RUN` call (`bpf/bench.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchMode {
+    /// Nothing: the production program.
+    Off = 0,
+    /// Every repetition sees the frame the call was given.
+    Restore = 1,
+    /// As `Restore`, with a source address and port not used before: every
+    /// repetition is a new flow.
+    NewFlows = 2,
+}
+
 impl Loaded {
     /// Load the program and create fresh maps.
     pub fn new() -> Result<Self, Error> {
-        let mut ebpf = EbpfLoader::new().load(object()?).map_err(|e| Error::load("loading lb.bpf.o", e))?;
+        Self::load(object()?)
+    }
+
+    /// Load the benchmark variant (`bpf/bench.h`), for `BPF_PROG_TEST_RUN`
+    /// only; [`Loaded::bench_mode`] sets what its prologue does.
+    pub fn bench() -> Result<Self, Error> {
+        Self::load(bench_object()?)
+    }
+
+    /// Set the benchmark variant's prologue for the next call; `call` must
+    /// differ from the previous call's.
+    pub fn bench_mode(&mut self, mode: BenchMode, call: u32) -> Result<(), Error> {
+        let map = self.ebpf.map_mut("bench_config").ok_or_else(|| Error::Missing("map bench_config".into()))?;
+        let mut config: Array<&mut MapData, [u32; 2]> =
+            Array::try_from(map).map_err(|e| Error::map("map bench_config", e))?;
+        config.set(0, [mode as u32, call], 0).map_err(|e| Error::map("writing bench_config", e))
+    }
+
+    fn load(object: &[u8]) -> Result<Self, Error> {
+        let mut ebpf = EbpfLoader::new().load(object).map_err(|e| Error::load("loading lb.bpf.o", e))?;
         program(&mut ebpf)?;
         let dataplane = Dataplane::from_maps(|name| {
             ebpf.take_map(name).ok_or_else(|| Error::Missing(format!("map {name} in lb.bpf.o")))
@@ -310,7 +401,7 @@ impl Dataplane {
                 svc_id: id,
                 weight: b.weight,
                 gen,
-                flags: BACKEND_ACTIVE,
+                flags: if spec.mode == Mode::Dsr { BACKEND_ACTIVE | BACKEND_DSR } else { BACKEND_ACTIVE },
             };
             self.backends.set(slot, entry, 0).map_err(|e| Error::map("writing backends", e))?;
             slots.push(slot);

@@ -22,6 +22,9 @@ pub const SVC_MURMUR3: u32 = 2;
 pub const SVC_RENDEZVOUS: u32 = 4;
 /// Backend flag: the slot is in service.
 pub const BACKEND_ACTIVE: u32 = 1;
+/// Backend flag: its service is in DSR mode (a copy of [`SVC_DSR`], so that
+/// a packet of a known flow needs no service lookup).
+pub const BACKEND_DSR: u32 = 2;
 
 /// The `totals` counters, in map order, with the names `lb stats` prints.
 pub const TOTALS: [&str; 6] = ["passed", "malformed", "no_backend", "nat_replies", "kernel_forwarded", "unsupported"];

@@ -307,9 +307,13 @@ fn deleted_service_passes_and_list_shows_the_rest() {
     let b = fx.service(443, Protocol::Tcp, "10.201.0.13", Mode::Dsr, HashFunction::Murmur3);
     let listed = fx.loaded.dataplane.services().unwrap();
     assert_eq!(listed.iter().map(|s| &s.spec).collect::<Vec<_>>(), [&a, &b]);
+    // An established flow of the deleted service passes too (its conntrack
+    // entry names a freed backend slot).
+    assert_eq!(fx.client_sends(&flow(40001, 80, Protocol::Tcp)).action, action::REDIRECT);
     assert!(fx.loaded.dataplane.delete(&a.key).unwrap());
     assert!(!fx.loaded.dataplane.delete(&a.key).unwrap());
     assert_eq!(fx.client_sends(&flow(40000, 80, Protocol::Tcp)).action, action::PASS);
+    assert_eq!(fx.client_sends(&flow(40001, 80, Protocol::Tcp)).action, action::PASS);
     assert_eq!(fx.loaded.dataplane.services().unwrap().len(), 1);
 }
 
@@ -325,4 +329,69 @@ fn cached_next_hop_follows_a_neighbour_change_within_the_ttl() {
     // The TTL is 250 jiffies: 2.5 s at CONFIG_HZ=100, the slowest.
     std::thread::sleep(std::time::Duration::from_millis(2600));
     assert_eq!(dst_mac(&fx), [2, 0, 0, 0, 0, 0x99]);
+}
+
+#[test]
+fn a_mode_change_applies_to_established_flows() {
+    let Some(mut fx) = Fixture::new("modechange") else { return };
+    let f = flow(44000, 80, Protocol::Tcp);
+    // NAT without port translation, so that the backend stays the same
+    // backend (same address and port) when the mode changes.
+    let mut spec = ServiceSpec {
+        key: ServiceKey { vip: VIP, port: 80, proto: Protocol::Tcp },
+        backend_port: 80,
+        backends: parse_endpoints("10.201.0.11").unwrap(),
+        mode: Mode::Nat,
+        select: Select::Maglev,
+        hash: HashFunction::Xxhash,
+    };
+    fx.loaded.dataplane.upsert(&spec).unwrap();
+    let out = fx.client_sends(&f);
+    assert_eq!(packet::parse(&out.packet).unwrap().flow.dst, Ipv4Addr::new(10, 201, 0, 11));
+    // Now DSR: the flow's conntrack entry still holds (one flow counted),
+    // and the packet leaves with only its MACs changed.
+    spec.mode = Mode::Dsr;
+    assert_eq!(fx.loaded.dataplane.upsert(&spec).unwrap().added, 0);
+    let out = fx.client_sends(&f);
+    assert_eq!(out.action, action::REDIRECT);
+    assert_eq!(packet::parse(&out.packet).unwrap().flow, f);
+    let stats = &fx.loaded.dataplane.stats().unwrap()[0];
+    assert_eq!((stats.total.packets, stats.total.flows), (2, 1));
+}
+
+#[test]
+fn benchmark_variant_repeats_nat_hits_and_makes_new_flows() {
+    use fulcrum_xdp::dataplane::BenchMode;
+    if skip_bpf_test("bench_variant") {
+        return;
+    }
+    let net = FibFixture::new(&format!("fx{}-benchvar", std::process::id())).unwrap();
+    let mut bench = Loaded::bench().unwrap();
+    let spec = ServiceSpec {
+        key: ServiceKey { vip: VIP, port: 80, proto: Protocol::Tcp },
+        backend_port: 8080,
+        backends: parse_endpoints("10.201.0.11,10.201.0.12").unwrap(),
+        mode: Mode::Nat,
+        select: Select::Maglev,
+        hash: HashFunction::Xxhash,
+    };
+    bench.dataplane.upsert(&spec).unwrap();
+    let frame = packet::build(&flow(45000, 80, Protocol::Tcp), CLIENT_MAC, LB1_MAC, b"bench");
+    let run = |bench: &Loaded, repeat| testrun::run(bench.program_fd().unwrap(), &frame, net.lb1, repeat).unwrap();
+    // Off: the production program; a NAT rewrite makes the second
+    // repetition a packet for no service.
+    bench.bench_mode(BenchMode::Off, 1).unwrap();
+    run(&bench, 10);
+    let total = |bench: &Loaded| bench.dataplane.stats().unwrap()[0].total;
+    assert_eq!((total(&bench).packets, total(&bench).flows), (1, 1));
+    // Restore: every repetition is the client's packet, a conntrack hit.
+    bench.bench_mode(BenchMode::Restore, 2).unwrap();
+    let out = run(&bench, 1000);
+    assert_eq!(out.action, action::REDIRECT);
+    assert_eq!(packet::parse(&out.packet).unwrap().flow.dport, 8080);
+    assert_eq!((total(&bench).packets, total(&bench).flows), (1001, 1));
+    // NewFlows: every repetition a new flow.
+    bench.bench_mode(BenchMode::NewFlows, 3).unwrap();
+    run(&bench, 1000);
+    assert_eq!((total(&bench).packets, total(&bench).flows), (2001, 1001));
 }

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0-only OR Apache-2.0
+//
+// Benchmark build only: lb.bpf.c compiled with -DFULCRUM_BENCH (build.rs
+// makes lb_bench.bpf.o next to lb.bpf.o; the control plane never loads it).
+//
+// BPF_PROG_TEST_RUN with `repeat` runs the program N times on one buffer and
+// does not restore it in between, so a NAT rewrite turns every repetition
+// after the first into a different packet, and a new flow is new only once.
+// The prologue below, run before the program proper, makes repetitions
+// measurable: with BENCH_RESTORE it copies the frame's first BENCH_LEN bytes
+// back to what the first repetition of the call saw (NAT hits repeat), with
+// BENCH_NEW_FLOWS it also gives every repetition a source address and port
+// never used before on this CPU (every repetition is a new flow: conntrack
+// miss, service lookup, flow hash, table read, inserts). The program after
+// the prologue is the production program, instruction for instruction in
+// its source; the prologue's own cost is measured by running the same
+// variant on a path it does not change (bench/xdp-cost subtracts it).
+
+#define BENCH_LEN 56 /* Ethernet, IPv4 and TCP headers (54), rounded up to 8 */
+
+enum {
+	BENCH_OFF = 0,
+	BENCH_RESTORE = 1,
+	BENCH_NEW_FLOWS = 2,
+};
+
+/* Written by userspace before each BPF_PROG_TEST_RUN call. */
+struct bench_config {
+	__u32 mode; /* BENCH_* */
+	__u32 call; /* changed for every call: the first repetition saves the frame */
+};
+
+/* The frame the call was given. Not per CPU: a call that reschedules can
+ * carry on on another CPU. */
+struct bench_frame {
+	__u32 call;
+	__u32 pad;
+	__u64 frame[BENCH_LEN / 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bench_config);
+} bench_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bench_frame);
+} bench_frame SEC(".maps");
+
+/* Flows made on this CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} bench_flows SEC(".maps");
+
+static __always_inline void bench_prologue(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct bench_config *cfg = bpf_map_lookup_elem(&bench_config, &zero);
+	struct bench_frame *st = bpf_map_lookup_elem(&bench_frame, &zero);
+	__u32 *next = bpf_map_lookup_elem(&bench_flows, &zero);
+	__u64 *data = (void *)(long)ctx->data;
+	if (!cfg || !st || !next || cfg->mode == BENCH_OFF || (void *)data + BENCH_LEN > (void *)(long)ctx->data_end)
+		return;
+	if (st->call != cfg->call) {
+		for (int i = 0; i < BENCH_LEN / 8; i++)
+			st->frame[i] = data[i];
+		st->call = cfg->call;
+	} else {
+		for (int i = 0; i < BENCH_LEN / 8; i++)
+			data[i] = st->frame[i];
+	}
+	if (cfg->mode == BENCH_NEW_FLOWS) {
+		/* 11.<cpu>.x.y, port from the high bits: 2^32 flows per CPU.
+		 * Checksums are left wrong: the program does not verify them. */
+		__u32 n = (*next)++;
+		struct iphdr *ip = (void *)data + sizeof(struct ethhdr);
+		__u16 *sport = (void *)(ip + 1);
+		ip->saddr = bpf_htonl(0x0b000000 | (bpf_get_smp_processor_id() & 0xff) << 16 | (n & 0xffff));
+		*sport = bpf_htons((__u16)(n >> 16));
+	}
+}
