@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{app_config, get, toml_list, Fulcrum};
+use common::{app_config, closed_port, get, send, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, BACKEND_HEADER};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -125,6 +125,26 @@ fn connection_and_pending_limits_answer_503() {
     let metrics = String::from_utf8(get(f.admin.unwrap(), "admin", "/metrics", "").body).unwrap();
     assert!(metrics.contains("fulcrum_cluster_overflow_total{cluster=\"app\"} 1"), "{metrics}");
     assert!(metrics.contains("fulcrum_cluster_upstream_connections{cluster=\"app\"} 1"), "{metrics}");
+}
+
+#[test]
+fn a_request_with_a_body_goes_to_another_endpoint_when_one_refuses() {
+    // Round robin over a closed port and a live backend, default retries
+    // (connect failures, two tries): every POST whose first pick refuses the
+    // connection still reaches the live backend with its body, since a body
+    // that was never sent comes back from the pool.
+    let b = backends(&[0]);
+    let endpoints = toml_list(&[closed_port().to_string(), b.addrs()[0].to_string()]);
+    let f = Fulcrum::serve("retry-body", &app_config(&endpoints, "workers = 1", "", ""));
+    for i in 0..6 {
+        let body = format!("payload {i}");
+        let raw = format!(
+            "POST /upload HTTP/1.1\r\nHost: app\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let r = send(f.listen[0], raw.as_bytes());
+        assert_eq!(r.status, 200, "POST {i}: {r:?}");
+    }
 }
 
 #[test]

@@ -83,6 +83,7 @@ pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
 /// A client's request body, cut off with an error past the listener's
 /// `max_body_bytes` (bodies without a length are only known to be too large
 /// while they stream).
+#[derive(Debug)]
 pub struct LimitedBody {
     inner: Incoming,
     left: u64,
@@ -266,7 +267,7 @@ impl HttpService {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
         }
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let over_limit = Arc::new(AtomicBool::new(false));
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
@@ -274,11 +275,17 @@ impl HttpService {
         let resendable = replayable && idempotent(&parts.method);
         let mut body =
             if replayable { None } else { Some(LimitedBody { inner: body, left: max_body, over: over_limit.clone() }) };
-        let Some(headers) = self.upstream_headers(&parts, peer) else {
+        let Some(headers) = self.upstream_headers(&mut parts, peer) else {
             return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
         };
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         let retry_on = &config.retries.conditions;
+        // A request that was not sent comes back from the pool whole, so the
+        // headers are copied for a try only if a retry after sending is possible.
+        let copy_headers = resendable
+            && config.retries.attempts > 1
+            && retry_on.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
+        let mut headers = Some(headers);
         let per_try = config.retries.per_try_timeout.unwrap_or(config.request_timeout).min(config.request_timeout);
         let deadline = Instant::now() + config.request_timeout;
         let mut tried = Vec::new();
@@ -300,7 +307,12 @@ impl HttpService {
                 Some(b) => Either::Left(b),
                 None => Either::Right(Empty::new()),
             };
-            let Some(upstream_req) = rewrite(&parts, &headers, &path, this_body, &pick.upstream, config.upstream)
+            // A retry needs the headers (below), so a try always has them.
+            let Some(these_headers) = (if copy_headers { headers.clone() } else { headers.take() }) else {
+                cluster.cancel(pick);
+                return Ok(local(StatusCode::BAD_GATEWAY, "fulcrum: request cannot be sent again\n"));
+            };
+            let Some(upstream_req) = rewrite(&parts, these_headers, &path, this_body, &pick.upstream, config.upstream)
             else {
                 cluster.cancel(pick);
                 return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n"));
@@ -311,7 +323,17 @@ impl HttpService {
             let outcome = match tokio::time::timeout(timeout, send).await {
                 Err(_) => Try::Timeout,
                 Ok(Err(SendFailure::Overflow)) => Try::Overflow,
-                Ok(Err(SendFailure::ConnectFailure)) => Try::ConnectFailure,
+                Ok(Err(SendFailure::ConnectFailure(unsent))) => {
+                    // Nothing left: the body and headers can go out again.
+                    let (unsent_parts, unsent_body) = unsent.into_parts();
+                    if headers.is_none() {
+                        headers = Some(unsent_parts.headers);
+                    }
+                    if let Either::Left(b) = unsent_body {
+                        body = Some(b);
+                    }
+                    Try::ConnectFailure
+                }
                 Ok(Err(SendFailure::Reset)) => Try::Reset,
                 Ok(Ok((response, lease))) => Try::Response(response, lease),
             };
@@ -332,9 +354,9 @@ impl HttpService {
                     (RetryOn::Status(s), Try::Response(..)) => resendable && condition == Some(*s),
                     _ => false,
                 });
-            // A connect failure never sent the body, but a streamed body was
-            // handed to the client and is gone: only replayable ones go again.
-            let can_send_again = replayable || matches!(outcome, Try::ConnectFailure) && body.is_some();
+            // A streamed body goes out once; the pool hands it back (with the
+            // headers) if a connection could not be made.
+            let can_send_again = (replayable || body.is_some()) && headers.is_some();
             let retry = wants_retry
                 && can_send_again
                 && (tried.len() as u32) < config.retries.attempts
@@ -382,8 +404,8 @@ impl HttpService {
 
     /// The request headers as sent upstream (every attempt): hop-by-hop
     /// headers removed, `Host` kept, forwarding headers added.
-    fn upstream_headers(&self, parts: &http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
-        let mut headers = parts.headers.clone();
+    fn upstream_headers(&self, parts: &mut http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
+        let mut headers = std::mem::take(&mut parts.headers);
         // HTTP/2 carries the host in :authority; HTTP/1.1 upstreams need it as Host.
         if !headers.contains_key(header::HOST) {
             if let Some(host) = parts.uri.host() {
@@ -418,29 +440,34 @@ impl Peer {
     }
 }
 
-/// One attempt's request to `upstream`, or `None` if its target cannot be forwarded.
+/// One attempt's request to `upstream`, or `None` if its target cannot be
+/// forwarded. HTTP/1.1 upstreams get the origin form (`/path?query`), as a
+/// client sends it; HTTP/2 needs scheme and authority for its pseudo-headers.
 fn rewrite(
     parts: &http::request::Parts,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     path: &PathAndQuery,
     body: UpstreamBody,
     upstream: &crate::cluster::Upstream,
     protocol: UpstreamProtocol,
 ) -> Option<Request<UpstreamBody>> {
-    let uri = Uri::builder()
-        .scheme(http::uri::Scheme::HTTP)
-        .authority(upstream.authority.clone())
-        .path_and_query(path.clone())
-        .build()
-        .ok()?;
+    let (uri, version) = match protocol {
+        UpstreamProtocol::Http1 => (Uri::from(path.clone()), Version::HTTP_11),
+        UpstreamProtocol::Http2 => {
+            let uri = Uri::builder()
+                .scheme(http::uri::Scheme::HTTP)
+                .authority(upstream.authority.clone())
+                .path_and_query(path.clone())
+                .build()
+                .ok()?;
+            (uri, Version::HTTP_2)
+        }
+    };
     let mut req = Request::new(body);
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = uri;
-    *req.headers_mut() = headers.clone();
-    *req.version_mut() = match protocol {
-        UpstreamProtocol::Http1 => Version::HTTP_11,
-        UpstreamProtocol::Http2 => Version::HTTP_2,
-    };
+    *req.headers_mut() = headers;
+    *req.version_mut() = version;
     Some(req)
 }
 

@@ -74,17 +74,23 @@ impl ConnectionLimit {
 }
 
 /// Why a request got no response from upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum SendFailure {
     /// No connection could be made (or its handshake failed): the request
-    /// was not sent.
-    ConnectFailure,
+    /// was not sent, and here it is back.
+    ConnectFailure(Box<Request<UpstreamBody>>),
     /// The cluster's connection limit is reached and `max_pending` requests
     /// already wait.
     Overflow,
     /// The connection broke after the request went out, or the upstream
     /// broke the protocol.
     Reset,
+}
+
+/// Why no new connection was made.
+enum Refused {
+    Connect,
+    Overflow,
 }
 
 /// One side of an upstream connection that sends requests.
@@ -177,16 +183,21 @@ impl UpstreamPool {
                 },
             }
         }
-        let mut sender = self.connect(addr).await?;
+        let mut sender = match self.connect(addr).await {
+            Ok(sender) => sender,
+            Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
+            Err(Refused::Overflow) => return Err(SendFailure::Overflow),
+        };
         if sender.ready().await.is_err() {
-            return Err(SendFailure::ConnectFailure);
+            return Err(SendFailure::ConnectFailure(Box::new(req)));
         }
         match sender.send(req).await {
             Ok(response) => Ok((response, self.lease(addr, sender))),
             // A new connection that refuses the request never sent it.
-            Err(mut e) => {
-                Err(if e.take_message().is_some() { SendFailure::ConnectFailure } else { SendFailure::Reset })
-            }
+            Err(mut e) => match e.take_message() {
+                Some(unsent) => Err(SendFailure::ConnectFailure(Box::new(unsent))),
+                None => Err(SendFailure::Reset),
+            },
         }
     }
 
@@ -231,18 +242,18 @@ impl UpstreamPool {
     }
 
     /// A new connection to `addr`, under the cluster's limit.
-    async fn connect(&self, addr: SocketAddr) -> Result<Sender, SendFailure> {
-        let permit = self.limit.acquire().await.ok_or(SendFailure::Overflow)?;
+    async fn connect(&self, addr: SocketAddr) -> Result<Sender, Refused> {
+        let permit = self.limit.acquire().await.ok_or(Refused::Overflow)?;
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(_)) | Err(_) => return Err(SendFailure::ConnectFailure),
+            Ok(Err(_)) | Err(_) => return Err(Refused::Connect),
         };
         // Requests and responses are small writes that should leave at once.
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(stream);
         match self.protocol {
             UpstreamProtocol::Http1 => {
-                let (sender, conn) = http1::handshake(io).await.map_err(|_| SendFailure::ConnectFailure)?;
+                let (sender, conn) = http1::handshake(io).await.map_err(|_| Refused::Connect)?;
                 tokio::spawn(async move {
                     let _ = conn.await;
                     drop(permit);
@@ -251,7 +262,7 @@ impl UpstreamPool {
             }
             UpstreamProtocol::Http2 => {
                 let (sender, conn) =
-                    http2::handshake(TokioExecutor::new(), io).await.map_err(|_| SendFailure::ConnectFailure)?;
+                    http2::handshake(TokioExecutor::new(), io).await.map_err(|_| Refused::Connect)?;
                 tokio::spawn(async move {
                     let _ = conn.await;
                     drop(permit);
@@ -328,7 +339,7 @@ mod tests {
     async fn exchange(pool: &Arc<UpstreamPool>, addr: SocketAddr) -> Result<(), SendFailure> {
         use http_body_util::BodyExt;
         let (response, lease) = pool.send(addr, get()).await?;
-        let body = response.into_body().collect().await.map_err(|_| SendFailure::Reset)?;
+        let body = response.into_body().collect().await.expect("a whole body");
         assert_eq!(body.to_bytes().as_ref(), b"ok");
         if let Some(lease) = lease {
             lease.give_back();
@@ -356,7 +367,10 @@ mod tests {
     #[tokio::test]
     async fn a_refused_connection_is_a_connect_failure() {
         let addr = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-        assert_eq!(exchange(&pool(10, 10), addr).await, Err(SendFailure::ConnectFailure));
+        match exchange(&pool(10, 10), addr).await {
+            Err(SendFailure::ConnectFailure(unsent)) => assert_eq!(unsent.uri(), "/"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]
