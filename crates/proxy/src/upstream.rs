@@ -261,8 +261,7 @@ impl UpstreamPool {
                 Ok(Sender::Http1(sender))
             }
             UpstreamProtocol::Http2 => {
-                let (sender, conn) =
-                    http2::handshake(TokioExecutor::new(), io).await.map_err(|_| Refused::Connect)?;
+                let (sender, conn) = http2::handshake(TokioExecutor::new(), io).await.map_err(|_| Refused::Connect)?;
                 tokio::spawn(async move {
                     let _ = conn.await;
                     drop(permit);
