@@ -188,6 +188,9 @@ fn hash_key<B>(policy: &HashKey, req: &Request<B>, peer: SocketAddr) -> Option<u
     }
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// Headers that belong to one connection and must not be forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
@@ -250,7 +253,8 @@ impl HttpService {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
-        let host = host_of(&req);
+        // Most listeners route by path alone: only look at the host if a route asks.
+        let host = if listener.routes.iter().any(|r| r.host.is_some()) { host_of(&req) } else { None };
         let path = req.uri().path();
         let route = listener.routes.iter().find(|r| {
             r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
@@ -413,12 +417,14 @@ impl HttpService {
             }
         }
         strip_hop_by_hop(&mut headers);
-        let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        // hyper sizes the map for the headers it parsed: make room for ours in one step.
+        headers.reserve(3);
+        let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(prior) => HeaderValue::from_str(&format!("{prior}, {}", peer.ip.to_str().ok()?)).ok()?,
             None => peer.ip.clone(),
         };
-        headers.insert("x-forwarded-for", forwarded_for);
-        headers.insert("x-forwarded-proto", HeaderValue::from_static(if self.tls { "https" } else { "http" }));
+        headers.insert(X_FORWARDED_FOR, forwarded_for);
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.tls { "https" } else { "http" }));
         headers.append(header::VIA, via(parts.version));
         Some(headers)
     }
