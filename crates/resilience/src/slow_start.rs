@@ -6,10 +6,9 @@
 //! where `t` is the time since it joined. Weights are relative, so when every
 //! endpoint is new, scaling them all changes nothing; that case (a fresh
 //! deployment or a restart of the whole fleet) is exactly when a cold cache
-//! hurts most. So the factor is also exposed as a **load cap**:
-//! [`SlowStart::cap`] gives the share of the cluster's requests in flight an
-//! endpoint may hold, which drivers apply through bounded load (hash-based
-//! algorithms) and an admission check, so that a cold fleet still ramps.
+//! hurts most. The proxy then ramps the cluster's limit on requests in
+//! flight (`max_requests`) by the same [`SlowStart::factor`], so that a cold
+//! fleet still warms up gradually.
 
 use std::time::Duration;
 
@@ -74,13 +73,6 @@ impl SlowStart {
     pub fn ramping(&self, age: Nanos) -> bool {
         age < self.window
     }
-
-    /// How many of the cluster's `total_in_flight` requests (this one
-    /// included) an endpoint of weight share `share` and this `age` may hold:
-    /// its ramped share of the load, and always at least one.
-    pub fn cap(&self, age: Nanos, share: f64, total_in_flight: u64) -> u64 {
-        ((self.factor(age) * share * total_in_flight as f64).ceil() as u64).max(1)
-    }
 }
 
 #[cfg(test)]
@@ -104,16 +96,6 @@ mod tests {
         let config = SlowStartConfig { aggression: 2.0, ..SlowStartConfig::default() };
         let s = SlowStart::new(&config).unwrap();
         assert!((s.factor(S * 30 / 4) - 0.5).abs() < 1e-12, "(1/4)^(1/2)");
-    }
-
-    #[test]
-    fn the_cap_ramps_even_when_every_endpoint_is_new() {
-        let s = SlowStart::new(&SlowStartConfig::default()).unwrap();
-        // Four equal endpoints, 400 in flight: a brand-new one may hold 10 of
-        // its 100, a settled one all 100.
-        assert_eq!(s.cap(0, 0.25, 400), 10);
-        assert_eq!(s.cap(30 * S, 0.25, 400), 100);
-        assert_eq!(s.cap(0, 0.25, 1), 1, "never zero");
     }
 
     #[test]
