@@ -11,7 +11,9 @@
 // back to what the first repetition of the call saw (NAT hits repeat), with
 // BENCH_NEW_FLOWS it also gives every repetition a source address and port
 // never used before on this CPU (every repetition is a new flow: conntrack
-// miss, service lookup, flow hash, table read, inserts). The program after
+// miss, service lookup, flow hash, table read, inserts); with BENCH_UNCACHED
+// it restores the frame and empties the flow's entry in this CPU's flow
+// cache (a conntrack hit through the conntrack map). The program after
 // the prologue is the production program, instruction for instruction in
 // its source; the prologue's own cost is measured by running the same
 // variant on a path it does not change (bench/xdp-cost subtracts it).
@@ -22,6 +24,7 @@ enum {
 	BENCH_OFF = 0,
 	BENCH_RESTORE = 1,
 	BENCH_NEW_FLOWS = 2,
+	BENCH_UNCACHED = 3,
 };
 
 /* Written by userspace before each BPF_PROG_TEST_RUN call. */
@@ -76,6 +79,21 @@ static __always_inline void bench_prologue(struct xdp_md *ctx)
 	} else {
 		for (int i = 0; i < BENCH_LEN / 8; i++)
 			data[i] = st->frame[i];
+	}
+	if (cfg->mode == BENCH_UNCACHED) {
+		struct iphdr *ip = (void *)data + sizeof(struct ethhdr);
+		__u16 *ports = (void *)(ip + 1);
+		struct flow_key key = {
+			.saddr = ip->saddr,
+			.daddr = ip->daddr,
+			.sport = ports[0],
+			.dport = ports[1],
+			.proto = ip->protocol,
+		};
+		__u32 ci = cache_index(&key);
+		struct cached_flow *c = bpf_map_lookup_elem(&flow_cache, &ci);
+		if (c)
+			c->key.proto = 0;
 	}
 	if (cfg->mode == BENCH_NEW_FLOWS) {
 		/* 11.<cpu>.x.y, port from the high bits: 2^32 flows per CPU.

@@ -53,6 +53,13 @@
 /* 0.25 s to 2.5 s, by CONFIG_HZ: jiffies are the cheapest clock a program has. */
 #define NEXTHOP_TTL_JIFFIES 250
 
+/* Per-CPU flow cache: entries (a power of two), and how often a flow served
+ * from it is looked up in the conntrack map anyway, which keeps the flow's
+ * LRU entry fresh (and puts it back if it was evicted). */
+#define FLOW_CACHE_SIZE 65536
+#define FLOW_CACHE_SHIFT 48 /* 64 - log2(FLOW_CACHE_SIZE) */
+#define FLOW_CACHE_REFRESH_JIFFIES 250
+
 #define AF_INET 2
 
 /* Indices of the `totals` counters. */
@@ -111,6 +118,14 @@ struct flow {
 	__u16 pad;
 };
 
+/* A flow cache entry: a copy of a forward flow's conntrack entry. */
+struct cached_flow {
+	struct flow_key key;
+	__u32 backend;
+	__u32 gen;
+	__u64 refreshed; /* bpf_jiffies64() of the last conntrack lookup */
+};
+
 struct nexthop {
 	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
@@ -154,6 +169,17 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct flow);
 } conntrack SEC(".maps");
+
+/* Direct-mapped, per CPU (no locks, no torn entries), in front of the
+ * conntrack map: a packet of a flow this CPU has seen recently costs no hash
+ * map lookup, only an array read. An entry is trusted only while its backend
+ * slot still has the entry's generation, as for conntrack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FLOW_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct cached_flow);
+} flow_cache SEC(".maps");
 
 /* Backend slot -> its cached next hop. */
 struct {
@@ -256,6 +282,14 @@ static __always_inline __u64 murmur3_16(__u64 k1, __u64 k2)
 	h1 = fmix64(h1);
 	h2 = fmix64(h2);
 	return h1 + h2;
+}
+
+/* Flow cache index: a multiplicative hash of the flow key's two lanes. */
+static __always_inline __u32 cache_index(const struct flow_key *key)
+{
+	const __u64 *lanes = (const __u64 *)key;
+	__u64 h = (lanes[0] * 0x9E3779B97F4A7C15ULL) ^ lanes[1];
+	return (__u32)((h * 0xC2B2AE3D27D4EB4FULL) >> FLOW_CACHE_SHIFT);
 }
 
 static __always_inline __u64 flow_hash(const struct flow_key *key, __u32 flags)
@@ -421,7 +455,32 @@ int fulcrum_lb(struct xdp_md *ctx)
 		.dport = ports[1],
 		.proto = ip->protocol,
 	};
-	/* A known flow: one hash lookup. */
+	/* A flow this CPU has seen recently: no hash lookup. */
+	__u32 ci = cache_index(&key);
+	struct cached_flow *cached = bpf_map_lookup_elem(&flow_cache, &ci);
+	__u64 now = bpf_jiffies64();
+	const __u64 *lanes = (const __u64 *)&key;
+	int same = 0;
+	if (cached) {
+		const __u64 *cl = (const __u64 *)&cached->key;
+		same = cl[0] == lanes[0] && cl[1] == lanes[1];
+	}
+	if (same) {
+		__u32 slot = cached->backend;
+		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
+		if (b && b->gen == cached->gen && (b->flags & BACKEND_ACTIVE)) {
+			if (now - cached->refreshed < FLOW_CACHE_REFRESH_JIFFIES)
+				return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0);
+			/* Refresh: the conntrack entry is authoritative; if the
+			 * LRU evicted it, this one goes back. */
+			if (!bpf_map_lookup_elem(&conntrack, &key)) {
+				struct flow again = { .backend = slot, .gen = cached->gen };
+				bpf_map_update_elem(&conntrack, &key, &again, BPF_ANY);
+			}
+		}
+	}
+
+	/* Otherwise the conntrack map: one hash lookup. */
 	struct flow *known = bpf_map_lookup_elem(&conntrack, &key);
 	if (known) {
 		if (known->backend == FLOW_REPLY) {
@@ -431,8 +490,15 @@ int fulcrum_lb(struct xdp_md *ctx)
 		}
 		__u32 slot = known->backend;
 		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
-		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE))
+		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE)) {
+			if (cached) {
+				cached->key = key;
+				cached->backend = slot;
+				cached->gen = known->gen;
+				cached->refreshed = now;
+			}
 			return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0);
+		}
 		/* Its backend has left: the flow is assigned again below. */
 	}
 
@@ -450,6 +516,12 @@ int fulcrum_lb(struct xdp_md *ctx)
 		return count(T_NO_BACKEND, XDP_DROP);
 	struct flow remember = { .backend = slot, .gen = b->gen };
 	bpf_map_update_elem(&conntrack, &key, &remember, BPF_ANY);
+	if (cached) {
+		cached->key = key;
+		cached->backend = slot;
+		cached->gen = b->gen;
+		cached->refreshed = now;
+	}
 	return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 1);
 }
 

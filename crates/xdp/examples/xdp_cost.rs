@@ -6,14 +6,19 @@
 //! - hot rows: one call of N repetitions, ROUNDS times, cases interleaved;
 //!   the median of the rounds. The kernel does not restore the frame between
 //!   repetitions: the production program can repeat a DSR conntrack hit
-//!   (only MACs change) and a packet for no service, nothing else. NAT hits
-//!   and new flows run on the benchmark variant (`bpf/bench.h`): the same
-//!   program behind a prologue that restores the frame (NAT hit) or also
-//!   gives each repetition an unused source address and port (new flow). The
-//!   prologue's own cost, measured by running the variant on a packet for
-//!   no service (a path the prologue does not change) against the
-//!   production program on the same packet, is subtracted; the counters
-//!   confirm that every repetition took the path it is named for;
+//!   (only MACs change) and a packet for no service, nothing else. The other
+//!   cases run on the benchmark variant (`bpf/bench.h`): the same program
+//!   behind a prologue that restores the frame (NAT hit), also empties the
+//!   flow's entry in the per-CPU flow cache (a hit through the conntrack
+//!   map), or gives each repetition an unused source address and port (new
+//!   flow). The prologue's own cost, measured by running the variant on a
+//!   frame that is not IPv4 (the program proper returns after the Ethernet
+//!   header, whatever the prologue wrote) against the production program on
+//!   the same frame, is subtracted. After every call the counters confirm
+//!   that each repetition took the path it is named for (hit, new flow,
+//!   pass) and the action is checked;
+//! - new flows into a table that is not full: the same, on a freshly loaded
+//!   variant each round, with at most 50,000 flows;
 //! - cold rows: M distinct flows, one call per packet (the first packets of
 //!   the flows, then their second packets), NAT, production program. Each
 //!   call starts with cold caches and carries the syscall's own overhead.
@@ -24,7 +29,7 @@ use std::net::Ipv4Addr;
 
 use fulcrum_balance::HashFunction;
 use fulcrum_xdp::dataplane::{BenchMode, EmptyProgram};
-use fulcrum_xdp::fixture::{FibFixture, CLIENT, CLIENT_MAC, LB1_MAC, VIP};
+use fulcrum_xdp::fixture::{FibFixture, CLIENT, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP};
 use fulcrum_xdp::flow::Flow;
 use fulcrum_xdp::maps::Counters;
 use fulcrum_xdp::spec::{parse_endpoints, Mode, Protocol, Select, ServiceKey, ServiceSpec};
@@ -92,7 +97,9 @@ enum Prog {
 /// One hot case: which program, frame, and what the counters must show
 /// afterwards.
 struct Case {
+    name: &'static str,
     prog: Prog,
+    ifindex: u32,
     frame: Vec<u8>,
     /// The service port whose counters must grow by `repeat` packets and
     /// `repeat × new` flows, or None for a packet that must pass.
@@ -116,7 +123,6 @@ fn median(v: &[u32]) -> f64 {
 struct Runner {
     prod: Loaded,
     empty: EmptyProgram,
-    ifindex: u32,
     call: u32,
 }
 
@@ -125,7 +131,7 @@ impl Runner {
     /// and check the action and counters; the mean ns per repetition.
     fn run(&mut self, bench: &mut Loaded, c: &Case, repeat: u32) -> Res<u32> {
         if c.prog == Prog::Empty {
-            return Ok(testrun::run(self.empty.fd()?, &c.frame, self.ifindex, repeat)?.duration_ns);
+            return Ok(testrun::run(self.empty.fd()?, &c.frame, c.ifindex, repeat)?.duration_ns);
         }
         let l = if let Prog::Bench(_) = c.prog { bench } else { &mut self.prod };
         let mode = if let Prog::Bench(m) = c.prog { m } else { BenchMode::Off };
@@ -135,7 +141,7 @@ impl Runner {
                 self.call += 1;
                 l.bench_mode(mode, self.call)?;
             }
-            testrun::run(l.program_fd()?, &c.frame, self.ifindex, 1)?;
+            testrun::run(l.program_fd()?, &c.frame, c.ifindex, 1)?;
         }
         if c.prog != Prog::Production {
             self.call += 1;
@@ -146,7 +152,7 @@ impl Runner {
             None => Counters::default(),
         };
         let passed_before = l.dataplane.totals()?[0].1;
-        let out = testrun::run(l.program_fd()?, &c.frame, self.ifindex, repeat)?;
+        let out = testrun::run(l.program_fd()?, &c.frame, c.ifindex, repeat)?;
         if out.action != c.want {
             let totals = l.dataplane.totals()?;
             return Err(format!(
@@ -188,34 +194,53 @@ fn main() -> Res<()> {
     let mut bench = Loaded::bench()?;
     setup(&mut prod)?;
     setup(&mut bench)?;
-    let mut runner = Runner { prod, empty: EmptyProgram::new()?, ifindex: net.lb1, call: 0 };
+    let mut runner = Runner { prod, empty: EmptyProgram::new()?, call: 0 };
 
     let other = frame_to(Ipv4Addr::new(10, 201, 9, 9), 1, 80);
     let mut arp = other.clone();
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
-    let case = |prog, frame: Vec<u8>, port, new, want| Case { prog, frame, port, new, want, samples: Vec::new() };
-    use BenchMode::{NewFlows, Restore};
+    // A client on the backends' segment: in and out through lb0 (XDP_TX),
+    // as in scripts/xdp-topology's one-armed LB.
+    let same_segment = Flow { src: Ipv4Addr::new(10, 201, 0, 15), dst: VIP, sport: 1, dport: 80, proto: Protocol::Tcp };
+    let tx = packet::build(&same_segment, [2, 0, 0, 0, 0, 15], LB0_MAC, &[0u8; 6]);
+    let (lb0, lb1) = (net.lb0, net.lb1);
+    let case = |name, prog, frame: Vec<u8>, port, new, want| Case {
+        name,
+        prog,
+        ifindex: lb1,
+        frame,
+        port,
+        new,
+        want,
+        samples: Vec::new(),
+    };
+    use BenchMode::{NewFlows, Restore, Uncached};
     use Prog::{Bench, Empty, Production};
     let mut cases = vec![
-        // 0: the floor. 1-3: the prologue's cost, on a frame that is not IPv4
-        // (the program proper returns after reading the Ethernet header, so
-        // the new source addresses do not change its path). 4: for no service.
-        case(Empty, other.clone(), None, false, action::PASS),
-        case(Production, arp.clone(), None, false, action::PASS),
-        case(Bench(Restore), arp.clone(), None, false, action::PASS),
-        case(Bench(NewFlows), arp, None, false, action::PASS),
-        case(Production, other, None, false, action::PASS),
+        // The floor; the prologue's cost on a frame that is not IPv4 (the
+        // program proper returns after reading the Ethernet header, so the
+        // prologue's changes do not change its path); a packet for no service.
+        case("empty", Empty, other.clone(), None, false, action::PASS),
+        case("non-IP", Production, arp.clone(), None, false, action::PASS),
+        case("non-IP restore", Bench(Restore), arp.clone(), None, false, action::PASS),
+        case("non-IP new", Bench(NewFlows), arp.clone(), None, false, action::PASS),
+        case("non-IP uncached", Bench(Uncached), arp, None, false, action::PASS),
+        case("pass", Production, other, None, false, action::PASS),
+        Case { ifindex: lb0, ..case("DSR hit TX", Production, tx, Some(80), false, action::TX) },
     ];
     for (dsr, nat) in [(80, 82), (81, 83)] {
-        cases.push(case(Production, frame(1, dsr), Some(dsr), false, action::REDIRECT));
-        cases.push(case(Bench(Restore), frame(1, nat), Some(nat), false, action::REDIRECT));
-        cases.push(case(Bench(NewFlows), frame(2, dsr), Some(dsr), true, action::REDIRECT));
-        cases.push(case(Bench(NewFlows), frame(2, nat), Some(nat), true, action::REDIRECT));
+        let h = if dsr == 80 { "xx" } else { "mm" };
+        let n = |what: &str| -> &'static str { format!("{what} {h}").leak() };
+        cases.push(case(n("DSR hit"), Production, frame(1, dsr), Some(dsr), false, action::REDIRECT));
+        cases.push(case(n("DSR hit uncached"), Bench(Uncached), frame(1, dsr), Some(dsr), false, action::REDIRECT));
+        cases.push(case(n("NAT hit"), Bench(Restore), frame(1, nat), Some(nat), false, action::REDIRECT));
+        cases.push(case(n("DSR new"), Bench(NewFlows), frame(2, dsr), Some(dsr), true, action::REDIRECT));
+        cases.push(case(n("NAT new"), Bench(NewFlows), frame(2, nat), Some(nat), true, action::REDIRECT));
     }
     // New flows into a table that is not full: a fresh load each round, and
     // few enough flows that no insert evicts (NAT takes two entries a flow).
     let filling = repeat.min(50_000);
-    let mut filling_samples = vec![Vec::new(); 4];
+    let mut filled: std::collections::HashMap<&str, Vec<u32>> = Default::default();
     for _ in 0..rounds {
         for c in cases.iter_mut() {
             let ns = runner.run(&mut bench, c, repeat)?;
@@ -223,41 +248,54 @@ fn main() -> Res<()> {
         }
         let mut fresh = Loaded::bench()?;
         setup(&mut fresh)?;
-        for (i, c) in cases[5..].iter().filter(|c| c.new).enumerate() {
+        for c in cases.iter().filter(|c| c.new) {
             let ns = runner.run(&mut fresh, c, filling)?;
-            filling_samples[i].push(ns);
+            filled.entry(c.name).or_default().push(ns);
         }
     }
 
-    let m: Vec<f64> = cases.iter().map(|c| median(&c.samples)).collect();
-    let (restore, fresh) = (m[2] - m[1], m[3] - m[1]);
+    let m = |name: &str| median(&cases.iter().find(|c| c.name == name).expect("case").samples);
+    let (restore, fresh, uncached) =
+        (m("non-IP restore") - m("non-IP"), m("non-IP new") - m("non-IP"), m("non-IP uncached") - m("non-IP"));
     let hot = format!("repeat {repeat}, median of {rounds}");
     let fill = format!("repeat {filling} into an empty table, median of {rounds}");
     println!("| case | flow hash | ns per packet | method |");
     println!("|---|---|---:|---|");
-    for (i, name) in ["xxHash64", "MurmurHash3"].iter().enumerate() {
-        let b = 5 + 4 * i;
-        let (dsr_fill, nat_fill) = (median(&filling_samples[2 * i]), median(&filling_samples[2 * i + 1]));
-        println!("| DSR, conntrack hit, hot | {name} | {:.0} | one flow, {hot} |", m[b]);
+    println!("| DSR, conntrack hit, flow cache, XDP_TX | xxHash64 | {:.0} | one flow, {hot} |", m("DSR hit TX"));
+    for (h, name) in [("xx", "xxHash64"), ("mm", "MurmurHash3")] {
+        let k = |what: &str| format!("{what} {h}");
+        let f = |what: &str| median(&filled[k(what).as_str()]);
+        println!("| DSR, conntrack hit, flow cache, redirect | {name} | {:.0} | one flow, {hot} |", m(&k("DSR hit")));
         println!(
-            "| NAT, conntrack hit, hot | {name} | {:.0} | one flow, {hot}; variant − prologue |",
-            m[b + 1] - restore
+            "| DSR, conntrack hit, not in the flow cache | {name} | {:.0} | one flow, {hot}; variant − prologue |",
+            m(&k("DSR hit uncached")) - uncached
         );
         println!(
-            "| DSR, new flow, hot, table not full | {name} | {:.0} | {fill}; variant − prologue |",
-            dsr_fill - fresh
+            "| NAT, conntrack hit, flow cache | {name} | {:.0} | one flow, {hot}; variant − prologue |",
+            m(&k("NAT hit")) - restore
         );
         println!(
-            "| NAT, new flow, hot, table not full | {name} | {:.0} | {fill}; variant − prologue |",
-            nat_fill - fresh
+            "| DSR, new flow, table not full | {name} | {:.0} | {fill}; variant − prologue |",
+            f("DSR new") - fresh
         );
-        println!("| DSR, new flow, hot, table full | {name} | {:.0} | {hot}; variant − prologue |", m[b + 2] - fresh);
-        println!("| NAT, new flow, hot, table full | {name} | {:.0} | {hot}; variant − prologue |", m[b + 3] - fresh);
+        println!(
+            "| NAT, new flow, table not full | {name} | {:.0} | {fill}; variant − prologue |",
+            f("NAT new") - fresh
+        );
+        println!(
+            "| DSR, new flow, table full | {name} | {:.0} | {hot}; variant − prologue |",
+            m(&k("DSR new")) - fresh
+        );
+        println!(
+            "| NAT, new flow, table full | {name} | {:.0} | {hot}; variant − prologue |",
+            m(&k("NAT new")) - fresh
+        );
     }
-    println!("| not for a service (XDP_PASS), hot | - | {:.0} | {hot} |", m[4]);
-    println!("| empty program (XDP_PASS): the harness's own cost | - | {:.0} | {hot} |", m[0]);
-    println!("| benchmark prologue: restore the frame | - | {restore:.0} | variant − production, non-IP frame |");
-    println!("| benchmark prologue: restore, new source | - | {fresh:.0} | variant − production, non-IP frame |");
+    println!("| not for a service (XDP_PASS) | - | {:.0} | {hot} |", m("pass"));
+    println!("| empty program (XDP_PASS): the harness's own cost | - | {:.0} | {hot} |", m("empty"));
+    for (what, ns) in [("restore the frame", restore), ("restore, uncache", uncached), ("restore, new source", fresh)] {
+        println!("| benchmark prologue: {what} | - | {ns:.0} | variant − production, non-IP frame |");
+    }
     for (nat_port, name) in [(82, "xxHash64"), (83, "MurmurHash3")] {
         let fresh: Vec<Vec<u8>> = (0..flows).map(|i| frame(10_000u16.wrapping_add(i), nat_port)).collect();
         let new = single_runs(&runner.prod, net.lb1, &fresh)?;

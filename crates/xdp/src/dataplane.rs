@@ -30,8 +30,8 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 8] =
-    ["services", "ring", "backends", "conntrack", "nexthops", "svc_stats", "backend_stats", "totals"];
+const MAP_NAMES: [&str; 9] =
+    ["services", "ring", "backends", "conntrack", "flow_cache", "nexthops", "svc_stats", "backend_stats", "totals"];
 
 const PROGRAM: &str = "fulcrum_lb";
 
@@ -176,6 +176,9 @@ pub enum BenchMode {
     /// As `Restore`, with a source address and port not used before: every
     /// repetition is a new flow.
     NewFlows = 2,
+    /// As `Restore`, and the flow's entry in this CPU's flow cache is
+    /// emptied: every repetition is a conntrack hit through the conntrack map.
+    Uncached = 3,
 }
 
 impl Loaded {

@@ -390,8 +390,13 @@ fn benchmark_variant_repeats_nat_hits_and_makes_new_flows() {
     assert_eq!(out.action, action::REDIRECT);
     assert_eq!(packet::parse(&out.packet).unwrap().flow.dport, 8080);
     assert_eq!((total(&bench).packets, total(&bench).flows), (1001, 1));
+    // Uncached: still the same flow, through the conntrack map.
+    bench.bench_mode(BenchMode::Uncached, 3).unwrap();
+    let out = run(&bench, 1000);
+    assert_eq!(out.action, action::REDIRECT);
+    assert_eq!((total(&bench).packets, total(&bench).flows), (2001, 1));
     // NewFlows: every repetition a new flow.
-    bench.bench_mode(BenchMode::NewFlows, 3).unwrap();
+    bench.bench_mode(BenchMode::NewFlows, 4).unwrap();
     run(&bench, 1000);
-    assert_eq!((total(&bench).packets, total(&bench).flows), (2001, 1001));
+    assert_eq!((total(&bench).packets, total(&bench).flows), (3001, 1001));
 }
