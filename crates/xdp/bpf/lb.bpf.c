@@ -53,11 +53,13 @@
 /* 0.25 s to 2.5 s, by CONFIG_HZ: jiffies are the cheapest clock a program has. */
 #define NEXTHOP_TTL_JIFFIES 250
 
-/* Per-CPU flow cache: entries (a power of two), and how often a flow served
+/* Per-CPU flow cache: entries (a power of two; 256 KiB a CPU, small enough
+ * to stay in cache, as a miss here costs a new flow more than the hit saves),
+ * and how often a flow served
  * from it is looked up in the conntrack map anyway, which keeps the flow's
  * LRU entry fresh (and puts it back if it was evicted). */
-#define FLOW_CACHE_SIZE 65536
-#define FLOW_CACHE_SHIFT 48 /* 64 - log2(FLOW_CACHE_SIZE) */
+#define FLOW_CACHE_SIZE 8192
+#define FLOW_CACHE_SHIFT 51 /* 64 - log2(FLOW_CACHE_SIZE) */
 #define FLOW_CACHE_REFRESH_JIFFIES 250
 
 #define AF_INET 2
