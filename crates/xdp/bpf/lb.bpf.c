@@ -11,8 +11,9 @@
 // looked up first, and holds what a packet of a known flow needs (the
 // backend slot and generation, or for a NAT reply the VIP to put back), so
 // such a packet costs one hash lookup: the services map is read only for a
-// flow's first packet and for traffic that is not for a service. Two
-// forwarding modes:
+// flow's first packet and for traffic that is not for a service. In front of
+// it, a small direct-mapped per-CPU flow cache (an array) spares a flow this
+// CPU saw recently even that lookup. Two forwarding modes:
 //   NAT: the destination is rewritten to the backend (address and port), and
 //        the replies, which the backends route back through the LB, get the
 //        VIP back as their source; checksums are updated incrementally.
@@ -54,10 +55,10 @@
 #define NEXTHOP_TTL_JIFFIES 250
 
 /* Per-CPU flow cache: entries (a power of two; 256 KiB a CPU, small enough
- * to stay in cache, as a miss here costs a new flow more than the hit saves),
- * and how often a flow served
- * from it is looked up in the conntrack map anyway, which keeps the flow's
- * LRU entry fresh (and puts it back if it was evicted). */
+ * to stay in the CPU's caches, so that looking a new flow up here is cheap),
+ * and how often a flow served from it is looked up in the conntrack map
+ * anyway, which keeps the flow's LRU entry fresh (and puts it back if it was
+ * evicted). */
 #define FLOW_CACHE_SIZE 8192
 #define FLOW_CACHE_SHIFT 51 /* 64 - log2(FLOW_CACHE_SIZE) */
 #define FLOW_CACHE_REFRESH_JIFFIES 250
