@@ -3,7 +3,8 @@
 //!
 //! The program (`bpf/lb.bpf.c`, compiled by clang in `build.rs`) hashes each
 //! flow's 5-tuple ([`flow`]), indexes the service's consistent-hash table and
-//! forwards; an LRU conntrack map keeps established flows on their backend.
+//! forwards; an LRU conntrack map (behind a small per-CPU flow cache) keeps
+//! established flows on their backend.
 //! The control plane builds the tables with fulcrum-balance's Maglev or
 //! rendezvous code ([`table`]), writes the maps ([`dataplane::Dataplane`]),
 //! pins them in bpffs and attaches the program to interfaces. [`spec`] parses
