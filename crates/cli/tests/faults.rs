@@ -10,10 +10,19 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use common::{app_config, get, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, LoadConfig, Pattern, Report, StatusMix};
+
+/// The fault tests measure latency and count failures under load, so they
+/// run one at a time even when the harness runs tests in parallel: a
+/// neighbour's load would skew a baseline taken seconds before the figure.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A `fulcrum backend` process (so it can be killed like a real one).
 struct BackendProcess {
@@ -75,6 +84,7 @@ fn total_requests(admin: SocketAddr) -> u64 {
 
 #[test]
 fn killing_a_backend_under_load_fails_no_request_and_it_ramps_back() {
+    let _serial = one_at_a_time();
     let backends: Vec<BackendProcess> = (0..3).map(|_| BackendProcess::start("127.0.0.1:0", "1ms")).collect();
     let victim = backends[2].addr;
     let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
@@ -147,6 +157,7 @@ slow_start = { window = "4s" }"#;
 
 #[test]
 fn twenty_reloads_under_load_fail_no_request_and_drop_no_connection() {
+    let _serial = one_at_a_time();
     let b = Backends::start(BackendsConfig::fixed_delays(&[Duration::from_millis(2); 3])).unwrap();
     let addrs = b.addrs();
     let config = |algorithm: &str, n: usize| {
@@ -185,6 +196,7 @@ fn twenty_reloads_under_load_fail_no_request_and_drop_no_connection() {
 
 #[test]
 fn slow_loris_connections_do_not_hurt_a_well_behaved_client() {
+    let _serial = one_at_a_time();
     let b = Backends::start(BackendsConfig::fixed_delays(&[Duration::from_millis(1); 2])).unwrap();
     let limits = "limits = { header_read_timeout = \"3s\" }";
     let f = Fulcrum::serve("loris", &app_config(&toml_list(&b.addrs()), "", limits, ""));
@@ -198,6 +210,8 @@ fn slow_loris_connections_do_not_hurt_a_well_behaved_client() {
             s
         })
         .collect();
+    // The figure is about connections held open, not about accepting 500 at once.
+    std::thread::sleep(Duration::from_millis(300));
     let attacked = load(addr, 100.0, 3);
     for _ in 0..2 {
         std::thread::sleep(Duration::from_secs(1));
@@ -242,6 +256,7 @@ fn closed_by_peer(s: &mut TcpStream) -> bool {
 
 #[test]
 fn peak_ewma_does_not_favour_a_backend_that_fails_fast() {
+    let _serial = one_at_a_time();
     let mut config = BackendsConfig::fixed_delays(&[Duration::from_millis(5); 4]);
     config.backends[3].delay = fulcrum_load::Delay::ZERO;
     config.backends[3].status = StatusMix::always(http::StatusCode::SERVICE_UNAVAILABLE);
