@@ -7,6 +7,9 @@ VIP=10.202.1.1
 BACKENDS=(10.202.0.11 10.202.0.12 10.202.0.13)
 PIDS=()
 PIN_DIR=/sys/fs/bpf/$P
+# A command prefix for the backends (and whatever else the bench decides),
+# e.g. (chrt -f 50): empty unless the bench sets it.
+PRIO=("${PRIO[@]}")
 
 cleanup() {
 	for pid in "${PIDS[@]}"; do
@@ -49,7 +52,7 @@ topology() { # MODE: (re)build the topology and start the backends
 	cleanup
 	scripts/xdp-topology up "$P" "$1"
 	for i in 1 2 3; do
-		bg_in_ns "b$i" "$FULCRUM" backend --listen 0.0.0.0:80 --threads 1
+		bg_in_ns "b$i" "${PRIO[@]}" "$FULCRUM" backend --listen 0.0.0.0:80 --threads 1
 	done
 	for i in 1 2 3; do
 		wait_port c "${BACKENDS[$((i - 1))]}" 80
