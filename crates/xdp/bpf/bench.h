@@ -83,13 +83,7 @@ static __always_inline void bench_prologue(struct xdp_md *ctx)
 	if (cfg->mode == BENCH_UNCACHED) {
 		struct iphdr *ip = (void *)data + sizeof(struct ethhdr);
 		__u16 *ports = (void *)(ip + 1);
-		struct flow_key key = {
-			.saddr = ip->saddr,
-			.daddr = ip->daddr,
-			.sport = ports[0],
-			.dport = ports[1],
-			.proto = ip->protocol,
-		};
+		struct flow_key key = flow_key_of(ip, ports);
 		__u32 ci = cache_index(&key);
 		struct cached_flow *c = bpf_map_lookup_elem(&flow_cache, &ci);
 		if (c)

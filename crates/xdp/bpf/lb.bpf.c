@@ -295,6 +295,31 @@ static __always_inline __u32 cache_index(const struct flow_key *key)
 	return (__u32)((h * 0xC2B2AE3D27D4EB4FULL) >> FLOW_CACHE_SHIFT);
 }
 
+/* The 5-tuple of an IPv4 packet whose TCP or UDP ports are at `ports`. */
+static __always_inline struct flow_key flow_key_of(const struct iphdr *ip, const __u16 *ports)
+{
+	struct flow_key key = {
+		.saddr = ip->saddr,
+		.daddr = ip->daddr,
+		.sport = ports[0],
+		.dport = ports[1],
+		.proto = ip->protocol,
+	};
+	return key;
+}
+
+/* Put a forward flow's backend in this CPU's flow cache entry (if any). */
+static __always_inline void cache_flow(struct cached_flow *cached, const struct flow_key *key, __u32 slot, __u32 gen,
+				       __u64 now)
+{
+	if (cached) {
+		cached->key = *key;
+		cached->backend = slot;
+		cached->gen = gen;
+		cached->refreshed = now;
+	}
+}
+
 static __always_inline __u64 flow_hash(const struct flow_key *key, __u32 flags)
 {
 	const __u64 *lanes = (const __u64 *)key;
@@ -451,13 +476,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 		l4sum = &tcp->check;
 	}
 
-	struct flow_key key = {
-		.saddr = ip->saddr,
-		.daddr = ip->daddr,
-		.sport = ports[0],
-		.dport = ports[1],
-		.proto = ip->protocol,
-	};
+	struct flow_key key = flow_key_of(ip, ports);
 	/* A flow this CPU has seen recently: no hash lookup. */
 	__u32 ci = cache_index(&key);
 	struct cached_flow *cached = bpf_map_lookup_elem(&flow_cache, &ci);
@@ -494,12 +513,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 		__u32 slot = known->backend;
 		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
 		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE)) {
-			if (cached) {
-				cached->key = key;
-				cached->backend = slot;
-				cached->gen = known->gen;
-				cached->refreshed = now;
-			}
+			cache_flow(cached, &key, slot, known->gen, now);
 			return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0);
 		}
 		/* Its backend has left: the flow is assigned again below. */
@@ -519,12 +533,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 		return count(T_NO_BACKEND, XDP_DROP);
 	struct flow remember = { .backend = slot, .gen = b->gen };
 	bpf_map_update_elem(&conntrack, &key, &remember, BPF_ANY);
-	if (cached) {
-		cached->key = key;
-		cached->backend = slot;
-		cached->gen = b->gen;
-		cached->refreshed = now;
-	}
+	cache_flow(cached, &key, slot, b->gen, now);
 	return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 1);
 }
 
