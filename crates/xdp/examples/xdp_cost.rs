@@ -265,31 +265,22 @@ fn main() -> Res<()> {
     for (h, name) in [("xx", "xxHash64"), ("mm", "MurmurHash3")] {
         let k = |what: &str| format!("{what} {h}");
         let f = |what: &str| median(&filled[k(what).as_str()]);
-        println!("| DSR, conntrack hit, flow cache, redirect | {name} | {:.0} | one flow, {hot} |", m(&k("DSR hit")));
-        println!(
-            "| DSR, conntrack hit, not in the flow cache | {name} | {:.0} | one flow, {hot}; variant − prologue |",
-            m(&k("DSR hit uncached")) - uncached
-        );
-        println!(
-            "| NAT, conntrack hit, flow cache | {name} | {:.0} | one flow, {hot}; variant − prologue |",
-            m(&k("NAT hit")) - restore
-        );
-        println!(
-            "| DSR, new flow, table not full | {name} | {:.0} | {fill}; variant − prologue |",
-            f("DSR new") - fresh
-        );
-        println!(
-            "| NAT, new flow, table not full | {name} | {:.0} | {fill}; variant − prologue |",
-            f("NAT new") - fresh
-        );
-        println!(
-            "| DSR, new flow, table full | {name} | {:.0} | {hot}; variant − prologue |",
-            m(&k("DSR new")) - fresh
-        );
-        println!(
-            "| NAT, new flow, table full | {name} | {:.0} | {hot}; variant − prologue |",
-            m(&k("NAT new")) - fresh
-        );
+        let one_flow = format!("one flow, {hot}");
+        let variant = format!("one flow, {hot}; variant − prologue");
+        let fill_variant = format!("{fill}; variant − prologue");
+        let hot_variant = format!("{hot}; variant − prologue");
+        let rows = [
+            ("DSR, conntrack hit, flow cache, redirect", m(&k("DSR hit")), &one_flow),
+            ("DSR, conntrack hit, not in the flow cache", m(&k("DSR hit uncached")) - uncached, &variant),
+            ("NAT, conntrack hit, flow cache", m(&k("NAT hit")) - restore, &variant),
+            ("DSR, new flow, table not full", f("DSR new") - fresh, &fill_variant),
+            ("NAT, new flow, table not full", f("NAT new") - fresh, &fill_variant),
+            ("DSR, new flow, table full", m(&k("DSR new")) - fresh, &hot_variant),
+            ("NAT, new flow, table full", m(&k("NAT new")) - fresh, &hot_variant),
+        ];
+        for (case, ns, method) in rows {
+            println!("| {case} | {name} | {ns:.0} | {method} |");
+        }
     }
     println!("| not for a service (XDP_PASS) | - | {:.0} | {hot} |", m("pass"));
     println!("| empty program (XDP_PASS): the harness's own cost | - | {:.0} | {hot} |", m("empty"));
