@@ -46,13 +46,35 @@ fn refused_upstream_is_502_and_missing_route_404_and_bad_requests_400_431() {
     assert_eq!(send(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\nBad Header\r\n\r\n").status, 400);
     let huge = format!("GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
     assert_eq!(send(addr, huge.as_bytes()).status, 431);
+    // The default limit: 100 header fields pass (to the dead upstream), 101 do not.
+    assert_eq!(send(addr, with_headers(100).as_bytes()).status, 502);
+    assert_eq!(send(addr, with_headers(101).as_bytes()).status, 431);
 
     // Still serving after all that, and counted.
     assert_eq!(get(addr, "other.test", "/", "").status, 404);
     let metrics = get(f.admin.unwrap(), "admin", "/metrics", "");
     let text = String::from_utf8_lossy(&metrics.body);
-    assert!(text.contains("fulcrum_local_responses_total{code=\"502\"} 1"), "{text}");
+    assert!(text.contains("fulcrum_local_responses_total{code=\"502\"} 2"), "{text}");
     assert!(text.contains("fulcrum_local_responses_total{code=\"404\"} 2"), "{text}");
+    assert!(f.terminate().success());
+}
+
+/// A request for app.test with `n` header fields in all.
+fn with_headers(n: usize) -> String {
+    let extra: String = (1..n).map(|i| format!("X-H{i}: v\r\n")).collect();
+    format!("GET / HTTP/1.1\r\nHost: app.test\r\n{extra}\r\n")
+}
+
+#[test]
+fn a_configured_header_count_limit_gives_431() {
+    let dead = closed_port();
+    let listener = "max_header_bytes = 8192\nlimits = { max_headers = 5 }";
+    let timeouts = "connect_timeout = \"300ms\"\nrequest_timeout = \"2s\"";
+    let cfg = app_config(&format!("\"{dead}\""), "workers = 1", listener, timeouts)
+        .replace("routes = [{ cluster = \"app\" }]", "routes = [{ host = \"app.test\", cluster = \"app\" }]");
+    let f = Fulcrum::serve("max-headers", &cfg);
+    assert_eq!(send(f.listen[0], with_headers(5).as_bytes()).status, 502);
+    assert_eq!(send(f.listen[0], with_headers(6).as_bytes()).status, 431);
     assert!(f.terminate().success());
 }
 

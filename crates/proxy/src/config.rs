@@ -101,7 +101,7 @@ impl Default for Limits {
         Limits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            max_headers: 100,
+            max_headers: HYPER_MAX_HEADERS,
             max_connections: 10_000,
             max_body_bytes: 100 * 1024 * 1024,
         }
@@ -441,6 +441,9 @@ const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(5);
 const DEFAULT_MAX_REQUESTS: u64 = 1024;
 /// Default largest request head, as nginx's `large_client_header_buffers`-ish 64 KiB.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// The default `max_headers`: hyper's own limit, which it keeps on an
+/// inline array (the server sets a limit only when it differs).
+pub const HYPER_MAX_HEADERS: usize = 100;
 
 /// Turns byte spans into line/column for errors.
 struct Source<'a> {

@@ -40,7 +40,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::admin::Admin;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
-use crate::config::{Config, Listener, ListenerProtocol};
+use crate::config::{Config, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
 use crate::http::{Epoch, HttpService};
 use crate::metrics::ProxyStats;
 use crate::upstream::UpstreamPool;
@@ -414,8 +414,13 @@ impl Accept {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
-            .max_headers(limits.max_headers)
             .max_buf_size(listener.max_header_bytes);
+        // hyper's own limit is the same 100 headers, on an array it keeps
+        // inline; a limit set explicitly makes it build and fill a vector of
+        // that many slots for every request head it parses.
+        if limits.max_headers != HYPER_MAX_HEADERS {
+            builder.http1().max_headers(limits.max_headers);
+        }
         builder
             .http2()
             .timer(TokioTimer::new())
