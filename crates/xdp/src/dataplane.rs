@@ -37,47 +37,30 @@ const PROGRAM: &str = "fulcrum_lb";
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
-/// The compiled program, aligned for the ELF parser.
-#[cfg(fulcrum_bpf)]
-fn object() -> Result<&'static [u8], Error> {
-    #[repr(C, align(32))]
-    struct Aligned<B: ?Sized>(B);
-    static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/lb.bpf.o")));
-    Ok(&OBJECT.0)
+/// An object file that `build.rs` compiled into `OUT_DIR`, embedded and
+/// aligned for the ELF parser; without clang, [`Error::NotBuilt`].
+macro_rules! embedded_object {
+    ($name:ident, $file:literal) => {
+        #[cfg(fulcrum_bpf)]
+        fn $name() -> Result<&'static [u8], Error> {
+            #[repr(C, align(32))]
+            struct Aligned<B: ?Sized>(B);
+            static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/", $file)));
+            Ok(&OBJECT.0)
+        }
+
+        #[cfg(not(fulcrum_bpf))]
+        fn $name() -> Result<&'static [u8], Error> {
+            Err(Error::NotBuilt)
+        }
+    };
 }
 
-/// The benchmark variant (`-DFULCRUM_BENCH`, `bpf/bench.h`).
-#[cfg(fulcrum_bpf)]
-fn bench_object() -> Result<&'static [u8], Error> {
-    #[repr(C, align(32))]
-    struct Aligned<B: ?Sized>(B);
-    static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/lb_bench.bpf.o")));
-    Ok(&OBJECT.0)
-}
-
-#[cfg(not(fulcrum_bpf))]
-fn object() -> Result<&'static [u8], Error> {
-    Err(Error::NotBuilt)
-}
-
-/// An empty program (XDP_PASS), the per-packet benchmark's floor.
-#[cfg(fulcrum_bpf)]
-fn empty_object() -> Result<&'static [u8], Error> {
-    #[repr(C, align(32))]
-    struct Aligned<B: ?Sized>(B);
-    static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/peer_pass.bpf.o")));
-    Ok(&OBJECT.0)
-}
-
-#[cfg(not(fulcrum_bpf))]
-fn bench_object() -> Result<&'static [u8], Error> {
-    Err(Error::NotBuilt)
-}
-
-#[cfg(not(fulcrum_bpf))]
-fn empty_object() -> Result<&'static [u8], Error> {
-    Err(Error::NotBuilt)
-}
+// The program; its benchmark variant (`-DFULCRUM_BENCH`, `bpf/bench.h`); an
+// empty program (XDP_PASS), the per-packet benchmark's floor.
+embedded_object!(object, "lb.bpf.o");
+embedded_object!(bench_object, "lb_bench.bpf.o");
+embedded_object!(empty_object, "peer_pass.bpf.o");
 
 /// `bpf/peer_pass.bpf.c` loaded (not attached): a program that returns
 /// XDP_PASS and does nothing else, for measuring what `BPF_PROG_TEST_RUN`
