@@ -8,9 +8,11 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args as ClapArgs, Subcommand};
-use fulcrum_xdp::dataplane::{self, Dataplane, XdpMode, DEFAULT_PIN_DIR};
+use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, XdpMode, DEFAULT_PIN_DIR};
+use fulcrum_xdp::maps::Counters;
 use fulcrum_xdp::spec::{self, Protocol, ServiceKey, ServiceSpec};
+use serde_json::{json, Value};
 
 use crate::cli::Failure;
 
@@ -30,11 +32,19 @@ enum LbCommand {
     /// Create a service, or replace its endpoints (established flows stay).
     Create(CreateArgs),
     /// List the services.
-    List,
+    List {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Delete a service.
     Delete(DeleteArgs),
     /// Packets, bytes and new flows per service and backend.
-    Stats,
+    Stats {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Detach the program from an interface.
     Detach {
         /// The interface.
@@ -43,6 +53,14 @@ enum LbCommand {
     },
     /// Detach everywhere and remove every pinned map: all services go.
     Reset,
+}
+
+/// How `list` and `stats` print: a table for people, or one JSON document
+/// on stdout for scripts (loxicmd's `-o json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
 }
 
 /// The service port: `--tcp=PORT[:BACKEND_PORT]` or `--udp=…`.
@@ -121,9 +139,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let dir = args.pin_dir.as_path();
     match args.command {
         LbCommand::Create(c) => create(dir, c),
-        LbCommand::List => list(dir),
+        LbCommand::List { output } => list(dir, output),
         LbCommand::Delete(d) => delete(dir, d),
-        LbCommand::Stats => stats(dir),
+        LbCommand::Stats { output } => stats(dir, output),
         LbCommand::Detach { iface } => {
             let done = dataplane::detach(dir, &iface).map_err(failure)?;
             println!("{}", if done { format!("detached from {iface}") } else { format!("not attached to {iface}") });
@@ -165,13 +183,76 @@ fn create(dir: &Path, c: CreateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn list(dir: &Path) -> Result<(), Failure> {
+fn lower(v: impl std::fmt::Debug) -> String {
+    format!("{v:?}").to_lowercase()
+}
+
+/// `list -o json`: the services as `create` would make them, and the
+/// interfaces the program is attached to.
+fn services_json(services: &[ServiceInfo], attached: &[String]) -> Value {
+    let services: Vec<Value> = services
+        .iter()
+        .map(|s| {
+            let spec = &s.spec;
+            json!({
+                "vip": spec.key.vip.to_string(),
+                "port": spec.key.port,
+                "protocol": spec.key.proto.to_string(),
+                "backend_port": spec.backend_port,
+                "mode": lower(spec.mode),
+                "select": lower(spec.select),
+                "flow_hash": lower(spec.hash),
+                "endpoints": spec.backends.iter().map(|b| json!({"ip": b.ip.to_string(), "weight": b.weight})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "services": services, "attached": attached })
+}
+
+fn counters_json(c: &Counters) -> Value {
+    json!({ "packets": c.packets, "bytes": c.bytes, "flows": c.flows })
+}
+
+/// `stats -o json`: counters per service and per backend (`ip:port`), and
+/// the data plane's own pass/drop counters by name.
+fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
+    let services: Vec<Value> = stats
+        .iter()
+        .map(|s| {
+            let spec = &s.info.spec;
+            let backends: Vec<Value> = spec
+                .backends
+                .iter()
+                .zip(&s.backends)
+                .map(|(b, c)| {
+                    let mut v = counters_json(c);
+                    v["endpoint"] = json!(format!("{}:{}", b.ip, spec.backend_port));
+                    v
+                })
+                .collect();
+            let mut v = counters_json(&s.total);
+            v["service"] = json!(spec.key.to_string());
+            v["backends"] = json!(backends);
+            v
+        })
+        .collect();
+    let data_plane: serde_json::Map<String, Value> = totals.iter().map(|(n, v)| (n.to_string(), json!(v))).collect();
+    json!({ "services": services, "data_plane": data_plane })
+}
+
+fn list(dir: &Path, output: Output) -> Result<(), Failure> {
     let dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
+    let services = dp.services().map_err(failure)?;
+    let ifaces = dataplane::attached(dir);
+    if output == Output::Json {
+        println!("{}", services_json(&services, &ifaces));
+        return Ok(());
+    }
     println!(
         "{:<16} {:>5} {:<5} {:>5} {:<4} {:<10} {:<7} ENDPOINTS (IP:WEIGHT)",
         "VIP", "PORT", "PROTO", "BPORT", "MODE", "SELECT", "HASH"
     );
-    for s in dp.services().map_err(failure)? {
+    for s in &services {
         let spec = &s.spec;
         let endpoints: Vec<String> = spec.backends.iter().map(|b| format!("{}:{}", b.ip, b.weight)).collect();
         println!(
@@ -180,13 +261,12 @@ fn list(dir: &Path) -> Result<(), Failure> {
             spec.key.port,
             spec.key.proto,
             spec.backend_port,
-            format!("{:?}", spec.mode).to_lowercase(),
-            format!("{:?}", spec.select).to_lowercase(),
-            format!("{:?}", spec.hash).to_lowercase(),
+            lower(spec.mode),
+            lower(spec.select),
+            lower(spec.hash),
             endpoints.join(",")
         );
     }
-    let ifaces = dataplane::attached(dir);
     if !ifaces.is_empty() {
         println!("attached to: {}", ifaces.join(", "));
     }
@@ -204,10 +284,16 @@ fn delete(dir: &Path, d: DeleteArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn stats(dir: &Path) -> Result<(), Failure> {
+fn stats(dir: &Path, output: Output) -> Result<(), Failure> {
     let dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
+    let stats = dp.stats().map_err(failure)?;
+    let totals = dp.totals().map_err(failure)?;
+    if output == Output::Json {
+        println!("{}", stats_json(&stats, &totals));
+        return Ok(());
+    }
     println!("{:<24} {:<22} {:>12} {:>14} {:>10}", "SERVICE", "BACKEND", "PACKETS", "BYTES", "FLOWS");
-    for s in dp.stats().map_err(failure)? {
+    for s in &stats {
         let t = s.total;
         println!("{:<24} {:<22} {:>12} {:>14} {:>10}", s.info.spec.key.to_string(), "*", t.packets, t.bytes, t.flows);
         for (b, c) in s.info.spec.backends.iter().zip(&s.backends) {
@@ -215,7 +301,55 @@ fn stats(dir: &Path) -> Result<(), Failure> {
             println!("{:<24} {:<22} {:>12} {:>14} {:>10}", "", name, c.packets, c.bytes, c.flows);
         }
     }
-    let totals: Vec<String> = dp.totals().map_err(failure)?.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let totals: Vec<String> = totals.iter().map(|(n, v)| format!("{n}={v}")).collect();
     println!("data plane: {}", totals.join(" "));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> ServiceInfo {
+        ServiceInfo {
+            spec: ServiceSpec {
+                key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1), port: 2020, proto: Protocol::Tcp },
+                backend_port: 5001,
+                backends: spec::parse_endpoints("31.31.31.1:1,32.32.32.1:2").unwrap(),
+                mode: spec::parse_mode("dsr").unwrap(),
+                select: spec::parse_select("rendezvous").unwrap(),
+                hash: spec::parse_hash("murmur3").unwrap(),
+            },
+            id: 0,
+            slots: vec![0, 1],
+        }
+    }
+
+    #[test]
+    fn list_json_reads_back_as_the_create_arguments() {
+        let v = services_json(&[service()], &["eth0".to_string()]);
+        let s = &v["services"][0];
+        assert_eq!(s["vip"], "20.20.20.1");
+        assert_eq!(s["port"], 2020);
+        assert_eq!(s["protocol"], "tcp");
+        assert_eq!(s["backend_port"], 5001);
+        assert_eq!(
+            (&s["mode"], &s["select"], &s["flow_hash"]),
+            (&json!("dsr"), &json!("rendezvous"), &json!("murmur3"))
+        );
+        assert_eq!(s["endpoints"], json!([{"ip": "31.31.31.1", "weight": 1}, {"ip": "32.32.32.1", "weight": 2}]));
+        assert_eq!(v["attached"], json!(["eth0"]));
+    }
+
+    #[test]
+    fn stats_json_has_service_backend_and_data_plane_counters() {
+        let c = |n: u64| Counters { packets: n, bytes: 60 * n, flows: n / 10 };
+        let stats = ServiceStats { info: service(), total: c(30), backends: vec![c(10), c(20)] };
+        let v = stats_json(&[stats], &[("passed", 7), ("malformed", 1)]);
+        let s = &v["services"][0];
+        assert_eq!(s["service"], service().spec.key.to_string());
+        assert_eq!((&s["packets"], &s["bytes"], &s["flows"]), (&json!(30), &json!(1800), &json!(3)));
+        assert_eq!(s["backends"][1], json!({"endpoint": "32.32.32.1:5001", "packets": 20, "bytes": 1200, "flows": 2}));
+        assert_eq!(v["data_plane"], json!({"passed": 7, "malformed": 1}));
+    }
 }

@@ -180,6 +180,16 @@ fn run_scenario(name: &str, mode: &str, xdp_mode: &str) {
     assert!(stats.contains(&format!("{}:{port}", BACKENDS[1])), "{stats}");
     // NAT replies come back through the program; DSR replies bypass the LB.
     assert_eq!(stats.contains("nat_replies=0 "), mode == "dsr", "{stats}");
+    // The same counters as JSON: every connection is one new flow, counted
+    // on the backend that got it.
+    let json: serde_json::Value = serde_json::from_str(&topo.lb(&["stats", "-o", "json"])).unwrap();
+    let service = &json["services"][0];
+    assert_eq!(service["flows"], n as u64, "{json}");
+    for b in service["backends"].as_array().unwrap() {
+        let ip = b["endpoint"].as_str().unwrap().split(':').next().unwrap();
+        assert_eq!(b["flows"], *got.get(ip).unwrap_or(&0) as u64, "{json}");
+    }
+    assert_eq!(json["data_plane"]["nat_replies"] == 0, mode == "dsr", "{json}");
 
     // Remove the weight-2 backend: everyone else's connections keep working.
     let two = format!("{}:1,{}:1", BACKENDS[0], BACKENDS[2]);
@@ -192,6 +202,11 @@ fn run_scenario(name: &str, mode: &str, xdp_mode: &str) {
     assert!(!after.contains_key(BACKENDS[1]), "{mode}: new connections still reach the removed backend: {after:?}");
     let listed = topo.lb(&["list"]);
     assert!(listed.contains(&format!("{}:1,{}:1", BACKENDS[0], BACKENDS[2])), "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&topo.lb(&["list", "--output=json"])).unwrap();
+    let endpoints: Vec<&str> =
+        listed["services"][0]["endpoints"].as_array().unwrap().iter().map(|e| e["ip"].as_str().unwrap()).collect();
+    assert_eq!(endpoints, [BACKENDS[0], BACKENDS[2]], "{listed}");
+    assert_eq!(listed["attached"], serde_json::json!(["eth0"]), "{listed}");
 }
 
 #[test]
