@@ -7,9 +7,8 @@ VIP=10.202.1.1
 BACKENDS=(10.202.0.11 10.202.0.12 10.202.0.13)
 PIDS=()
 PIN_DIR=/sys/fs/bpf/$P
-# A command prefix for the backends (and whatever else the bench decides),
-# e.g. (chrt -f 50): empty unless the bench sets it.
-PRIO=("${PRIO[@]}")
+# PRIO, an array the sourcing bench may set (e.g. (chrt -f 50)), prefixes
+# the backends' command; unset, it adds nothing.
 
 cleanup() {
 	for pid in "${PIDS[@]}"; do

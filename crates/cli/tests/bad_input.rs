@@ -68,10 +68,8 @@ fn with_headers(n: usize) -> String {
 #[test]
 fn a_configured_header_count_limit_gives_431() {
     let dead = closed_port();
-    let listener = "max_header_bytes = 8192\nlimits = { max_headers = 5 }";
-    let timeouts = "connect_timeout = \"300ms\"\nrequest_timeout = \"2s\"";
-    let cfg = app_config(&format!("\"{dead}\""), "workers = 1", listener, timeouts)
-        .replace("routes = [{ cluster = \"app\" }]", "routes = [{ host = \"app.test\", cluster = \"app\" }]");
+    let cfg = config(&format!("\"{dead}\""), "2s")
+        .replace("max_header_bytes = 8192", "max_header_bytes = 8192\nlimits = { max_headers = 5 }");
     let f = Fulcrum::serve("max-headers", &cfg);
     assert_eq!(send(f.listen[0], with_headers(5).as_bytes()).status, 502);
     assert_eq!(send(f.listen[0], with_headers(6).as_bytes()).status, 431);
