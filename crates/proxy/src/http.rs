@@ -48,7 +48,7 @@ use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{HashKey, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
 use crate::server::Routing;
-use crate::upstream::{Lease, SendFailure};
+use crate::upstream::{ResponseBody, SendFailure};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -231,8 +231,8 @@ fn via(version: Version) -> HeaderValue {
 // Lives on the stack for one try; boxing the response would cost an allocation per request.
 #[allow(clippy::large_enum_variant)]
 enum Try {
-    /// Response headers arrived (on this HTTP/1.1 connection).
-    Response(Response<Incoming>, Option<Lease>),
+    /// Response headers arrived.
+    Response(Response<ResponseBody>),
     /// No connection could be made: the request was not sent.
     ConnectFailure,
     /// The connection broke, or the upstream broke the protocol.
@@ -339,11 +339,11 @@ impl HttpService {
                     Try::ConnectFailure
                 }
                 Ok(Err(SendFailure::Reset)) => Try::Reset,
-                Ok(Ok((response, lease))) => Try::Response(response, lease),
+                Ok(Ok(response)) => Try::Response(response),
             };
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let (condition, result) = match &outcome {
-                Try::Response(r, _) if r.status().is_server_error() => {
+                Try::Response(r) if r.status().is_server_error() => {
                     (Some(r.status().as_u16()), RequestResult::ServerError)
                 }
                 Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
@@ -371,12 +371,12 @@ impl HttpService {
                 continue;
             }
             return Ok(match outcome {
-                Try::Response(response, lease) => {
+                Try::Response(response) => {
                     let (mut parts, body) = response.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
                     parts.headers.append(header::VIA, via(parts.version));
                     let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
-                    let body = TrackedBody { inner: body, completion: Some(completion), lease };
+                    let body = TrackedBody { inner: body, completion: Some(completion) };
                     Response::from_parts(parts, Either::Left(body))
                 }
                 Try::Timeout => {
@@ -493,34 +493,26 @@ impl Completion {
     }
 }
 
-/// An upstream response body that tells the balancer when it is done, and
-/// gives its HTTP/1.1 connection back to the pool once it has ended.
+/// An upstream response body that tells the balancer when it is done.
 pub struct TrackedBody {
-    inner: Incoming,
+    inner: ResponseBody,
     completion: Option<Completion>,
-    lease: Option<Lease>,
 }
 
 impl TrackedBody {
-    /// The body is over: report the outcome and, if the connection carried
-    /// the whole exchange, give it back to the pool.
+    /// The body is over: report the outcome.
     fn end(&mut self, ok: bool) {
         if let Some(c) = self.completion.take() {
             c.finish(ok);
-        }
-        if let Some(lease) = self.lease.take() {
-            if ok && self.inner.is_end_stream() {
-                lease.give_back();
-            }
         }
     }
 }
 
 impl Body for TrackedBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = <ResponseBody as Body>::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             // hyper stops polling a body of known length after its last
@@ -545,8 +537,7 @@ impl Body for TrackedBody {
 impl Drop for TrackedBody {
     fn drop(&mut self) {
         // The body was empty and never polled, or the client went away: the
-        // upstream did its part. The connection goes back to the pool only if
-        // the whole body arrived.
+        // upstream did its part.
         self.end(true);
     }
 }

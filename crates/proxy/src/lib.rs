@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod cluster;
 pub mod config;
+pub mod h1;
 mod health;
 pub mod http;
 pub mod metrics;

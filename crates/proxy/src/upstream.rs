@@ -3,17 +3,15 @@
 //!
 //! HTTP/1.1 carries one exchange at a time, so each endpoint has a stack of
 //! idle connections (the most recently used on top, so that the rest can
-//! expire): a request takes one or opens one, and gets it back through its
-//! [`Lease`] when the response body has ended. HTTP/2 multiplexes: the pool
-//! keeps each endpoint's open connections and every request shares the first
-//! that is still up.
+//! expire): a request takes one or opens one, runs its exchange on it
+//! ([`crate::h1`], in the request's own task), and the response body gives it
+//! back through its [`Lease`] when it has ended. HTTP/2 multiplexes: the pool
+//! keeps each endpoint's open connections (hyper's connection-level client)
+//! and every request shares the first that is still up.
 //!
-//! The pool is built on hyper's connection-level client rather than
-//! hyper-util's pooled `Client` because the request path needs less than that
-//! client does per request (no task spawned to watch a returned connection,
-//! no pool key hashed from a URI), and because it knows what happened: a
-//! pooled connection that closed before taking the request hands the request
-//! back, and it goes out on another connection as if nothing happened.
+//! The pool knows what happened to a request: a pooled connection that
+//! closed before taking it hands it back, and it goes out on another
+//! connection as if nothing happened.
 //!
 //! Circuit breaking ([`ConnectionLimit`], Envoy's connection and
 //! pending-request limits): at most `max_connections` connections open to a
@@ -28,15 +26,19 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use http_body_util::Either;
+use hyper::client::conn::http2;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::UpstreamProtocol;
+use crate::h1::{self, ExchangeError};
 use crate::http::UpstreamBody;
+
+/// An upstream response's body: read by [`h1`] or by hyper's HTTP/2 client.
+pub type ResponseBody = Either<h1::ResponseBody, hyper::body::Incoming>;
 
 /// The connection limits of one cluster, shared by its workers.
 #[derive(Debug)]
@@ -93,15 +95,9 @@ enum Refused {
     Overflow,
 }
 
-/// One side of an upstream connection that sends requests.
-enum Sender {
-    Http1(http1::SendRequest<UpstreamBody>),
-    Http2(http2::SendRequest<UpstreamBody>),
-}
-
-/// A connection that waits for its next request.
+/// An HTTP/1.1 connection that waits for its next request.
 struct Idle {
-    sender: http1::SendRequest<UpstreamBody>,
+    conn: h1::Connection,
     since: Instant,
 }
 
@@ -131,22 +127,21 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Idle connections kept per endpoint; more are closed.
 const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 
-/// An HTTP/1.1 connection lent to one exchange. [`Lease::give_back`] returns
-/// it to the pool once the response body has ended; dropped instead, the
-/// connection closes when its exchange does.
+/// Where an HTTP/1.1 connection lent to one exchange goes back to:
+/// [`Lease::give_back`] returns it to the pool once the response body has
+/// ended; dropped instead, the connection closes.
 pub struct Lease {
     pool: Arc<UpstreamPool>,
     addr: SocketAddr,
-    sender: http1::SendRequest<UpstreamBody>,
 }
 
 impl Lease {
-    /// The exchange is over: the connection may carry the next request.
-    pub fn give_back(self) {
+    /// The exchange is over: `conn` may carry the next request.
+    pub fn give_back(self, conn: h1::Connection) {
         let mut c = self.pool.lock();
         let stack = c.idle.entry(self.addr).or_default();
         if stack.len() < MAX_IDLE_PER_ENDPOINT {
-            stack.push(Idle { sender: self.sender, since: Instant::now() });
+            stack.push(Idle { conn, since: Instant::now() });
         }
     }
 }
@@ -163,37 +158,77 @@ impl UpstreamPool {
     }
 
     /// Send `req` to `addr` on a pooled or new connection. An HTTP/1.1
-    /// response comes with the [`Lease`] of its connection.
+    /// response's body gives its connection back when it has ended.
     pub async fn send(
         self: &Arc<Self>,
         addr: SocketAddr,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, SendFailure> {
+        match self.protocol {
+            UpstreamProtocol::Http1 => self.send_http1(addr, req).await,
+            UpstreamProtocol::Http2 => self.send_http2(addr, req).await,
+        }
+    }
+
+    async fn send_http1(
+        self: &Arc<Self>,
+        addr: SocketAddr,
         mut req: Request<UpstreamBody>,
-    ) -> Result<(Response<Incoming>, Option<Lease>), SendFailure> {
+    ) -> Result<Response<ResponseBody>, SendFailure> {
+        let lease = || Lease { pool: self.clone(), addr };
         // Pooled connections first. One that closed before taking the
         // request gives it back, and the next is tried.
-        while let Some(mut sender) = self.pooled(addr) {
-            if sender.ready().await.is_err() {
-                continue;
-            }
-            match sender.send(req).await {
-                Ok(response) => return Ok((response, self.lease(addr, sender))),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) => req = unsent,
-                    None => return Err(SendFailure::Reset),
-                },
+        while let Some(conn) = self.pooled_http1(addr) {
+            match conn.exchange(req, lease()).await {
+                Ok(response) => return Ok(response.map(Either::Left)),
+                Err(ExchangeError::Unsent(unsent)) => req = *unsent,
+                Err(ExchangeError::Broken) => return Err(SendFailure::Reset),
             }
         }
-        let mut sender = match self.connect(addr).await {
-            Ok(sender) => sender,
+        let (stream, permit) = match self.connect(addr).await {
+            Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
+        };
+        match h1::Connection::new(stream, permit).exchange(req, lease()).await {
+            Ok(response) => Ok(response.map(Either::Left)),
+            // A new connection that refuses the request never had it.
+            Err(ExchangeError::Unsent(unsent)) => Err(SendFailure::ConnectFailure(unsent)),
+            Err(ExchangeError::Broken) => Err(SendFailure::Reset),
+        }
+    }
+
+    async fn send_http2(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, SendFailure> {
+        let mut sender = match self.pooled_http2(addr) {
+            Some(sender) => sender,
+            None => {
+                let (stream, permit) = match self.connect(addr).await {
+                    Ok(connected) => connected,
+                    Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
+                    Err(Refused::Overflow) => return Err(SendFailure::Overflow),
+                };
+                let handshake = http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await;
+                let Ok((sender, conn)) = handshake else {
+                    return Err(SendFailure::ConnectFailure(Box::new(req)));
+                };
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                    drop(permit);
+                });
+                self.lock().shared.entry(addr).or_default().push(sender.clone());
+                sender
+            }
         };
         if sender.ready().await.is_err() {
             return Err(SendFailure::ConnectFailure(Box::new(req)));
         }
-        match sender.send(req).await {
-            Ok(response) => Ok((response, self.lease(addr, sender))),
-            // A new connection that refuses the request never sent it.
+        match sender.try_send_request(req).await {
+            Ok(response) => Ok(response.map(Either::Right)),
+            // A stream the connection refused never had the request.
             Err(mut e) => match e.take_message() {
                 Some(unsent) => Err(SendFailure::ConnectFailure(Box::new(unsent))),
                 None => Err(SendFailure::Reset),
@@ -201,48 +236,48 @@ impl UpstreamPool {
         }
     }
 
-    fn lease(self: &Arc<Self>, addr: SocketAddr, sender: Sender) -> Option<Lease> {
-        match sender {
-            Sender::Http1(sender) => Some(Lease { pool: self.clone(), addr, sender }),
-            Sender::Http2(_) => None,
+    /// Drop closed and expired connections of every endpoint, every
+    /// `SWEEP_INTERVAL`.
+    fn sweep(c: &mut Connections, now: Instant) {
+        if c.swept.is_some_and(|t| now.duration_since(t) < SWEEP_INTERVAL) {
+            return;
         }
+        c.swept = Some(now);
+        c.idle.retain(|_, stack| {
+            stack.retain(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
+            !stack.is_empty()
+        });
+        c.shared.retain(|_, conns| {
+            conns.retain(|s| !s.is_closed());
+            !conns.is_empty()
+        });
     }
 
-    /// A pooled connection to `addr` that is still open, if any.
-    fn pooled(&self, addr: SocketAddr) -> Option<Sender> {
+    /// A pooled HTTP/1.1 connection to `addr` that is still open, if any.
+    fn pooled_http1(&self, addr: SocketAddr) -> Option<h1::Connection> {
         let now = Instant::now();
         let mut c = self.lock();
-        if c.swept.is_none_or(|t| now.duration_since(t) >= SWEEP_INTERVAL) {
-            c.swept = Some(now);
-            c.idle.retain(|_, stack| {
-                stack.retain(|i| !i.sender.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
-                !stack.is_empty()
-            });
-            c.shared.retain(|_, conns| {
-                conns.retain(|s| !s.is_closed());
-                !conns.is_empty()
-            });
-        }
-        match self.protocol {
-            UpstreamProtocol::Http1 => {
-                let stack = c.idle.get_mut(&addr)?;
-                while let Some(i) = stack.pop() {
-                    if !i.sender.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT {
-                        return Some(Sender::Http1(i.sender));
-                    }
-                }
-                None
-            }
-            UpstreamProtocol::Http2 => {
-                let conns = c.shared.get_mut(&addr)?;
-                conns.retain(|s| !s.is_closed());
-                conns.first().map(|s| Sender::Http2(s.clone()))
+        Self::sweep(&mut c, now);
+        let stack = c.idle.get_mut(&addr)?;
+        while let Some(i) = stack.pop() {
+            if now.duration_since(i.since) < IDLE_TIMEOUT && !i.conn.is_closed() {
+                return Some(i.conn);
             }
         }
+        None
     }
 
-    /// A new connection to `addr`, under the cluster's limit.
-    async fn connect(&self, addr: SocketAddr) -> Result<Sender, Refused> {
+    /// An HTTP/2 connection to `addr` that is still open, if any.
+    fn pooled_http2(&self, addr: SocketAddr) -> Option<http2::SendRequest<UpstreamBody>> {
+        let mut c = self.lock();
+        Self::sweep(&mut c, Instant::now());
+        let conns = c.shared.get_mut(&addr)?;
+        conns.retain(|s| !s.is_closed());
+        conns.first().cloned()
+    }
+
+    /// A new TCP connection to `addr` with its permit, under the cluster's limit.
+    async fn connect(&self, addr: SocketAddr) -> Result<(TcpStream, OwnedSemaphorePermit), Refused> {
         let permit = self.limit.acquire().await.ok_or(Refused::Overflow)?;
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
@@ -250,45 +285,7 @@ impl UpstreamPool {
         };
         // Requests and responses are small writes that should leave at once.
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(stream);
-        match self.protocol {
-            UpstreamProtocol::Http1 => {
-                let (sender, conn) = http1::handshake(io).await.map_err(|_| Refused::Connect)?;
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(permit);
-                });
-                Ok(Sender::Http1(sender))
-            }
-            UpstreamProtocol::Http2 => {
-                let (sender, conn) = http2::handshake(TokioExecutor::new(), io).await.map_err(|_| Refused::Connect)?;
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(permit);
-                });
-                self.lock().shared.entry(addr).or_default().push(sender.clone());
-                Ok(Sender::Http2(sender))
-            }
-        }
-    }
-}
-
-impl Sender {
-    async fn ready(&mut self) -> hyper::Result<()> {
-        match self {
-            Sender::Http1(s) => s.ready().await,
-            Sender::Http2(s) => s.ready().await,
-        }
-    }
-
-    async fn send(
-        &mut self,
-        req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<UpstreamBody>>> {
-        match self {
-            Sender::Http1(s) => s.try_send_request(req).await,
-            Sender::Http2(s) => s.try_send_request(req).await,
-        }
+        Ok((stream, permit))
     }
 }
 
@@ -337,18 +334,133 @@ mod tests {
 
     async fn exchange(pool: &Arc<UpstreamPool>, addr: SocketAddr) -> Result<(), SendFailure> {
         use http_body_util::BodyExt;
-        let (response, lease) = pool.send(addr, get()).await?;
+        let response = pool.send(addr, get()).await?;
         let body = response.into_body().collect().await.expect("a whole body");
         assert_eq!(body.to_bytes().as_ref(), b"ok");
-        if let Some(lease) = lease {
-            lease.give_back();
-        }
         Ok(())
     }
 
     fn pool(max_connections: usize, max_pending: usize) -> Arc<UpstreamPool> {
         let limit = ConnectionLimit::new(max_connections, max_pending);
         UpstreamPool::new(UpstreamProtocol::Http1, Duration::from_secs(1), limit)
+    }
+
+    /// An upstream that answers each request on one connection with the
+    /// next script, written in the pieces given (a short pause between them),
+    /// then closes; returns its address and the request heads it read.
+    async fn scripted(scripts: Vec<Vec<&'static str>>) -> (SocketAddr, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut heads = Vec::new();
+            for pieces in scripts {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return heads,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                heads.push(String::from_utf8_lossy(&seen).into_owned());
+                for piece in pieces {
+                    s.write_all(piece.as_bytes()).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            heads
+        });
+        (addr, task)
+    }
+
+    fn idle(pool: &UpstreamPool, addr: SocketAddr) -> usize {
+        pool.lock().idle.get(&addr).map_or(0, Vec::len)
+    }
+
+    async fn body_of(response: Response<ResponseBody>) -> Result<String, String> {
+        use http_body_util::BodyExt;
+        match response.into_body().collect().await {
+            Ok(body) => Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[tokio::test]
+    async fn responses_are_delimited_as_rfc_9112_says_and_connections_reused_after_them() {
+        let (addr, upstream) = scripted(vec![
+            // Chunked, cut mid-size-line, mid-data and mid-trailers.
+            vec![
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nWi",
+                "ki\r\n5;ext=1\r",
+                "\npedia\r\n0\r\nx-t: 1",
+                "\r\n\r\n",
+            ],
+            // An interim 100 Continue, then a length-delimited body.
+            vec!["HTTP/1.1 100 Continue\r\n\r\n", "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhe", "llo"],
+            // 204 carries no body whatever it says.
+            vec!["HTTP/1.1 204 No Content\r\ncontent-length: 3\r\n\r\n"],
+            // No length: the body runs to the close.
+            vec!["HTTP/1.1 200 OK\r\n\r\nuntil ", "close"],
+        ])
+        .await;
+        let pool = pool(10, 10);
+        let response = pool.send(addr, get()).await.unwrap();
+        assert_eq!(body_of(response).await.unwrap(), "Wikipedia");
+        assert_eq!(idle(&pool, addr), 1);
+        let response = pool.send(addr, get()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(http_body::Body::size_hint(response.body()).exact(), Some(5));
+        assert_eq!(body_of(response).await.unwrap(), "hello");
+        let response = pool.send(addr, get()).await.unwrap();
+        assert_eq!(response.status(), 204);
+        assert_eq!(body_of(response).await.unwrap(), "");
+        assert_eq!(idle(&pool, addr), 1);
+        let response = pool.send(addr, get()).await.unwrap();
+        assert_eq!(body_of(response).await.unwrap(), "until close");
+        assert_eq!(idle(&pool, addr), 0, "a body delimited by the close leaves nothing to reuse");
+        let heads = upstream.await.unwrap();
+        assert_eq!(heads.len(), 4, "one connection carried all four: {heads:?}");
+        assert!(heads[0].starts_with("GET / HTTP/1.1\r\nhost: t\r\n\r\n"), "{heads:?}");
+    }
+
+    #[tokio::test]
+    async fn a_head_response_has_no_body_and_connection_close_is_honoured() {
+        let (addr, upstream) = scripted(vec![
+            vec!["HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n"],
+            vec!["HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"],
+        ])
+        .await;
+        let pool = pool(10, 10);
+        let mut head = get();
+        *head.method_mut() = http::Method::HEAD;
+        let response = pool.send(addr, head).await.unwrap();
+        assert_eq!(body_of(response).await.unwrap(), "");
+        let response = pool.send(addr, get()).await.unwrap();
+        assert_eq!(body_of(response).await.unwrap(), "ok");
+        assert_eq!(idle(&pool, addr), 0);
+        assert_eq!(upstream.await.unwrap()[0].split_whitespace().next(), Some("HEAD"));
+    }
+
+    #[tokio::test]
+    async fn broken_responses_are_errors_not_bodies() {
+        // Cut short of its length.
+        let (addr, _) = scripted(vec![vec!["HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nshort"]]).await;
+        let response = pool(10, 10).send(addr, get()).await.unwrap();
+        assert!(body_of(response).await.unwrap_err().contains("before the body ended"));
+        // A chunk size that is not hexadecimal.
+        let (addr, _) = scripted(vec![vec!["HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"]]).await;
+        let response = pool(10, 10).send(addr, get()).await.unwrap();
+        assert!(body_of(response).await.unwrap_err().contains("malformed chunked"));
+        // Lengths that disagree, a head that is not HTTP, and no answer at all: resets.
+        for script in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab",
+            "SSH-2.0-OpenSSH\r\n\r\n",
+            "HTTP/1.1 200 OK\r\n",
+        ] {
+            let (addr, _) = scripted(vec![vec![script]]).await;
+            assert!(matches!(pool(10, 10).send(addr, get()).await, Err(SendFailure::Reset)), "{script:?}");
+        }
     }
 
     #[tokio::test]
@@ -376,13 +488,12 @@ mod tests {
     async fn past_the_limits_requests_overflow_and_permits_come_back() {
         let (addr, _) = upstream(2).await;
         let pool = pool(1, 0);
-        let (response, _lease) = pool.send(addr, get()).await.unwrap();
+        let response = pool.send(addr, get()).await.unwrap();
         // The only connection is taken and nobody may wait for it.
         assert!(matches!(pool.send(addr, get()).await, Err(SendFailure::Overflow)));
         // Dropped before its body ended, the connection closes, and then its
         // permit is free again.
         drop(response);
-        drop(_lease);
         let deadline = Instant::now() + Duration::from_secs(5);
         while pool.limit.open(1) > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -1,0 +1,550 @@
+//! A lean HTTP/1.1 client for upstream connections: the request's own task
+//! writes the request and reads the response on the connection it holds.
+//!
+//! hyper's connection-level client runs every connection as a task of its
+//! own and passes requests and responses to it over channels. A proxy holds
+//! one exchange per HTTP/1.1 connection anyway, so here the exchange runs
+//! inline instead: one write for the head (and the body as it streams), then
+//! the response head is parsed with `httparse` from the connection's read
+//! buffer, and the [`ResponseBody`] reads the rest from the same socket as
+//! the client side asks for it. `bench/proxy-instructions` counts what that
+//! saves per request.
+//!
+//! Framing follows RFC 9112. A request keeps the client's `Content-Length`
+//! or, when its length is unknown, goes out chunked. A response is delimited
+//! (§6.3) by nothing for `HEAD`, 204 and 304; by chunked transfer coding; by
+//! `Content-Length` (differing values are an error); or else by the
+//! connection's close. 1xx responses other than 101 are skipped. A
+//! connection is reused only when its response was read to the end, nothing
+//! followed it, and neither side asked to close.
+//!
+//! The request body is written before the response is read: an upstream
+//! that answers early and stops reading a large body makes the exchange wait
+//! until the per-try timeout (504), where hyper would have read the answer.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Either};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::http::UpstreamBody;
+use crate::upstream::Lease;
+
+/// A response head larger than this breaks the protocol.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// More response headers than this break the protocol (hyper's default).
+const MAX_HEADERS: usize = 100;
+/// Room made in the read buffer before each read.
+const READ_CHUNK: usize = 8 * 1024;
+/// A chunk-size or trailer line longer than this breaks the protocol.
+const MAX_LINE: usize = 4 * 1024;
+
+/// An open HTTP/1.1 connection to an upstream, between exchanges.
+pub struct Connection {
+    stream: TcpStream,
+    /// Bytes read and not yet taken.
+    read: BytesMut,
+    /// The cluster's connection permit, held while the connection is open.
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Why an exchange gave no response.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// Not a byte of the request reached the upstream: here it is back.
+    Unsent(Box<Request<UpstreamBody>>),
+    /// The connection broke, or the upstream broke the protocol, after the
+    /// request went out.
+    Broken,
+}
+
+impl Connection {
+    /// A connection on `stream`, holding `permit` until it closes.
+    pub fn new(stream: TcpStream, permit: OwnedSemaphorePermit) -> Self {
+        Connection { stream, read: BytesMut::new(), _permit: permit }
+    }
+
+    /// Whether the upstream closed the connection (or sent something
+    /// unasked) while it was idle. Costs a system call only when the socket
+    /// has been readable since it was last read to the end.
+    pub fn is_closed(&self) -> bool {
+        let mut probe = [0u8; 1];
+        !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Send `req` and read the response head. The response's body reads the
+    /// rest and hands the connection to `lease` once it has ended, if the
+    /// connection can carry another exchange.
+    pub async fn exchange(
+        mut self,
+        req: Request<UpstreamBody>,
+        lease: Lease,
+    ) -> Result<Response<ResponseBody>, ExchangeError> {
+        let length = req.headers().get(header::CONTENT_LENGTH).is_some();
+        let chunked = !length && matches!(req.body(), Either::Left(_));
+        let head = encode_head(&req, chunked);
+        if self.stream.write_all(&head).await.is_err() {
+            // At most part of a head arrived: the upstream cannot have acted on it.
+            return Err(ExchangeError::Unsent(Box::new(req)));
+        }
+        let (parts, body) = req.into_parts();
+        if let Either::Left(body) = body {
+            self.write_body(body, chunked).await.map_err(|_| ExchangeError::Broken)?;
+        }
+        let (status, version, headers) = self.read_head().await.ok_or(ExchangeError::Broken)?;
+        let framing = framing(&parts.method, status, &headers).ok_or(ExchangeError::Broken)?;
+        let keep_alive = version == Version::HTTP_11
+            && !matches!(framing, BodyState::UntilClose)
+            && !connection_close(&headers)
+            && !connection_close(&parts.headers);
+        let mut body = ResponseBody { conn: Some(self), state: framing, keep_alive, lease: Some(lease) };
+        if body.is_end_stream() {
+            body.finish();
+        }
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        *response.version_mut() = version;
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+
+    async fn write_body<B>(&mut self, mut body: B, chunked: bool) -> io::Result<()>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| io::Error::other(e.into()))?;
+            // Trailers are not forwarded.
+            let Ok(data) = frame.into_data() else { continue };
+            if data.is_empty() {
+                continue;
+            }
+            if chunked {
+                // One write per chunk: size line, data and CRLF together.
+                let mut chunk = Vec::with_capacity(data.len() + 20);
+                chunk.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                chunk.extend_from_slice(&data);
+                chunk.extend_from_slice(b"\r\n");
+                self.stream.write_all(&chunk).await?;
+            } else {
+                self.stream.write_all(&data).await?;
+            }
+        }
+        if chunked {
+            self.stream.write_all(b"0\r\n\r\n").await?;
+        }
+        Ok(())
+    }
+
+    /// The response head, after any 1xx interim responses; `None` if the
+    /// connection ended first or the head breaks the protocol.
+    async fn read_head(&mut self) -> Option<(StatusCode, Version, HeaderMap)> {
+        loop {
+            if !self.read.is_empty() {
+                match parse_head(&self.read)? {
+                    Some((len, status, version, headers)) => {
+                        self.read.advance(len);
+                        if status.is_informational() {
+                            // 100 Continue, 103 Early Hints: the answer follows.
+                            // 101 would switch protocols, which nothing here asked for.
+                            if status == StatusCode::SWITCHING_PROTOCOLS {
+                                return None;
+                            }
+                            continue;
+                        }
+                        return Some((status, version, headers));
+                    }
+                    None if self.read.len() >= MAX_HEAD_BYTES => return None,
+                    None => {}
+                }
+            }
+            match poll_fn(|cx| self.poll_fill(cx)).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Read what the socket has into the buffer: the count, 0 at its end.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.read.reserve(READ_CHUNK);
+        // tokio's `poll_read` forgets the socket's readiness when a read
+        // leaves room in the buffer, so that `is_closed` costs no system call
+        // on a connection whose response was read to the end.
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.read)
+    }
+}
+
+/// The request line and headers, with `Transfer-Encoding: chunked` when the
+/// body's length is unknown. Requests go out in origin form (`/path?query`).
+fn encode_head(req: &Request<UpstreamBody>, chunked: bool) -> Vec<u8> {
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let headers = req.headers();
+    let size = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum::<usize>();
+    let mut head = Vec::with_capacity(req.method().as_str().len() + target.len() + size + 64);
+    head.extend_from_slice(req.method().as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if chunked {
+        head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// A complete response head at the start of `buf`: its length, status,
+/// version and headers. `Ok(None)` if more is needed, `None` if it breaks
+/// the protocol.
+type Head = (usize, StatusCode, Version, HeaderMap);
+
+fn parse_head(buf: &[u8]) -> Option<Option<Head>> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut slots);
+    let len = match parsed.parse(buf).ok()? {
+        httparse::Status::Partial => return Some(None),
+        httparse::Status::Complete(len) => len,
+    };
+    let status = StatusCode::from_u16(parsed.code?).ok()?;
+    let version = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        headers.append(HeaderName::from_bytes(h.name.as_bytes()).ok()?, HeaderValue::from_bytes(h.value).ok()?);
+    }
+    Some(Some((len, status, version, headers)))
+}
+
+/// Whether a `Connection` header lists `close`.
+fn connection_close(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
+/// How the response body is delimited (RFC 9112 §6.3), or `None` if its
+/// `Content-Length` values disagree or do not parse.
+fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Option<BodyState> {
+    if method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        return Some(BodyState::Length(0));
+    }
+    let codings = headers.get_all(header::TRANSFER_ENCODING);
+    if let Some(last) = codings.iter().next_back() {
+        let final_coding = last.as_bytes().rsplit(|&b| b == b',').next().unwrap_or_default();
+        return Some(if final_coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            BodyState::Chunked(Chunk::Size)
+        } else {
+            BodyState::UntilClose
+        });
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.to_str().ok()?.split(',') {
+            let n: u64 = item.trim().parse().ok()?;
+            if length.is_some_and(|l| l != n) {
+                return None;
+            }
+            length = Some(n);
+        }
+    }
+    Some(length.map_or(BodyState::UntilClose, BodyState::Length))
+}
+
+/// Where a response body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyState {
+    /// This many bytes are still to come.
+    Length(u64),
+    /// Chunked transfer coding, at this point of a chunk.
+    Chunked(Chunk),
+    /// Everything until the upstream closes.
+    UntilClose,
+    /// The body has ended.
+    Done,
+}
+
+/// Where a chunked body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// A chunk-size line is next.
+    Size,
+    /// This many bytes of chunk data are still to come.
+    Data(u64),
+    /// The CRLF after a chunk's data is next.
+    DataEnd,
+    /// Trailer lines, up to an empty one, are next.
+    Trailers,
+}
+
+/// The error a [`ResponseBody`] ends with.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseBodyError {
+    /// The connection broke.
+    #[error("upstream connection: {0}")]
+    Io(#[from] io::Error),
+    /// The connection ended before the body did.
+    #[error("upstream closed the connection before the body ended")]
+    Incomplete,
+    /// The chunked coding is malformed.
+    #[error("upstream sent malformed chunked coding")]
+    Malformed,
+}
+
+/// A response body read from its upstream connection as it is polled.
+pub struct ResponseBody {
+    /// `None` once the body has ended or broken.
+    conn: Option<Connection>,
+    state: BodyState,
+    keep_alive: bool,
+    lease: Option<Lease>,
+}
+
+impl ResponseBody {
+    /// The body has ended: the connection goes back to the pool if it can
+    /// carry another exchange.
+    fn finish(&mut self) {
+        self.state = BodyState::Done;
+        let (Some(conn), Some(lease)) = (self.conn.take(), self.lease.take()) else { return };
+        if self.keep_alive && conn.read.is_empty() {
+            lease.give_back(conn);
+        }
+    }
+
+    fn fail(&mut self, e: ResponseBodyError) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        self.state = BodyState::Done;
+        self.conn = None;
+        Poll::Ready(Some(Err(e)))
+    }
+
+    /// Up to `left` bytes from the read buffer as a data frame.
+    fn take(&mut self, left: u64) -> Bytes {
+        let conn = self.conn.as_mut().expect("a body being read has its connection");
+        let n = conn.read.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        conn.read.split_to(n).freeze()
+    }
+
+    /// Take one line (without its CRLF) from the read buffer, if a whole one is there.
+    fn line(&mut self) -> Result<Option<BytesMut>, ResponseBodyError> {
+        let read = &mut self.conn.as_mut().expect("a body being read has its connection").read;
+        match read.windows(2).position(|w| w == b"\r\n") {
+            Some(end) => {
+                let line = read.split_to(end);
+                read.advance(2);
+                Ok(Some(line))
+            }
+            None if read.len() > MAX_LINE => Err(ResponseBodyError::Malformed),
+            None => Ok(None),
+        }
+    }
+
+    /// Advance a chunked body over what the buffer holds: a data frame, the
+    /// end (`None`), or `Pending` if more must be read first.
+    fn step_chunked(&mut self, chunk: Chunk) -> Result<Poll<Option<Bytes>>, ResponseBodyError> {
+        let next = match chunk {
+            Chunk::Size => {
+                let Some(line) = self.line()? else { return Ok(Poll::Pending) };
+                let digits = line[..].split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+                let size = std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|d| u64::from_str_radix(d, 16).ok())
+                    .ok_or(ResponseBodyError::Malformed)?;
+                if size == 0 {
+                    Chunk::Trailers
+                } else {
+                    Chunk::Data(size)
+                }
+            }
+            Chunk::Data(left) => {
+                if self.conn.as_ref().is_some_and(|c| c.read.is_empty()) {
+                    return Ok(Poll::Pending);
+                }
+                let data = self.take(left);
+                let left = left - data.len() as u64;
+                self.state = BodyState::Chunked(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) });
+                return Ok(Poll::Ready(Some(data)));
+            }
+            Chunk::DataEnd => match self.line()? {
+                None => return Ok(Poll::Pending),
+                Some(line) if line.is_empty() => Chunk::Size,
+                Some(_) => return Err(ResponseBodyError::Malformed),
+            },
+            Chunk::Trailers => match self.line()? {
+                None => return Ok(Poll::Pending),
+                Some(line) if line.is_empty() => {
+                    self.finish();
+                    return Ok(Poll::Ready(None));
+                }
+                // Trailers are not forwarded.
+                Some(_) => Chunk::Trailers,
+            },
+        };
+        self.state = BodyState::Chunked(next);
+        self.step_chunked(next)
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = ResponseBodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        loop {
+            let Some(conn) = self.conn.as_mut() else { return Poll::Ready(None) };
+            let buffered = !conn.read.is_empty();
+            match self.state {
+                BodyState::Done => return Poll::Ready(None),
+                BodyState::Length(left) if buffered => {
+                    let data = self.take(left);
+                    let left = left - data.len() as u64;
+                    self.state = BodyState::Length(left);
+                    if left == 0 {
+                        // The last byte: whoever polls may not poll again.
+                        self.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                BodyState::UntilClose if buffered => {
+                    let data = self.take(u64::MAX);
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                BodyState::Chunked(chunk) => match self.step_chunked(chunk) {
+                    Err(e) => return self.fail(e),
+                    Ok(Poll::Ready(Some(data))) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Poll::Ready(None)) => return Poll::Ready(None),
+                    Ok(Poll::Pending) => {}
+                },
+                BodyState::Length(_) | BodyState::UntilClose => {}
+            }
+            // The buffer holds too little: read more.
+            let conn = self.conn.as_mut().expect("checked above");
+            match ready!(conn.poll_fill(cx)) {
+                Err(e) => return self.fail(e.into()),
+                Ok(0) if self.state == BodyState::UntilClose => {
+                    self.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return self.fail(ResponseBodyError::Incomplete),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, BodyState::Done | BodyState::Length(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.state {
+            BodyState::Length(left) => SizeHint::with_exact(left),
+            BodyState::Done => SizeHint::with_exact(0),
+            BodyState::Chunked(_) | BodyState::UntilClose => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(n, v)| (HeaderName::from_bytes(n.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let ok = StatusCode::OK;
+        assert_eq!(framing(&Method::HEAD, ok, &headers(&[("content-length", "5")])), Some(BodyState::Length(0)));
+        assert_eq!(framing(&Method::GET, StatusCode::NO_CONTENT, &headers(&[])), Some(BodyState::Length(0)));
+        assert_eq!(framing(&Method::GET, StatusCode::NOT_MODIFIED, &headers(&[])), Some(BodyState::Length(0)));
+        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "5")])), Some(BodyState::Length(5)));
+        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "5, 5")])), Some(BodyState::Length(5)));
+        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "5"), ("content-length", "6")])), None);
+        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "-1")])), None);
+        // Transfer-Encoding wins over Content-Length; chunked must be the final coding.
+        let te = headers(&[("transfer-encoding", "gzip, Chunked"), ("content-length", "5")]);
+        assert_eq!(framing(&Method::GET, ok, &te), Some(BodyState::Chunked(Chunk::Size)));
+        let te = headers(&[("transfer-encoding", "chunked, gzip")]);
+        assert_eq!(framing(&Method::GET, ok, &te), Some(BodyState::UntilClose));
+        assert_eq!(framing(&Method::GET, ok, &headers(&[])), Some(BodyState::UntilClose));
+    }
+
+    #[test]
+    fn heads_parse_whole_or_wait_for_more() {
+        let full = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\nX-A: 2\r\n\r\nok";
+        let (len, status, version, h) = parse_head(full).unwrap().unwrap();
+        assert_eq!((len, status, version), (full.len() - 2, StatusCode::OK, Version::HTTP_11));
+        assert_eq!(h.get_all("x-a").iter().count(), 2);
+        assert!(parse_head(&full[..20]).unwrap().is_none());
+        assert!(parse_head(b"HTTP/1.1 2000 OK\r\n\r\n").is_none());
+        assert!(parse_head(b"SMTP ready\r\n\r\n").is_none());
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: 1\r\n")).collect();
+        assert!(parse_head(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes()).is_none());
+    }
+
+    #[test]
+    fn connection_close_is_a_token_in_a_list() {
+        assert!(connection_close(&headers(&[("connection", "keep-alive, Close")])));
+        assert!(!connection_close(&headers(&[("connection", "closed")])));
+        assert!(!connection_close(&headers(&[])));
+    }
+
+    /// A body of these data frames, last first.
+    struct Frames(Vec<&'static str>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = io::Error;
+
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+            Poll::Ready(self.0.pop().map(|d| Ok(Frame::data(Bytes::from(d)))))
+        }
+    }
+
+    #[tokio::test]
+    async fn bodies_of_unknown_length_go_out_chunked() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (mut upstream, _) = listener.accept().await.unwrap();
+        let permit = std::sync::Arc::new(tokio::sync::Semaphore::new(1)).acquire_owned().await.unwrap();
+        let mut conn = Connection::new(stream, permit);
+        conn.write_body(Frames(vec!["pedia", "", "Wiki"]), true).await.unwrap();
+        conn.write_body(Frames(vec!["pedia", "", "Wiki"]), false).await.unwrap();
+        drop(conn);
+        let mut sent = Vec::new();
+        upstream.read_to_end(&mut sent).await.unwrap();
+        assert_eq!(sent, b"4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\nWikipedia");
+    }
+
+    #[test]
+    fn heads_are_encoded_in_origin_form_with_framing() {
+        let req = Request::builder()
+            .method(Method::GET)
+            .uri("/a?b=c")
+            .header("host", "h")
+            .body(Either::Right(http_body_util::Empty::new()))
+            .unwrap();
+        assert_eq!(encode_head(&req, false), b"GET /a?b=c HTTP/1.1\r\nhost: h\r\n\r\n");
+        assert!(encode_head(&req, true).ends_with(b"host: h\r\ntransfer-encoding: chunked\r\n\r\n"));
+    }
+}
