@@ -100,20 +100,26 @@ impl Connection {
         if let Either::Left(body) = body {
             self.write_body(body, chunked).await.map_err(|_| ExchangeError::Broken)?;
         }
-        let (status, version, headers) = self.read_head().await.ok_or(ExchangeError::Broken)?;
-        let framing = framing(&parts.method, status, &headers).ok_or(ExchangeError::Broken)?;
-        let keep_alive = version == Version::HTTP_11
+        let head = self.read_head().await.ok_or(ExchangeError::Broken)?;
+        let framing = framing(&parts.method, head.status, head.delimiters).ok_or(ExchangeError::Broken)?;
+        // The request's own Connection header was stripped on the way in:
+        // only the upstream's answer decides. A response with both
+        // Transfer-Encoding and Content-Length is read once, then the
+        // connection closes (RFC 9112 §6.3).
+        let d = head.delimiters;
+        let both_lengths = d.chunked.is_some() && d.length.is_some();
+        let keep_alive = head.version == Version::HTTP_11
             && !matches!(framing, BodyState::UntilClose)
-            && !connection_close(&headers)
-            && !connection_close(&parts.headers);
+            && !d.close
+            && !both_lengths;
         let mut body = ResponseBody { conn: Some(self), state: framing, keep_alive, lease: Some(lease) };
         if body.is_end_stream() {
             body.finish();
         }
         let mut response = Response::new(body);
-        *response.status_mut() = status;
-        *response.version_mut() = version;
-        *response.headers_mut() = headers;
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
         Ok(response)
     }
 
@@ -148,21 +154,21 @@ impl Connection {
 
     /// The response head, after any 1xx interim responses; `None` if the
     /// connection ended first or the head breaks the protocol.
-    async fn read_head(&mut self) -> Option<(StatusCode, Version, HeaderMap)> {
+    async fn read_head(&mut self) -> Option<Head> {
         loop {
             if !self.read.is_empty() {
                 match parse_head(&self.read)? {
-                    Some((len, status, version, headers)) => {
-                        self.read.advance(len);
-                        if status.is_informational() {
+                    Some(head) => {
+                        self.read.advance(head.len);
+                        if head.status.is_informational() {
                             // 100 Continue, 103 Early Hints: the answer follows.
                             // 101 would switch protocols, which nothing here asked for.
-                            if status == StatusCode::SWITCHING_PROTOCOLS {
+                            if head.status == StatusCode::SWITCHING_PROTOCOLS {
                                 return None;
                             }
                             continue;
                         }
-                        return Some((status, version, headers));
+                        return Some(head);
                     }
                     None if self.read.len() >= MAX_HEAD_BYTES => return None,
                     None => {}
@@ -209,62 +215,93 @@ fn encode_head(req: &Request<UpstreamBody>, chunked: bool) -> Vec<u8> {
     head
 }
 
-/// A complete response head at the start of `buf`: its length, status,
-/// version and headers. `Ok(None)` if more is needed, `None` if it breaks
-/// the protocol.
-type Head = (usize, StatusCode, Version, HeaderMap);
-
-fn parse_head(buf: &[u8]) -> Option<Option<Head>> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut slots);
-    let len = match parsed.parse(buf).ok()? {
-        httparse::Status::Partial => return Some(None),
-        httparse::Status::Complete(len) => len,
-    };
-    let status = StatusCode::from_u16(parsed.code?).ok()?;
-    let version = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
-    for h in parsed.headers.iter() {
-        headers.append(HeaderName::from_bytes(h.name.as_bytes()).ok()?, HeaderValue::from_bytes(h.value).ok()?);
-    }
-    Some(Some((len, status, version, headers)))
+/// A parsed response head.
+#[derive(Debug)]
+struct Head {
+    /// Its length in the buffer.
+    len: usize,
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    /// What its headers say about the body and the connection.
+    delimiters: Delimiters,
 }
 
-/// Whether a `Connection` header lists `close`.
-fn connection_close(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+/// The headers that delimit a response body or end its connection, read
+/// while the head is parsed rather than looked up afterwards.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Delimiters {
+    /// `Content-Length`; `Err` if its values disagree or do not parse.
+    length: Option<Result<u64, ()>>,
+    /// `Transfer-Encoding`: whether its final coding is chunked.
+    chunked: Option<bool>,
+    /// `Connection` lists `close`.
+    close: bool,
+}
+
+impl Delimiters {
+    fn note(&mut self, name: &str, value: &[u8]) {
+        let tokens = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+        if name.eq_ignore_ascii_case("content-length") {
+            for item in tokens() {
+                let n = std::str::from_utf8(item).ok().and_then(|d| d.parse::<u64>().ok()).ok_or(());
+                self.length = Some(match (self.length, n) {
+                    (None, n) => n,
+                    (Some(Ok(seen)), Ok(n)) if seen == n => Ok(n),
+                    _ => Err(()),
+                });
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            self.chunked = tokens().next_back().map(|coding| coding.eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case("connection") {
+            self.close |= tokens().any(|token| token.eq_ignore_ascii_case(b"close"));
+        }
+    }
+}
+
+/// A complete response head at the start of `buf`; `Ok(None)` if more is
+/// needed, `None` if it breaks the protocol.
+fn parse_head(buf: &[u8]) -> Option<Option<Head>> {
+    // Most heads have a few headers: 16 slots are cheaper to set up than
+    // the 100 allowed, which are only used when 16 are not enough.
+    let mut few = [httparse::EMPTY_HEADER; 16];
+    match parse_into(buf, &mut few) {
+        Err(httparse::Error::TooManyHeaders) => parse_into(buf, &mut [httparse::EMPTY_HEADER; MAX_HEADERS]).ok(),
+        parsed => parsed.ok(),
+    }
+}
+
+fn parse_into<'b>(buf: &'b [u8], slots: &mut [httparse::Header<'b>]) -> Result<Option<Head>, httparse::Error> {
+    let mut parsed = httparse::Response::new(slots);
+    let len = match parsed.parse(buf)? {
+        httparse::Status::Partial => return Ok(None),
+        httparse::Status::Complete(len) => len,
+    };
+    let status = parsed.code.and_then(|c| StatusCode::from_u16(c).ok()).ok_or(httparse::Error::Status)?;
+    let version = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+    let mut delimiters = Delimiters::default();
+    for h in parsed.headers.iter() {
+        delimiters.note(h.name, h.value);
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| httparse::Error::HeaderName)?;
+        let value = HeaderValue::from_bytes(h.value).map_err(|_| httparse::Error::HeaderValue)?;
+        headers.append(name, value);
+    }
+    Ok(Some(Head { len, status, version, headers, delimiters }))
 }
 
 /// How the response body is delimited (RFC 9112 §6.3), or `None` if its
 /// `Content-Length` values disagree or do not parse.
-fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Option<BodyState> {
+fn framing(method: &Method, status: StatusCode, delimiters: Delimiters) -> Option<BodyState> {
     if method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Some(BodyState::Length(0));
     }
-    let codings = headers.get_all(header::TRANSFER_ENCODING);
-    if let Some(last) = codings.iter().next_back() {
-        let final_coding = last.as_bytes().rsplit(|&b| b == b',').next().unwrap_or_default();
-        return Some(if final_coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-            BodyState::Chunked(Chunk::Size)
-        } else {
-            BodyState::UntilClose
-        });
-    }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.to_str().ok()?.split(',') {
-            let n: u64 = item.trim().parse().ok()?;
-            if length.is_some_and(|l| l != n) {
-                return None;
-            }
-            length = Some(n);
-        }
-    }
-    Some(length.map_or(BodyState::UntilClose, BodyState::Length))
+    Some(match (delimiters.chunked, delimiters.length) {
+        // Transfer-Encoding wins over Content-Length.
+        (Some(true), _) => BodyState::Chunked(Chunk::Size),
+        (Some(false), _) | (None, None) => BodyState::UntilClose,
+        (None, Some(length)) => BodyState::Length(length.ok()?),
+    })
 }
 
 /// Where a response body stands.
@@ -463,49 +500,56 @@ impl Body for ResponseBody {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        pairs
-            .iter()
-            .map(|(n, v)| (HeaderName::from_bytes(n.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap()))
-            .collect()
+    /// The framing of a response with these header lines to `method`.
+    fn framing_of(method: Method, head: &str) -> Option<BodyState> {
+        let head = parse_head(format!("{head}\r\n\r\n").as_bytes()).unwrap().unwrap();
+        framing(&method, head.status, head.delimiters)
     }
 
     #[test]
     fn framing_follows_rfc_9112() {
-        let ok = StatusCode::OK;
-        assert_eq!(framing(&Method::HEAD, ok, &headers(&[("content-length", "5")])), Some(BodyState::Length(0)));
-        assert_eq!(framing(&Method::GET, StatusCode::NO_CONTENT, &headers(&[])), Some(BodyState::Length(0)));
-        assert_eq!(framing(&Method::GET, StatusCode::NOT_MODIFIED, &headers(&[])), Some(BodyState::Length(0)));
-        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "5")])), Some(BodyState::Length(5)));
-        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "5, 5")])), Some(BodyState::Length(5)));
-        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "5"), ("content-length", "6")])), None);
-        assert_eq!(framing(&Method::GET, ok, &headers(&[("content-length", "-1")])), None);
+        let ok = "HTTP/1.1 200 OK";
+        let get = || Method::GET;
+        assert_eq!(framing_of(Method::HEAD, &format!("{ok}\r\ncontent-length: 5")), Some(BodyState::Length(0)));
+        assert_eq!(framing_of(get(), "HTTP/1.1 204 No Content"), Some(BodyState::Length(0)));
+        assert_eq!(framing_of(get(), "HTTP/1.1 304 Not Modified"), Some(BodyState::Length(0)));
+        assert_eq!(framing_of(get(), &format!("{ok}\r\nContent-Length: 5")), Some(BodyState::Length(5)));
+        assert_eq!(framing_of(get(), &format!("{ok}\r\ncontent-length: 5, 5")), Some(BodyState::Length(5)));
+        assert_eq!(framing_of(get(), &format!("{ok}\r\ncontent-length: 5\r\ncontent-length: 6")), None);
+        assert_eq!(framing_of(get(), &format!("{ok}\r\ncontent-length: 5, 6")), None);
+        assert_eq!(framing_of(get(), &format!("{ok}\r\ncontent-length: -1")), None);
         // Transfer-Encoding wins over Content-Length; chunked must be the final coding.
-        let te = headers(&[("transfer-encoding", "gzip, Chunked"), ("content-length", "5")]);
-        assert_eq!(framing(&Method::GET, ok, &te), Some(BodyState::Chunked(Chunk::Size)));
-        let te = headers(&[("transfer-encoding", "chunked, gzip")]);
-        assert_eq!(framing(&Method::GET, ok, &te), Some(BodyState::UntilClose));
-        assert_eq!(framing(&Method::GET, ok, &headers(&[])), Some(BodyState::UntilClose));
+        let te = format!("{ok}\r\ntransfer-encoding: gzip, Chunked\r\ncontent-length: 5");
+        assert_eq!(framing_of(get(), &te), Some(BodyState::Chunked(Chunk::Size)));
+        let te = format!("{ok}\r\ntransfer-encoding: chunked, gzip");
+        assert_eq!(framing_of(get(), &te), Some(BodyState::UntilClose));
+        assert_eq!(framing_of(get(), ok), Some(BodyState::UntilClose));
     }
 
     #[test]
     fn heads_parse_whole_or_wait_for_more() {
         let full = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\nX-A: 2\r\n\r\nok";
-        let (len, status, version, h) = parse_head(full).unwrap().unwrap();
-        assert_eq!((len, status, version), (full.len() - 2, StatusCode::OK, Version::HTTP_11));
-        assert_eq!(h.get_all("x-a").iter().count(), 2);
+        let head = parse_head(full).unwrap().unwrap();
+        assert_eq!((head.len, head.status, head.version), (full.len() - 2, StatusCode::OK, Version::HTTP_11));
+        assert_eq!(head.headers.get_all("x-a").iter().count(), 2);
         assert!(parse_head(&full[..20]).unwrap().is_none());
         assert!(parse_head(b"HTTP/1.1 2000 OK\r\n\r\n").is_none());
         assert!(parse_head(b"SMTP ready\r\n\r\n").is_none());
-        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: 1\r\n")).collect();
-        assert!(parse_head(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes()).is_none());
+        // Past 16 headers the larger array takes them; past 100 nothing does.
+        let lines = |n: usize| (0..n).map(|i| format!("x-{i}: 1\r\n")).collect::<String>();
+        let head = parse_head(format!("HTTP/1.0 200 OK\r\n{}\r\n", lines(MAX_HEADERS)).as_bytes()).unwrap().unwrap();
+        assert_eq!((head.headers.len(), head.version), (MAX_HEADERS, Version::HTTP_10));
+        assert!(parse_head(format!("HTTP/1.1 200 OK\r\n{}\r\n", lines(MAX_HEADERS + 1)).as_bytes()).is_none());
     }
 
     #[test]
     fn connection_close_is_a_token_in_a_list() {
-        assert!(connection_close(&headers(&[("connection", "keep-alive, Close")])));
-        assert!(!connection_close(&headers(&[("connection", "closed")])));
-        assert!(!connection_close(&headers(&[])));
+        let close = |line: &str| {
+            parse_head(format!("HTTP/1.1 200 OK\r\n{line}\r\n\r\n").as_bytes()).unwrap().unwrap().delimiters.close
+        };
+        assert!(close("Connection: keep-alive, Close"));
+        assert!(!close("connection: closed"));
+        assert!(!close("x-connection: close"));
     }
 
     /// A body of these data frames, last first.
