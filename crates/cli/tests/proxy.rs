@@ -148,6 +148,57 @@ fn a_request_with_a_body_goes_to_another_endpoint_when_one_refuses() {
 }
 
 #[test]
+fn an_upstream_that_answers_before_reading_the_body_is_heard() {
+    // The upstream reads the request head, answers 413 at once and reads
+    // nothing more for 3 s. The 16 MiB body cannot fit in the sockets'
+    // buffers, so a proxy that finished writing it before reading would
+    // hang until the upstream gives up; Fulcrum reads while it writes.
+    use std::io::{Read, Write};
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = upstream.local_addr().unwrap();
+    let answering = std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the request head never came");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big\n").unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let f = Fulcrum::serve("early-answer", &app_config(&toml_list(&[addr]), "workers = 1", "", ""));
+    let mut client = std::net::TcpStream::connect(f.listen[0]).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let size = 16 << 20;
+    let head = format!("POST /upload HTTP/1.1\r\nHost: app\r\nContent-Length: {size}\r\n\r\n");
+    client.write_all(head.as_bytes()).unwrap();
+    let mut writer = client.try_clone().unwrap();
+    // The proxy may stop reading the body once it has the answer: write it
+    // from another thread and ignore how that ends.
+    let body = std::thread::spawn(move || {
+        let _ = writer.write_all(&vec![b'x'; size]);
+    });
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.windows(4).any(|w| w == b"\r\n\r\n") {
+        match client.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?} after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(2), "the answer took {:?}", started.elapsed());
+    // Ends the writer's write too, whether or not the proxy still reads.
+    let _ = client.shutdown(std::net::Shutdown::Both);
+    body.join().unwrap();
+    answering.join().unwrap();
+}
+
+#[test]
 fn h2c_and_tls_with_alpn_h2() {
     let b = backends(&[0, 0]);
     let dir = common::temp_dir("tls-certs");

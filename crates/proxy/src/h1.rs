@@ -18,9 +18,9 @@
 //! connection is reused only when its response was read to the end, nothing
 //! followed it, and neither side asked to close.
 //!
-//! The request body is written before the response is read: an upstream
-//! that answers early and stops reading a large body makes the exchange wait
-//! until the per-try timeout (504), where hyper would have read the answer.
+//! While a request body streams out, the connection is also watched for
+//! the response head: an upstream may answer early (a 413 before it has read
+//! a large body) and stop reading, and the client hears that answer at once.
 
 use std::future::poll_fn;
 use std::io;
@@ -32,7 +32,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -97,10 +97,11 @@ impl Connection {
             return Err(ExchangeError::Unsent(Box::new(req)));
         }
         let (parts, body) = req.into_parts();
-        if let Either::Left(body) = body {
-            self.write_body(body, chunked).await.map_err(|_| ExchangeError::Broken)?;
-        }
-        let head = self.read_head().await.ok_or(ExchangeError::Broken)?;
+        let (head, body_sent) = match body {
+            Either::Right(_) => (read_head(&mut self.stream, &mut self.read).await, true),
+            Either::Left(body) => self.write_body_and_read_head(body, chunked).await?,
+        };
+        let head = head.ok_or(ExchangeError::Broken)?;
         let framing = framing(&parts.method, head.status, head.delimiters).ok_or(ExchangeError::Broken)?;
         // The request's own Connection header was stripped on the way in:
         // only the upstream's answer decides. A response with both
@@ -108,7 +109,8 @@ impl Connection {
         // connection closes (RFC 9112 §6.3).
         let d = head.delimiters;
         let both_lengths = d.chunked.is_some() && d.length.is_some();
-        let keep_alive = head.version == Version::HTTP_11
+        let keep_alive = body_sent
+            && head.version == Version::HTTP_11
             && !matches!(framing, BodyState::UntilClose)
             && !d.close
             && !both_lengths;
@@ -123,72 +125,112 @@ impl Connection {
         Ok(response)
     }
 
-    async fn write_body<B>(&mut self, mut body: B, chunked: bool) -> io::Result<()>
-    where
-        B: Body<Data = Bytes> + Unpin,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| io::Error::other(e.into()))?;
-            // Trailers are not forwarded.
-            let Ok(data) = frame.into_data() else { continue };
-            if data.is_empty() {
-                continue;
+    /// Stream the request body while watching for the response head: an
+    /// upstream may answer before it has read the whole body (a 413, say)
+    /// and then stop reading. The head, and whether the whole body went out
+    /// (if not, the connection closes after the response).
+    async fn write_body_and_read_head(
+        &mut self,
+        body: crate::http::LimitedBody,
+        chunked: bool,
+    ) -> Result<(Option<Head>, bool), ExchangeError> {
+        let (mut from, mut to) = self.stream.split();
+        let write = write_body(&mut to, body, chunked);
+        let read = read_head(&mut from, &mut self.read);
+        tokio::pin!(write, read);
+        let mut sent = None;
+        loop {
+            tokio::select! {
+                head = &mut read => return Ok((head, sent == Some(true))),
+                written = &mut write, if sent.is_none() => match written {
+                    Ok(()) => sent = Some(true),
+                    // The client's body broke: the upstream would wait for the rest.
+                    Err(BodyWriteError::Client) => return Err(ExchangeError::Broken),
+                    // The upstream stopped reading: an answer may still be there.
+                    Err(BodyWriteError::Upstream) => sent = Some(false),
+                },
             }
-            if chunked {
-                // One write per chunk: size line, data and CRLF together.
-                let mut chunk = Vec::with_capacity(data.len() + 20);
-                chunk.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                chunk.extend_from_slice(&data);
-                chunk.extend_from_slice(b"\r\n");
-                self.stream.write_all(&chunk).await?;
-            } else {
-                self.stream.write_all(&data).await?;
-            }
+        }
+    }
+}
+
+/// Why a request body did not go out whole.
+#[derive(Debug, PartialEq, Eq)]
+enum BodyWriteError {
+    /// The client's body ended in an error (or outgrew `max_body_bytes`).
+    Client,
+    /// Writing to the upstream failed.
+    Upstream,
+}
+
+/// Write `body` to `out`, in chunked coding if `chunked`.
+async fn write_body<W, B>(out: &mut W, mut body: B, chunked: bool) -> Result<(), BodyWriteError>
+where
+    W: AsyncWrite + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+{
+    let upstream = |_| BodyWriteError::Upstream;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyWriteError::Client)?;
+        // Trailers are not forwarded.
+        let Ok(data) = frame.into_data() else { continue };
+        if data.is_empty() {
+            continue;
         }
         if chunked {
-            self.stream.write_all(b"0\r\n\r\n").await?;
+            // One write per chunk: size line, data and CRLF together.
+            let mut chunk = Vec::with_capacity(data.len() + 20);
+            chunk.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            chunk.extend_from_slice(&data);
+            chunk.extend_from_slice(b"\r\n");
+            out.write_all(&chunk).await.map_err(upstream)?;
+        } else {
+            out.write_all(&data).await.map_err(upstream)?;
         }
-        Ok(())
     }
+    if chunked {
+        out.write_all(b"0\r\n\r\n").await.map_err(upstream)?;
+    }
+    Ok(())
+}
 
-    /// The response head, after any 1xx interim responses; `None` if the
-    /// connection ended first or the head breaks the protocol.
-    async fn read_head(&mut self) -> Option<Head> {
-        loop {
-            if !self.read.is_empty() {
-                match parse_head(&self.read)? {
-                    Some(head) => {
-                        self.read.advance(head.len);
-                        if head.status.is_informational() {
-                            // 100 Continue, 103 Early Hints: the answer follows.
-                            // 101 would switch protocols, which nothing here asked for.
-                            if head.status == StatusCode::SWITCHING_PROTOCOLS {
-                                return None;
-                            }
-                            continue;
+/// The response head from `from` (bytes read land in `read`), after any
+/// 1xx interim responses; `None` if the connection ended first or the head
+/// breaks the protocol.
+async fn read_head<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut) -> Option<Head> {
+    loop {
+        if !read.is_empty() {
+            match parse_head(read)? {
+                Some(head) => {
+                    read.advance(head.len);
+                    if head.status.is_informational() {
+                        // 100 Continue, 103 Early Hints: the answer follows.
+                        // 101 would switch protocols, which nothing here asked for.
+                        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                            return None;
                         }
-                        return Some(head);
+                        continue;
                     }
-                    None if self.read.len() >= MAX_HEAD_BYTES => return None,
-                    None => {}
+                    return Some(head);
                 }
-            }
-            match poll_fn(|cx| self.poll_fill(cx)).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
+                None if read.len() >= MAX_HEAD_BYTES => return None,
+                None => {}
             }
         }
+        match poll_fn(|cx| poll_fill(from, read, cx)).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
     }
+}
 
-    /// Read what the socket has into the buffer: the count, 0 at its end.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        self.read.reserve(READ_CHUNK);
-        // tokio's `poll_read` forgets the socket's readiness when a read
-        // leaves room in the buffer, so that `is_closed` costs no system call
-        // on a connection whose response was read to the end.
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.read)
-    }
+/// Read what `from` has into `read`: the count, 0 at its end.
+fn poll_fill<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    read.reserve(READ_CHUNK);
+    // tokio's `poll_read` forgets the socket's readiness when a read
+    // leaves room in the buffer, so that `is_closed` costs no system call
+    // on a connection whose response was read to the end.
+    tokio_util::io::poll_read_buf(Pin::new(from), cx, read)
 }
 
 /// The request line and headers, with `Transfer-Encoding: chunked` when the
@@ -471,7 +513,7 @@ impl Body for ResponseBody {
             }
             // The buffer holds too little: read more.
             let conn = self.conn.as_mut().expect("checked above");
-            match ready!(conn.poll_fill(cx)) {
+            match ready!(poll_fill(&mut conn.stream, &mut conn.read, cx)) {
                 Err(e) => return self.fail(e.into()),
                 Ok(0) if self.state == BodyState::UntilClose => {
                     self.finish();
@@ -572,8 +614,8 @@ mod tests {
         let (mut upstream, _) = listener.accept().await.unwrap();
         let permit = std::sync::Arc::new(tokio::sync::Semaphore::new(1)).acquire_owned().await.unwrap();
         let mut conn = Connection::new(stream, permit);
-        conn.write_body(Frames(vec!["pedia", "", "Wiki"]), true).await.unwrap();
-        conn.write_body(Frames(vec!["pedia", "", "Wiki"]), false).await.unwrap();
+        write_body(&mut conn.stream, Frames(vec!["pedia", "", "Wiki"]), true).await.unwrap();
+        write_body(&mut conn.stream, Frames(vec!["pedia", "", "Wiki"]), false).await.unwrap();
         drop(conn);
         let mut sent = Vec::new();
         upstream.read_to_end(&mut sent).await.unwrap();
