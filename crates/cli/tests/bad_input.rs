@@ -77,6 +77,30 @@ fn a_configured_header_count_limit_gives_431() {
 }
 
 #[test]
+fn bodies_over_max_body_bytes_get_413_whether_announced_or_streamed() {
+    // The backend reads a whole body before it answers, so a body cut off
+    // on its way there cannot be answered first.
+    let b = fulcrum_load::Backends::start(fulcrum_load::BackendsConfig::fixed_delays(&[Duration::ZERO])).unwrap();
+    let cfg = config(&format!("\"{}\"", b.addrs()[0]), "2s")
+        .replace("max_header_bytes = 8192", "max_header_bytes = 8192\nlimits = { max_body_bytes = 1000 }");
+    let f = Fulcrum::serve("max-body", &cfg);
+    let post = |framing: &str, body: &str| {
+        let raw = format!("POST /upload HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n{framing}\r\n\r\n{body}");
+        send(f.listen[0], raw.as_bytes()).status
+    };
+    let chunk = format!("258\r\n{}\r\n", "x".repeat(600));
+    // Within the limit, with a length and chunked (sent upstream chunked).
+    assert_eq!(post("Content-Length: 10", "0123456789"), 200);
+    assert_eq!(post("Transfer-Encoding: chunked", &format!("{chunk}0\r\n\r\n")), 200);
+    // A length over the limit is refused before anything goes upstream.
+    assert_eq!(post("Content-Length: 5000", ""), 413);
+    // A chunked body is cut off once it passes the limit.
+    assert_eq!(post("Transfer-Encoding: chunked", &format!("{chunk}{chunk}0\r\n\r\n")), 413);
+    assert_eq!(b.served(), vec![2], "only the two bodies within the limit were answered");
+    assert!(f.terminate().success());
+}
+
+#[test]
 fn silent_upstream_is_504_after_the_request_timeout() {
     let (upstream, _t) = silent_upstream();
     let f = Fulcrum::serve("timeout", &config(&format!("\"{}\"", upstream.local_addr().unwrap()), "400ms"));
