@@ -201,38 +201,51 @@ impl UpstreamPool {
     async fn send_http2(
         self: &Arc<Self>,
         addr: SocketAddr,
-        req: Request<UpstreamBody>,
+        mut req: Request<UpstreamBody>,
     ) -> Result<Response<ResponseBody>, SendFailure> {
-        let mut sender = match self.pooled_http2(addr) {
-            Some(sender) => sender,
-            None => {
-                let (stream, permit) = match self.connect(addr).await {
-                    Ok(connected) => connected,
-                    Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
-                    Err(Refused::Overflow) => return Err(SendFailure::Overflow),
-                };
-                let handshake = http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await;
-                let Ok((sender, conn)) = handshake else {
-                    return Err(SendFailure::ConnectFailure(Box::new(req)));
-                };
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(permit);
-                });
-                self.lock().shared.entry(addr).or_default().push(sender.clone());
-                sender
+        // A shared connection that went away (or refused the stream) since
+        // it was last used gives the request back; after two, a new one.
+        for _ in 0..2 {
+            let Some(sender) = self.pooled_http2(addr) else { break };
+            match Self::try_http2(sender, req).await {
+                Ok(response) => return Ok(response),
+                Err(Some(unsent)) => req = unsent,
+                Err(None) => return Err(SendFailure::Reset),
             }
+        }
+        let (stream, permit) = match self.connect(addr).await {
+            Ok(connected) => connected,
+            Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
+            Err(Refused::Overflow) => return Err(SendFailure::Overflow),
         };
-        if sender.ready().await.is_err() {
+        let Ok((sender, conn)) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await else {
             return Err(SendFailure::ConnectFailure(Box::new(req)));
+        };
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+        });
+        self.lock().shared.entry(addr).or_default().push(sender.clone());
+        match Self::try_http2(sender, req).await {
+            Ok(response) => Ok(response),
+            // A new connection that refuses the stream never had the request.
+            Err(Some(unsent)) => Err(SendFailure::ConnectFailure(Box::new(unsent))),
+            Err(None) => Err(SendFailure::Reset),
+        }
+    }
+
+    /// Send `req` on an HTTP/2 connection: the response, or the request
+    /// back if the connection did not take it, or `None` if it broke after.
+    async fn try_http2(
+        mut sender: http2::SendRequest<UpstreamBody>,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, Option<Request<UpstreamBody>>> {
+        if sender.ready().await.is_err() {
+            return Err(Some(req));
         }
         match sender.try_send_request(req).await {
             Ok(response) => Ok(response.map(Either::Right)),
-            // A stream the connection refused never had the request.
-            Err(mut e) => match e.take_message() {
-                Some(unsent) => Err(SendFailure::ConnectFailure(Box::new(unsent))),
-                None => Err(SendFailure::Reset),
-            },
+            Err(mut e) => Err(e.take_message()),
         }
     }
 
