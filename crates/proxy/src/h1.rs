@@ -84,10 +84,16 @@ impl Connection {
     /// Send `req` and read the response head. The response's body reads the
     /// rest and hands the connection to `lease` once it has ended, if the
     /// connection can carry another exchange.
+    ///
+    /// On a `reused` connection, an idempotent request without a body that
+    /// meets the connection's close before a byte of answer comes back
+    /// unsent: the upstream closed an idle connection as the request went
+    /// out (the keep-alive race), so it did not act on it.
     pub async fn exchange(
         mut self,
         req: Request<UpstreamBody>,
         lease: Lease,
+        reused: bool,
     ) -> Result<Response<ResponseBody>, ExchangeError> {
         let length = req.headers().get(header::CONTENT_LENGTH).is_some();
         let chunked = !length && matches!(req.body(), Either::Left(_));
@@ -97,11 +103,19 @@ impl Connection {
             return Err(ExchangeError::Unsent(Box::new(req)));
         }
         let (parts, body) = req.into_parts();
+        let replayable = matches!(body, Either::Right(_)) && crate::http::idempotent(&parts.method);
         let (head, body_sent) = match body {
             Either::Right(_) => (read_head(&mut self.stream, &mut self.read).await, true),
             Either::Left(body) => self.write_body_and_read_head(body, chunked).await?,
         };
-        let head = head.ok_or(ExchangeError::Broken)?;
+        let head = match head {
+            Ok(head) => head,
+            Err(NoHead::Silent) if reused && replayable => {
+                let unsent = Request::from_parts(parts, Either::Right(http_body_util::Empty::new()));
+                return Err(ExchangeError::Unsent(Box::new(unsent)));
+            }
+            Err(_) => return Err(ExchangeError::Broken),
+        };
         let framing = framing(&parts.method, head.status, head.delimiters).ok_or(ExchangeError::Broken)?;
         // The request's own Connection header was stripped on the way in:
         // only the upstream's answer decides. A response with both
@@ -133,7 +147,7 @@ impl Connection {
         &mut self,
         body: crate::http::LimitedBody,
         chunked: bool,
-    ) -> Result<(Option<Head>, bool), ExchangeError> {
+    ) -> Result<(Result<Head, NoHead>, bool), ExchangeError> {
         let (mut from, mut to) = self.stream.split();
         let write = write_body(&mut to, body, chunked);
         let read = read_head(&mut from, &mut self.read);
@@ -194,31 +208,42 @@ where
     Ok(())
 }
 
+/// Why no response head came.
+#[derive(Debug, PartialEq, Eq)]
+enum NoHead {
+    /// The connection ended before a single byte of an answer.
+    Silent,
+    /// The connection ended partway, or the head breaks the protocol.
+    Broken,
+}
+
 /// The response head from `from` (bytes read land in `read`), after any
-/// 1xx interim responses; `None` if the connection ended first or the head
-/// breaks the protocol.
-async fn read_head<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut) -> Option<Head> {
+/// 1xx interim responses.
+async fn read_head<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut) -> Result<Head, NoHead> {
+    let mut heard = false;
     loop {
         if !read.is_empty() {
-            match parse_head(read)? {
+            heard = true;
+            match parse_head(read).ok_or(NoHead::Broken)? {
                 Some(head) => {
                     read.advance(head.len);
                     if head.status.is_informational() {
                         // 100 Continue, 103 Early Hints: the answer follows.
                         // 101 would switch protocols, which nothing here asked for.
                         if head.status == StatusCode::SWITCHING_PROTOCOLS {
-                            return None;
+                            return Err(NoHead::Broken);
                         }
                         continue;
                     }
-                    return Some(head);
+                    return Ok(head);
                 }
-                None if read.len() >= MAX_HEAD_BYTES => return None,
+                None if read.len() >= MAX_HEAD_BYTES => return Err(NoHead::Broken),
                 None => {}
             }
         }
         match poll_fn(|cx| poll_fill(from, read, cx)).await {
-            Ok(0) | Err(_) => return None,
+            Ok(0) | Err(_) if heard => return Err(NoHead::Broken),
+            Ok(0) | Err(_) => return Err(NoHead::Silent),
             Ok(_) => {}
         }
     }
@@ -435,47 +460,48 @@ impl ResponseBody {
 
     /// Advance a chunked body over what the buffer holds: a data frame, the
     /// end (`None`), or `Pending` if more must be read first.
-    fn step_chunked(&mut self, chunk: Chunk) -> Result<Poll<Option<Bytes>>, ResponseBodyError> {
-        let next = match chunk {
-            Chunk::Size => {
-                let Some(line) = self.line()? else { return Ok(Poll::Pending) };
-                let digits = line[..].split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-                let size = std::str::from_utf8(digits)
-                    .ok()
-                    .and_then(|d| u64::from_str_radix(d, 16).ok())
-                    .ok_or(ResponseBodyError::Malformed)?;
-                if size == 0 {
-                    Chunk::Trailers
-                } else {
-                    Chunk::Data(size)
+    fn step_chunked(&mut self, mut chunk: Chunk) -> Result<Poll<Option<Bytes>>, ResponseBodyError> {
+        loop {
+            chunk = match chunk {
+                Chunk::Size => {
+                    let Some(line) = self.line()? else { return Ok(Poll::Pending) };
+                    let digits = line[..].split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+                    let size = std::str::from_utf8(digits)
+                        .ok()
+                        .and_then(|d| u64::from_str_radix(d, 16).ok())
+                        .ok_or(ResponseBodyError::Malformed)?;
+                    if size == 0 {
+                        Chunk::Trailers
+                    } else {
+                        Chunk::Data(size)
+                    }
                 }
-            }
-            Chunk::Data(left) => {
-                if self.conn.as_ref().is_some_and(|c| c.read.is_empty()) {
-                    return Ok(Poll::Pending);
+                Chunk::Data(left) => {
+                    if self.conn.as_ref().is_some_and(|c| c.read.is_empty()) {
+                        return Ok(Poll::Pending);
+                    }
+                    let data = self.take(left);
+                    let left = left - data.len() as u64;
+                    self.state = BodyState::Chunked(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) });
+                    return Ok(Poll::Ready(Some(data)));
                 }
-                let data = self.take(left);
-                let left = left - data.len() as u64;
-                self.state = BodyState::Chunked(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) });
-                return Ok(Poll::Ready(Some(data)));
-            }
-            Chunk::DataEnd => match self.line()? {
-                None => return Ok(Poll::Pending),
-                Some(line) if line.is_empty() => Chunk::Size,
-                Some(_) => return Err(ResponseBodyError::Malformed),
-            },
-            Chunk::Trailers => match self.line()? {
-                None => return Ok(Poll::Pending),
-                Some(line) if line.is_empty() => {
-                    self.finish();
-                    return Ok(Poll::Ready(None));
-                }
-                // Trailers are not forwarded.
-                Some(_) => Chunk::Trailers,
-            },
-        };
-        self.state = BodyState::Chunked(next);
-        self.step_chunked(next)
+                Chunk::DataEnd => match self.line()? {
+                    None => return Ok(Poll::Pending),
+                    Some(line) if line.is_empty() => Chunk::Size,
+                    Some(_) => return Err(ResponseBodyError::Malformed),
+                },
+                Chunk::Trailers => match self.line()? {
+                    None => return Ok(Poll::Pending),
+                    Some(line) if line.is_empty() => {
+                        self.finish();
+                        return Ok(Poll::Ready(None));
+                    }
+                    // Trailers are not forwarded.
+                    Some(_) => Chunk::Trailers,
+                },
+            };
+            self.state = BodyState::Chunked(chunk);
+        }
     }
 }
 

@@ -243,7 +243,8 @@ enum Try {
     Timeout,
 }
 
-fn idempotent(method: &Method) -> bool {
+/// Methods whose requests may be sent again (RFC 9110 §9.2.2).
+pub(crate) fn idempotent(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
 

@@ -179,7 +179,7 @@ impl UpstreamPool {
         // Pooled connections first. One that closed before taking the
         // request gives it back, and the next is tried.
         while let Some(conn) = self.pooled_http1(addr) {
-            match conn.exchange(req, lease()).await {
+            match conn.exchange(req, lease(), true).await {
                 Ok(response) => return Ok(response.map(Either::Left)),
                 Err(ExchangeError::Unsent(unsent)) => req = *unsent,
                 Err(ExchangeError::Broken) => return Err(SendFailure::Reset),
@@ -190,7 +190,7 @@ impl UpstreamPool {
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
         };
-        match h1::Connection::new(stream, permit).exchange(req, lease()).await {
+        match h1::Connection::new(stream, permit).exchange(req, lease(), false).await {
             Ok(response) => Ok(response.map(Either::Left)),
             // A new connection that refuses the request never had it.
             Err(ExchangeError::Unsent(unsent)) => Err(SendFailure::ConnectFailure(unsent)),
@@ -474,6 +474,34 @@ mod tests {
             let (addr, _) = scripted(vec![vec![script]]).await;
             assert!(matches!(pool(10, 10).send(addr, get()).await, Err(SendFailure::Reset)), "{script:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_reused_connection_closed_as_a_request_goes_out_hands_it_back() {
+        // Every connection answers once, then takes the next request's head
+        // and closes without a word (an upstream's idle timeout firing as
+        // the request arrives).
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                if matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
+                    continue;
+                }
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
+                let _ = s.read(&mut buf).await;
+            }
+        });
+        let pool = pool(10, 10);
+        exchange(&pool, addr).await.unwrap();
+        // The GET goes out on the pooled connection, meets its close, and is
+        // sent again on a new one.
+        exchange(&pool, addr).await.unwrap();
+        // A POST may have been acted on: its caller hears of the reset.
+        let mut post = get();
+        *post.method_mut() = http::Method::POST;
+        assert!(matches!(pool.send(addr, post).await, Err(SendFailure::Reset)));
     }
 
     #[tokio::test]
