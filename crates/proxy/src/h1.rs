@@ -60,7 +60,9 @@ pub struct Connection {
 /// Why an exchange gave no response.
 #[derive(Debug)]
 pub enum ExchangeError {
-    /// Not a byte of the request reached the upstream: here it is back.
+    /// The upstream cannot have acted on the request (not all of its head
+    /// arrived, or the keep-alive race of [`Connection::exchange`]): here it
+    /// is back.
     Unsent(Box<Request<UpstreamBody>>),
     /// The connection broke, or the upstream broke the protocol, after the
     /// request went out.
