@@ -361,7 +361,10 @@ mod tests {
     /// An upstream that answers each request on one connection with the
     /// next script, written in the pieces given (a short pause between them),
     /// then closes; returns its address and the request heads it read.
-    async fn scripted(scripts: Vec<Vec<&'static str>>) -> (SocketAddr, tokio::task::JoinHandle<Vec<String>>) {
+    async fn scripted<S>(scripts: Vec<Vec<S>>) -> (SocketAddr, tokio::task::JoinHandle<Vec<String>>)
+    where
+        S: AsRef<[u8]> + Send + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
@@ -378,7 +381,7 @@ mod tests {
                 }
                 heads.push(String::from_utf8_lossy(&seen).into_owned());
                 for piece in pieces {
-                    s.write_all(piece.as_bytes()).await.unwrap();
+                    s.write_all(piece.as_ref()).await.unwrap();
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
@@ -435,6 +438,19 @@ mod tests {
         let heads = upstream.await.unwrap();
         assert_eq!(heads.len(), 4, "one connection carried all four: {heads:?}");
         assert!(heads[0].starts_with("GET / HTTP/1.1\r\nhost: t\r\n\r\n"), "{heads:?}");
+    }
+
+    #[tokio::test]
+    async fn a_response_cut_anywhere_reads_the_same() {
+        let whole =
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nWiki\r\n5;a=b\r\npedia\r\n0\r\nx-t: 1\r\n\r\n";
+        for cut in 1..whole.len() {
+            let (addr, _) = scripted(vec![vec![whole[..cut].to_string(), whole[cut..].to_string()]]).await;
+            let pool = pool(10, 10);
+            let response = pool.send(addr, get()).await.unwrap();
+            assert_eq!(body_of(response).await.as_deref(), Ok("Wikipedia"), "cut at {cut}");
+            assert_eq!(idle(&pool, addr), 1, "cut at {cut}: the connection went back");
+        }
     }
 
     #[tokio::test]
