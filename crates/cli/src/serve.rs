@@ -8,6 +8,7 @@ use clap::Args as ClapArgs;
 use fulcrum_balance::AlgorithmKind;
 use fulcrum_proxy::config::HashKey;
 use fulcrum_proxy::{Config, Proxy};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::Failure;
 
@@ -109,6 +110,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
         return Ok(());
     }
     let workers = config.workers;
+    // Caught before anyone can know the proxy is up: a SIGTERM that comes
+    // as soon as the "listening" lines appear still drains and exits 0.
+    let signals = Signals::catch().map_err(|e| Failure::runtime(format!("cannot catch signals: {e}")))?;
     let proxy = Proxy::start(config).map_err(|e| Failure::runtime(e.to_string()))?;
     if let Some(path) = &args.pid_file {
         std::fs::write(path, format!("{}\n", std::process::id()))
@@ -120,7 +124,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(admin) = proxy.admin_addr() {
         eprintln!("fulcrum: admin on http://{admin}/metrics");
     }
-    let result = wait_for_signals(|| match load(&args) {
+    signals.wait(|| match load(&args) {
         Ok(next) => match proxy.reload(next) {
             Ok(()) => eprintln!("fulcrum: configuration reloaded"),
             Err(e) => eprintln!("fulcrum: {e}"),
@@ -132,25 +136,42 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(path) = &args.pid_file {
         let _ = std::fs::remove_file(path);
     }
-    result.map_err(|e| Failure::runtime(format!("cannot wait for signals: {e}")))
+    Ok(())
 }
 
-/// Block until SIGINT or SIGTERM, calling `reload` on every SIGHUP.
-fn wait_for_signals(mut reload: impl FnMut()) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        loop {
-            tokio::select! {
-                _ = term.recv() => return Ok(()),
-                _ = int.recv() => return Ok(()),
-                _ = hup.recv() => reload(),
+/// SIGINT, SIGTERM and SIGHUP, caught from the moment this is made.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Signals {
+    fn catch() -> std::io::Result<Signals> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let _context = runtime.enter();
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            runtime,
+        })
+    }
+
+    /// Block until SIGINT or SIGTERM, calling `reload` on every SIGHUP.
+    fn wait(self, mut reload: impl FnMut()) {
+        let Signals { mut term, mut int, mut hup, runtime } = self;
+        runtime.block_on(async {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => return,
+                    _ = int.recv() => return,
+                    _ = hup.recv() => reload(),
+                }
             }
-        }
-    })
+        })
+    }
 }
 
 /// `fulcrum reload`: send SIGHUP to a running server.

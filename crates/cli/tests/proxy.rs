@@ -320,6 +320,19 @@ fn admin_reports_metrics_status_and_health() {
 }
 
 #[test]
+fn sigterm_as_soon_as_it_listens_is_a_clean_stop() {
+    // Signals are caught before the "listening" lines appear, so a SIGTERM
+    // sent the moment they do never finds the default action (death by
+    // signal) in place.
+    let b = backends(&[0]);
+    for i in 0..10 {
+        let f = Fulcrum::serve("early-term", &config(&b, "round-robin", ""));
+        let status = f.terminate();
+        assert!(status.success(), "start {i}: {status:?}");
+    }
+}
+
+#[test]
 fn sigterm_lets_a_request_in_flight_finish() {
     let b = backends(&[400]);
     let f = Fulcrum::serve("drain", &config(&b, "round-robin", ""));
