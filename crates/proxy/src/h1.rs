@@ -23,7 +23,7 @@
 //! a large body) and stop reading, and the client hears that answer at once.
 
 use std::future::poll_fn;
-use std::io;
+use std::io::{self, Write as _};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -99,8 +99,8 @@ impl Connection {
     ) -> Result<Response<ResponseBody>, ExchangeError> {
         let length = req.headers().get(header::CONTENT_LENGTH).is_some();
         let chunked = !length && matches!(req.body(), Either::Left(_));
-        let head = encode_head(&req, chunked);
-        if self.stream.write_all(&head).await.is_err() {
+        let request_head = encode_head(&req, chunked);
+        if self.stream.write_all(&request_head).await.is_err() {
             // At most part of a head arrived: the upstream cannot have acted on it.
             return Err(ExchangeError::Unsent(Box::new(req)));
         }
@@ -196,7 +196,7 @@ where
         if chunked {
             // One write per chunk: size line, data and CRLF together.
             let mut chunk = Vec::with_capacity(data.len() + 20);
-            chunk.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            let _ = write!(chunk, "{:x}\r\n", data.len());
             chunk.extend_from_slice(&data);
             chunk.extend_from_slice(b"\r\n");
             out.write_all(&chunk).await.map_err(upstream)?;
