@@ -82,21 +82,26 @@ enum Ev {
     Guard,
 }
 
+/// A request in flight. Every event of a request reads its slot, so it is
+/// kept small (80 bytes): the servers of earlier tries live in
+/// [`Engine::tried`], touched only by retries.
 struct Request {
     gen: u32,
     client: u32,
     server: u32,
-    ticket: Option<Ticket>,
-    sent: Nanos,
-    forwarded: Nanos,
-    lb_latency: Nanos,
-    key: Option<u64>,
     measured: bool,
     /// Tries made before the current one.
     attempt: u8,
-    /// Servers of the earlier tries (empty unless retried).
-    tried: Vec<u32>,
+    ticket: Option<Ticket>,
+    sent: Nanos,
+    /// When the current try was forwarded; once the balancer has the
+    /// answer, the latency it saw (what `latency = "balancer"` measures).
+    at_lb: Nanos,
+    key: Option<u64>,
 }
+
+// The size the comment above promises (a larger slot costs cache misses).
+const _: () = assert!(std::mem::size_of::<Request>() <= 80);
 
 struct ClientState {
     balancer: u32,
@@ -163,6 +168,9 @@ pub struct Engine<'a> {
     /// The events scheduled at setup, handed to the run loop by [`Engine::run`].
     initial: Queue<Ev>,
     requests: Vec<Request>,
+    /// Servers of the earlier tries of the request in the same slot (kept
+    /// apart so that requests stay small; grown only when a retry happens).
+    tried: Vec<Vec<u32>>,
     free: Vec<u32>,
     clients: Vec<ClientState>,
     servers: Vec<ServerState>,
@@ -252,6 +260,7 @@ impl<'a> Engine<'a> {
             now: 0,
             initial: Queue::new(),
             requests: Vec::new(),
+            tried: Vec::new(),
             free: Vec::new(),
             clients,
             servers,
@@ -434,18 +443,19 @@ impl<'a> Engine<'a> {
             server: u32::MAX,
             ticket: None,
             sent: self.now,
-            forwarded: 0,
-            lb_latency: 0,
+            at_lb: 0,
             key,
             measured: self.now >= self.scenario.metrics.warmup,
             attempt: 0,
-            tried: Vec::new(),
         };
         let req = match self.free.pop() {
             Some(slot) => {
                 let r = &mut self.requests[slot as usize];
                 let gen = r.gen;
                 *r = Request { gen, ..request };
+                if let Some(tried) = self.tried.get_mut(slot as usize) {
+                    tried.clear();
+                }
                 slot
             }
             None => {
@@ -488,7 +498,7 @@ impl<'a> Engine<'a> {
         let r = &mut self.requests[req as usize];
         r.server = server;
         r.ticket = Some(ticket);
-        r.forwarded = self.now;
+        r.at_lb = self.now;
         if r.measured {
             self.out.per_server[server as usize] += 1;
             self.out.share.record(self.now, server as usize);
@@ -517,7 +527,7 @@ impl<'a> Engine<'a> {
             let key = key.map(|key| splitmix64(key ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
             let ticket = self.balancers[b].pick(self.now, key)?;
             let server = ticket.endpoint().0 as u32;
-            if !different || k + 1 == RETRY_PICKS || !self.requests[req as usize].tried.contains(&server) {
+            if !different || k + 1 == RETRY_PICKS || !self.tried[req as usize].contains(&server) {
                 return Some(ticket);
             }
             self.balancers[b].on_cancel(ticket);
@@ -546,8 +556,8 @@ impl<'a> Engine<'a> {
         // `None`: already settled (timed out before its response, or the
         // timeout of a request that was answered).
         let Some(ticket) = r.ticket.take() else { return };
-        let latency = self.now - r.forwarded;
-        r.lb_latency = latency;
+        let latency = self.now - r.at_lb;
+        r.at_lb = latency;
         let (client, server, measured) = (r.client, r.server, r.measured);
         let ok = res == TryResult::Ok;
         let outcome = if ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
@@ -584,8 +594,12 @@ impl<'a> Engine<'a> {
         }
         self.stats.retries += u64::from(measured);
         let r = &mut self.requests[req as usize];
-        r.tried.push(r.server);
         r.attempt += 1;
+        let (slot, server) = (req as usize, r.server);
+        if self.tried.len() <= slot {
+            self.tried.resize_with(slot + 1, Vec::new);
+        }
+        self.tried[slot].push(server);
         true
     }
 
@@ -681,7 +695,7 @@ impl<'a> Engine<'a> {
             if ok {
                 let latency = match self.scenario.metrics.latency_at {
                     MeasureAt::Client => self.now - r.sent,
-                    MeasureAt::Balancer => r.lb_latency,
+                    MeasureAt::Balancer => r.at_lb,
                 };
                 self.out.samples.push(latency);
             } else {
