@@ -1,37 +1,68 @@
 #!/usr/bin/env bash
-# Simulator speed and memory on the seed-004 1M configuration (3 algorithms,
-# 3,000,000 simulated requests), release build.
+# Simulator speed and memory, one core, release build: the seed-004 1M
+# configuration (closed loop, 3 algorithms × 1,000,000 requests, about one
+# queued event per request) and fleet-1000 (open loop, 64 balancers, 1,000
+# servers, 3 algorithms × 10,000,000 requests, six events per request) side
+# by side. Runs are interleaved (seed-004, fleet-1000, seed-004, …) and
+# never overlap, so the seed-004 figure is the baseline of the same
+# machine state: on a shared, noisy machine compare the ratio, not the
+# absolute figures.
 #
-#   bench/sim-speed.sh [REPEATS]
+#   bench/sim-speed.sh [REPEATS] [FLEET_SCENARIO]
+#   FULCRUM_BIN=/path/to/old/fulcrum bench/sim-speed.sh   (another build, e.g.
+#       an older commit built in its own directory, for before/after figures)
 #
-# Prints the best and median wall time over REPEATS runs (default 5) with
-# all cores, the same with one thread (the baseline, measured in the same
-# run), their ratio, µs per simulated request, and the peak resident memory
-# reported by /usr/bin/time -v.
+# REPEATS (default 3) runs of each; prints the median wall and CPU µs per
+# simulated request, million events per CPU second, the fleet/seed-004
+# ratio of CPU per request, and the largest peak resident memory of the
+# runs (/usr/bin/time -v). A shorter
+# fleet scenario can stand in as the second argument (the figures are per
+# request, so its duration does not matter except for memory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repeats="${1:-5}"
-cargo build --release --locked -q -p fulcrum
-bin="${CARGO_TARGET_DIR:-target}/release/fulcrum"
-scenario=scenarios/seed-004-1m.toml
-
-wall() { # threads → wall seconds as the simulator reports it
-  "$bin" sim "$scenario" --json --threads "$1" | sed -n 's/.*"wall_seconds": \([0-9.e-]*\).*/\1/p'
-}
-stats() { # threads → "best median"
-  local xs=()
-  for _ in $(seq "$repeats"); do xs+=("$(wall "$1")"); done
-  printf '%s\n' "${xs[@]}" | sort -g | awk '{a[NR]=$1} END {printf "%.3f %.3f\n", a[1], a[int((NR+1)/2)]}'
-}
-read -r best med < <(stats "$(nproc)")
-read -r best1 med1 < <(stats 1)
-if [ -x /usr/bin/time ]; then
-  rss=$(/usr/bin/time -v "$bin" sim "$scenario" --json 2>&1 >/dev/null | awk -F: '/Maximum resident/ {gsub(/ /,"",$2); print $2}')
+repeats="${1:-3}"
+fleet="${2:-scenarios/fleet-1000.toml}"
+if [ -n "${FULCRUM_BIN:-}" ]; then
+  bin="$FULCRUM_BIN"
 else
-  rss="?"
+  cargo build --release --locked -q -p fulcrum
+  bin="${CARGO_TARGET_DIR:-target}/release/fulcrum"
 fi
-echo "scenario:            $scenario (3 algorithms, 3,000,000 requests), $repeats repeats"
-echo "threads=$(nproc):           best ${best} s, median ${med} s  ($(awk -v w="$med" 'BEGIN{printf "%.3f", w*1e6/3e6}') µs per request)"
-echo "threads=1 (baseline): best ${best1} s, median ${med1} s"
-echo "speed-up:            $(awk -v a="$med1" -v b="$med" 'BEGIN{printf "%.2f", a/b}')x"
-echo "peak memory:         ${rss} KB (max resident set, threads=$(nproc))"
+[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time) for peak memory" >&2; exit 1; }
+
+# One run, one thread → "wall_µs_per_request cpu_µs_per_request
+# M_events_per_CPU_second peak_kB" from the simulator's own summary line and GNU
+# time's report (both on stderr). CPU time (user + system) per request is
+# the steadier figure when other processes compete for the cores.
+once() {
+  /usr/bin/time -v "$bin" sim "$1" --threads 1 2>&1 >/dev/null | awk '
+    /^simulated .* µs per request/ {
+      n = $2; events = ($5 == "events)") ? substr($4, 2) : ""
+      for (i = 1; i <= NF; i++) {
+        if ($(i+1) == "µs") us = substr($i, 2)
+      }
+    }
+    /User time \(seconds\)|System time \(seconds\)/ { split($0, a, ": "); cpu += a[2] }
+    /Maximum resident/ { split($0, a, ": "); rss = a[2] + 0 }
+    END { printf "%s %.3f %s %s\n", us, cpu * 1e6 / n, (events == "" ? "?" : sprintf("%.2f", events / cpu / 1e6)), rss }'
+}
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+declare -A us cpu ev rss med
+for _ in $(seq "$repeats"); do
+  for s in scenarios/seed-004-1m.toml "$fleet"; do
+    read -r u c e r < <(once "$s")
+    us[$s]+="$u "; cpu[$s]+="$c "; ev[$s]+="$e "; rss[$s]+="$r "
+  done
+done
+printf '%-20s %16s %16s %15s %14s\n' "median of $repeats" "wall µs/request" "CPU µs/request" "M events/CPU s" "peak RSS (MB)"
+for s in scenarios/seed-004-1m.toml "$fleet"; do
+  u=$(tr ' ' '\n' <<<"${us[$s]}" | grep . | median)
+  c=$(tr ' ' '\n' <<<"${cpu[$s]}" | grep . | median)
+  e=$(tr ' ' '\n' <<<"${ev[$s]}" | grep . | median)
+  r=$(tr ' ' '\n' <<<"${rss[$s]}" | grep . | sort -g | tail -1)
+  printf '%-20s %16s %16s %15s %14s\n' "$(basename "$s" .toml)" "$u" "$c" "$e" "$(awk -v k="$r" 'BEGIN{printf "%.0f", k/1024}')"
+  med[$s]=$c
+done
+awk -v a="${med[scenarios/seed-004-1m.toml]}" -v b="${med[$fleet]}" \
+  'BEGIN {printf "fleet / seed-004 CPU per request: %.2fx\n", b/a}'

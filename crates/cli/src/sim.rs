@@ -127,10 +127,12 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     if !args.json {
         eprintln!(
-            "simulated {} requests in {:.3} s wall ({:.3} µs per request)",
+            "simulated {} requests ({} events) in {:.3} s wall ({:.3} µs per request, {:.2} M events/s)",
             report.simulated_requests,
+            report.events,
             report.wall_seconds,
-            report.wall_seconds * 1e6 / report.simulated_requests.max(1) as f64
+            report.wall_seconds * 1e6 / report.simulated_requests.max(1) as f64,
+            report.events as f64 / report.wall_seconds.max(1e-9) / 1e6
         );
     }
     Ok(())
