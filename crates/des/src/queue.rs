@@ -2,17 +2,23 @@
 //! first-in, first-out order among events at the same time.
 //!
 //! A radix heap (Ahuja, Mehlhorn, Orlin and Tarjan, J. ACM 1990) keeps the
-//! last key popped, `last`, and files every pending key `k > last` in bucket
-//! `63 − lzcnt(k ⊕ last)`: the position of the highest bit where `k` and
-//! `last` differ; events due exactly at `last` wait in a separate FIFO,
-//! `due`. Keys in a higher bucket are all larger than keys in a lower one,
-//! so the smallest pending key is in the lowest non-empty bucket. When `due`
-//! runs dry, that bucket is emptied: its smallest key becomes `last` and
-//! each of its events moves to `due` or to a strictly lower bucket. An event
-//! therefore moves at most 64 times, and in practice a few times, since a
-//! simulator schedules most events a short time ahead of its clock; each
-//! move is a sequential append instead of a binary heap's `log n` scattered
-//! swaps (figures in `DOCNOTES-des.md`, from `benches/queue.rs`).
+//! last key popped, `last`, and files every pending key `k > last` by the
+//! highest position where `k` and `last` differ; events due exactly at
+//! `last` wait in a separate FIFO, `due`. This one compares keys in digits
+//! of 4 bits (radix 16): the bucket of `k` is (highest differing digit
+//! position, `k`'s digit there), 16 × 16 buckets. Buckets in index order
+//! hold increasing keys, so the smallest pending key is in the lowest
+//! non-empty bucket (found with a 256-bit occupancy mask). When `due` runs
+//! dry, that bucket is emptied: its smallest key becomes `last`, and each
+//! of its events moves to `due` or to a bucket of a lower position. An
+//! event therefore moves at most 16 times, fewer when it is scheduled a
+//! short time ahead of the clock, as most simulator events are; each move
+//! is a sequential append instead of a binary heap's `log n` scattered
+//! swaps. Binary digits (64 buckets) move events up to 64 times: in
+//! `perf` profiles of the request simulator on fleet-1000, the queue's
+//! share of the time fell from about 31 % with binary digits to 21 % with
+//! radix 16 (`DOCNOTES-des.md`; the queue alone is measured against a
+//! binary heap by `benches/queue.rs`).
 //!
 //! Order among equal times: every bucket is appended to and emptied in
 //! order, and all events with the same key always sit in the same bucket
@@ -29,8 +35,14 @@ use std::collections::VecDeque;
 
 use fulcrum_balance::Nanos;
 
-/// One bucket per bit position where a key can first differ from `last`.
-const BUCKETS: usize = 64;
+/// Keys are compared in digits of this many bits (radix 16).
+const DIGIT_BITS: u32 = 4;
+/// Digit values per position.
+const DIGITS: usize = 1 << DIGIT_BITS;
+/// One bucket per (digit position, digit value): 16 positions × 16 values.
+const BUCKETS: usize = 64 / DIGIT_BITS as usize * DIGITS;
+/// Words of the occupancy bitmap.
+const WORDS: usize = BUCKETS / 64;
 
 /// Pending events of type `E`, popped in (time, scheduling order).
 pub struct Queue<E> {
@@ -38,10 +50,11 @@ pub struct Queue<E> {
     last: Nanos,
     /// Events due exactly at `last`, in scheduling order.
     due: VecDeque<E>,
-    /// `buckets[i]` holds events whose time first differs from `last` at bit `i`.
+    /// `buckets[16·p + v]` holds events whose time first differs from
+    /// `last` at digit position `p`, where its digit is `v`.
     buckets: Vec<Vec<(Nanos, E)>>,
-    /// Bit `i` set when `buckets[i]` is not empty.
-    occupied: u64,
+    /// Bit `i` (of word `i / 64`) set when `buckets[i]` is not empty.
+    occupied: [u64; WORDS],
     len: usize,
 }
 
@@ -58,7 +71,7 @@ impl<E> Queue<E> {
             last: 0,
             due: VecDeque::new(),
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
-            occupied: 0,
+            occupied: [0; WORDS],
             len: 0,
         }
     }
@@ -76,7 +89,7 @@ impl<E> Queue<E> {
         } else {
             let b = bucket(at, self.last);
             self.buckets[b].push((at, ev));
-            self.occupied |= 1 << b;
+            self.occupied[b / 64] |= 1 << (b % 64);
         }
     }
 
@@ -129,19 +142,16 @@ impl<E> Queue<E> {
     /// smallest time the new `last`, unless that time is after `until`.
     /// Returns whether events are now due at `last`. Only called with
     /// `due` empty, so the events moved there keep their order.
-    #[cold]
     fn refill(&mut self, until: Nanos) -> bool {
-        if self.occupied == 0 {
-            return false;
-        }
-        let b = self.occupied.trailing_zeros() as usize;
+        let Some(w) = self.occupied.iter().position(|&word| word != 0) else { return false };
+        let b = w * 64 + self.occupied[w].trailing_zeros() as usize;
         let mut events = std::mem::take(&mut self.buckets[b]);
         let min = events.iter().map(|&(t, _)| t).min().expect("an occupied bucket has events");
         if min > until {
             self.buckets[b] = events;
             return false;
         }
-        self.occupied &= !(1 << b);
+        self.occupied[w] &= !(1 << (b % 64));
         self.last = min;
         for (t, ev) in events.drain(..) {
             if t == min {
@@ -149,7 +159,7 @@ impl<E> Queue<E> {
             } else {
                 let to = bucket(t, min);
                 self.buckets[to].push((t, ev));
-                self.occupied |= 1 << to;
+                self.occupied[to / 64] |= 1 << (to % 64);
             }
         }
         // Keep the allocation for the next time this bucket fills.
@@ -158,10 +168,15 @@ impl<E> Queue<E> {
     }
 }
 
-/// The bucket of `at > last`: the position of the highest differing bit.
+/// The bucket of `at > last`: the position of the highest digit where they
+/// differ, and `at`'s digit there. Buckets in index order hold increasing
+/// keys: a higher position means a larger key, and at the same position a
+/// larger digit does.
 #[inline]
 fn bucket(at: Nanos, last: Nanos) -> usize {
-    63 - (at ^ last).leading_zeros() as usize
+    let position = (63 - (at ^ last).leading_zeros()) / DIGIT_BITS;
+    let digit = (at >> (position * DIGIT_BITS)) as usize & (DIGITS - 1);
+    position as usize * DIGITS + digit
 }
 
 #[cfg(test)]
@@ -245,6 +260,8 @@ mod tests {
             3 => (0u64..4).prop_map(Op::Schedule),
             2 => (0u64..1 << 20).prop_map(Op::Schedule),
             1 => any::<u32>().prop_map(|d| Op::Schedule(u64::from(d) << 20)),
+            // The top digits, up to the end of time.
+            1 => any::<u64>().prop_map(Op::Schedule),
             3 => Just(Op::Pop),
             1 => (0u64..1 << 21).prop_map(Op::PopUntil),
         ]
@@ -262,8 +279,8 @@ mod tests {
                 match op {
                     Op::Schedule(d) => {
                         seq += 1;
-                        q.schedule(now + d, seq);
-                        reference.push(Reverse((now + d, seq)));
+                        q.schedule(now.saturating_add(d), seq);
+                        reference.push(Reverse((now.saturating_add(d), seq)));
                     }
                     Op::Pop => {
                         let want = reference.pop().map(|Reverse(x)| x);
@@ -271,7 +288,7 @@ mod tests {
                         if let Some((t, _)) = want { now = t; }
                     }
                     Op::PopUntil(d) => {
-                        let until = now + d;
+                        let until = now.saturating_add(d);
                         let want = match reference.peek() {
                             Some(&Reverse((t, _))) if t <= until => reference.pop().map(|Reverse(x)| x),
                             _ => None,
