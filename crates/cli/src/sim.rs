@@ -24,7 +24,7 @@ Examples:
   fulcrum sim scenarios/seed-000.toml --runs 20 --json
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
 
-The scenario format is described in the README (section Simulator). Exit code 2 means
+The scenario format is described in docs/simulator.md (Scenario format). Exit code 2 means
 the scenario or an option was rejected; the message names the file, line and field.")]
 pub struct Args {
     /// The scenario file (TOML).

@@ -882,19 +882,20 @@ connect_timeout = "250ms"
     }
 
     #[test]
-    fn the_readme_example_is_valid() {
-        let readme = include_str!("../../../README.md");
-        let start = readme.find("workers = 2 ").expect("README example");
-        let end = start + readme[start..].find("```").expect("end of the example");
-        let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README example: {e}"));
+    fn the_documented_examples_are_valid() {
+        let proxy = include_str!("../../../docs/proxy.md");
+        let start = proxy.find("workers = 2 ").expect("docs/proxy.md example");
+        let end = start + proxy[start..].find("```").expect("end of the example");
+        let c = parse(&proxy[start..end]).unwrap_or_else(|e| panic!("docs/proxy.md example: {e}"));
         assert_eq!((c.listeners.len(), c.clusters.len()), (2, 3));
-        // The reliability section's example, with every resilience option.
-        let start = readme.find(
+        // The reliability page's example, with every resilience option.
+        let reliability = include_str!("../../../docs/reliability.md");
+        let start = reliability.find(
             "[[cluster]]\nname = \"app\"\nendpoints = [\"127.0.0.1:9001\", \"127.0.0.1:9002\", \"127.0.0.1:9003\"]",
         );
-        let start = start.expect("README reliability example");
-        let end = start + readme[start..].find("```").expect("end of the example");
-        let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README reliability example: {e}"));
+        let start = start.expect("docs/reliability.md example");
+        let end = start + reliability[start..].find("```").expect("end of the example");
+        let c = parse(&reliability[start..end]).unwrap_or_else(|e| panic!("docs/reliability.md example: {e}"));
         let app = &c.clusters[0];
         assert!(app.health_check.is_some() && app.outlier_detection.is_some() && app.slow_start.is_some());
         assert_eq!(app.retries.attempts, 3);

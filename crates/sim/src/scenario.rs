@@ -15,7 +15,8 @@
 //! uniform: max (5ms) is below min (10ms)
 //! ```
 //!
-//! The README's "Scenario format" section is the reference of every field.
+//! The "Scenario format" section of `docs/simulator.md` is the reference of
+//! every field.
 
 use std::path::Path;
 use std::time::Duration;

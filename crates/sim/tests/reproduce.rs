@@ -2,7 +2,7 @@
 //! the published and rerun figures of seed 000 (the ns-3 model of
 //! `rroblak/envoy-peak-ewma`) and seed 004 (the demo of tower pull request
 //! #76) within the stated bounds. Which setup produced each of those tables
-//! is told in the README, "Where the reference figures come from".
+//! is told in `docs/simulator.md`, "Where the reference figures come from".
 
 use std::path::PathBuf;
 
