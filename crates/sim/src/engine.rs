@@ -1,15 +1,15 @@
 //! The event loop: one run of one algorithm over one scenario with one seed.
 //!
-//! [`Engine`] keeps a binary heap of [`Event`]s ordered by (time in integer
-//! nanoseconds, sequence number), so that events at the same instant run in
-//! the order they were scheduled and a run is a pure function of scenario,
-//! algorithm and seed. A request travels client → balancer → server →
+//! [`Engine`] runs as a [`fulcrum_des::Model`]: its events wait in a
+//! [`fulcrum_des::Queue`] ordered by time in integer nanoseconds, events at
+//! the same instant in the order they were scheduled, so that a run is a
+//! pure function of scenario, algorithm and seed. A request travels client → balancer → server →
 //! balancer → client; each hop is a network message whose delay is the hop's
 //! latency plus, the first time one node sends to another, the first-contact
 //! delay (later messages on that directed pair wait until it has passed, as
 //! packets wait for address resolution). A hop that takes no time is handled
-//! at once instead of through the heap, which is what makes closed-loop
-//! scenarios cost about one heap operation per request.
+//! at once instead of through the queue, which is what makes closed-loop
+//! scenarios cost about one queue operation per request.
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -21,11 +21,11 @@
 //! memory follows the number of requests in flight, not the number sent;
 //! only the latency samples grow with the run.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 
 use fulcrum_balance::{AlgorithmConfig, Balancer, BuildError, Endpoint, Nanos, Outcome, Rng, Ticket};
+use fulcrum_des::{Model, Queue};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
@@ -52,9 +52,6 @@ pub struct RawRun {
     /// What the resilience mechanisms did, when the scenario has any.
     pub resilience: Option<ResilienceStats>,
 }
-
-/// Progress is published in steps of this many completed requests (a power of two).
-pub const PROGRESS_STEP: u64 = 4096;
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {
@@ -83,30 +80,6 @@ enum Ev {
     Change { index: u32 },
     /// Tick the outlier detectors and step slow start.
     Guard,
-}
-
-struct Event {
-    time: Nanos,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, other: &Self) -> bool {
-        (self.time, self.seq) == (other.time, other.seq)
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Event {
-    // Reversed: BinaryHeap is a max-heap and we want the earliest first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.time, other.seq).cmp(&(self.time, self.seq))
-    }
 }
 
 struct Request {
@@ -187,8 +160,8 @@ enum Pair {
 pub struct Engine<'a> {
     scenario: &'a Scenario,
     now: Nanos,
-    seq: u64,
-    heap: BinaryHeap<Event>,
+    /// The events scheduled at setup, handed to the run loop by [`Engine::run`].
+    initial: Queue<Ev>,
     requests: Vec<Request>,
     free: Vec<u32>,
     clients: Vec<ClientState>,
@@ -213,8 +186,8 @@ pub struct Engine<'a> {
 
 impl<'a> Engine<'a> {
     /// Set up a run of `algorithm` over `scenario`; every random choice
-    /// derives from `seed`. `progress`, if given, is advanced by
-    /// [`PROGRESS_STEP`] as requests complete.
+    /// derives from `seed`. `progress`, if given, counts completed
+    /// requests (in steps: see [`fulcrum_des::run`]).
     pub fn new(
         scenario: &'a Scenario,
         algorithm: &AlgorithmConfig,
@@ -277,8 +250,7 @@ impl<'a> Engine<'a> {
         let mut engine = Engine {
             scenario,
             now: 0,
-            seq: 0,
-            heap: BinaryHeap::new(),
+            initial: Queue::new(),
             requests: Vec::new(),
             free: Vec::new(),
             clients,
@@ -309,27 +281,24 @@ impl<'a> Engine<'a> {
                 ..ResilienceStats::default()
             },
         };
+        let q = &mut engine.initial;
         for i in 0..c.count {
-            engine.push(c.start + c.stagger * i as u64, Ev::Start { client: i });
+            q.schedule(c.start + c.stagger * i as u64, Ev::Start { client: i });
         }
         for (i, e) in scenario.events.iter().enumerate() {
-            engine.push(e.at, Ev::Change { index: i as u32 });
+            q.schedule(e.at, Ev::Change { index: i as u32 });
         }
         if resilience.manages_endpoints() {
-            engine.push(TICK, Ev::Guard);
+            q.schedule(TICK, Ev::Guard);
         }
         Ok(engine)
     }
 
     /// Run to the end and return what was measured.
     pub fn run(mut self) -> RawRun {
-        while let Some(Event { time, ev, .. }) = self.heap.pop() {
-            self.now = time;
-            self.handle(ev);
-        }
-        if let Some(p) = self.progress {
-            p.fetch_add(self.completed % PROGRESS_STEP, AtomicOrdering::Relaxed);
-        }
+        let mut queue = std::mem::take(&mut self.initial);
+        let progress = self.progress;
+        fulcrum_des::run(&mut Running(&mut self), &mut queue, Nanos::MAX, progress);
         self.out.end = self.now;
         self.out.completed = self.completed;
         if !self.guards.is_empty() {
@@ -343,16 +312,10 @@ impl<'a> Engine<'a> {
         self.out
     }
 
-    #[inline]
-    fn push(&mut self, time: Nanos, ev: Ev) {
-        self.seq += 1;
-        self.heap.push(Event { time, seq: self.seq, ev });
-    }
-
     /// Send a message over `pair`; it arrives as `ev`, at once if the hop
     /// takes no time.
     #[inline]
-    fn send(&mut self, pair: Pair, ev: Ev) {
+    fn send(&mut self, pair: Pair, ev: Ev, q: &mut Queue<Ev>) {
         let client_hop = matches!(pair, Pair::ClientLb(_) | Pair::LbClient(_));
         let latency = if client_hop { &self.scenario.network.client_lb } else { &self.scenario.network.lb_server };
         let mut at = self.now;
@@ -371,9 +334,9 @@ impl<'a> Engine<'a> {
             at += latency.sample(&mut self.network);
         }
         if at == self.now {
-            self.handle(ev);
+            self.dispatch(ev, q);
         } else {
-            self.push(at, ev);
+            q.schedule(at, ev);
         }
     }
 
@@ -388,66 +351,66 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn handle(&mut self, ev: Ev) {
+    fn dispatch(&mut self, ev: Ev, q: &mut Queue<Ev>) {
         self.out.events += 1;
         match ev {
             Ev::Start { client } => {
                 let end = self.scenario.clients.duration.map_or(Nanos::MAX, |d| self.now.saturating_add(d));
                 self.clients[client as usize].end = end;
                 if self.scenario.clients.connect {
-                    self.send(Pair::ClientLb(client), Ev::ConnectAtLb { client });
+                    self.send(Pair::ClientLb(client), Ev::ConnectAtLb { client }, q);
                 } else {
-                    self.begin(client);
+                    self.begin(client, q);
                 }
             }
-            Ev::ConnectAtLb { client } => self.send(Pair::LbClient(client), Ev::Connected { client }),
-            Ev::Connected { client } => self.begin(client),
+            Ev::ConnectAtLb { client } => self.send(Pair::LbClient(client), Ev::Connected { client }, q),
+            Ev::Connected { client } => self.begin(client, q),
             Ev::Tick { client } => {
                 if self.may_send(client) {
-                    self.issue(client);
+                    self.issue(client, q);
                     let gap = match self.scenario.clients.arrivals {
                         Arrivals::Fixed(i) => i,
                         Arrivals::Poisson(mean) => Dist::Exponential { mean }.sample(&mut self.workload),
                         Arrivals::Closed(_) => unreachable!("closed-loop clients do not tick"),
                     };
-                    self.push(self.now + gap, Ev::Tick { client });
+                    q.schedule(self.now + gap, Ev::Tick { client });
                 }
             }
-            Ev::AtLb { req, gen } => self.at_balancer(req, gen),
-            Ev::AtServer { req, gen, attempt } => self.at_server(req, gen, attempt),
+            Ev::AtLb { req, gen } => self.at_balancer(req, gen, q),
+            Ev::AtServer { req, gen, attempt } => self.at_server(req, gen, attempt, q),
             Ev::Done { req, gen, attempt, server, res, frees } => {
                 if frees {
-                    self.release(server);
+                    self.release(server, q);
                 }
                 let r = &self.requests[req as usize];
                 if r.gen == gen && r.attempt == attempt {
                     let b = self.clients[r.client as usize].balancer;
-                    self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res });
+                    self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
                 }
             }
-            Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false),
+            Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false, q),
             // The balancer gives up: the try fails, and a late response finds
             // its ticket gone.
             Ev::Timeout { req, gen, attempt, overall } => {
-                self.answer_at_balancer(req, gen, attempt, TryResult::Timeout, overall)
+                self.answer_at_balancer(req, gen, attempt, TryResult::Timeout, overall, q)
             }
-            Ev::BackAtClient { req, gen, ok } => self.at_client(req, gen, ok),
+            Ev::BackAtClient { req, gen, ok } => self.at_client(req, gen, ok, q),
             Ev::Change { index } => self.change(index as usize),
-            Ev::Guard => self.guard_tick(),
+            Ev::Guard => self.guard_tick(q),
         }
     }
 
-    fn begin(&mut self, client: u32) {
+    fn begin(&mut self, client: u32, q: &mut Queue<Ev>) {
         match self.scenario.clients.arrivals {
             Arrivals::Closed(n) => {
                 for _ in 0..n {
                     if !self.may_send(client) {
                         break;
                     }
-                    self.issue(client);
+                    self.issue(client, q);
                 }
             }
-            _ => self.handle(Ev::Tick { client }),
+            _ => self.dispatch(Ev::Tick { client }, q),
         }
     }
 
@@ -458,7 +421,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The client sends a new request.
-    fn issue(&mut self, client: u32) {
+    fn issue(&mut self, client: u32, q: &mut Queue<Ev>) {
         self.clients[client as usize].sent += 1;
         let key = match self.scenario.clients.keys {
             Keys::Random => Some(self.workload.next_u64()),
@@ -491,22 +454,22 @@ impl<'a> Engine<'a> {
             }
         };
         let gen = self.requests[req as usize].gen;
-        self.send(Pair::ClientLb(client), Ev::AtLb { req, gen });
+        self.send(Pair::ClientLb(client), Ev::AtLb { req, gen }, q);
     }
 
     /// A request arrives at its balancer: its first try.
-    fn at_balancer(&mut self, req: u32, gen: u32) {
+    fn at_balancer(&mut self, req: u32, gen: u32, q: &mut Queue<Ev>) {
         if !self.guards.is_empty() {
             let b = self.clients[self.requests[req as usize].client as usize].balancer as usize;
             if let Some(budget) = &mut self.guards[b].budget {
                 budget.deposit(self.now);
             }
         }
-        self.forward(req, gen);
+        self.forward(req, gen, q);
     }
 
     /// Pick an endpoint for the request's current try and send it there.
-    fn forward(&mut self, req: u32, gen: u32) {
+    fn forward(&mut self, req: u32, gen: u32, q: &mut Queue<Ev>) {
         let r = &self.requests[req as usize];
         let (client, key, attempt) = (r.client, r.key, r.attempt);
         let b = self.clients[client as usize].balancer;
@@ -518,7 +481,7 @@ impl<'a> Engine<'a> {
         let Some(ticket) = picked else {
             // No endpoint: the balancer answers with an error (through the
             // heap, so that a closed loop cannot spin without time passing).
-            self.push(self.now, Ev::BackAtClient { req, gen, ok: false });
+            q.schedule(self.now, Ev::BackAtClient { req, gen, ok: false });
             return;
         };
         let server = ticket.endpoint().0 as u32;
@@ -532,13 +495,13 @@ impl<'a> Engine<'a> {
         }
         if attempt == 0 {
             if let Some(t) = self.scenario.balancers.timeout {
-                self.push(self.now + t, Ev::Timeout { req, gen, attempt, overall: true });
+                q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: true });
             }
         }
         if let Some(t) = self.scenario.resilience.retries.as_ref().and_then(|r| r.per_try_timeout) {
-            self.push(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
+            q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
         }
-        self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt });
+        self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt }, q);
     }
 
     /// A pick for a retry: with `different_endpoint`, up to [`RETRY_PICKS`]
@@ -567,7 +530,15 @@ impl<'a> Engine<'a> {
     ///
     /// With resilience mechanisms, the try's result also goes to the
     /// outlier detector, and a failed try may be retried at once instead.
-    fn answer_at_balancer(&mut self, req: u32, gen: u32, attempt: u8, res: TryResult, overall: bool) {
+    fn answer_at_balancer(
+        &mut self,
+        req: u32,
+        gen: u32,
+        attempt: u8,
+        res: TryResult,
+        overall: bool,
+        q: &mut Queue<Ev>,
+    ) {
         let r = &mut self.requests[req as usize];
         if r.gen != gen || (!overall && r.attempt != attempt) {
             return;
@@ -588,11 +559,11 @@ impl<'a> Engine<'a> {
                 self.apply_guard(b);
             }
             if !ok && !overall && self.retry(req, b, res, measured) {
-                self.forward(req, gen);
+                self.forward(req, gen, q);
                 return;
             }
         }
-        self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok });
+        self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok }, q);
     }
 
     /// Whether the failed try of `req` is retried (the budget permitting);
@@ -637,7 +608,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The resilience timer: returns from ejection, interval rules, slow-start steps.
-    fn guard_tick(&mut self) {
+    fn guard_tick(&mut self, q: &mut Queue<Ev>) {
         for b in 0..self.guards.len() {
             for server in self.guards[b].tick(self.now) {
                 self.note_ejection(server);
@@ -645,12 +616,12 @@ impl<'a> Engine<'a> {
             self.apply_guard(b);
         }
         // Nothing else pending: the run is over.
-        if !self.heap.is_empty() {
-            self.push(self.now + TICK, Ev::Guard);
+        if !q.is_empty() {
+            q.schedule(self.now + TICK, Ev::Guard);
         }
     }
 
-    fn at_server(&mut self, req: u32, gen: u32, attempt: u8) {
+    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, q: &mut Queue<Ev>) {
         let r = &self.requests[req as usize];
         if r.gen != gen || r.attempt != attempt {
             return;
@@ -661,24 +632,24 @@ impl<'a> Engine<'a> {
         match &s.failing {
             Some(Failing::Error(after)) => {
                 let t = now + after.sample(&mut s.rng);
-                self.push(t, Ev::Done { req, gen, attempt, server, res: TryResult::ServerError, frees: false });
+                q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::ServerError, frees: false });
             }
             Some(Failing::Refuse) => {
-                self.push(now, Ev::Done { req, gen, attempt, server, res: TryResult::Refused, frees: false });
+                q.schedule(now, Ev::Done { req, gen, attempt, server, res: TryResult::Refused, frees: false });
             }
             // Never answers: the balancer's timeout fires.
             Some(Failing::Silent) => {}
             None if s.busy < s.limit => {
                 s.busy += 1;
                 let t = now + s.service_time(now);
-                self.push(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
+                q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
             }
             None => s.queue.push_back((req, gen, attempt)),
         }
     }
 
     /// A server slot is free: start the next queued request still wanted.
-    fn release(&mut self, server: u32) {
+    fn release(&mut self, server: u32, q: &mut Queue<Ev>) {
         let now = self.now;
         let s = &mut self.servers[server as usize];
         s.busy -= 1;
@@ -689,12 +660,12 @@ impl<'a> Engine<'a> {
             }
             s.busy += 1;
             let t = now + s.service_time(now);
-            self.push(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
+            q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
             break;
         }
     }
 
-    fn at_client(&mut self, req: u32, gen: u32, ok: bool) {
+    fn at_client(&mut self, req: u32, gen: u32, ok: bool, q: &mut Queue<Ev>) {
         let r = &mut self.requests[req as usize];
         if r.gen != gen {
             return;
@@ -721,13 +692,8 @@ impl<'a> Engine<'a> {
         r.gen = r.gen.wrapping_add(1);
         self.free.push(req);
         self.completed += 1;
-        if self.completed & (PROGRESS_STEP - 1) == 0 {
-            if let Some(p) = self.progress {
-                p.fetch_add(PROGRESS_STEP, AtomicOrdering::Relaxed);
-            }
-        }
         if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client) {
-            self.issue(client);
+            self.issue(client, q);
         }
     }
 
@@ -787,6 +753,24 @@ impl<'a> Engine<'a> {
                 b.set_endpoints(&endpoints).expect("a subset of valid endpoints is valid");
             }
         }
+    }
+}
+
+/// The engine as the run loop sees it (a private wrapper, so that the
+/// event type stays private).
+struct Running<'e, 'a>(&'e mut Engine<'a>);
+
+impl Model for Running<'_, '_> {
+    type Event = Ev;
+
+    fn handle(&mut self, now: Nanos, ev: Ev, queue: &mut Queue<Ev>) {
+        self.0.now = now;
+        self.0.dispatch(ev, queue);
+    }
+
+    /// Completed requests: what the progress bar counts.
+    fn work_done(&self, _events: u64) -> u64 {
+        self.0.completed
     }
 }
 

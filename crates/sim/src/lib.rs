@@ -14,9 +14,10 @@
 //! and retries with budgets ([`resilience`]); they run on the state machines
 //! of `fulcrum_resilience`, the same code as the proxy's.
 //!
-//! Each run is an [`engine::Engine`]: a plain event loop over a binary heap
-//! of events in integer nanoseconds, tie-broken by sequence number, with
-//! every random draw taken from RNGs seeded by the run's seed. The same
+//! Each run is an [`engine::Engine`]: a plain event loop on the shared
+//! event core `fulcrum_des` (events in integer nanoseconds, those at the
+//! same instant in scheduling order), with every random draw taken from
+//! RNGs seeded by the run's seed. The same
 //! scenario and seed therefore give the same report, byte for byte, however
 //! many threads run it.
 
@@ -265,7 +266,7 @@ pub enum SimError {
 
 /// Run every algorithm of `plan` over `scenario` for each seed, on
 /// `plan.threads` threads. `progress`, if given, counts completed requests
-/// (in steps of [`engine::PROGRESS_STEP`]).
+/// (in steps: see [`fulcrum_des::run`]).
 pub fn simulate(scenario: &Scenario, plan: &Plan, progress: Option<&AtomicU64>) -> Result<Report, SimError> {
     if plan.runs == 0 {
         return Err(SimError::Empty("runs must be at least 1"));
