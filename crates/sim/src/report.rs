@@ -12,6 +12,10 @@
 //! `retries_denied`, `ejections`, `panic_seconds`, `first_ejection_s` and
 //! `time_to_ejection_ms` (per server, `null` when never ejected); nothing
 //! else changes.
+//!
+//! A run past `fulcrum_workload::EXACT_LIMIT` samples (without `exact`) has
+//! HDR-histogram percentiles: its `latency_ms` and `ci95_ms` then carry
+//! `"method": "hdr"` and the table ends with a line saying so.
 
 use std::fmt::Write as _;
 use std::io;
@@ -63,7 +67,21 @@ pub fn table(report: &Report) -> String {
     let legend: Vec<String> = report.servers.iter().enumerate().map(|(i, n)| format!("#{i} {n}")).collect();
     let _ = writeln!(out, "Servers: {}", legend.join(", "));
     resilience_table(&mut out, report);
+    quantiles_note(&mut out, report);
     out
+}
+
+/// Says so when some run's percentiles come from a histogram (exact
+/// figures, the usual case, need no note, so their table is unchanged).
+fn quantiles_note(out: &mut String, report: &Report) {
+    if report.results.iter().any(|a| !a.latency.method.is_exact()) {
+        let _ = writeln!(
+            out,
+            "\nQuantiles: {} in runs past {} samples (--exact keeps every sample)",
+            fulcrum_workload::Method::Hdr.describe(),
+            fulcrum_workload::EXACT_LIMIT
+        );
+    }
 }
 
 /// Retries, ejections and panic time, when the scenario has them.
