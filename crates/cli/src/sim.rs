@@ -65,6 +65,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 
+    /// Keep every latency sample for exact percentiles, however many there
+    /// are (as the scenario's `[metrics] exact = true`). Without it, a run
+    /// past 1,000,000 measured requests switches to an HDR histogram
+    /// (3 significant digits), so memory stays bounded; the report says so.
+    #[arg(long)]
+    exact: bool,
+
     /// Worker threads (default: one per core). Results do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
@@ -80,6 +87,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     for name in &args.without {
         let mechanism = name.parse().map_err(|e| Failure::input(format!("--without: {e}")))?;
         scenario.resilience.disable(mechanism);
+    }
+    if args.exact {
+        scenario.metrics.exact = true;
     }
     let mut plan = Plan::for_scenario(&scenario);
     if let Some(names) = &args.algorithms {
