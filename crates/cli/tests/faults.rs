@@ -258,7 +258,7 @@ fn closed_by_peer(s: &mut TcpStream) -> bool {
 fn peak_ewma_does_not_favour_a_backend_that_fails_fast() {
     let _serial = one_at_a_time();
     let mut config = BackendsConfig::fixed_delays(&[Duration::from_millis(5); 4]);
-    config.backends[3].delay = fulcrum_load::Delay::ZERO;
+    config.backends[3].delay = fulcrum_load::Dist::ZERO;
     config.backends[3].status = StatusMix::always(http::StatusCode::SERVICE_UNAVAILABLE);
     let b = Backends::start(config).unwrap();
     let cluster = "algorithm = { kind = \"peak-ewma\" }";

@@ -19,7 +19,8 @@
 //! balancer's endpoint set, and decides whether a failed try is retried (at
 //! once, on the same balancer, preferably on another endpoint). Requests live in a slab whose slots are reused, so
 //! memory follows the number of requests in flight, not the number sent;
-//! only the latency samples grow with the run.
+//! the latency samples grow with the run only up to the recorder's limit
+//! (see [`fulcrum_workload::Recorder`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
@@ -31,12 +32,13 @@ use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
 use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario};
 use crate::stats::ShareSeries;
+use crate::Recorder;
 
 /// What one run produced, before summarising.
 #[derive(Debug)]
 pub struct RawRun {
     /// Latencies of measured successful requests, in nanoseconds.
-    pub samples: Vec<Nanos>,
+    pub latency: Recorder,
     /// Measured requests that failed.
     pub failed: u64,
     /// Measured requests sent to each server.
@@ -262,7 +264,11 @@ impl<'a> Engine<'a> {
             zero_client_hop: scenario.network.client_lb.is_zero(),
             zero_server_hop: scenario.network.lb_server.is_zero(),
             out: RawRun {
-                samples: Vec::with_capacity(scenario.total_requests().unwrap_or(0).min(50_000_000) as usize),
+                latency: {
+                    let mut r = Recorder::new(scenario.metrics.exact);
+                    r.reserve(scenario.total_requests().unwrap_or(0).min(50_000_000) as usize);
+                    r
+                },
                 failed: 0,
                 per_server: vec![0; n_servers],
                 share: ShareSeries::new(scenario.metrics.share_interval, n_servers),
@@ -683,7 +689,7 @@ impl<'a> Engine<'a> {
                     MeasureAt::Client => self.now - r.sent,
                     MeasureAt::Balancer => r.lb_latency,
                 };
-                self.out.samples.push(latency);
+                self.out.latency.record(latency);
             } else {
                 self.out.failed += 1;
             }

@@ -24,8 +24,8 @@ use std::time::Duration;
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
 use serde::Deserialize;
 
-use crate::dist::{nanos, Dist, BASE_DIR};
 use crate::resilience::{OutlierSpec, Resilience, Retries, SlowStartSpec};
+use fulcrum_workload::dist::{nanos, with_base_dir, Dist};
 
 /// A scenario that failed to load: the message names the file and the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -191,6 +191,10 @@ pub struct Metrics {
     pub warmup: Nanos,
     /// Width of a bucket in the share-over-time series.
     pub share_interval: Nanos,
+    /// Keep every latency sample (`exact = true`, or `fulcrum sim --exact`)
+    /// instead of switching to an HDR histogram past
+    /// [`fulcrum_workload::EXACT_LIMIT`] samples per run.
+    pub exact: bool,
 }
 
 /// What happens to a server at an event.
@@ -463,6 +467,8 @@ struct RawMetrics {
     warmup: Duration,
     #[serde(default = "one_second", with = "humantime_serde")]
     share_interval: Duration,
+    #[serde(default)]
+    exact: bool,
 }
 
 fn client_side() -> MeasureAt {
@@ -475,7 +481,7 @@ fn one_second() -> Duration {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics { latency_at: MeasureAt::Client, warmup: 0, share_interval: fulcrum_balance::SECOND }
+        Metrics { latency_at: MeasureAt::Client, warmup: 0, share_interval: fulcrum_balance::SECOND, exact: false }
     }
 }
 
@@ -485,7 +491,12 @@ impl<'de> Deserialize<'de> for Metrics {
         if r.share_interval.is_zero() {
             return Err(serde::de::Error::custom("metrics.share_interval must be above 0"));
         }
-        Ok(Metrics { latency_at: r.latency, warmup: nanos(r.warmup), share_interval: nanos(r.share_interval) })
+        Ok(Metrics {
+            latency_at: r.latency,
+            warmup: nanos(r.warmup),
+            share_interval: nanos(r.share_interval),
+            exact: r.exact,
+        })
     }
 }
 
@@ -562,8 +573,8 @@ impl Scenario {
     /// is used when the file has no `name`.
     pub fn parse(text: &str, origin: &str, default_name: &str, base_dir: &Path) -> Result<Scenario, ScenarioError> {
         let fail = |msg: String| ScenarioError(format!("{origin}: {msg}"));
-        BASE_DIR.with(|b| *b.borrow_mut() = base_dir.to_path_buf());
-        let raw: RawScenario = toml::from_str(text).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
+        let raw: RawScenario =
+            with_base_dir(base_dir, || toml::from_str(text)).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
 
         let mut servers = Vec::new();
         for (i, spec) in raw.servers.iter().enumerate() {
