@@ -769,6 +769,9 @@ service = "5ms"
         assert_eq!(s.algorithms.len(), 3);
         assert_eq!(s.balancers.count, 1);
         assert_eq!(s.total_requests(), Some(10));
+        assert!(!s.metrics.exact, "bounded latency memory unless asked");
+        let exact = parse(&format!("{MINIMAL}\n[metrics]\nexact = true\n")).unwrap();
+        assert!(exact.metrics.exact);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use fulcrum_balance::Nanos;
 
 /// Latency figures and how they are computed live in `fulcrum_workload`,
 /// shared with the load tool; they are re-exported here for the report code.
-pub use fulcrum_workload::summary::{cdf_points, percentile, Figure, Summary, FIGURES};
+pub use fulcrum_workload::summary::{Summary, FIGURES};
 
 /// Requests per server per time bucket, coarsened as the run grows so that
 /// memory stays bounded whatever its length.
