@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fulcrum_balance::{build, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos, Outcome};
+use fulcrum_balance::{build, pick_avoiding, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos, Outcome};
 use fulcrum_resilience::{routable, Change, OutlierDetector, RequestResult, RetryBudget, SlowStart};
 use tokio::sync::{mpsc, watch};
 
@@ -529,9 +529,10 @@ impl WorkerCluster {
         }
     }
 
-    /// Pick an endpoint for a request with hash `key` at `now`, avoiding
-    /// `avoid` (a retry's earlier endpoints) when another can be had.
-    pub fn pick(&self, now: Nanos, key: Option<u64>, avoid: &[EndpointId]) -> Result<Pick, NoPick> {
+    /// Pick an endpoint for a request with hash `key` at `now`, after tries
+    /// on `tried` (empty for the first try), avoiding those when another
+    /// can be had.
+    pub fn pick(&self, now: Nanos, key: Option<u64>, tried: &[EndpointId]) -> Result<Pick, NoPick> {
         let counters = &self.shared.counters;
         if counters.in_flight.fetch_add(1, Relaxed) >= self.shared.request_limit.load(Relaxed) {
             counters.in_flight.fetch_sub(1, Relaxed);
@@ -539,23 +540,9 @@ impl WorkerCluster {
             return Err(NoPick::Overflow);
         }
         let mut balancer = lock(&self.balancer);
-        let mut ticket = balancer.pick(now, key);
-        // A retry wants another endpoint. Draw again (hash-based algorithms
-        // with a fresh key), holding the unwanted picks meanwhile so that
-        // load-aware algorithms see those endpoints as busier.
-        let mut unwanted = Vec::new();
-        while unwanted.len() < 16 {
-            match ticket {
-                Some(t) if avoid.contains(&t.endpoint()) => {
-                    unwanted.push(t);
-                    ticket = balancer.pick(now, None);
-                }
-                _ => break,
-            }
-        }
-        for t in unwanted {
-            balancer.on_cancel(t);
-        }
+        // The retry rule the simulator follows too: try number `tried.len()`,
+        // on another endpoint than those already tried.
+        let ticket = pick_avoiding(balancer.as_mut(), now, key, tried.len() as u32, tried);
         let resolved = lock(&self.resolved);
         let upstream = ticket.as_ref().and_then(|t| resolved.upstream(t.endpoint()).cloned());
         match (ticket, upstream) {

@@ -25,7 +25,9 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
-use fulcrum_balance::{AlgorithmConfig, Balancer, BuildError, Endpoint, Nanos, Outcome, Rng, Ticket};
+use fulcrum_balance::{
+    pick_avoiding, AlgorithmConfig, Balancer, BuildError, Endpoint, EndpointId, Nanos, Outcome, Rng, Ticket,
+};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
@@ -122,7 +124,7 @@ struct Request {
     /// Tries made before the current one.
     attempt: u8,
     /// Servers of the earlier tries (empty unless retried).
-    tried: Vec<u32>,
+    tried: Vec<EndpointId>,
 }
 
 struct ClientState {
@@ -170,9 +172,6 @@ impl ServerState {
         }
     }
 }
-
-/// Picks made for a retry before settling for an endpoint already tried.
-const RETRY_PICKS: u32 = 4;
 
 /// Which directed pair of nodes a hop uses, for first-contact delays.
 #[derive(Clone, Copy)]
@@ -541,25 +540,14 @@ impl<'a> Engine<'a> {
         self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt });
     }
 
-    /// A pick for a retry: with `different_endpoint`, up to [`RETRY_PICKS`]
-    /// picks (the rejected ones cancelled) to find an endpoint not tried yet.
-    /// Hash-based balancers get a key derived from the request's key and the
-    /// pick, or they would answer with the same endpoint every time.
+    /// A pick for a retry: with `different_endpoint`, one avoiding the
+    /// endpoints already tried, by the rule the proxy uses too
+    /// ([`fulcrum_balance::pick_avoiding`]).
     fn pick_for_retry(&mut self, req: u32, b: usize) -> Option<Ticket> {
         let different = self.scenario.resilience.retries.as_ref().is_some_and(|r| r.different_endpoint);
         let r = &self.requests[req as usize];
-        let (key, attempt) = (r.key, r.attempt);
-        for k in 0..RETRY_PICKS {
-            let salt = (u64::from(attempt) << 32 | u64::from(k)).wrapping_add(1);
-            let key = key.map(|key| splitmix64(key ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
-            let ticket = self.balancers[b].pick(self.now, key)?;
-            let server = ticket.endpoint().0 as u32;
-            if !different || k + 1 == RETRY_PICKS || !self.requests[req as usize].tried.contains(&server) {
-                return Some(ticket);
-            }
-            self.balancers[b].on_cancel(ticket);
-        }
-        unreachable!("the last pick is always taken")
+        let avoid: &[EndpointId] = if different { &r.tried } else { &[] };
+        pick_avoiding(self.balancers[b].as_mut(), self.now, r.key, u32::from(r.attempt), avoid)
     }
 
     /// A response (or the timeout) settles the request at its balancer,
@@ -613,7 +601,7 @@ impl<'a> Engine<'a> {
         }
         self.stats.retries += u64::from(measured);
         let r = &mut self.requests[req as usize];
-        r.tried.push(r.server);
+        r.tried.push(EndpointId(u64::from(r.server)));
         r.attempt += 1;
         true
     }
@@ -788,13 +776,6 @@ impl<'a> Engine<'a> {
             }
         }
     }
-}
-
-/// SplitMix64's finaliser: a well-mixed 64-bit value from `x`.
-fn splitmix64(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {
