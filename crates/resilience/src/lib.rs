@@ -9,10 +9,12 @@
 //! ejected and unhealthy endpoints unless too few would remain, and scales
 //! weights by slow start.
 
+mod health;
 mod outlier;
 mod retry_budget;
 mod slow_start;
 
+pub use health::{CheckThresholds, ClusterHealth, HealthConfig, Snapshot, STEP};
 pub use outlier::{Change, EjectionReason, OutlierConfig, OutlierDetector, RequestResult};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use slow_start::{SlowStart, SlowStartConfig};

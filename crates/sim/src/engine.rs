@@ -205,8 +205,6 @@ pub struct Engine<'a> {
     progress: Option<&'a AtomicU64>,
     /// One per balancer when the scenario has resilience mechanisms, else empty.
     guards: Vec<Guard>,
-    /// Every server as an endpoint (id = index), for the guards.
-    all_endpoints: Vec<Endpoint>,
     stats: ResilienceStats,
 }
 
@@ -301,7 +299,6 @@ impl<'a> Engine<'a> {
             completed: 0,
             progress,
             guards,
-            all_endpoints,
             stats: ResilienceStats {
                 first_ejection: vec![None; n_servers],
                 time_to_ejection: vec![None; n_servers],
@@ -619,8 +616,7 @@ impl<'a> Engine<'a> {
     /// Give balancer `b` its routable set, if it changed.
     fn apply_guard(&mut self, b: usize) {
         if self.scenario.resilience.manages_endpoints() {
-            let threshold = self.scenario.resilience.panic_threshold;
-            self.guards[b].apply(&self.all_endpoints, self.balancers[b].as_mut(), self.now, threshold);
+            self.guards[b].apply(self.balancers[b].as_mut(), self.now);
         }
     }
 

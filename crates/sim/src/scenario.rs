@@ -691,6 +691,7 @@ impl Scenario {
                 Some(p) if (0.0..=100.0).contains(&p) => p,
                 Some(p) => return Err(fail(format!("panic_threshold = {p} must be a percentage in 0..=100"))),
             },
+            health_check: None,
         };
         let mut scenario = Scenario {
             name: raw.name.unwrap_or_else(|| default_name.to_string()),
