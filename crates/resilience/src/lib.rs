@@ -1,13 +1,14 @@
 //! What keeps a cluster healthy around the load-balancing algorithm: passive
 //! outlier detection ([`OutlierDetector`]), slow start ([`SlowStart`]), the
-//! panic threshold ([`routable`]) and retry budgets ([`RetryBudget`]).
+//! panic threshold, active health-check streaks, all combined by
+//! [`ClusterHealth`], and retry budgets ([`RetryBudget`]).
 //!
 //! Like the algorithms, these are pure state machines: no clock, no I/O,
 //! time passed in. The proxy and the simulator drive the same code, so a
-//! scenario can show at scale what the proxy will do. Each driver turns the
-//! state into the endpoint set it gives the balancer: [`routable`] drops
-//! ejected and unhealthy endpoints unless too few would remain, and scales
-//! weights by slow start.
+//! scenario can show at scale what the proxy will do: each feeds its
+//! [`ClusterHealth`] the same kinds of events and asks it for the endpoint
+//! set to give its balancers (ejected and unhealthy endpoints dropped unless
+//! too few would remain, weights scaled by slow start).
 
 mod health;
 mod outlier;
@@ -36,7 +37,7 @@ pub struct Routable {
 /// bad hosts than to crush the few good ones). `weight_factor` scales each
 /// weight (slow start); factors are clamped to at least 1e-3 so a weight
 /// stays valid.
-pub fn routable(
+pub(crate) fn routable(
     all: &[Endpoint],
     healthy: impl Fn(&Endpoint) -> bool,
     weight_factor: impl Fn(&Endpoint) -> f64,

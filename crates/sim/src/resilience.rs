@@ -6,12 +6,12 @@
 //! ([`Resilience`]: `[outlier_detection]`, `[slow_start]`, `[retries]`,
 //! `panic_threshold`); all are off by default, so older scenarios run exactly
 //! as before. Each balancer instance gets a [`Guard`]: its own
-//! [`OutlierDetector`], slow-start clock per endpoint and [`RetryBudget`], as
-//! each proxy process would have. The guard turns that state into the
-//! endpoint set the balancer sees with [`fulcrum_resilience::routable`] and
-//! hands it over with `set_endpoints` only when it changes: on an ejection,
-//! a return, a join or leave, and at each slow-start step (every [`TICK`] of
-//! simulated time, when the detector is also ticked).
+//! [`ClusterHealth`] (the state machine the proxy's membership is made of)
+//! and [`RetryBudget`], as each proxy process would have. The guard asks it
+//! for the endpoint set the balancer sees and hands it over with
+//! `set_endpoints` only when its version changed: on an ejection, a return, a
+//! join or leave, and at each slow-start step (every [`TICK`] of simulated
+//! time, when the detector is also ticked).
 
 use std::str::FromStr;
 use std::time::Duration;
