@@ -432,8 +432,8 @@ pub struct WorkerCluster {
     balancer: SharedBalancer,
     /// The endpoint set the balancer was last given.
     resolved: Mutex<Arc<Resolved>>,
-    /// This worker's retry budget.
-    budget: Mutex<RetryBudget>,
+    /// This worker's retry budget (`None`: retries are not limited).
+    budget: Mutex<Option<RetryBudget>>,
 }
 
 /// A picked endpoint: the ticket to hand back and where to connect.
@@ -475,11 +475,13 @@ impl WorkerCluster {
             )),
         };
         lock(&shared.balancers).push(balancer.clone());
-        let budget = match previous {
-            Some(p) if p.shared.config.retries.budget == shared.config.retries.budget => lock(&p.budget).clone(),
-            _ => RetryBudget::new(shared.config.retries.budget.clone())
-                .unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}")),
-        };
+        let budget =
+            match previous {
+                Some(p) if p.shared.config.retries.budget == shared.config.retries.budget => lock(&p.budget).clone(),
+                _ => shared.config.retries.budget.clone().map(|b| {
+                    RetryBudget::new(b).unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}"))
+                }),
+            };
         Arc::new(WorkerCluster { shared, balancer, resolved: Mutex::new(resolved), budget: Mutex::new(budget) })
     }
 
@@ -511,8 +513,10 @@ impl WorkerCluster {
         }
         let mut balancer = lock(&self.balancer);
         // The retry rule the simulator follows too: try number `tried.len()`,
-        // on another endpoint than those already tried.
-        let ticket = pick_avoiding(balancer.as_mut(), now, key, tried.len() as u32, tried);
+        // on another endpoint than those already tried (unless the policy
+        // says any will do).
+        let avoid = if self.shared.config.retries.different_endpoint { tried } else { &[] };
+        let ticket = pick_avoiding(balancer.as_mut(), now, key, tried.len() as u32, avoid);
         let resolved = lock(&self.resolved);
         let upstream = ticket.as_ref().and_then(|t| resolved.upstream(t.endpoint()).cloned());
         match (ticket, upstream) {
@@ -554,12 +558,14 @@ impl WorkerCluster {
 
     /// A first attempt is being made: it earns the retry budget a deposit.
     pub fn deposit(&self, now: Nanos) {
-        lock(&self.budget).deposit(now);
+        if let Some(b) = lock(&self.budget).as_mut() {
+            b.deposit(now);
+        }
     }
 
     /// Whether a retry may be made now (it spends a token).
     pub fn may_retry(&self, now: Nanos) -> bool {
-        let ok = lock(&self.budget).try_withdraw(now);
+        let ok = lock(&self.budget).as_mut().is_none_or(|b| b.try_withdraw(now));
         if ok {
             self.shared.counters.retries.fetch_add(1, Relaxed);
         } else {

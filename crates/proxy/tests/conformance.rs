@@ -204,3 +204,24 @@ fn the_simulator_and_the_proxy_route_alike() {
     assert!(ejections >= 2, "{ejections} ejections");
     assert!(panics > 0 && ramps > 0 && limited > 0, "panic {panics}, ramping {ramps}, limited {limited}");
 }
+
+#[test]
+fn one_retry_policy_reads_the_same_in_both_formats() {
+    // The scenario's old spelling "connect" is an alias of "connect-failure".
+    let policy = r#"retries = { attempts = 3, on = ["5xx", "connect", "timeout", "503"], different_endpoint = false, per_try_timeout = "250ms", budget = { ratio = 0.3 } }"#;
+    let proxy = Config::parse(Path::new("p.toml"), &format!("{PROXY}{policy}\n")).unwrap().clusters.remove(0).retries;
+    let scenario = Scenario::parse(&format!("{policy}\n{SCENARIO}"), "s.toml", "s", Path::new(".")).unwrap();
+    assert_eq!(Some(&proxy), scenario.resilience.retries.as_ref());
+    assert_eq!(proxy.conditions[1], fulcrum_resilience::RetryOn::ConnectFailure);
+    // No budget, in both.
+    let off = r#"retries = { attempts = 2, budget = false }"#;
+    let proxy = Config::parse(Path::new("p.toml"), &format!("{PROXY}{off}\n")).unwrap().clusters.remove(0).retries;
+    let scenario = Scenario::parse(&format!("{off}\n{SCENARIO}"), "s.toml", "s", Path::new(".")).unwrap();
+    assert_eq!((proxy.budget, scenario.resilience.retries.unwrap().budget), (None, None));
+    // A bad condition names the file and the line, in both.
+    let bad = r#"retries = { on = ["4xx"] }"#;
+    let e = Config::parse(Path::new("p.toml"), &format!("{PROXY}{bad}\n")).unwrap_err();
+    assert!(e.to_string().starts_with("p.toml:13:") && e.message.contains("\"4xx\" is not connect-failure"), "{e}");
+    let e = Scenario::parse(&format!("{bad}\n{SCENARIO}"), "s.toml", "s", Path::new(".")).unwrap_err().0;
+    assert!(e.contains("line 1") && e.contains("\"4xx\" is not connect-failure"), "{e}");
+}

@@ -1,7 +1,8 @@
 //! What keeps a cluster healthy around the load-balancing algorithm: passive
 //! outlier detection ([`OutlierDetector`]), slow start ([`SlowStart`]), the
 //! panic threshold, active health-check streaks, all combined by
-//! [`ClusterHealth`], and retry budgets ([`RetryBudget`]).
+//! [`ClusterHealth`], and the retry policy ([`RetryPolicy`]) with its
+//! budget ([`RetryBudget`]).
 //!
 //! Like the algorithms, these are pure state machines: no clock, no I/O,
 //! time passed in. The proxy and the simulator drive the same code, so a
@@ -13,11 +14,13 @@
 mod health;
 mod outlier;
 mod retry_budget;
+mod retry_policy;
 mod slow_start;
 
 pub use health::{CheckThresholds, ClusterHealth, HealthConfig, Snapshot, STEP};
 pub use outlier::{Change, EjectionReason, OutlierConfig, OutlierDetector, RequestResult};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use retry_policy::{PolicyError, RetryOn, RetryPolicy};
 pub use slow_start::{SlowStart, SlowStartConfig};
 
 use fulcrum_balance::Endpoint;

@@ -531,7 +531,7 @@ impl<'a> Engine<'a> {
                 self.push(self.now + t, Ev::Timeout { req, gen, attempt, overall: true });
             }
         }
-        if let Some(t) = self.scenario.resilience.retries.as_ref().and_then(|r| r.per_try_timeout) {
+        if let Some(t) = self.scenario.resilience.per_try_timeout() {
             self.push(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
         }
         self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt });

@@ -14,11 +14,10 @@
 //! time, when the detector is also ticked).
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use fulcrum_balance::{Balancer, Endpoint, EndpointId, Nanos};
 use fulcrum_resilience::{
-    Change, CheckThresholds, ClusterHealth, HealthConfig, OutlierConfig, RetryBudget, RetryBudgetConfig, SlowStart,
+    Change, CheckThresholds, ClusterHealth, HealthConfig, OutlierConfig, RetryBudget, RetryOn, RetryPolicy, SlowStart,
     SlowStartConfig, Snapshot, STEP,
 };
 use serde::Deserialize;
@@ -38,7 +37,7 @@ pub struct Resilience {
     /// Slow start for endpoints that join or return (`[slow_start]`).
     pub slow_start: Option<SlowStartConfig>,
     /// Retries (`[retries]`).
-    pub retries: Option<Retries>,
+    pub retries: Option<RetryPolicy>,
     /// Below this percentage of healthy endpoints, balance over all of them.
     pub panic_threshold: f64,
     /// Active health-check thresholds. Scenario files cannot set them (no
@@ -60,6 +59,11 @@ impl Default for Resilience {
 }
 
 impl Resilience {
+    /// The per-try timeout of retries, if any.
+    pub fn per_try_timeout(&self) -> Option<Nanos> {
+        self.retries.as_ref().and_then(|r| r.per_try_timeout).map(nanos)
+    }
+
     /// What each balancer's [`ClusterHealth`] is made of.
     pub fn health_config(&self) -> HealthConfig {
         HealthConfig {
@@ -122,101 +126,23 @@ impl FromStr for Mechanism {
     }
 }
 
-/// Which failed tries are retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RetryOn {
-    /// The server answered with an error (`"5xx"`).
-    pub server_error: bool,
-    /// No answer within the per-try timeout (`"timeout"`).
-    pub timeout: bool,
-    /// The server refused the connection (`"connect-failure"`).
-    pub connect: bool,
-}
+/// `[retries]`: the proxy's retry policy and vocabulary
+/// ([`RetryPolicy`]), validated while read so errors carry the line.
+/// "reset" and single statuses are accepted but never occur here: a
+/// simulated server fails with a generic 5xx, a timeout or a refusal.
+pub(crate) struct RetriesSpec(pub RetryPolicy);
 
-/// The `[retries]` section.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Retries {
-    /// Tries in all, the first included (≥ 1).
-    pub attempts: u32,
-    /// Which failures are retried.
-    pub on: RetryOn,
-    /// Avoid the endpoints already tried when picking for a retry.
-    pub different_endpoint: bool,
-    /// A try without an answer after this long fails as a timeout (and may be
-    /// retried); `balancers.timeout` stays the deadline of the whole request.
-    pub per_try_timeout: Option<Nanos>,
-    /// The retry budget; `None`: every failure is retried up to `attempts`.
-    pub budget: Option<RetryBudgetConfig>,
-}
-
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
-enum RetryClass {
-    #[serde(rename = "5xx")]
-    ServerError,
-    #[serde(rename = "timeout")]
-    Timeout,
-    #[serde(rename = "connect-failure", alias = "connect")]
-    Connect,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRetries {
-    #[serde(default = "two")]
-    attempts: u32,
-    #[serde(default = "default_on")]
-    on: Vec<RetryClass>,
-    #[serde(default = "yes")]
-    different_endpoint: bool,
-    #[serde(default, with = "humantime_serde")]
-    per_try_timeout: Option<Duration>,
-    budget: Option<RetryBudgetConfig>,
-}
-
-fn two() -> u32 {
-    2
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// The proxy's default: only tries that never reached the server.
-fn default_on() -> Vec<RetryClass> {
-    vec![RetryClass::Connect]
-}
-
-impl<'de> Deserialize<'de> for Retries {
+impl<'de> Deserialize<'de> for RetriesSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        let r = RawRetries::deserialize(d)?;
-        if !(1..=10).contains(&r.attempts) {
-            return Err(D::Error::custom(format!(
-                "retries.attempts = {} must be in 1..=10 (the first try included)",
-                r.attempts
-            )));
-        }
-        if r.per_try_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(D::Error::custom("retries.per_try_timeout must be above 0 (leave it out for none)"));
-        }
-        if let Some(b) = &r.budget {
-            RetryBudget::new(b.clone()).map_err(D::Error::custom)?;
-        }
-        if r.on.contains(&RetryClass::Timeout) && r.per_try_timeout.is_none() {
+        let r = RetryPolicy::deserialize(d)?;
+        r.validate().map_err(D::Error::custom)?;
+        // Without a per-try timeout a try ends only at the request's
+        // deadline, which ends the request too: nothing left to retry.
+        if r.conditions.contains(&RetryOn::Timeout) && r.per_try_timeout.is_none() {
             return Err(D::Error::custom("retries.on has \"timeout\", which needs retries.per_try_timeout"));
         }
-        let on = RetryOn {
-            server_error: r.on.contains(&RetryClass::ServerError),
-            timeout: r.on.contains(&RetryClass::Timeout),
-            connect: r.on.contains(&RetryClass::Connect),
-        };
-        Ok(Retries {
-            attempts: r.attempts,
-            on,
-            different_endpoint: r.different_endpoint,
-            per_try_timeout: r.per_try_timeout.map(nanos),
-            budget: r.budget,
-        })
+        Ok(RetriesSpec(r))
     }
 }
 
@@ -266,12 +192,12 @@ impl TryResult {
     }
 
     /// Whether `retries` retries a try that ended like this.
-    pub fn retried_by(self, retries: &Retries) -> bool {
+    pub fn retried_by(self, retries: &RetryPolicy) -> bool {
         match self {
             TryResult::Ok => false,
-            TryResult::ServerError => retries.on.server_error,
-            TryResult::Timeout => retries.on.timeout,
-            TryResult::Refused => retries.on.connect,
+            TryResult::ServerError => retries.retries(RetryOn::ServerError),
+            TryResult::Timeout => retries.retries(RetryOn::Timeout),
+            TryResult::Refused => retries.retries(RetryOn::ConnectFailure),
         }
     }
 }
