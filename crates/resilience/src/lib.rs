@@ -9,7 +9,8 @@
 //! scenario can show at scale what the proxy will do: each feeds its
 //! [`ClusterHealth`] the same kinds of events and asks it for the endpoint
 //! set to give its balancers (ejected and unhealthy endpoints dropped unless
-//! too few would remain, weights scaled by slow start).
+//! too few would remain, weights scaled by slow start: [`routable`], which
+//! the fuzzer also drives directly).
 
 mod health;
 mod outlier;
@@ -40,7 +41,7 @@ pub struct Routable {
 /// bad hosts than to crush the few good ones). `weight_factor` scales each
 /// weight (slow start); factors are clamped to at least 1e-3 so a weight
 /// stays valid.
-pub(crate) fn routable(
+pub fn routable(
     all: &[Endpoint],
     healthy: impl Fn(&Endpoint) -> bool,
     weight_factor: impl Fn(&Endpoint) -> f64,
