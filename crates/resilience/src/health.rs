@@ -14,6 +14,8 @@
 //! and after every event sees every change; [`Snapshot::version`] tells it
 //! when to rebuild its balancers.
 
+use std::collections::HashMap;
+
 use fulcrum_balance::{Endpoint, EndpointId, Nanos};
 
 use crate::{routable, Change, OutlierConfig, OutlierDetector, RequestResult, SlowStart, SlowStartConfig};
@@ -134,11 +136,12 @@ impl ClusterHealth {
     /// that remain keep their state (and take the new weight and name);
     /// newcomers are healthy and start their slow start.
     pub fn set_members(&mut self, endpoints: &[Endpoint], now: Nanos) {
-        let mut old = std::mem::take(&mut self.members);
+        let mut old: HashMap<EndpointId, Member> =
+            std::mem::take(&mut self.members).into_iter().map(|m| (m.endpoint.id, m)).collect();
         self.members = endpoints
             .iter()
-            .map(|e| match old.iter().position(|m| m.endpoint.id == e.id) {
-                Some(i) => Member { endpoint: e.clone(), ..old.swap_remove(i) },
+            .map(|e| match old.remove(&e.id) {
+                Some(m) => Member { endpoint: e.clone(), ..m },
                 None => Member { endpoint: e.clone(), healthy: true, streak: 0, ramp_from: Some(now) },
             })
             .collect();
@@ -232,10 +235,17 @@ impl ClusterHealth {
             })
             .collect();
         let all: Vec<Endpoint> = self.members.iter().map(|m| m.endpoint.clone()).collect();
+        // Per member, by id: whether it is healthy and not ejected, and its factor.
+        let state: HashMap<EndpointId, (bool, f64)> = self
+            .members
+            .iter()
+            .zip(&factors)
+            .map(|(m, &f)| (m.endpoint.id, (m.healthy && !self.is_ejected(m.endpoint.id), f)))
+            .collect();
         let set = routable(
             &all,
-            |e| self.is_healthy(e.id) && !self.is_ejected(e.id),
-            |e| self.members.iter().position(|m| m.endpoint.id == e.id).map_or(1.0, |i| factors[i]),
+            |e| state.get(&e.id).is_some_and(|s| s.0),
+            |e| state.get(&e.id).map_or(1.0, |s| s.1),
             self.config.panic_threshold,
         );
         let all_ramping = self.slow_start.is_some() && !factors.is_empty() && factors.iter().all(|&f| f < 1.0);
