@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
-use fulcrum_resilience::{OutlierConfig, RetryBudget, RetryBudgetConfig, SlowStart, SlowStartConfig};
+use fulcrum_resilience::{OutlierConfig, SlowStart, SlowStartConfig};
+pub use fulcrum_resilience::{RetryOn, RetryPolicy};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -167,7 +168,7 @@ pub struct Cluster {
     /// Ramp the weight of endpoints that join or return (none by default).
     pub slow_start: Option<SlowStartConfig>,
     /// When and how often to try another endpoint.
-    pub retries: Retries,
+    pub retries: RetryPolicy,
     /// Circuit breaking: most requests in flight to the cluster (503 beyond).
     pub max_requests: u64,
     /// Circuit breaking: most upstream connections open, over all workers.
@@ -227,40 +228,6 @@ pub enum HealthCheckKind {
     Tcp,
 }
 
-/// Retry policy of a cluster.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Retries {
-    /// Tries in all, the first included (1 = no retries).
-    pub attempts: u32,
-    /// What to retry: `connect-failure` (the request was not sent, always
-    /// safe), `reset` (connection broke before a response), `timeout`
-    /// (`per_try_timeout` passed), `5xx`, or a status like `503`. Only
-    /// requests without a body and with an idempotent method are retried after
-    /// they were sent.
-    pub on: Vec<String>,
-    /// Give up on one try after this long (default: the request timeout).
-    #[serde(with = "humantime_serde")]
-    pub per_try_timeout: Option<Duration>,
-    /// Retry budget: retries may add at most this share of requests.
-    pub budget: RetryBudgetConfig,
-    /// `on`, parsed once at load.
-    #[serde(skip)]
-    pub conditions: Vec<RetryOn>,
-}
-
-impl Default for Retries {
-    fn default() -> Self {
-        Retries {
-            attempts: 2,
-            on: vec!["connect-failure".into()],
-            per_try_timeout: None,
-            budget: RetryBudgetConfig::default(),
-            conditions: vec![RetryOn::ConnectFailure],
-        }
-    }
-}
-
 /// One configured endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointConfig {
@@ -292,34 +259,6 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 with prior knowledge (h2c).
     Http2,
-}
-
-/// One condition of [`Retries::on`], parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryOn {
-    /// The connection could not be made (the request was not sent).
-    ConnectFailure,
-    /// The connection broke before response headers.
-    Reset,
-    /// The per-try timeout passed.
-    Timeout,
-    /// Any 5xx status.
-    ServerError,
-    /// This status.
-    Status(u16),
-}
-
-impl RetryOn {
-    /// Parse one condition as written in the configuration.
-    pub fn parse(s: &str) -> Option<RetryOn> {
-        Some(match s {
-            "connect-failure" => RetryOn::ConnectFailure,
-            "reset" => RetryOn::Reset,
-            "timeout" => RetryOn::Timeout,
-            "5xx" => RetryOn::ServerError,
-            other => RetryOn::Status(other.parse().ok().filter(|s| (500..600).contains(s))?),
-        })
-    }
 }
 
 // ---- The file as written -------------------------------------------------
@@ -387,7 +326,7 @@ struct RawCluster {
     outlier_detection: Option<Spanned<OutlierConfig>>,
     panic_threshold: Option<Spanned<f64>>,
     slow_start: Option<Spanned<SlowStartConfig>>,
-    retries: Option<Spanned<Retries>>,
+    retries: Option<Spanned<RetryPolicy>>,
     max_requests: Option<Spanned<u64>>,
     max_connections: Option<Spanned<usize>>,
     max_pending: Option<Spanned<usize>>,
@@ -529,7 +468,7 @@ impl Config {
                 outlier_detection: None,
                 panic_threshold: 50.0,
                 slow_start: None,
-                retries: Retries::default(),
+                retries: RetryPolicy::default(),
                 max_requests: DEFAULT_MAX_REQUESTS,
                 max_connections: DEFAULT_MAX_REQUESTS as usize,
                 max_pending: DEFAULT_MAX_REQUESTS as usize,
@@ -638,26 +577,12 @@ impl RawConfig {
             };
             let retries = match c.retries {
                 Some(r) => {
-                    let v = r.get_ref();
-                    if v.attempts == 0 || v.attempts > 10 {
-                        return Err(src.error(r.span(), at("retries.attempts"), "must be between 1 and 10"));
-                    }
-                    if let Some(bad) = v.on.iter().find(|o| RetryOn::parse(o).is_none()) {
-                        return Err(src.error(
-                            r.span(),
-                            at("retries.on"),
-                            format!("{bad:?} is not connect-failure, reset, timeout, 5xx or a status 500-599"),
-                        ));
-                    }
-                    if v.per_try_timeout.is_some_and(|d| d.is_zero()) {
-                        return Err(src.error(r.span(), at("retries.per_try_timeout"), "must be greater than 0"));
-                    }
-                    RetryBudget::new(v.budget.clone()).map_err(|m| src.error(r.span(), at("retries.budget"), m))?;
-                    let mut retries = r.into_inner();
-                    retries.conditions = retries.on.iter().filter_map(|o| RetryOn::parse(o)).collect();
-                    retries
+                    r.get_ref()
+                        .validate()
+                        .map_err(|e| src.error(r.span(), at(&format!("retries.{}", e.field)), e.message.clone()))?;
+                    r.into_inner()
                 }
-                None => Retries::default(),
+                None => RetryPolicy::default(),
             };
             let max_requests = match c.max_requests {
                 Some(m) if *m.get_ref() == 0 => {
@@ -908,8 +833,8 @@ connect_timeout = "250ms"
         // the parent's defaults then apply.
         let text = format!("{GOOD}\n[cluster.retries.budget]\nratio = 0.5\n");
         let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.clusters[1].retries.attempts, Retries::default().attempts);
-        assert_eq!(c.clusters[1].retries.budget.ratio, 0.5);
+        assert_eq!(c.clusters[1].retries.attempts, RetryPolicy::default().attempts);
+        assert_eq!(c.clusters[1].retries.budget.as_ref().unwrap().ratio, 0.5);
     }
 
     #[test]

@@ -343,22 +343,19 @@ impl HttpService {
                 Ok(Ok(response)) => Try::Response(response),
             };
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let (condition, result) = match &outcome {
+            let (failure, result) = match &outcome {
                 Try::Response(r) if r.status().is_server_error() => {
-                    (Some(r.status().as_u16()), RequestResult::ServerError)
+                    (Some(RetryOn::Status(r.status().as_u16())), RequestResult::ServerError)
                 }
                 Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
-                Try::ConnectFailure | Try::Reset | Try::Timeout => (Some(0), RequestResult::GatewayFailure),
+                Try::ConnectFailure => (Some(RetryOn::ConnectFailure), RequestResult::GatewayFailure),
+                Try::Reset => (Some(RetryOn::Reset), RequestResult::GatewayFailure),
+                Try::Timeout => (Some(RetryOn::Timeout), RequestResult::GatewayFailure),
             };
-            let wants_retry = condition.is_some()
-                && retry_on.iter().any(|on| match (on, &outcome) {
-                    (RetryOn::ConnectFailure, Try::ConnectFailure) => true,
-                    (RetryOn::Reset, Try::Reset) => resendable,
-                    (RetryOn::Timeout, Try::Timeout) => resendable,
-                    (RetryOn::ServerError, Try::Response(..)) => resendable,
-                    (RetryOn::Status(s), Try::Response(..)) => resendable && condition == Some(*s),
-                    _ => false,
-                });
+            // The policy says which failures it retries; a request that was
+            // sent may go again only if resending it is safe.
+            let wants_retry =
+                failure.is_some_and(|f| config.retries.retries(f) && (resendable || f == RetryOn::ConnectFailure));
             // A streamed body goes out once; the pool hands it back (with the
             // headers) if a connection could not be made.
             let can_send_again = (replayable || body.is_some()) && headers.is_some();

@@ -24,7 +24,7 @@ use std::time::Duration;
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
 use serde::Deserialize;
 
-use crate::resilience::{OutlierSpec, Resilience, Retries, SlowStartSpec};
+use crate::resilience::{OutlierSpec, Resilience, RetriesSpec, SlowStartSpec};
 use fulcrum_workload::dist::{nanos, with_base_dir, Dist};
 
 /// A scenario that failed to load: the message names the file and the field.
@@ -252,7 +252,7 @@ struct RawScenario {
     events: Vec<toml::Spanned<EventSpec>>,
     outlier_detection: Option<OutlierSpec>,
     slow_start: Option<SlowStartSpec>,
-    retries: Option<Retries>,
+    retries: Option<RetriesSpec>,
     panic_threshold: Option<f64>,
 }
 
@@ -697,12 +697,13 @@ impl Scenario {
         let resilience = Resilience {
             outlier_detection: raw.outlier_detection.map(|o| o.0),
             slow_start: raw.slow_start.map(|s| s.0),
-            retries: raw.retries,
+            retries: raw.retries.map(|r| r.0),
             panic_threshold: match raw.panic_threshold {
                 None => 50.0,
                 Some(p) if (0.0..=100.0).contains(&p) => p,
                 Some(p) => return Err(fail(format!("panic_threshold = {p} must be a percentage in 0..=100"))),
             },
+            health_check: None,
         };
         let mut scenario = Scenario {
             name: raw.name.unwrap_or_else(|| default_name.to_string()),
