@@ -61,6 +61,36 @@ fn refused_upstream_is_502_and_missing_route_404_and_bad_requests_400_431() {
     assert!(f.terminate().success());
 }
 
+/// The 400s and 431s that hyper's parser sends for the proxy are counted
+/// in `fulcrum_local_responses_total`, as the proxy's own 400s are.
+#[test]
+fn malformed_and_oversized_request_heads_are_counted() {
+    let f = Fulcrum::serve("bad-head-metrics", &config(&format!("\"{}\"", closed_port()), "30s"));
+    let addr = f.listen[0];
+    let count = |code: u16| -> u64 {
+        let metrics = get(f.admin.unwrap(), "admin", "/metrics", "");
+        let text = String::from_utf8_lossy(&metrics.body).into_owned();
+        let prefix = format!("fulcrum_local_responses_total{{code=\"{code}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix}: {text}"));
+        line[prefix.len()..].parse().unwrap()
+    };
+    assert_eq!((count(400), count(431)), (0, 0));
+    assert_eq!(send(addr, b"GARBAGE\r\n\r\n").status, 400);
+    assert_eq!(send(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\nBad Header\r\n\r\n").status, 400);
+    assert_eq!(send(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\nContent-Length: x\r\n\r\n").status, 400);
+    let huge = format!("GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(send(addr, huge.as_bytes()).status, 431);
+    assert_eq!(send(addr, with_headers(101).as_bytes()).status, 431);
+    // The connection ends after the answer; the count follows at once, but
+    // on the server's side of the socket: wait for it rather than race it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while (count(400), count(431)) != (3, 2) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!((count(400), count(431)), (3, 2));
+    assert!(f.terminate().success());
+}
+
 /// A request for app.test with `n` header fields in all.
 fn with_headers(n: usize) -> String {
     let extra: String = (1..n).map(|i| format!("X-H{i}: v\r\n")).collect();

@@ -281,6 +281,7 @@ impl HttpService {
         let mut body =
             if replayable { None } else { Some(LimitedBody { inner: body, left: max_body, over: over_limit.clone() }) };
         let Some(headers) = self.upstream_headers(&mut parts, peer) else {
+            self.stats.bad_request.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
         };
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
@@ -315,11 +316,13 @@ impl HttpService {
             // A retry needs the headers (below), so a try always has them.
             let Some(these_headers) = (if copy_headers { headers.clone() } else { headers.take() }) else {
                 cluster.cancel(pick);
+                self.stats.bad_gateway.fetch_add(1, Relaxed);
                 return Ok(local(StatusCode::BAD_GATEWAY, "fulcrum: request cannot be sent again\n"));
             };
             let Some(upstream_req) = rewrite(&parts, these_headers, &path, this_body, &pick.upstream, config.upstream)
             else {
                 cluster.cancel(pick);
+                self.stats.bad_request.fetch_add(1, Relaxed);
                 return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n"));
             };
             let sent = Instant::now();

@@ -434,6 +434,7 @@ impl Accept {
             let tls = tls.clone();
             let watcher = self.graceful.watcher();
             let limits = limits.clone();
+            let stats = service.stats.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 let active = Arc::new(AtomicUsize::new(0));
@@ -450,20 +451,24 @@ impl Accept {
                     }
                 });
                 // Connection errors (malformed requests, resets) are the
-                // client's; hyper has already answered what can be answered.
-                match tls {
+                // client's; hyper has already answered what can be answered,
+                // and those answers are counted.
+                let served = match tls {
                     None => {
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
                         let conn = builder.serve_connection(TokioIo::new(io), svc);
-                        let _ = watcher.watch(conn.into_owned()).await;
+                        watcher.watch(conn.into_owned()).await
                     }
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
                         let conn = builder.serve_connection(TokioIo::new(io), svc);
-                        let _ = watcher.watch(conn.into_owned()).await;
+                        watcher.watch(conn.into_owned()).await
                     }
+                };
+                if let Err(e) = served {
+                    stats.count_connection_error(&*e);
                 }
             });
         }
