@@ -30,8 +30,8 @@ use fulcrum_balance::{build, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos
 use fulcrum_resilience::{routable, Change, OutlierDetector, RequestResult, RetryBudget, SlowStart};
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::Epoch;
 use crate::config::Cluster;
-use crate::http::Epoch;
 use crate::metrics::EndpointStats;
 
 /// One upstream address with its counters.
@@ -399,7 +399,7 @@ impl SharedCluster {
         let mut last_ramp_step = 0;
         loop {
             tokio::select! {
-                _ = crate::server::stopping(&mut stopped) => return,
+                _ = crate::shutdown::stopping(&mut stopped) => return,
                 Some((id, result)) = results.recv() => {
                     let mut m = lock(&self.membership);
                     let now = self.epoch.now();

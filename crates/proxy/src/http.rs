@@ -37,102 +37,23 @@ use fulcrum_balance::Nanos;
 use fulcrum_resilience::RequestResult;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty, Full};
 use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
+use crate::body::{idempotent, LimitedBody, UpstreamBody};
+use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{HashKey, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
-use crate::server::Routing;
+use crate::routing::Routing;
 use crate::upstream::{ResponseBody, SendFailure};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
-
-/// The process's monotonic time origin, shared by all workers, so that
-/// balancers see one timeline in nanoseconds.
-#[derive(Debug, Clone, Copy)]
-pub struct Epoch(Instant);
-
-impl Epoch {
-    /// Start the timeline now.
-    pub fn new() -> Self {
-        Epoch(Instant::now())
-    }
-
-    /// Nanoseconds since the epoch.
-    pub fn now(&self) -> Nanos {
-        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
-impl Default for Epoch {
-    fn default() -> Self {
-        Epoch::new()
-    }
-}
-
-/// What is sent upstream: the client's streamed body, or nothing (which
-/// can be sent again on a retry).
-pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
-
-/// A client's request body, cut off with an error past the listener's
-/// `max_body_bytes` (bodies without a length are only known to be too large
-/// while they stream).
-#[derive(Debug)]
-pub struct LimitedBody {
-    inner: Incoming,
-    left: u64,
-    over: Arc<AtomicBool>,
-}
-
-/// The error a [`LimitedBody`] ends with.
-#[derive(Debug, thiserror::Error)]
-pub enum LimitedBodyError {
-    /// The client's body broke.
-    #[error(transparent)]
-    Client(#[from] hyper::Error),
-    /// The body outgrew the limit.
-    #[error("request body over max_body_bytes")]
-    TooLarge,
-}
-
-impl Body for LimitedBody {
-    type Data = Bytes;
-    type Error = LimitedBodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, LimitedBodyError>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
-                if len > self.left {
-                    self.over.store(true, Relaxed);
-                    return Poll::Ready(Some(Err(LimitedBodyError::TooLarge)));
-                }
-                self.left -= len;
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
 
 /// Everything one worker needs to serve one listener.
 pub struct HttpService {
@@ -243,11 +164,6 @@ enum Try {
     Timeout,
 }
 
-/// Methods whose requests may be sent again (RFC 9110 §9.2.2).
-pub(crate) fn idempotent(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
-}
-
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a response.
     pub async fn handle(&self, peer: &Peer, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
@@ -278,8 +194,7 @@ impl HttpService {
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let mut body =
-            if replayable { None } else { Some(LimitedBody { inner: body, left: max_body, over: over_limit.clone() }) };
+        let mut body = if replayable { None } else { Some(LimitedBody::new(body, max_body, over_limit.clone())) };
         let Some(headers) = self.upstream_headers(&mut parts, peer) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));

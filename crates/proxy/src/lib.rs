@@ -10,13 +10,18 @@
 //! listener in [`metrics`] and [`admin`].
 
 pub mod admin;
+pub mod body;
+pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod error;
 pub mod h1;
 mod health;
 pub mod http;
 pub mod metrics;
+pub mod routing;
 pub mod server;
+mod shutdown;
 pub mod tcp;
 mod tls;
 pub mod upstream;
