@@ -22,7 +22,8 @@
 //! `max_requests` in flight),
 //! 502 (upstream refused, reset or broke the protocol), 504 (no response
 //! headers within the cluster's `request_timeout`); hyper answers malformed
-//! requests with 400 and oversized heads with 431.
+//! requests with 400 and oversized heads with 431. All are counted in
+//! [`ProxyStats`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

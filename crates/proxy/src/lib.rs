@@ -7,7 +7,10 @@
 //! worker per core, each with its own balancers and connection pools
 //! ([`cluster`] explains why and what it costs); [`Proxy::shutdown`] drains.
 //! The request path is in [`http`] and [`tcp`]; counters and the admin
-//! listener in [`metrics`] and [`admin`].
+//! listener in [`metrics`] and [`admin`]. Pieces several of those share have
+//! files of their own, so that no two modules import each other: the clock
+//! ([`clock`]), the request body types ([`body`]), a worker's [`routing`],
+//! the startup error ([`error`]) and the shutdown signal.
 
 pub mod admin;
 pub mod body;

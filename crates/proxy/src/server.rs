@@ -5,7 +5,7 @@
 //! kernel spreads connections over the workers and no accept lock is
 //! shared. Each worker is a thread running a single-threaded tokio runtime
 //! with its own balancers and upstream connection pools
-//! ([`WorkerCluster`](crate::cluster::WorkerCluster)), reached through a
+//! ([`WorkerCluster`]), reached through a
 //! per-worker [`Routing`] that a reload replaces; a connection stays on the
 //! worker that accepted it. A control thread serves the admin listener,
 //! re-resolves endpoint names, runs health checks and outlier detection.

@@ -128,7 +128,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 
 /// Where an HTTP/1.1 connection lent to one exchange goes back to:
-/// [`Lease::give_back`] returns it to the pool once the response body has
+/// [`give_back`](h1::GiveBack::give_back) returns it to the pool once the response body has
 /// ended; dropped instead, the connection closes.
 pub struct Lease {
     pool: Arc<UpstreamPool>,
