@@ -16,6 +16,7 @@ fn start(specs: Vec<BackendSpec>) -> Backends {
 }
 
 #[tokio::test]
+#[ignore = "timing: answers within 200 ms of a 20 ms delay"]
 async fn answers_after_the_fixed_delay_with_its_name_and_body() {
     let backends = start(vec![
         BackendSpec { body_bytes: 1000, ..BackendSpec::with_delay(Dist::fixed(20 * MS)) },
@@ -67,6 +68,7 @@ async fn status_mix_is_drawn_per_request() {
 }
 
 #[tokio::test]
+#[ignore = "timing: a mean latency under 15 ms"]
 async fn exponential_and_uniform_delays_average_their_mean() {
     let backends = start(vec![
         BackendSpec::with_delay(Dist::Exponential { mean: 4e6 }),
@@ -86,6 +88,7 @@ async fn exponential_and_uniform_delays_average_their_mean() {
 }
 
 #[tokio::test]
+#[ignore = "timing: unpaused answers within 100 ms"]
 async fn delay_status_and_pauses_change_at_run_time() {
     let backends = start(vec![BackendSpec::default()]);
     let (b, addr) = (backends.backends()[0].clone(), backends.addrs()[0]);

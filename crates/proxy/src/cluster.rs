@@ -34,8 +34,8 @@ use fulcrum_resilience::{
 };
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::Epoch;
 use crate::config::Cluster;
-use crate::http::Epoch;
 use crate::metrics::EndpointStats;
 
 /// One upstream address with its counters.
@@ -389,7 +389,7 @@ impl SharedCluster {
         let mut tick = tokio::time::interval(Duration::from_nanos(STEP));
         loop {
             tokio::select! {
-                _ = crate::server::stopping(&mut stopped) => return,
+                _ = crate::shutdown::stopping(&mut stopped) => return,
                 Some((id, result)) = results.recv() => {
                     let mut m = lock(&self.membership);
                     let now = self.epoch.now();
