@@ -15,6 +15,10 @@
 //! `retries_denied`, `ejections`, `panic_seconds`, `first_ejection_s` and
 //! `time_to_ejection_ms` (per server, `null` when never ejected); nothing
 //! else changes.
+//!
+//! A run past `fulcrum_workload::EXACT_LIMIT` samples (without `exact`) has
+//! HDR-histogram percentiles: its `latency_ms` and `ci95_ms` then carry
+//! `"method": "hdr"` and the table ends with a line saying so.
 
 use std::fmt::Write as _;
 use std::io;
@@ -52,6 +56,7 @@ pub fn table(report: &Report) -> String {
         per_server_table(&mut out, report);
     }
     resilience_table(&mut out, report);
+    quantiles_note(&mut out, report);
     out
 }
 
@@ -115,6 +120,19 @@ fn per_server_summary(out: &mut String, report: &Report) {
         let least: Vec<String> = order.iter().rev().take(EXTREMES).map(name).collect();
         let _ = writeln!(out, "Most loaded, {}: {}", a.algorithm, most.join(", "));
         let _ = writeln!(out, "Least loaded, {}: {}", a.algorithm, least.join(", "));
+    }
+}
+
+/// Says so when some run's percentiles come from a histogram (exact
+/// figures, the usual case, need no note, so their table is unchanged).
+fn quantiles_note(out: &mut String, report: &Report) {
+    if report.results.iter().any(|a| !a.latency.method.is_exact()) {
+        let _ = writeln!(
+            out,
+            "\nQuantiles: {} in runs past {} samples (--exact keeps every sample)",
+            fulcrum_workload::Method::Hdr.describe(),
+            fulcrum_workload::EXACT_LIMIT
+        );
     }
 }
 
