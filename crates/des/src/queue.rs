@@ -17,8 +17,8 @@
 //! swaps. Binary digits (64 buckets) move events up to 64 times: in
 //! `perf` profiles of the request simulator on fleet-1000, the queue's
 //! share of the time fell from about 31 % with binary digits to 21 % with
-//! radix 16 (`DOCNOTES-des.md`; the queue alone is measured against a
-//! binary heap by `benches/queue.rs`).
+//! radix 16 (`docs/lab-core.md`, "The queue: a radix-16 heap"; the queue
+//! alone is measured against a binary heap by `benches/queue.rs`).
 //!
 //! Order among equal times: every bucket is appended to and emptied in
 //! order, and all events with the same key always sit in the same bucket
