@@ -4,6 +4,9 @@
 //! bpffs (`--pin-dir`), so each call is a short-lived process and the data
 //! plane with its flows outlives it; `create --iface` also attaches the
 //! program, `detach` and `reset` undo that. The work is in `fulcrum-xdp`.
+//! On a scale-out node, `announce`, `drain` and `bird-config` tie the node to
+//! BIRD (`crate::bird`): a VIP is announced while the program is attached and
+//! its service has a backend of non-zero weight.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,7 @@ use fulcrum_xdp::maps::Counters;
 use fulcrum_xdp::spec::{self, Protocol, ServiceKey, ServiceSpec};
 use serde_json::{json, Value};
 
+use crate::bird::{self, Announcement};
 use crate::cli::Failure;
 
 /// Options of `fulcrum lb`.
@@ -23,6 +27,14 @@ pub struct Args {
     /// /sys/fs/bpf is mounted if needed).
     #[arg(long, global = true, default_value = DEFAULT_PIN_DIR)]
     pin_dir: PathBuf,
+    /// The BIRD include file naming the VIPs this node announces (written
+    /// by `announce` and `drain`, refreshed by `create`, `delete`, `detach`
+    /// and `reset` when it exists).
+    #[arg(long, global = true, default_value = bird::DEFAULT_INCLUDE)]
+    bird_include: PathBuf,
+    /// BIRD's control socket (`birdc -s`).
+    #[arg(long, global = true, default_value = bird::DEFAULT_SOCKET)]
+    bird_socket: PathBuf,
     #[command(subcommand)]
     command: LbCommand,
 }
@@ -53,6 +65,40 @@ enum LbCommand {
     },
     /// Detach everywhere and remove every pinned map: all services go.
     Reset,
+    /// Announce over BGP (through BIRD) every VIP whose service has a
+    /// backend of non-zero weight, while the program is attached.
+    Announce,
+    /// Withdraw every announcement; the data plane keeps serving the flows
+    /// that still reach it. `announce` undoes it.
+    Drain,
+    /// Print the BIRD 2 configuration of a node that announces its VIPs to
+    /// one router over eBGP with BFD.
+    BirdConfig(BirdConfigArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+struct BirdConfigArgs {
+    /// The node's address towards the router (also its BGP router id).
+    #[arg(long)]
+    local: Ipv4Addr,
+    /// The router's address.
+    #[arg(long)]
+    peer: Ipv4Addr,
+    /// The node's AS number.
+    #[arg(long, default_value_t = 65001)]
+    asn: u32,
+    /// The router's AS number.
+    #[arg(long, default_value_t = 65000)]
+    peer_asn: u32,
+    /// The interface towards the router (BFD runs on it).
+    #[arg(long, default_value = "eth0")]
+    iface: String,
+    /// BFD interval in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    bfd_interval_ms: u32,
+    /// BFD multiplier: missed intervals before the router drops the node.
+    #[arg(long, default_value_t = 3)]
+    bfd_multiplier: u32,
 }
 
 /// How `list` and `stats` print: a table for people, or one JSON document
@@ -137,18 +183,90 @@ fn failure(e: fulcrum_xdp::Error) -> Failure {
 /// Run one `fulcrum lb` command.
 pub fn run(args: Args) -> Result<(), Failure> {
     let dir = args.pin_dir.as_path();
+    let bgp = Bgp { include: &args.bird_include, socket: &args.bird_socket };
     match args.command {
-        LbCommand::Create(c) => create(dir, c),
-        LbCommand::List { output } => list(dir, output),
-        LbCommand::Delete(d) => delete(dir, d),
+        LbCommand::Create(c) => create(dir, c).and_then(|()| bgp.refresh(dir)),
+        LbCommand::List { output } => list(dir, output, &bgp),
+        LbCommand::Delete(d) => delete(dir, d).and_then(|()| bgp.refresh(dir)),
         LbCommand::Stats { output } => stats(dir, output),
         LbCommand::Detach { iface } => {
             let done = dataplane::detach(dir, &iface).map_err(failure)?;
             println!("{}", if done { format!("detached from {iface}") } else { format!("not attached to {iface}") });
+            bgp.refresh(dir)
+        }
+        LbCommand::Reset => dataplane::reset(dir).map_err(failure).and_then(|()| bgp.refresh(dir)),
+        LbCommand::Announce => bgp.set(dir, false),
+        LbCommand::Drain => bgp.set(dir, true),
+        LbCommand::BirdConfig(b) => {
+            print!(
+                "{}",
+                bird::node_config(&bird::NodeConfig {
+                    local: b.local,
+                    asn: b.asn,
+                    peer: b.peer,
+                    peer_asn: b.peer_asn,
+                    iface: b.iface,
+                    bfd_interval_ms: b.bfd_interval_ms,
+                    bfd_multiplier: b.bfd_multiplier,
+                    include: args.bird_include.display().to_string(),
+                })
+            );
             Ok(())
         }
-        LbCommand::Reset => dataplane::reset(dir).map_err(failure),
     }
+}
+
+/// Where this node's announcement lives.
+struct Bgp<'a> {
+    include: &'a Path,
+    socket: &'a Path,
+}
+
+impl Bgp<'_> {
+    fn read(&self) -> Result<Option<Announcement>, Failure> {
+        bird::read(self.include).map_err(Failure::runtime)
+    }
+
+    /// `announce` (drained = false) or `drain`.
+    fn set(&self, dir: &Path, drained: bool) -> Result<(), Failure> {
+        let vips = if drained { Vec::new() } else { announceable(dir)? };
+        let a = Announcement { vips, drained };
+        bird::write_and_reconfigure(self.include, &a, self.socket).map_err(Failure::runtime)?;
+        if drained {
+            println!("drained: no VIP announced; established flows that still arrive are served");
+        } else {
+            let vips: Vec<String> = a.vips.iter().map(ToString::to_string).collect();
+            println!("announcing: {}", if vips.is_empty() { "nothing".into() } else { vips.join(", ") });
+        }
+        Ok(())
+    }
+
+    /// After a change to services or attachments, announce what now
+    /// qualifies, unless the node does not use BGP (no include file) or is
+    /// drained.
+    fn refresh(&self, dir: &Path) -> Result<(), Failure> {
+        match self.read()? {
+            Some(a) if !a.drained => self.set(dir, false),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The VIPs this node may announce: none unless the program is attached
+/// somewhere; otherwise those of services with a backend of non-zero weight.
+fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
+    if dataplane::attached(dir).is_empty() {
+        return Ok(Vec::new());
+    }
+    let services = match Dataplane::open_pinned(dir, false) {
+        Ok(dp) => dp.services().map_err(failure)?,
+        Err(fulcrum_xdp::Error::NotCreated(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(failure(e)),
+    };
+    let mut vips: Vec<Ipv4Addr> =
+        services.iter().filter(|s| s.spec.backends.iter().any(|b| b.weight > 0)).map(|s| s.spec.key.vip).collect();
+    vips.dedup();
+    Ok(vips)
 }
 
 fn create(dir: &Path, c: CreateArgs) -> Result<(), Failure> {
@@ -189,7 +307,7 @@ fn lower(v: impl std::fmt::Debug) -> String {
 
 /// `list -o json`: the services as `create` would make them, and the
 /// interfaces the program is attached to.
-fn services_json(services: &[ServiceInfo], attached: &[String]) -> Value {
+fn services_json(services: &[ServiceInfo], attached: &[String], bgp: Option<&Announcement>) -> Value {
     let services: Vec<Value> = services
         .iter()
         .map(|s| {
@@ -206,7 +324,14 @@ fn services_json(services: &[ServiceInfo], attached: &[String]) -> Value {
             })
         })
         .collect();
-    json!({ "services": services, "attached": attached })
+    let announced: Vec<String> = bgp.map(|a| a.vips.iter().map(ToString::to_string).collect()).unwrap_or_default();
+    json!({
+        "services": services,
+        "attached": attached,
+        "bgp": bgp.is_some(),
+        "announced": announced,
+        "drained": bgp.is_some_and(|a| a.drained),
+    })
 }
 
 fn counters_json(c: &Counters) -> Value {
@@ -240,12 +365,13 @@ fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
     json!({ "services": services, "data_plane": data_plane })
 }
 
-fn list(dir: &Path, output: Output) -> Result<(), Failure> {
+fn list(dir: &Path, output: Output, bgp: &Bgp) -> Result<(), Failure> {
     let dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
     let services = dp.services().map_err(failure)?;
     let ifaces = dataplane::attached(dir);
+    let announcement = bgp.read()?;
     if output == Output::Json {
-        println!("{}", services_json(&services, &ifaces));
+        println!("{}", services_json(&services, &ifaces, announcement.as_ref()));
         return Ok(());
     }
     println!(
@@ -269,6 +395,11 @@ fn list(dir: &Path, output: Output) -> Result<(), Failure> {
     }
     if !ifaces.is_empty() {
         println!("attached to: {}", ifaces.join(", "));
+    }
+    if let Some(a) = announcement {
+        let vips: Vec<String> = a.vips.iter().map(ToString::to_string).collect();
+        let state = if a.drained { " (drained)" } else { "" };
+        println!("announced over BGP{state}: {}", if vips.is_empty() { "nothing".into() } else { vips.join(", ") });
     }
     Ok(())
 }
@@ -327,7 +458,9 @@ mod tests {
 
     #[test]
     fn list_json_reads_back_as_the_create_arguments() {
-        let v = services_json(&[service()], &["eth0".to_string()]);
+        let bgp = Announcement { vips: vec![Ipv4Addr::new(20, 20, 20, 1)], drained: false };
+        let v = services_json(&[service()], &["eth0".to_string()], Some(&bgp));
+        assert_eq!((&v["bgp"], &v["announced"], &v["drained"]), (&json!(true), &json!(["20.20.20.1"]), &json!(false)));
         let s = &v["services"][0];
         assert_eq!(s["vip"], "20.20.20.1");
         assert_eq!(s["port"], 2020);
