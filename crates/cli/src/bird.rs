@@ -131,15 +131,19 @@ pub fn read(path: &Path) -> Result<Option<Announcement>, String> {
     }
 }
 
-/// Write the include file (atomically: BIRD may read it at any time) and
-/// ask the BIRD behind `socket` to re-read its configuration.
-pub fn write_and_reconfigure(path: &Path, a: &Announcement, socket: &Path) -> Result<(), String> {
+/// Write the include file (atomically: BIRD may read it at any time).
+pub fn write(path: &Path, a: &Announcement) -> Result<(), String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, include_text(a)).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// [`write`], then ask the BIRD behind `socket` to re-read its configuration.
+pub fn write_and_reconfigure(path: &Path, a: &Announcement, socket: &Path) -> Result<(), String> {
+    write(path, a)?;
     let out = Command::new("birdc")
         .arg("-s")
         .arg(socket)

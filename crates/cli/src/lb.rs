@@ -72,7 +72,8 @@ enum LbCommand {
     /// that still reach it. `announce` undoes it.
     Drain,
     /// Print the BIRD 2 configuration of a node that announces its VIPs to
-    /// one router over eBGP with BFD.
+    /// one router over eBGP with BFD (and create the include file, announcing
+    /// nothing, if it is missing).
     BirdConfig(BirdConfigArgs),
 }
 
@@ -198,6 +199,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
         LbCommand::Announce => bgp.set(dir, false),
         LbCommand::Drain => bgp.set(dir, true),
         LbCommand::BirdConfig(b) => {
+            // BIRD refuses to start when an included file is missing.
+            if bgp.read()?.is_none() {
+                bird::write(&args.bird_include, &Announcement::default()).map_err(Failure::runtime)?;
+            }
             print!(
                 "{}",
                 bird::node_config(&bird::NodeConfig {
