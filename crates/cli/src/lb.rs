@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
 use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, XdpMode, DEFAULT_PIN_DIR};
+use fulcrum_xdp::fleet::{self, Ecmp};
 use fulcrum_xdp::maps::Counters;
-use fulcrum_xdp::spec::{self, Protocol, ServiceKey, ServiceSpec};
+use fulcrum_xdp::spec::{self, Protocol, Select, ServiceKey, ServiceSpec};
 use serde_json::{json, Value};
 
 use crate::bird::{self, Announcement};
@@ -71,10 +72,53 @@ enum LbCommand {
     /// Withdraw every announcement; the data plane keeps serving the flows
     /// that still reach it. `announce` undoes it.
     Drain,
+    /// Model a fleet change (ECMP in front of several nodes, the same table
+    /// on each): the flows that change node and the flows that break.
+    Simulate(SimulateArgs),
     /// Print the BIRD 2 configuration of a node that announces its VIPs to
     /// one router over eBGP with BFD (and create the include file, announcing
     /// nothing, if it is missing).
     BirdConfig(BirdConfigArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+struct SimulateArgs {
+    /// LB nodes before the change.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Nodes that leave (numbered from 1; repeat or comma-separate).
+    #[arg(long, value_delimiter = ',')]
+    leave: Vec<usize>,
+    /// Nodes that join.
+    #[arg(long, default_value_t = 0)]
+    join: usize,
+    /// Backends before the change.
+    #[arg(long, default_value_t = 10_000)]
+    backends: usize,
+    /// Backends added at the same moment.
+    #[arg(long, default_value_t = 0)]
+    add_backends: usize,
+    /// Backends removed at the same moment.
+    #[arg(long, default_value_t = 0)]
+    remove_backends: usize,
+    /// The table: maglev, rendezvous or both.
+    #[arg(long, default_value = "both")]
+    select: String,
+    /// The router's multipath: hash-threshold (BIRD's) or resilient.
+    #[arg(long, default_value = "hash-threshold")]
+    ecmp: String,
+    /// Buckets of a resilient group.
+    #[arg(long, default_value_t = 8192)]
+    buckets: usize,
+    /// Established flows.
+    #[arg(long, default_value_t = 100_000)]
+    flows: usize,
+    /// Seed of the flows and the router's hash.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    output: Output,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -198,6 +242,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         LbCommand::Reset => dataplane::reset(dir).map_err(failure).and_then(|()| bgp.refresh(dir)),
         LbCommand::Announce => bgp.set(dir, false),
         LbCommand::Drain => bgp.set(dir, true),
+        LbCommand::Simulate(a) => simulate(a),
         LbCommand::BirdConfig(b) => {
             // BIRD refuses to start when an included file is missing.
             if bgp.read()?.is_none() {
@@ -302,6 +347,59 @@ fn create(dir: &Path, c: CreateArgs) -> Result<(), Failure> {
         if dataplane::attach(dir, iface, xdp_mode).map_err(failure)? {
             println!("attached to {iface} ({})", c.xdp_mode);
         }
+    }
+    Ok(())
+}
+
+fn simulate(a: SimulateArgs) -> Result<(), Failure> {
+    let selects = match a.select.as_str() {
+        "both" => vec![Select::Maglev, Select::Rendezvous],
+        s => vec![spec::parse_select(s).map_err(input)?],
+    };
+    let ecmp = match a.ecmp.as_str() {
+        "hash-threshold" => Ecmp::HashThreshold,
+        "resilient" => Ecmp::Resilient(a.buckets),
+        e => return Err(Failure::input(format!("unknown ECMP {e:?} (hash-threshold or resilient)"))),
+    };
+    if let Some(&0) = a.leave.iter().find(|&&k| k == 0) {
+        return Err(Failure::input("--leave: nodes are numbered from 1"));
+    }
+    let mut rows = Vec::new();
+    for select in selects {
+        let change = fleet::Change {
+            nodes: a.nodes,
+            leave: a.leave.iter().map(|k| k - 1).collect(),
+            join: a.join,
+            backends: a.backends,
+            add_backends: a.add_backends,
+            remove_backends: a.remove_backends,
+            select,
+            ecmp,
+            flows: a.flows,
+            seed: a.seed,
+        };
+        let o = fleet::simulate(&change).map_err(|e| Failure::input(e.to_string()))?;
+        rows.push((select, o));
+    }
+    if a.output == Output::Json {
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|(s, o)| {
+                json!({"select": lower(s), "ecmp": a.ecmp, "moved_node": o.moved_node,
+                       "broken_at_once": o.broken_at_once, "broken_settled": o.broken_settled})
+            })
+            .collect();
+        println!("{}", json!({ "flows": a.flows, "results": rows }));
+        return Ok(());
+    }
+    println!(
+        "{:<11} {:<15} {:>16} {:>20} {:>20}",
+        "SELECT", "ECMP", "CHANGED NODE", "BROKEN (AT ONCE)", "BROKEN (SETTLED)"
+    );
+    let pct = |f: f64| format!("{:.2} %", 100.0 * f);
+    for (s, o) in rows {
+        let (m, b, st) = (pct(o.moved_node), pct(o.broken_at_once), pct(o.broken_settled));
+        println!("{:<11} {:<15} {m:>16} {b:>20} {st:>20}", lower(s), a.ecmp);
     }
     Ok(())
 }
