@@ -4,16 +4,21 @@
 //! bpffs (`--pin-dir`), so each call is a short-lived process and the data
 //! plane with its flows outlives it; `create --iface` also attaches the
 //! program, `detach` and `reset` undo that. The work is in `fulcrum-xdp`.
+//! On a scale-out node, `announce`, `drain` and `bird-config` tie the node to
+//! BIRD (`crate::bird`): a VIP is announced while the program is attached and
+//! its service has a backend of non-zero weight.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
 use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, XdpMode, DEFAULT_PIN_DIR};
+use fulcrum_xdp::fleet::{self, Ecmp};
 use fulcrum_xdp::maps::Counters;
-use fulcrum_xdp::spec::{self, Protocol, ServiceKey, ServiceSpec};
+use fulcrum_xdp::spec::{self, Protocol, Select, ServiceKey, ServiceSpec};
 use serde_json::{json, Value};
 
+use crate::bird::{self, Announcement};
 use crate::cli::Failure;
 
 /// Options of `fulcrum lb`.
@@ -23,6 +28,14 @@ pub struct Args {
     /// /sys/fs/bpf is mounted if needed).
     #[arg(long, global = true, default_value = DEFAULT_PIN_DIR)]
     pin_dir: PathBuf,
+    /// The BIRD include file naming the VIPs this node announces (written
+    /// by `announce` and `drain`, refreshed by `create`, `delete`, `detach`
+    /// and `reset` when it exists).
+    #[arg(long, global = true, default_value = bird::DEFAULT_INCLUDE)]
+    bird_include: PathBuf,
+    /// BIRD's control socket (`birdc -s`).
+    #[arg(long, global = true, default_value = bird::DEFAULT_SOCKET)]
+    bird_socket: PathBuf,
     #[command(subcommand)]
     command: LbCommand,
 }
@@ -53,6 +66,84 @@ enum LbCommand {
     },
     /// Detach everywhere and remove every pinned map: all services go.
     Reset,
+    /// Announce over BGP (through BIRD) every VIP whose service has a
+    /// backend of non-zero weight, while the program is attached.
+    Announce,
+    /// Withdraw every announcement; the data plane keeps serving the flows
+    /// that still reach it. `announce` undoes it.
+    Drain,
+    /// Model a fleet change (ECMP in front of several nodes, the same table
+    /// on each): the flows that change node and the flows that break.
+    Simulate(SimulateArgs),
+    /// Print the BIRD 2 configuration of a node that announces its VIPs to
+    /// one router over eBGP with BFD (and create the include file, announcing
+    /// nothing, if it is missing).
+    BirdConfig(BirdConfigArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+struct SimulateArgs {
+    /// LB nodes before the change.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Nodes that leave (numbered from 1; repeat or comma-separate).
+    #[arg(long, value_delimiter = ',')]
+    leave: Vec<usize>,
+    /// Nodes that join.
+    #[arg(long, default_value_t = 0)]
+    join: usize,
+    /// Backends before the change.
+    #[arg(long, default_value_t = 10_000)]
+    backends: usize,
+    /// Backends added at the same moment.
+    #[arg(long, default_value_t = 0)]
+    add_backends: usize,
+    /// Backends removed at the same moment.
+    #[arg(long, default_value_t = 0)]
+    remove_backends: usize,
+    /// The table: maglev, rendezvous or both.
+    #[arg(long, default_value = "both")]
+    select: String,
+    /// The router's multipath: hash-threshold (BIRD's) or resilient.
+    #[arg(long, default_value = "hash-threshold")]
+    ecmp: String,
+    /// Buckets of a resilient group.
+    #[arg(long, default_value_t = 8192)]
+    buckets: usize,
+    /// Established flows.
+    #[arg(long, default_value_t = 100_000)]
+    flows: usize,
+    /// Seed of the flows and the router's hash.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+#[derive(Debug, ClapArgs)]
+struct BirdConfigArgs {
+    /// The node's address towards the router (also its BGP router id).
+    #[arg(long)]
+    local: Ipv4Addr,
+    /// The router's address.
+    #[arg(long)]
+    peer: Ipv4Addr,
+    /// The node's AS number.
+    #[arg(long, default_value_t = 65001)]
+    asn: u32,
+    /// The router's AS number.
+    #[arg(long, default_value_t = 65000)]
+    peer_asn: u32,
+    /// The interface towards the router (BFD runs on it).
+    #[arg(long, default_value = "eth0")]
+    iface: String,
+    /// BFD interval in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    bfd_interval_ms: u32,
+    /// BFD multiplier: missed intervals before the router drops the node.
+    #[arg(long, default_value_t = 3)]
+    bfd_multiplier: u32,
 }
 
 /// How `list` and `stats` print: a table for people, or one JSON document
@@ -137,18 +228,95 @@ fn failure(e: fulcrum_xdp::Error) -> Failure {
 /// Run one `fulcrum lb` command.
 pub fn run(args: Args) -> Result<(), Failure> {
     let dir = args.pin_dir.as_path();
+    let bgp = Bgp { include: &args.bird_include, socket: &args.bird_socket };
     match args.command {
-        LbCommand::Create(c) => create(dir, c),
-        LbCommand::List { output } => list(dir, output),
-        LbCommand::Delete(d) => delete(dir, d),
+        LbCommand::Create(c) => create(dir, c).and_then(|()| bgp.refresh(dir)),
+        LbCommand::List { output } => list(dir, output, &bgp),
+        LbCommand::Delete(d) => delete(dir, d).and_then(|()| bgp.refresh(dir)),
         LbCommand::Stats { output } => stats(dir, output),
         LbCommand::Detach { iface } => {
             let done = dataplane::detach(dir, &iface).map_err(failure)?;
             println!("{}", if done { format!("detached from {iface}") } else { format!("not attached to {iface}") });
+            bgp.refresh(dir)
+        }
+        LbCommand::Reset => dataplane::reset(dir).map_err(failure).and_then(|()| bgp.refresh(dir)),
+        LbCommand::Announce => bgp.set(dir, false),
+        LbCommand::Drain => bgp.set(dir, true),
+        LbCommand::Simulate(a) => simulate(a),
+        LbCommand::BirdConfig(b) => {
+            // BIRD refuses to start when an included file is missing.
+            if bgp.read()?.is_none() {
+                bird::write(&args.bird_include, &Announcement::default()).map_err(Failure::runtime)?;
+            }
+            print!(
+                "{}",
+                bird::node_config(&bird::NodeConfig {
+                    local: b.local,
+                    asn: b.asn,
+                    peer: b.peer,
+                    peer_asn: b.peer_asn,
+                    iface: b.iface,
+                    bfd_interval_ms: b.bfd_interval_ms,
+                    bfd_multiplier: b.bfd_multiplier,
+                    include: args.bird_include.display().to_string(),
+                })
+            );
             Ok(())
         }
-        LbCommand::Reset => dataplane::reset(dir).map_err(failure),
     }
+}
+
+/// Where this node's announcement lives.
+struct Bgp<'a> {
+    include: &'a Path,
+    socket: &'a Path,
+}
+
+impl Bgp<'_> {
+    fn read(&self) -> Result<Option<Announcement>, Failure> {
+        bird::read(self.include).map_err(Failure::runtime)
+    }
+
+    /// `announce` (drained = false) or `drain`.
+    fn set(&self, dir: &Path, drained: bool) -> Result<(), Failure> {
+        let vips = if drained { Vec::new() } else { announceable(dir)? };
+        let a = Announcement { vips, drained };
+        bird::write_and_reconfigure(self.include, &a, self.socket).map_err(Failure::runtime)?;
+        if drained {
+            println!("drained: no VIP announced; established flows that still arrive are served");
+        } else {
+            let vips: Vec<String> = a.vips.iter().map(ToString::to_string).collect();
+            println!("announcing: {}", if vips.is_empty() { "nothing".into() } else { vips.join(", ") });
+        }
+        Ok(())
+    }
+
+    /// After a change to services or attachments, announce what now
+    /// qualifies, unless the node does not use BGP (no include file) or is
+    /// drained.
+    fn refresh(&self, dir: &Path) -> Result<(), Failure> {
+        match self.read()? {
+            Some(a) if !a.drained => self.set(dir, false),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The VIPs this node may announce: none unless the program is attached
+/// somewhere; otherwise those of services with a backend of non-zero weight.
+fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
+    if dataplane::attached(dir).is_empty() {
+        return Ok(Vec::new());
+    }
+    let services = match Dataplane::open_pinned(dir, false) {
+        Ok(dp) => dp.services().map_err(failure)?,
+        Err(fulcrum_xdp::Error::NotCreated(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(failure(e)),
+    };
+    let mut vips: Vec<Ipv4Addr> =
+        services.iter().filter(|s| s.spec.backends.iter().any(|b| b.weight > 0)).map(|s| s.spec.key.vip).collect();
+    vips.dedup();
+    Ok(vips)
 }
 
 fn create(dir: &Path, c: CreateArgs) -> Result<(), Failure> {
@@ -183,13 +351,66 @@ fn create(dir: &Path, c: CreateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+fn simulate(a: SimulateArgs) -> Result<(), Failure> {
+    let selects = match a.select.as_str() {
+        "both" => vec![Select::Maglev, Select::Rendezvous],
+        s => vec![spec::parse_select(s).map_err(input)?],
+    };
+    let ecmp = match a.ecmp.as_str() {
+        "hash-threshold" => Ecmp::HashThreshold,
+        "resilient" => Ecmp::Resilient(a.buckets),
+        e => return Err(Failure::input(format!("unknown ECMP {e:?} (hash-threshold or resilient)"))),
+    };
+    if let Some(&0) = a.leave.iter().find(|&&k| k == 0) {
+        return Err(Failure::input("--leave: nodes are numbered from 1"));
+    }
+    let mut rows = Vec::new();
+    for select in selects {
+        let change = fleet::Change {
+            nodes: a.nodes,
+            leave: a.leave.iter().map(|k| k - 1).collect(),
+            join: a.join,
+            backends: a.backends,
+            add_backends: a.add_backends,
+            remove_backends: a.remove_backends,
+            select,
+            ecmp,
+            flows: a.flows,
+            seed: a.seed,
+        };
+        let o = fleet::simulate(&change).map_err(|e| Failure::input(e.to_string()))?;
+        rows.push((select, o));
+    }
+    if a.output == Output::Json {
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|(s, o)| {
+                json!({"select": lower(s), "ecmp": a.ecmp, "moved_node": o.moved_node,
+                       "broken_at_once": o.broken_at_once, "broken_settled": o.broken_settled})
+            })
+            .collect();
+        println!("{}", json!({ "flows": a.flows, "results": rows }));
+        return Ok(());
+    }
+    println!(
+        "{:<11} {:<15} {:>16} {:>20} {:>20}",
+        "SELECT", "ECMP", "CHANGED NODE", "BROKEN (AT ONCE)", "BROKEN (SETTLED)"
+    );
+    let pct = |f: f64| format!("{:.2} %", 100.0 * f);
+    for (s, o) in rows {
+        let (m, b, st) = (pct(o.moved_node), pct(o.broken_at_once), pct(o.broken_settled));
+        println!("{:<11} {:<15} {m:>16} {b:>20} {st:>20}", lower(s), a.ecmp);
+    }
+    Ok(())
+}
+
 fn lower(v: impl std::fmt::Debug) -> String {
     format!("{v:?}").to_lowercase()
 }
 
 /// `list -o json`: the services as `create` would make them, and the
 /// interfaces the program is attached to.
-fn services_json(services: &[ServiceInfo], attached: &[String]) -> Value {
+fn services_json(services: &[ServiceInfo], attached: &[String], bgp: Option<&Announcement>) -> Value {
     let services: Vec<Value> = services
         .iter()
         .map(|s| {
@@ -206,7 +427,14 @@ fn services_json(services: &[ServiceInfo], attached: &[String]) -> Value {
             })
         })
         .collect();
-    json!({ "services": services, "attached": attached })
+    let announced: Vec<String> = bgp.map(|a| a.vips.iter().map(ToString::to_string).collect()).unwrap_or_default();
+    json!({
+        "services": services,
+        "attached": attached,
+        "bgp": bgp.is_some(),
+        "announced": announced,
+        "drained": bgp.is_some_and(|a| a.drained),
+    })
 }
 
 fn counters_json(c: &Counters) -> Value {
@@ -240,12 +468,13 @@ fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
     json!({ "services": services, "data_plane": data_plane })
 }
 
-fn list(dir: &Path, output: Output) -> Result<(), Failure> {
+fn list(dir: &Path, output: Output, bgp: &Bgp) -> Result<(), Failure> {
     let dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
     let services = dp.services().map_err(failure)?;
     let ifaces = dataplane::attached(dir);
+    let announcement = bgp.read()?;
     if output == Output::Json {
-        println!("{}", services_json(&services, &ifaces));
+        println!("{}", services_json(&services, &ifaces, announcement.as_ref()));
         return Ok(());
     }
     println!(
@@ -269,6 +498,11 @@ fn list(dir: &Path, output: Output) -> Result<(), Failure> {
     }
     if !ifaces.is_empty() {
         println!("attached to: {}", ifaces.join(", "));
+    }
+    if let Some(a) = announcement {
+        let vips: Vec<String> = a.vips.iter().map(ToString::to_string).collect();
+        let state = if a.drained { " (drained)" } else { "" };
+        println!("announced over BGP{state}: {}", if vips.is_empty() { "nothing".into() } else { vips.join(", ") });
     }
     Ok(())
 }
@@ -327,7 +561,9 @@ mod tests {
 
     #[test]
     fn list_json_reads_back_as_the_create_arguments() {
-        let v = services_json(&[service()], &["eth0".to_string()]);
+        let bgp = Announcement { vips: vec![Ipv4Addr::new(20, 20, 20, 1)], drained: false };
+        let v = services_json(&[service()], &["eth0".to_string()], Some(&bgp));
+        assert_eq!((&v["bgp"], &v["announced"], &v["drained"]), (&json!(true), &json!(["20.20.20.1"]), &json!(false)));
         let s = &v["services"][0];
         assert_eq!(s["vip"], "20.20.20.1");
         assert_eq!(s["port"], 2020);

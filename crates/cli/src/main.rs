@@ -3,6 +3,7 @@
 
 mod algorithms;
 mod backend;
+mod bird;
 mod cli;
 mod demo;
 mod lb;

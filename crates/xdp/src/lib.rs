@@ -15,6 +15,7 @@
 pub mod dataplane;
 mod error;
 pub mod fixture;
+pub mod fleet;
 pub mod flow;
 pub mod maps;
 pub mod netns;

@@ -89,7 +89,7 @@ impl fmt::Display for ServiceKey {
 pub struct Backend {
     /// Its address.
     pub ip: Ipv4Addr,
-    /// Its relative weight (≥ 1).
+    /// Its relative weight; 0 drains it (no new flows, established ones stay).
     pub weight: u32,
 }
 
@@ -126,7 +126,8 @@ pub fn parse_ports(s: &str) -> Result<(u16, u16), SpecError> {
     }
 }
 
-/// Parse `IP[:WEIGHT],…` (`31.31.31.1:1,32.32.32.1:2`); the weight defaults to 1.
+/// Parse `IP[:WEIGHT],…` (`31.31.31.1:1,32.32.32.1:2`); the weight defaults
+/// to 1, and 0 drains the endpoint.
 pub fn parse_endpoints(s: &str) -> Result<Vec<Backend>, SpecError> {
     s.split(',')
         .map(|item| {
@@ -135,8 +136,7 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<Backend>, SpecError> {
             let weight = weight
                 .parse::<u32>()
                 .ok()
-                .filter(|&w| w > 0)
-                .ok_or_else(|| SpecError(format!("bad weight {weight:?} for {ip} (a whole number ≥ 1)")))?;
+                .ok_or_else(|| SpecError(format!("bad weight {weight:?} for {ip} (a whole number; 0 drains)")))?;
             Ok(Backend { ip, weight })
         })
         .collect()
@@ -175,6 +175,9 @@ impl ServiceSpec {
         if self.backends.is_empty() {
             return Err(SpecError(format!("{}: no endpoints", self.key)));
         }
+        if self.backends.iter().all(|b| b.weight == 0) {
+            return Err(SpecError(format!("{}: every endpoint has weight 0: none could take a new flow", self.key)));
+        }
         let mut ips: Vec<Ipv4Addr> = self.backends.iter().map(|b| b.ip).collect();
         ips.sort();
         if let Some(w) = ips.windows(2).find(|w| w[0] == w[1]) {
@@ -211,7 +214,8 @@ mod tests {
         assert!(parse_ports("0:80").unwrap_err().0.contains("bad port"));
         assert!(parse_ports("80:x").unwrap_err().0.contains("\"x\""));
         assert!(parse_endpoints("1.2.3:1").unwrap_err().0.contains("1.2.3"));
-        assert!(parse_endpoints("1.2.3.4:0").unwrap_err().0.contains("weight"));
+        assert!(parse_endpoints("1.2.3.4:-1").unwrap_err().0.contains("weight"));
+        assert_eq!(parse_endpoints("1.2.3.4:0").unwrap()[0].weight, 0);
         assert!(parse_mode("tunnel").unwrap_err().0.contains("nat or dsr"));
     }
 
@@ -231,6 +235,12 @@ mod tests {
         assert!(spec(Mode::Dsr, 2020, "1.1.1.1").validate().is_ok());
         assert!(spec(Mode::Dsr, 5001, "1.1.1.1").validate().unwrap_err().0.contains("--tcp=2020"));
         assert!(spec(Mode::Nat, 5001, "1.1.1.1").validate().is_ok());
+    }
+
+    #[test]
+    fn all_draining_is_refused() {
+        assert!(spec(Mode::Nat, 1, "1.1.1.1:0,1.1.1.2:0").validate().unwrap_err().0.contains("weight 0"));
+        assert!(spec(Mode::Nat, 1, "1.1.1.1:0,1.1.1.2:1").validate().is_ok());
     }
 
     #[test]

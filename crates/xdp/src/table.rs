@@ -7,6 +7,8 @@
 //! `h` gets rendezvous' choice for `h mod RING_SIZE` and removing an
 //! endpoint moves only the entries it owned. Endpoints are named `ip:port`
 //! and sorted, so every node given the same set builds the same table.
+//! A backend of weight 0 is draining: it keeps its place in the backend
+//! order (so its slot and established flows stay) but owns no entry.
 
 use fulcrum_balance::{Balancer, BuildError, Endpoint, Maglev, Rendezvous};
 
@@ -14,17 +16,22 @@ use crate::maps::RING_SIZE;
 use crate::spec::{Backend, Select, ServiceSpec};
 
 /// The backends in table order (sorted by address) and, for every entry,
-/// the index into that order.
+/// the index into that order (never one of weight 0).
 pub fn build(spec: &ServiceSpec) -> Result<(Vec<Backend>, Vec<u32>), BuildError> {
     let mut backends = spec.backends.clone();
     backends.sort_by_key(|b| b.ip);
     let endpoints: Vec<Endpoint> = backends
         .iter()
         .enumerate()
+        .filter(|(_, b)| b.weight > 0)
         .map(|(i, b)| Endpoint::new(i as u64, format!("{}:{}", b.ip, spec.backend_port)).with_weight(b.weight as f64))
         .collect();
     let table = match spec.select {
-        Select::Maglev => Maglev::new(&endpoints, RING_SIZE, None, 0)?.table().to_vec(),
+        Select::Maglev => {
+            let maglev = Maglev::new(&endpoints, RING_SIZE, None, 0)?;
+            let ids: Vec<u32> = maglev.endpoints().iter().map(|e| e.id.0 as u32).collect();
+            maglev.table().iter().map(|&slot| ids[slot as usize]).collect()
+        }
         Select::Rendezvous => {
             let mut hrw = Rendezvous::new(&endpoints, spec.hash, None, 0)?;
             (0..RING_SIZE)
@@ -96,6 +103,19 @@ mod tests {
             let ticket = maglev.pick(0, Some(h)).unwrap();
             assert_eq!(ticket.endpoint().0 as u32, table[entry(h)]);
             maglev.on_cancel(ticket);
+        }
+    }
+
+    #[test]
+    fn a_draining_backend_keeps_its_place_and_owns_no_entry() {
+        for select in [Select::Maglev, Select::Rendezvous] {
+            let (drain_b, drain) = build(&spec(select, "10.0.0.1,10.0.0.2:0,10.0.0.3")).unwrap();
+            let (gone_b, gone) = build(&spec(select, "10.0.0.1,10.0.0.3")).unwrap();
+            assert_eq!(drain_b.len(), 3, "{select:?}: the draining backend keeps its place");
+            assert_eq!(share(&drain, 1), 0.0, "{select:?}");
+            // Draining picks exactly what removing would.
+            let ips = |bs: &[Backend], t: &[u32]| t.iter().map(|&s| bs[s as usize].ip).collect::<Vec<_>>();
+            assert_eq!(ips(&drain_b, &drain), ips(&gone_b, &gone), "{select:?}");
         }
     }
 
