@@ -5,6 +5,7 @@ mod algorithms;
 mod backend;
 mod cli;
 mod demo;
+mod fabric;
 mod lb;
 mod load;
 mod serve;

@@ -1,0 +1,441 @@
+//! The fabric model: ports, links, hosts and flows reacting to events.
+//!
+//! Each output port is a queue discipline feeding a small device queue
+//! (ns-3's NetDevice queue, `device_packets` long) feeding a transmitter. A
+//! packet moves from the discipline to the device queue whenever the device
+//! queue has room, which is when marking-at-dequeue disciplines mark it; the
+//! transmitter serialises the device queue's head at the link rate, then the
+//! packet spends the propagation delay on the link. One pending event per
+//! port at most for each of these (htsim style): `Tx` when the transmitter
+//! frees up with work waiting, `Arrive` for the oldest packet on the link
+//! (links are FIFO, so arrivals come out in order). Hosts hold their own
+//! packets for the flow's delay class (the seed's RTT variation) in one FIFO
+//! per class, again with one event for the oldest.
+//!
+//! Switches forward by per-flow ECMP ([`Fabric::next_port`]). Hosts run
+//! [`Sender`] and [`Receiver`]; the retransmission timer is lazy: one
+//! pending `Timer` event per flow, re-armed when it fires early.
+
+use std::collections::VecDeque;
+
+use fulcrum_des::{Model, Queue};
+
+use crate::packet::{Kind, Nanos, Packet};
+use crate::qdisc::{Marking, Qdisc, QueueStats};
+use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
+use crate::topology::{End, Fabric};
+use crate::workload::FlowSpec;
+
+/// Bytes of point-to-point framing on every packet (ns-3's PPP header).
+pub const FRAMING: u32 = 2;
+
+/// Settings of the model itself (the topology and flows come separately).
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub tcp: TcpConfig,
+    /// IP + TCP header bytes per packet (with the timestamp option).
+    pub header: u32,
+    /// Device queue length of every port (packets).
+    pub device_packets: u32,
+    /// Queue discipline limit of switch ports (packets).
+    pub switch_limit: u32,
+    pub marking: Marking,
+    /// Host delay of each class; data and SYNs use the flow's class.
+    pub delay_classes: Vec<Nanos>,
+    /// Class of the packets a receiver sends (ACKs, SYN-ACKs).
+    pub ack_class: u8,
+    /// ECMP hashing seed.
+    pub salt: u64,
+}
+
+/// What happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ev {
+    /// Port's transmitter is free and has work.
+    Tx(u32),
+    /// Oldest packet on port's link reaches the far end.
+    Arrive(u32),
+    /// Oldest packet of a host delay FIFO (host × classes + class) is due.
+    Release(u32),
+    /// A flow opens.
+    Start(u32),
+    /// A flow's retransmission timer may be due.
+    Timer(u32),
+    /// Sample every port's backlog.
+    Sample,
+}
+
+struct Port {
+    qdisc: Qdisc,
+    device: VecDeque<Packet>,
+    busy_until: Nanos,
+    tx_armed: bool,
+    max_backlog: u32,
+    /// Packets on the wire: (arrival time, packet).
+    link: VecDeque<(Nanos, Packet)>,
+    /// Nanoseconds of transmission per byte × 2^16 (fixed point).
+    ns_per_byte_q16: u64,
+    delay: Nanos,
+    to: End,
+}
+
+/// One flow's state and record.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    pub spec: FlowSpec,
+    pub sender: Sender,
+    pub receiver: Receiver,
+    segs: u32,
+    timer_at: Option<Nanos>,
+    /// First packet (the SYN) sent.
+    pub first_tx: Option<Nanos>,
+    /// Last packet of the flow's forward direction received.
+    pub last_rx: Option<Nanos>,
+    /// Every segment received.
+    pub done: Option<Nanos>,
+    /// IP bytes sent in the forward direction (retransmissions included).
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+}
+
+/// The whole simulated fabric.
+pub struct World {
+    pub cfg: ModelConfig,
+    pub fabric: Fabric,
+    ports: Vec<Port>,
+    delay_fifo: Vec<VecDeque<(Nanos, Packet)>>,
+    pub flows: Vec<Flow>,
+    pub data_packets: u64,
+    /// Sampling interval of port backlogs, and the sums so far.
+    sample_every: Nanos,
+    backlog_sum: Vec<u64>,
+    pub samples: u64,
+    /// Time of the event being handled.
+    now: Nanos,
+}
+
+impl World {
+    /// A fabric with its flows; `queue` receives the flows' start events.
+    pub fn new(
+        cfg: ModelConfig,
+        fabric: Fabric,
+        specs: Vec<FlowSpec>,
+        sample_every: Nanos,
+        queue: &mut Queue<Ev>,
+    ) -> World {
+        let ports = fabric
+            .ports
+            .iter()
+            .map(|p| {
+                let limit = if matches!(p.from, End::Host(_)) { u32::MAX } else { cfg.switch_limit };
+                let marking = if matches!(p.from, End::Host(_)) { Marking::DropTail } else { cfg.marking };
+                Port {
+                    qdisc: Qdisc::new(limit, marking),
+                    device: VecDeque::new(),
+                    busy_until: 0,
+                    tx_armed: false,
+                    max_backlog: 0,
+                    link: VecDeque::new(),
+                    ns_per_byte_q16: (((8u128 * 1_000_000_000) << 16) / p.bps as u128) as u64,
+                    delay: p.delay,
+                    to: p.to,
+                }
+            })
+            .collect();
+        let classes = cfg.delay_classes.len().max(1);
+        let delay_fifo = (0..fabric.hosts as usize * classes).map(|_| VecDeque::new()).collect();
+        let mss = cfg.tcp.mss as u64;
+        let flows = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                queue.schedule(spec.start, Ev::Start(i as u32));
+                let segs = spec.bytes.div_ceil(mss).max(1) as u32;
+                Flow {
+                    spec,
+                    sender: Sender::new(&cfg.tcp, segs),
+                    receiver: Receiver::new(segs),
+                    segs,
+                    timer_at: None,
+                    first_tx: None,
+                    last_rx: None,
+                    done: None,
+                    tx_bytes: 0,
+                    tx_packets: 0,
+                }
+            })
+            .collect();
+        queue.schedule(0, Ev::Sample);
+        let backlog_sum = vec![0; fabric.ports.len()];
+        World { cfg, fabric, ports, delay_fifo, flows, data_packets: 0, sample_every, backlog_sum, samples: 0, now: 0 }
+    }
+
+    /// Marking and drop counters of `port`'s discipline.
+    pub fn queue_stats(&self, port: u32) -> QueueStats {
+        self.ports[port as usize].qdisc.stats
+    }
+
+    /// Largest backlog `port` held (discipline plus device queue, packets).
+    pub fn max_backlog(&self, port: u32) -> u32 {
+        self.ports[port as usize].max_backlog
+    }
+
+    /// Packets waiting at `port` (discipline plus device queue).
+    pub fn backlog(&self, port: u32) -> usize {
+        let p = &self.ports[port as usize];
+        p.qdisc.len() + p.device.len()
+    }
+
+    /// Mean sampled backlog of `port` (packets).
+    pub fn mean_backlog(&self, port: u32) -> f64 {
+        self.backlog_sum[port as usize] as f64 / self.samples.max(1) as f64
+    }
+
+    fn sample(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+        for (i, sum) in self.backlog_sum.iter_mut().enumerate() {
+            let p = &self.ports[i];
+            *sum += (p.qdisc.len() + p.device.len()) as u64;
+        }
+        self.samples += 1;
+        q.schedule(now + self.sample_every, Ev::Sample);
+    }
+
+    fn tx_time(&self, port: usize, wire: u32) -> Nanos {
+        (self.ports[port].ns_per_byte_q16 * wire as u64 + 0xffff) >> 16
+    }
+
+    /// Hand a packet to an output port.
+    fn offer(&mut self, now: Nanos, port: u32, p: Packet, q: &mut Queue<Ev>) {
+        let i = port as usize;
+        if !self.ports[i].qdisc.enqueue(now, p) {
+            return;
+        }
+        self.refill(now, i);
+        let port_ref = &mut self.ports[i];
+        port_ref.max_backlog = port_ref.max_backlog.max((port_ref.qdisc.len() + port_ref.device.len()) as u32);
+        if port_ref.tx_armed {
+            return;
+        }
+        if port_ref.busy_until <= now {
+            self.transmit(now, i, q);
+        } else {
+            port_ref.tx_armed = true;
+            q.schedule(port_ref.busy_until, Ev::Tx(port));
+        }
+    }
+
+    /// Move packets from the discipline into the device queue while it has room.
+    fn refill(&mut self, now: Nanos, i: usize) {
+        let cap = self.cfg.device_packets as usize;
+        let port = &mut self.ports[i];
+        while port.device.len() < cap {
+            match port.qdisc.dequeue(now) {
+                Some(p) => port.device.push_back(p),
+                None => break,
+            }
+        }
+    }
+
+    /// Start sending the device queue's head (the transmitter is idle).
+    fn transmit(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        let Some(p) = self.ports[i].device.pop_front() else { return };
+        let done = now + self.tx_time(i, p.wire);
+        self.refill(now, i);
+        let port = &mut self.ports[i];
+        port.busy_until = done;
+        if port.link.is_empty() {
+            q.schedule(done + port.delay, Ev::Arrive(i as u32));
+        }
+        port.link.push_back((done + port.delay, p));
+        if !port.device.is_empty() {
+            port.tx_armed = true;
+            q.schedule(done, Ev::Tx(i as u32));
+        }
+    }
+
+    /// The oldest packet on a link arrives at its far end.
+    fn arrive(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        let port = &mut self.ports[i];
+        let Some((_, p)) = port.link.pop_front() else { return };
+        if let Some(&(next, _)) = port.link.front() {
+            q.schedule(next, Ev::Arrive(i as u32));
+        }
+        match port.to {
+            End::Switch(s) => {
+                let out = self.fabric.next_port(s, p.dst, p.flow, p.is_reverse(), self.cfg.salt);
+                self.offer(now, out, p, q);
+            }
+            End::Host(h) => self.deliver(now, h, p, q),
+        }
+    }
+
+    /// A host sends a packet: it waits its class's delay, then joins the NIC.
+    fn host_send(&mut self, now: Nanos, host: u32, class: u8, p: Packet, q: &mut Queue<Ev>) {
+        let classes = self.cfg.delay_classes.len();
+        if classes == 0 {
+            let port = self.fabric.host_port[host as usize];
+            return self.offer(now, port, p, q);
+        }
+        let c = (class as usize).min(classes - 1);
+        let fifo = host as usize * classes + c;
+        let due = now + self.cfg.delay_classes[c];
+        if self.delay_fifo[fifo].is_empty() {
+            q.schedule(due, Ev::Release(fifo as u32));
+        }
+        self.delay_fifo[fifo].push_back((due, p));
+    }
+
+    fn release(&mut self, now: Nanos, fifo: usize, q: &mut Queue<Ev>) {
+        let Some((_, p)) = self.delay_fifo[fifo].pop_front() else { return };
+        if let Some(&(next, _)) = self.delay_fifo[fifo].front() {
+            q.schedule(next, Ev::Release(fifo as u32));
+        }
+        let host = fifo / self.cfg.delay_classes.len();
+        let port = self.fabric.host_port[host];
+        self.offer(now, port, p, q);
+    }
+
+    fn packet(&self, flow: u32, kind: Kind, seq: u32, payload: u32, dst: u32, now: Nanos) -> Packet {
+        Packet {
+            flow,
+            seq,
+            dst,
+            wire: payload + self.cfg.header + FRAMING,
+            kind,
+            ect: kind == Kind::Data,
+            ce: false,
+            ece: false,
+            enqueued: now,
+            echo: now,
+        }
+    }
+
+    /// Payload bytes of segment `seq` of flow `f`.
+    fn payload(&self, f: usize, seq: u32) -> u32 {
+        let mss = self.cfg.tcp.mss as u64;
+        let flow = &self.flows[f];
+        if seq + 1 < flow.segs {
+            mss as u32
+        } else {
+            (flow.spec.bytes - mss * (flow.segs as u64 - 1)).max(1) as u32
+        }
+    }
+
+    /// Sender-side transmission of a forward packet of flow `f`.
+    fn send_forward(&mut self, now: Nanos, f: usize, p: Packet, q: &mut Queue<Ev>) {
+        let flow = &mut self.flows[f];
+        flow.tx_bytes += (p.wire - FRAMING) as u64;
+        flow.tx_packets += 1;
+        let (src, class) = (flow.spec.src, flow.spec.class);
+        self.host_send(now, src, class, p, q);
+    }
+
+    fn start(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
+        self.flows[f].first_tx = Some(now);
+        self.flows[f].sender.on_syn_sent(now);
+        self.send_forward(now, f, syn, q);
+        self.arm_timer(f, q);
+    }
+
+    /// Send whatever the sender's window allows, then keep its timer armed.
+    fn pump(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        while let Some(seq) = self.flows[f].sender.poll_send(now) {
+            let payload = self.payload(f, seq);
+            let p = self.packet(f as u32, Kind::Data, seq, payload, self.flows[f].spec.dst, now);
+            self.data_packets += 1;
+            self.send_forward(now, f, p, q);
+        }
+        self.arm_timer(f, q);
+    }
+
+    fn arm_timer(&mut self, f: usize, q: &mut Queue<Ev>) {
+        let flow = &mut self.flows[f];
+        if let Some(d) = flow.sender.deadline {
+            if flow.timer_at.is_none_or(|t| t > d) {
+                flow.timer_at = Some(d);
+                q.schedule(d, Ev::Timer(f as u32));
+            }
+        }
+    }
+
+    fn timer(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        if self.flows[f].timer_at != Some(now) {
+            return; // superseded by an earlier one
+        }
+        self.flows[f].timer_at = None;
+        match self.flows[f].sender.deadline {
+            Some(d) if d <= now => {
+                let cfg = self.cfg.tcp;
+                if self.flows[f].sender.on_timeout(&cfg, now) {
+                    let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
+                    self.send_forward(now, f, syn, q);
+                }
+                self.pump(now, f, q);
+            }
+            _ => self.arm_timer(f, q),
+        }
+    }
+
+    /// A packet reaches host `h`.
+    fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let f = p.flow as usize;
+        let src = self.flows[f].spec.src;
+        let ack_class = self.cfg.ack_class;
+        match p.kind {
+            Kind::Syn => {
+                self.flows[f].last_rx = Some(now);
+                let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
+                self.host_send(now, h, ack_class, reply, q);
+            }
+            Kind::Data => {
+                let flow = &mut self.flows[f];
+                flow.last_rx = Some(now);
+                let next = flow.receiver.on_data(p.seq);
+                if flow.done.is_none() && flow.receiver.complete() {
+                    flow.done = Some(now);
+                }
+                let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
+                ack.ece = p.ce;
+                ack.echo = p.echo;
+                self.host_send(now, h, ack_class, ack, q);
+            }
+            Kind::SynAck => {
+                self.flows[f].sender.on_syn_ack();
+                self.pump(now, f, q);
+            }
+            Kind::Ack => {
+                let cfg = self.cfg.tcp;
+                let sender = &mut self.flows[f].sender;
+                sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
+                if sender.phase != Phase::Done {
+                    self.pump(now, f, q);
+                }
+            }
+        }
+    }
+}
+
+impl Model for World {
+    type Event = Ev;
+
+    fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Queue<Ev>) {
+        self.now = now;
+        match ev {
+            Ev::Tx(port) => {
+                self.ports[port as usize].tx_armed = false;
+                self.transmit(now, port as usize, q);
+            }
+            Ev::Arrive(port) => self.arrive(now, port as usize, q),
+            Ev::Release(fifo) => self.release(now, fifo as usize, q),
+            Ev::Start(f) => self.start(now, f as usize, q),
+            Ev::Timer(f) => self.timer(now, f as usize, q),
+            Ev::Sample => self.sample(now, q),
+        }
+    }
+
+    /// Progress is simulated time, in microseconds.
+    fn work_done(&self, _events: u64) -> u64 {
+        self.now / 1000
+    }
+}
