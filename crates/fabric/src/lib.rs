@@ -96,6 +96,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         delay_classes: classes,
         ack_class: scenario.hosts.ack_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),
+        service: scenario.buffers.service.into(),
     };
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);

@@ -22,6 +22,7 @@ use crate::qdisc::Marking;
 use crate::tcp::TcpConfig;
 use crate::topology::Shape;
 use crate::workload::Poisson;
+use crate::world::Service;
 
 /// A rejected scenario: the message names file, line and field.
 #[derive(Debug, thiserror::Error)]
@@ -119,11 +120,33 @@ pub struct Buffers {
     pub device_packets: u32,
     /// Queue-discipline limit of switch ports, packets.
     pub switch_packets: u32,
+    /// When a device queue takes packets from its discipline (and a host's
+    /// NIC its delayed packets): "on-room" or "on-empty" (ns-3's rule).
+    #[serde(default)]
+    pub service: ServiceRule,
 }
 
 impl Default for Buffers {
     fn default() -> Self {
-        Buffers { device_packets: 10, switch_packets: 250 }
+        Buffers { device_packets: 10, switch_packets: 250, service: ServiceRule::OnRoom }
+    }
+}
+
+/// [`Service`] as written in a scenario.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceRule {
+    #[default]
+    OnRoom,
+    OnEmpty,
+}
+
+impl From<ServiceRule> for Service {
+    fn from(r: ServiceRule) -> Service {
+        match r {
+            ServiceRule::OnRoom => Service::OnRoom,
+            ServiceRule::OnEmpty => Service::OnEmpty,
+        }
     }
 }
 

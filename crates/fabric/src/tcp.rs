@@ -24,9 +24,9 @@
 //!   and those acked with ECE; once per window (when an ACK reaches the send
 //!   point recorded at the previous update) α ← (1 − g)·α + g·F, with α
 //!   starting at 1. An ACK with ECE outside recovery and outside a reduction
-//!   already under way sets cwnd ← cwnd·(1 − α/2) (ssthresh likewise) and
-//!   holds the window (no growth) until the data sent before the reduction
-//!   is acknowledged.
+//!   already under way sets ssthresh as for a loss and cwnd ← cwnd·(1 − α/2),
+//!   and holds the window (no growth) until the first segment sent after the
+//!   reduction is acknowledged (ns-3's CWR state).
 //! - A connection opens with SYN / SYN-ACK (one round trip before data, as
 //!   in the original, whose flow completion times include it); a SYN with no
 //!   answer is sent again after an RTO.
@@ -86,6 +86,8 @@ pub struct Sender {
     cwr_until: Option<u32>,
     /// A retransmission to send before new data.
     retx: Option<u32>,
+    /// One past the highest segment ever sent.
+    high: u32,
     srtt: Option<(f64, f64)>,
     rto: Nanos,
     /// When the retransmission timer expires, if running.
@@ -110,6 +112,7 @@ impl Sender {
             recovery: None,
             cwr_until: None,
             retx: None,
+            high: 0,
             srtt: None,
             rto: 0,
             deadline: None,
@@ -154,9 +157,10 @@ impl Sender {
         (self.snd_nxt - self.snd_una) as f64
     }
 
-    /// The next segment to put on the wire, if the window allows one; the
-    /// caller sends it at `now` and calls again until `None`.
-    pub fn poll_send(&mut self, now: Nanos) -> Option<u32> {
+    /// The next segment to put on the wire, if the window allows one, and
+    /// whether it was sent before (retransmissions go without ECT, as in the
+    /// original); the caller sends it at `now` and calls again until `None`.
+    pub fn poll_send(&mut self, now: Nanos) -> Option<(u32, bool)> {
         if self.phase != Phase::Open {
             return None;
         }
@@ -171,7 +175,9 @@ impl Sender {
         if self.deadline.is_none() {
             self.deadline = Some(now + self.rto);
         }
-        Some(seq)
+        let again = seq < self.high;
+        self.high = self.high.max(seq + 1);
+        Some((seq, again))
     }
 
     /// A cumulative ACK for everything below `ack` arrived, echoing the send
@@ -216,12 +222,12 @@ impl Sender {
                 self.cwnd = (self.cwnd - acked as f64 + 1.0).max(1.0);
             }
         } else {
-            if self.cwr_until.is_some_and(|until| ack >= until) {
+            if self.cwr_until.is_some_and(|until| ack > until) {
                 self.cwr_until = None;
             }
             if ece && cfg.dctcp_g.is_some() && self.cwr_until.is_none() {
+                self.ssthresh = self.loss_ssthresh(cfg);
                 self.cwnd = (self.cwnd * (1.0 - self.alpha / 2.0)).max(1.0);
-                self.ssthresh = self.cwnd;
                 self.cwr_until = Some(self.snd_nxt);
             } else if self.cwr_until.is_none() {
                 if self.cwnd < self.ssthresh {
@@ -354,14 +360,15 @@ mod tests {
     }
 
     fn drain(s: &mut Sender, now: Nanos) -> Vec<u32> {
-        std::iter::from_fn(|| s.poll_send(now)).collect()
+        std::iter::from_fn(|| s.poll_send(now).map(|(seq, _)| seq)).collect()
     }
 
     #[test]
     fn initial_window_then_slow_start() {
         let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
         let mut s = open(&cfg, 100);
-        assert_eq!(drain(&mut s, 100), (0..10).collect::<Vec<_>>());
+        assert_eq!(s.poll_send(100), Some((0, false)));
+        assert_eq!(drain(&mut s, 100), (1..10).collect::<Vec<_>>());
         s.on_ack(&cfg, 200, 1, false, 100);
         assert_eq!(s.cwnd(), 11.0);
         assert_eq!(drain(&mut s, 200), [10, 11]);
@@ -375,7 +382,7 @@ mod tests {
         for _ in 0..3 {
             s.on_ack(&cfg, 200, 0, false, 100);
         }
-        assert_eq!(s.poll_send(200), Some(0), "fast retransmit");
+        assert_eq!(s.poll_send(200), Some((0, true)), "fast retransmit");
         assert_eq!(s.cwnd(), 5.0 + 3.0);
         s.on_ack(&cfg, 300, 10, false, 200);
         assert_eq!(s.cwnd(), 5.0, "recovery ends deflated");
@@ -403,12 +410,15 @@ mod tests {
         s.on_ack(&cfg, 200, 1, true, 100);
         assert_eq!(s.alpha(), 1.0);
         assert_eq!(s.cwnd(), 5.0, "cwnd × (1 − α/2) with α = 1");
-        // Held until the window sent before the reduction is acked.
+        // Held until the first segment sent after the reduction (10) is acked.
         s.on_ack(&cfg, 210, 5, false, 100);
         assert_eq!(s.cwnd(), 5.0);
         s.on_ack(&cfg, 220, 10, false, 100);
-        // The ack reached the mark set at the first update (10): F = 9/9 unmarked.
+        assert_eq!(s.cwnd(), 5.0);
+        // The ack of 10 reached the mark set at the first update: F = 0/9.
         assert!((s.alpha() - 15.0 / 16.0).abs() < 1e-12, "{}", s.alpha());
+        drain(&mut s, 220);
+        s.on_ack(&cfg, 230, 11, false, 100);
         assert!(s.cwnd() > 5.0, "grows again once the hold ends");
     }
 

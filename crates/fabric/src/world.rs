@@ -46,6 +46,21 @@ pub struct ModelConfig {
     pub ack_class: u8,
     /// ECMP hashing seed.
     pub salt: u64,
+    pub service: Service,
+}
+
+/// When a port's device queue takes packets from its discipline (and a
+/// host's NIC its delayed packets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// Whenever the device queue has room, and a host's delayed packet as
+    /// soon as it is due.
+    OnRoom,
+    /// As ns-3 (the seed's version) does: when a packet is handed to the
+    /// port, and when the transmitter finishes with the device queue empty.
+    /// A host's delayed packet that falls due therefore waits for the
+    /// host's next packet or the end of its current transmission.
+    OnEmpty,
 }
 
 /// What happens.
@@ -71,6 +86,8 @@ struct Port {
     busy_until: Nanos,
     tx_armed: bool,
     max_backlog: u32,
+    /// The host whose NIC this is.
+    host: Option<u32>,
     /// Packets on the wire: (arrival time, packet).
     link: VecDeque<(Nanos, Packet)>,
     /// Nanoseconds of transmission per byte × 2^16 (fixed point).
@@ -135,6 +152,10 @@ impl World {
                     busy_until: 0,
                     tx_armed: false,
                     max_backlog: 0,
+                    host: match p.from {
+                        End::Host(h) => Some(h),
+                        End::Switch(_) => None,
+                    },
                     link: VecDeque::new(),
                     ns_per_byte_q16: (((8u128 * 1_000_000_000) << 16) / p.bps as u128) as u64,
                     delay: p.delay,
@@ -204,23 +225,37 @@ impl World {
         (self.ports[port].ns_per_byte_q16 * wire as u64 + 0xffff) >> 16
     }
 
-    /// Hand a packet to an output port.
+    /// Hand a packet to an output port's discipline, which is then serviced.
     fn offer(&mut self, now: Nanos, port: u32, p: Packet, q: &mut Queue<Ev>) {
         let i = port as usize;
         if !self.ports[i].qdisc.enqueue(now, p) {
             return;
         }
-        self.refill(now, i);
-        let port_ref = &mut self.ports[i];
-        port_ref.max_backlog = port_ref.max_backlog.max((port_ref.qdisc.len() + port_ref.device.len()) as u32);
-        if port_ref.tx_armed {
+        self.service(now, i, q);
+        let port = &mut self.ports[i];
+        port.max_backlog = port.max_backlog.max((port.qdisc.len() + port.device.len()) as u32);
+    }
+
+    /// Service a port (ns-3's `QueueDisc::Run`): fill its device queue from
+    /// the discipline — or, at a host in [`Service::OnEmpty`] mode, from the
+    /// host's delayed packets that are due — and start the transmitter if
+    /// it is idle.
+    fn service(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        match self.ports[i].host {
+            Some(h) if self.cfg.service == Service::OnEmpty && !self.cfg.delay_classes.is_empty() => {
+                self.fill_from_host(now, i, h as usize)
+            }
+            _ => self.refill(now, i),
+        }
+        let port = &mut self.ports[i];
+        if port.tx_armed || port.device.is_empty() {
             return;
         }
-        if port_ref.busy_until <= now {
+        if port.busy_until <= now {
             self.transmit(now, i, q);
         } else {
-            port_ref.tx_armed = true;
-            q.schedule(port_ref.busy_until, Ev::Tx(port));
+            port.tx_armed = true;
+            q.schedule(port.busy_until, Ev::Tx(i as u32));
         }
     }
 
@@ -236,20 +271,60 @@ impl World {
         }
     }
 
+    /// Move host `h`'s delayed packets that are due, oldest due first, into
+    /// its NIC's device queue while it has room.
+    fn fill_from_host(&mut self, now: Nanos, i: usize, h: usize) {
+        let classes = self.cfg.delay_classes.len();
+        let cap = self.cfg.device_packets as usize;
+        let fifos = &mut self.delay_fifo[h * classes..(h + 1) * classes];
+        while self.ports[i].device.len() < cap {
+            let next = (0..classes)
+                .filter_map(|c| fifos[c].front().map(|&(due, _)| (due, c)))
+                .filter(|&(due, _)| due <= now)
+                .min();
+            let Some((_, c)) = next else { break };
+            let (_, p) = fifos[c].pop_front().expect("front was just seen");
+            self.ports[i].device.push_back(p);
+        }
+    }
+
+    /// Whether host `h` holds delayed packets.
+    fn host_holds(&self, h: usize) -> bool {
+        let classes = self.cfg.delay_classes.len();
+        self.delay_fifo[h * classes..(h + 1) * classes].iter().any(|f| !f.is_empty())
+    }
+
     /// Start sending the device queue's head (the transmitter is idle).
     fn transmit(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
         let Some(p) = self.ports[i].device.pop_front() else { return };
         let done = now + self.tx_time(i, p.wire);
-        self.refill(now, i);
+        if self.cfg.service == Service::OnRoom {
+            self.refill(now, i);
+        }
+        // In OnEmpty mode the end of this transmission services the port if
+        // the device queue is then empty and something waits behind it.
+        let wake = self.cfg.service == Service::OnEmpty
+            && (!self.ports[i].qdisc.is_empty() || self.ports[i].host.is_some_and(|h| self.host_holds(h as usize)));
         let port = &mut self.ports[i];
         port.busy_until = done;
         if port.link.is_empty() {
             q.schedule(done + port.delay, Ev::Arrive(i as u32));
         }
         port.link.push_back((done + port.delay, p));
-        if !port.device.is_empty() {
+        if !port.device.is_empty() || wake {
             port.tx_armed = true;
             q.schedule(done, Ev::Tx(i as u32));
+        }
+    }
+
+    /// The transmitter of port `i` finished: send the next packet of the
+    /// device queue, or service the port when the device queue is empty.
+    fn tx_done(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        self.ports[i].tx_armed = false;
+        if self.ports[i].device.is_empty() {
+            self.service(now, i, q);
+        } else {
+            self.transmit(now, i, q);
         }
     }
 
@@ -272,17 +347,22 @@ impl World {
     /// A host sends a packet: it waits its class's delay, then joins the NIC.
     fn host_send(&mut self, now: Nanos, host: u32, class: u8, p: Packet, q: &mut Queue<Ev>) {
         let classes = self.cfg.delay_classes.len();
+        let port = self.fabric.host_port[host as usize];
         if classes == 0 {
-            let port = self.fabric.host_port[host as usize];
             return self.offer(now, port, p, q);
         }
         let c = (class as usize).min(classes - 1);
         let fifo = host as usize * classes + c;
         let due = now + self.cfg.delay_classes[c];
-        if self.delay_fifo[fifo].is_empty() {
-            q.schedule(due, Ev::Release(fifo as u32));
-        }
+        let was_empty = self.delay_fifo[fifo].is_empty();
         self.delay_fifo[fifo].push_back((due, p));
+        match self.cfg.service {
+            Service::OnRoom if was_empty => q.schedule(due, Ev::Release(fifo as u32)),
+            Service::OnRoom => {}
+            // The original services the host's queue when a packet is handed
+            // to it, not when a delayed packet falls due.
+            Service::OnEmpty => self.service(now, port as usize, q),
+        }
     }
 
     fn release(&mut self, now: Nanos, fifo: usize, q: &mut Queue<Ev>) {
@@ -340,9 +420,10 @@ impl World {
 
     /// Send whatever the sender's window allows, then keep its timer armed.
     fn pump(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
-        while let Some(seq) = self.flows[f].sender.poll_send(now) {
+        while let Some((seq, again)) = self.flows[f].sender.poll_send(now) {
             let payload = self.payload(f, seq);
-            let p = self.packet(f as u32, Kind::Data, seq, payload, self.flows[f].spec.dst, now);
+            let mut p = self.packet(f as u32, Kind::Data, seq, payload, self.flows[f].spec.dst, now);
+            p.ect = !again;
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
         }
@@ -422,10 +503,7 @@ impl Model for World {
     fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Queue<Ev>) {
         self.now = now;
         match ev {
-            Ev::Tx(port) => {
-                self.ports[port as usize].tx_armed = false;
-                self.transmit(now, port as usize, q);
-            }
+            Ev::Tx(port) => self.tx_done(now, port as usize, q),
             Ev::Arrive(port) => self.arrive(now, port as usize, q),
             Ev::Release(fifo) => self.release(now, fifo as usize, q),
             Ev::Start(f) => self.start(now, f as usize, q),
