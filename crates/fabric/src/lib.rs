@@ -94,7 +94,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         switch_limit: scenario.buffers.switch_packets,
         marking: scenario.marking(),
         delay_classes: classes,
-        ack_class: scenario.hosts.ack_class,
+        control_class: scenario.hosts.control_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),
         service: scenario.buffers.service.into(),
     };
@@ -159,7 +159,7 @@ fn records(world: &World) -> Vec<FlowRecord> {
             let one_way = world.fabric.path_delay(spec.src, spec.dst, i as u32, cfg.salt);
             let segs = spec.bytes.div_ceil(cfg.tcp.mss as u64).max(1);
             let wire = spec.bytes + segs * (cfg.header + FRAMING) as u64;
-            let ideal = 3 * one_way + 2 * class(spec.class) + class(cfg.ack_class);
+            let ideal = 3 * one_way + class(spec.class) + 2 * class(cfg.control_class);
             let ideal = ideal as f64 + wire as f64 * 8e9 / rate;
             let fct = last - first;
             Some(FlowRecord {

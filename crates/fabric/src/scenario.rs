@@ -195,9 +195,10 @@ pub struct Hosts {
     /// Extra delay a host adds to a flow's packets, one per class; each flow
     /// draws a class uniformly.
     pub delay_classes: Vec<Dur>,
-    /// Class of the receivers' packets (ACKs); 0 unless given.
+    /// Class of packets without application data (SYN, SYN-ACK, ACK); 0
+    /// unless given.
     #[serde(default)]
-    pub ack_class: u8,
+    pub control_class: u8,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -346,10 +347,10 @@ impl Scenario {
         if !(self.tcp.dctcp_g > 0.0 && self.tcp.dctcp_g <= 1.0) {
             return bad("tcp.dctcp_g", format!("= {}: must be within (0, 1]", self.tcp.dctcp_g));
         }
-        if !self.hosts.delay_classes.is_empty() && self.hosts.ack_class as usize >= self.hosts.delay_classes.len() {
+        if !self.hosts.delay_classes.is_empty() && self.hosts.control_class as usize >= self.hosts.delay_classes.len() {
             return bad(
-                "hosts.ack_class",
-                format!("= {}: there are {} classes", self.hosts.ack_class, self.hosts.delay_classes.len()),
+                "hosts.control_class",
+                format!("= {}: there are {} classes", self.hosts.control_class, self.hosts.delay_classes.len()),
             );
         }
         if self.hosts.delay_classes.len() > 255 {

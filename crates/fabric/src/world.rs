@@ -40,10 +40,11 @@ pub struct ModelConfig {
     /// Queue discipline limit of switch ports (packets).
     pub switch_limit: u32,
     pub marking: Marking,
-    /// Host delay of each class; data and SYNs use the flow's class.
+    /// Host delay of each class; data segments use the flow's class.
     pub delay_classes: Vec<Nanos>,
-    /// Class of the packets a receiver sends (ACKs, SYN-ACKs).
-    pub ack_class: u8,
+    /// Class of the packets without application data (SYN, SYN-ACK, ACK):
+    /// the original tags only the application's data with the flow's class.
+    pub control_class: u8,
     /// ECMP hashing seed.
     pub salt: u64,
     pub service: Service,
@@ -406,7 +407,8 @@ impl World {
         let flow = &mut self.flows[f];
         flow.tx_bytes += (p.wire - FRAMING) as u64;
         flow.tx_packets += 1;
-        let (src, class) = (flow.spec.src, flow.spec.class);
+        let class = if p.kind == Kind::Data { flow.spec.class } else { self.cfg.control_class };
+        let src = flow.spec.src;
         self.host_send(now, src, class, p, q);
     }
 
@@ -462,12 +464,12 @@ impl World {
     fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
         let f = p.flow as usize;
         let src = self.flows[f].spec.src;
-        let ack_class = self.cfg.ack_class;
+        let control_class = self.cfg.control_class;
         match p.kind {
             Kind::Syn => {
                 self.flows[f].last_rx = Some(now);
                 let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
-                self.host_send(now, h, ack_class, reply, q);
+                self.host_send(now, h, control_class, reply, q);
             }
             Kind::Data => {
                 let flow = &mut self.flows[f];
@@ -479,7 +481,7 @@ impl World {
                 let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
                 ack.ece = p.ce;
                 ack.echo = p.echo;
-                self.host_send(now, h, ack_class, ack, q);
+                self.host_send(now, h, control_class, ack, q);
             }
             Kind::SynAck => {
                 self.flows[f].sender.on_syn_ack();
