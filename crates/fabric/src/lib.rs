@@ -97,6 +97,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         control_class: scenario.hosts.control_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),
         service: scenario.buffers.service.into(),
+        delay_at: scenario.hosts.delay_at.into(),
     };
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);

@@ -3,7 +3,9 @@
 //! over ns-3's flow monitor):
 //!
 //! - A flow's FCT is the time its last forward packet was received minus the
-//!   time its first packet (the SYN) was sent. Flows still running when the
+//!   time its first packet (the SYN) was sent. The last forward packet is
+//!   the sender's ACK of the receiver's FIN, one round trip after the last
+//!   data byte, as ns-3's flow monitor sees it. Flows still running when the
 //!   run ends count too, with the FCT they have so far; flows of which
 //!   nothing arrived are left out.
 //! - A flow is small when it sent fewer than 100 000 IP bytes, large when it

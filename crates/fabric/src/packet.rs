@@ -18,6 +18,12 @@ pub enum Kind {
     Data,
     /// A cumulative acknowledgement; `seq` is the next segment expected.
     Ack,
+    /// The receiver closes its side once every segment is in (receiver →
+    /// sender; the sender's FIN rides on its last segment, as in ns-3).
+    Fin,
+    /// The sender acknowledges that FIN (sender → receiver): the flow's
+    /// last forward packet, which the original's FCT counts.
+    FinAck,
 }
 
 /// One packet in flight.
@@ -48,7 +54,7 @@ pub struct Packet {
 impl Packet {
     /// Whether the packet travels from a flow's receiver back to its sender.
     pub fn is_reverse(&self) -> bool {
-        matches!(self.kind, Kind::SynAck | Kind::Ack)
+        matches!(self.kind, Kind::SynAck | Kind::Ack | Kind::Fin)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::qdisc::Marking;
 use crate::tcp::TcpConfig;
 use crate::topology::Shape;
 use crate::workload::Poisson;
-use crate::world::Service;
+use crate::world::{DelayAt, Service};
 
 /// A rejected scenario: the message names file, line and field.
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +199,29 @@ pub struct Hosts {
     /// unless given.
     #[serde(default)]
     pub control_class: u8,
+    /// Where the delay acts: "nic" (each host's NIC, the default) or
+    /// "switch-port" (each switch port facing a host, as the seed's
+    /// large-scale program installs it; hosts' NICs then get the AQM).
+    #[serde(default)]
+    pub delay_at: DelayPlace,
+}
+
+/// [`DelayAt`] as written in a scenario.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DelayPlace {
+    #[default]
+    Nic,
+    SwitchPort,
+}
+
+impl From<DelayPlace> for DelayAt {
+    fn from(d: DelayPlace) -> DelayAt {
+        match d {
+            DelayPlace::Nic => DelayAt::Nic,
+            DelayPlace::SwitchPort => DelayAt::SwitchPort,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -8,9 +8,10 @@
 //! packet spends the propagation delay on the link. One pending event per
 //! port at most for each of these (htsim style): `Tx` when the transmitter
 //! frees up with work waiting, `Arrive` for the oldest packet on the link
-//! (links are FIFO, so arrivals come out in order). Hosts hold their own
-//! packets for the flow's delay class (the seed's RTT variation) in one FIFO
-//! per class, again with one event for the oldest.
+//! (links are FIFO, so arrivals come out in order). Ports with a delay
+//! stage (the seed's RTT variation, at hosts' NICs or at the switch ports
+//! facing hosts: [`DelayAt`]) hold each packet for its delay class first, in
+//! one FIFO per class, again with at most one event for the oldest.
 //!
 //! Switches forward by per-flow ECMP ([`Fabric::next_port`]). Hosts run
 //! [`Sender`] and [`Receiver`]; the retransmission timer is lazy: one
@@ -48,6 +49,18 @@ pub struct ModelConfig {
     /// ECMP hashing seed.
     pub salt: u64,
     pub service: Service,
+    pub delay_at: DelayAt,
+}
+
+/// Where the delay classes act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DelayAt {
+    /// On each host's NIC, before its queue.
+    Nic,
+    /// On each switch port facing a host; the hosts' NICs then get the
+    /// switches' queue discipline. This is where the seed's large-scale
+    /// program installs them (its own comment notes the swap).
+    SwitchPort,
 }
 
 /// When a port's device queue takes packets from its discipline (and a
@@ -71,7 +84,7 @@ pub enum Ev {
     Tx(u32),
     /// Oldest packet on port's link reaches the far end.
     Arrive(u32),
-    /// Oldest packet of a host delay FIFO (host × classes + class) is due.
+    /// Oldest packet of a delay FIFO (port × classes + class) is due.
     Release(u32),
     /// A flow opens.
     Start(u32),
@@ -87,8 +100,8 @@ struct Port {
     busy_until: Nanos,
     tx_armed: bool,
     max_backlog: u32,
-    /// The host whose NIC this is.
-    host: Option<u32>,
+    /// Packets wait their delay class here before the discipline.
+    delayed: bool,
     /// Packets on the wire: (arrival time, packet).
     link: VecDeque<(Nanos, Packet)>,
     /// Nanoseconds of transmission per byte × 2^16 (fixed point).
@@ -145,18 +158,28 @@ impl World {
             .ports
             .iter()
             .map(|p| {
-                let limit = if matches!(p.from, End::Host(_)) { u32::MAX } else { cfg.switch_limit };
-                let marking = if matches!(p.from, End::Host(_)) { Marking::DropTail } else { cfg.marking };
+                let delayed = !cfg.delay_classes.is_empty()
+                    && match cfg.delay_at {
+                        DelayAt::Nic => matches!(p.from, End::Host(_)),
+                        DelayAt::SwitchPort => matches!((p.from, p.to), (End::Switch(_), End::Host(_))),
+                    };
+                // Hosts' NICs get the switches' discipline only where the
+                // original puts one: when the delay stage sits on the switch.
+                let plain = delayed
+                    || (matches!(p.from, End::Host(_))
+                        && (cfg.delay_classes.is_empty() || cfg.delay_at == DelayAt::Nic));
+                let qdisc = if plain {
+                    Qdisc::new(u32::MAX, Marking::DropTail)
+                } else {
+                    Qdisc::new(cfg.switch_limit, cfg.marking)
+                };
                 Port {
-                    qdisc: Qdisc::new(limit, marking),
+                    qdisc,
+                    delayed,
                     device: VecDeque::new(),
                     busy_until: 0,
                     tx_armed: false,
                     max_backlog: 0,
-                    host: match p.from {
-                        End::Host(h) => Some(h),
-                        End::Switch(_) => None,
-                    },
                     link: VecDeque::new(),
                     ns_per_byte_q16: (((8u128 * 1_000_000_000) << 16) / p.bps as u128) as u64,
                     delay: p.delay,
@@ -165,7 +188,7 @@ impl World {
             })
             .collect();
         let classes = cfg.delay_classes.len().max(1);
-        let delay_fifo = (0..fabric.hosts as usize * classes).map(|_| VecDeque::new()).collect();
+        let delay_fifo = (0..fabric.ports.len() * classes).map(|_| VecDeque::new()).collect();
         let mss = cfg.tcp.mss as u64;
         let flows = specs
             .into_iter()
@@ -202,10 +225,14 @@ impl World {
         self.ports[port as usize].max_backlog
     }
 
-    /// Packets waiting at `port` (discipline plus device queue).
+    /// Packets waiting at `port` (delay stage, discipline and device queue).
     pub fn backlog(&self, port: u32) -> usize {
-        let p = &self.ports[port as usize];
-        p.qdisc.len() + p.device.len()
+        let i = port as usize;
+        let p = &self.ports[i];
+        let classes = self.cfg.delay_classes.len();
+        let delayed =
+            if p.delayed { self.delay_fifo[i * classes..(i + 1) * classes].iter().map(|f| f.len()).sum() } else { 0 };
+        p.qdisc.len() + p.device.len() + delayed
     }
 
     /// Mean sampled backlog of `port` (packets).
@@ -214,9 +241,8 @@ impl World {
     }
 
     fn sample(&mut self, now: Nanos, q: &mut Queue<Ev>) {
-        for (i, sum) in self.backlog_sum.iter_mut().enumerate() {
-            let p = &self.ports[i];
-            *sum += (p.qdisc.len() + p.device.len()) as u64;
+        for i in 0..self.ports.len() {
+            self.backlog_sum[i] += self.backlog(i as u32) as u64;
         }
         self.samples += 1;
         q.schedule(now + self.sample_every, Ev::Sample);
@@ -226,27 +252,39 @@ impl World {
         (self.ports[port].ns_per_byte_q16 * wire as u64 + 0xffff) >> 16
     }
 
-    /// Hand a packet to an output port's discipline, which is then serviced.
+    /// Hand a packet to an output port: its delay stage if it has one,
+    /// else its discipline, which is then serviced.
     fn offer(&mut self, now: Nanos, port: u32, p: Packet, q: &mut Queue<Ev>) {
-        let i = port as usize;
+        if self.ports[port as usize].delayed {
+            self.delay(now, port as usize, p, q);
+        } else {
+            self.enqueue(now, port as usize, p, q);
+        }
+    }
+
+    fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
         if !self.ports[i].qdisc.enqueue(now, p) {
             return;
         }
         self.service(now, i, q);
+        self.note_backlog(i);
+    }
+
+    fn note_backlog(&mut self, i: usize) {
+        let b = self.backlog(i as u32) as u32;
         let port = &mut self.ports[i];
-        port.max_backlog = port.max_backlog.max((port.qdisc.len() + port.device.len()) as u32);
+        port.max_backlog = port.max_backlog.max(b);
     }
 
     /// Service a port (ns-3's `QueueDisc::Run`): fill its device queue from
-    /// the discipline — or, at a host in [`Service::OnEmpty`] mode, from the
-    /// host's delayed packets that are due — and start the transmitter if
-    /// it is idle.
+    /// the discipline — or, for a delay stage in [`Service::OnEmpty`] mode,
+    /// from its packets that are due — and start the transmitter if it is
+    /// idle.
     fn service(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
-        match self.ports[i].host {
-            Some(h) if self.cfg.service == Service::OnEmpty && !self.cfg.delay_classes.is_empty() => {
-                self.fill_from_host(now, i, h as usize)
-            }
-            _ => self.refill(now, i),
+        if self.ports[i].delayed && self.cfg.service == Service::OnEmpty {
+            self.fill_from_delay(now, i);
+        } else {
+            self.refill(now, i);
         }
         let port = &mut self.ports[i];
         if port.tx_armed || port.device.is_empty() {
@@ -272,12 +310,12 @@ impl World {
         }
     }
 
-    /// Move host `h`'s delayed packets that are due, oldest due first, into
-    /// its NIC's device queue while it has room.
-    fn fill_from_host(&mut self, now: Nanos, i: usize, h: usize) {
+    /// Move port `i`'s delayed packets that are due, oldest due first, into
+    /// its device queue while it has room.
+    fn fill_from_delay(&mut self, now: Nanos, i: usize) {
         let classes = self.cfg.delay_classes.len();
         let cap = self.cfg.device_packets as usize;
-        let fifos = &mut self.delay_fifo[h * classes..(h + 1) * classes];
+        let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
         while self.ports[i].device.len() < cap {
             let next = (0..classes)
                 .filter_map(|c| fifos[c].front().map(|&(due, _)| (due, c)))
@@ -289,10 +327,10 @@ impl World {
         }
     }
 
-    /// Whether host `h` holds delayed packets.
-    fn host_holds(&self, h: usize) -> bool {
+    /// Whether port `i`'s delay stage holds packets.
+    fn delay_holds(&self, i: usize) -> bool {
         let classes = self.cfg.delay_classes.len();
-        self.delay_fifo[h * classes..(h + 1) * classes].iter().any(|f| !f.is_empty())
+        self.ports[i].delayed && self.delay_fifo[i * classes..(i + 1) * classes].iter().any(|f| !f.is_empty())
     }
 
     /// Start sending the device queue's head (the transmitter is idle).
@@ -304,8 +342,7 @@ impl World {
         }
         // In OnEmpty mode the end of this transmission services the port if
         // the device queue is then empty and something waits behind it.
-        let wake = self.cfg.service == Service::OnEmpty
-            && (!self.ports[i].qdisc.is_empty() || self.ports[i].host.is_some_and(|h| self.host_holds(h as usize)));
+        let wake = self.cfg.service == Service::OnEmpty && (!self.ports[i].qdisc.is_empty() || self.delay_holds(i));
         let port = &mut self.ports[i];
         port.busy_until = done;
         if port.link.is_empty() {
@@ -345,24 +382,29 @@ impl World {
         }
     }
 
-    /// A host sends a packet: it waits its class's delay, then joins the NIC.
-    fn host_send(&mut self, now: Nanos, host: u32, class: u8, p: Packet, q: &mut Queue<Ev>) {
-        let classes = self.cfg.delay_classes.len();
+    /// A host sends a packet through its NIC.
+    fn host_send(&mut self, now: Nanos, host: u32, p: Packet, q: &mut Queue<Ev>) {
         let port = self.fabric.host_port[host as usize];
-        if classes == 0 {
-            return self.offer(now, port, p, q);
-        }
+        self.offer(now, port, p, q);
+    }
+
+    /// A packet enters port `i`'s delay stage: it waits its class's delay.
+    /// Data segments use their flow's class, other packets the control class.
+    fn delay(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
+        let classes = self.cfg.delay_classes.len();
+        let class = if p.kind == Kind::Data { self.flows[p.flow as usize].spec.class } else { self.cfg.control_class };
         let c = (class as usize).min(classes - 1);
-        let fifo = host as usize * classes + c;
+        let fifo = i * classes + c;
         let due = now + self.cfg.delay_classes[c];
         let was_empty = self.delay_fifo[fifo].is_empty();
         self.delay_fifo[fifo].push_back((due, p));
+        self.note_backlog(i);
         match self.cfg.service {
             Service::OnRoom if was_empty => q.schedule(due, Ev::Release(fifo as u32)),
             Service::OnRoom => {}
-            // The original services the host's queue when a packet is handed
-            // to it, not when a delayed packet falls due.
-            Service::OnEmpty => self.service(now, port as usize, q),
+            // The original services the port when a packet is handed to it,
+            // not when a delayed packet falls due.
+            Service::OnEmpty => self.service(now, i, q),
         }
     }
 
@@ -371,9 +413,7 @@ impl World {
         if let Some(&(next, _)) = self.delay_fifo[fifo].front() {
             q.schedule(next, Ev::Release(fifo as u32));
         }
-        let host = fifo / self.cfg.delay_classes.len();
-        let port = self.fabric.host_port[host];
-        self.offer(now, port, p, q);
+        self.enqueue(now, fifo / self.cfg.delay_classes.len(), p, q);
     }
 
     fn packet(&self, flow: u32, kind: Kind, seq: u32, payload: u32, dst: u32, now: Nanos) -> Packet {
@@ -407,9 +447,8 @@ impl World {
         let flow = &mut self.flows[f];
         flow.tx_bytes += (p.wire - FRAMING) as u64;
         flow.tx_packets += 1;
-        let class = if p.kind == Kind::Data { flow.spec.class } else { self.cfg.control_class };
         let src = flow.spec.src;
-        self.host_send(now, src, class, p, q);
+        self.host_send(now, src, p, q);
     }
 
     fn start(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
@@ -464,25 +503,37 @@ impl World {
     fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
         let f = p.flow as usize;
         let src = self.flows[f].spec.src;
-        let control_class = self.cfg.control_class;
         match p.kind {
             Kind::Syn => {
                 self.flows[f].last_rx = Some(now);
                 let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
-                self.host_send(now, h, control_class, reply, q);
+                self.host_send(now, h, reply, q);
             }
             Kind::Data => {
                 let flow = &mut self.flows[f];
                 flow.last_rx = Some(now);
                 let next = flow.receiver.on_data(p.seq);
-                if flow.done.is_none() && flow.receiver.complete() {
+                let closes = flow.done.is_none() && flow.receiver.complete();
+                if closes {
                     flow.done = Some(now);
                 }
                 let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
                 ack.ece = p.ce;
                 ack.echo = p.echo;
-                self.host_send(now, h, control_class, ack, q);
+                self.host_send(now, h, ack, q);
+                if closes {
+                    // The sink has shut its sending side: the sender's FIN
+                    // (on the last segment) is answered with its own.
+                    let fin = self.packet(p.flow, Kind::Fin, next, 0, src, now);
+                    self.host_send(now, h, fin, q);
+                }
             }
+            Kind::Fin => {
+                let dst = self.flows[f].spec.dst;
+                let ack = self.packet(p.flow, Kind::FinAck, 0, 0, dst, now);
+                self.send_forward(now, f, ack, q);
+            }
+            Kind::FinAck => self.flows[f].last_rx = Some(now),
             Kind::SynAck => {
                 self.flows[f].sender.on_syn_ack();
                 self.pump(now, f, q);
