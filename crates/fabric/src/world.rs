@@ -102,6 +102,8 @@ struct Port {
     max_backlog: u32,
     /// Packets wait their delay class here before the discipline.
     delayed: bool,
+    /// Packets in the delay stage.
+    held: u32,
     /// Packets on the wire: (arrival time, packet).
     link: VecDeque<(Nanos, Packet)>,
     /// Nanoseconds of transmission per byte × 2^16 (fixed point).
@@ -176,6 +178,7 @@ impl World {
                 Port {
                     qdisc,
                     delayed,
+                    held: 0,
                     device: VecDeque::new(),
                     busy_until: 0,
                     tx_armed: false,
@@ -229,10 +232,7 @@ impl World {
     pub fn backlog(&self, port: u32) -> usize {
         let i = port as usize;
         let p = &self.ports[i];
-        let classes = self.cfg.delay_classes.len();
-        let delayed =
-            if p.delayed { self.delay_fifo[i * classes..(i + 1) * classes].iter().map(|f| f.len()).sum() } else { 0 };
-        p.qdisc.len() + p.device.len() + delayed
+        p.qdisc.len() + p.device.len() + p.held as usize
     }
 
     /// Mean sampled backlog of `port` (packets).
@@ -324,13 +324,8 @@ impl World {
             let Some((_, c)) = next else { break };
             let (_, p) = fifos[c].pop_front().expect("front was just seen");
             self.ports[i].device.push_back(p);
+            self.ports[i].held -= 1;
         }
-    }
-
-    /// Whether port `i`'s delay stage holds packets.
-    fn delay_holds(&self, i: usize) -> bool {
-        let classes = self.cfg.delay_classes.len();
-        self.ports[i].delayed && self.delay_fifo[i * classes..(i + 1) * classes].iter().any(|f| !f.is_empty())
     }
 
     /// Start sending the device queue's head (the transmitter is idle).
@@ -342,7 +337,7 @@ impl World {
         }
         // In OnEmpty mode the end of this transmission services the port if
         // the device queue is then empty and something waits behind it.
-        let wake = self.cfg.service == Service::OnEmpty && (!self.ports[i].qdisc.is_empty() || self.delay_holds(i));
+        let wake = self.cfg.service == Service::OnEmpty && (!self.ports[i].qdisc.is_empty() || self.ports[i].held > 0);
         let port = &mut self.ports[i];
         port.busy_until = done;
         if port.link.is_empty() {
@@ -398,6 +393,7 @@ impl World {
         let due = now + self.cfg.delay_classes[c];
         let was_empty = self.delay_fifo[fifo].is_empty();
         self.delay_fifo[fifo].push_back((due, p));
+        self.ports[i].held += 1;
         self.note_backlog(i);
         match self.cfg.service {
             Service::OnRoom if was_empty => q.schedule(due, Ev::Release(fifo as u32)),
@@ -413,7 +409,9 @@ impl World {
         if let Some(&(next, _)) = self.delay_fifo[fifo].front() {
             q.schedule(next, Ev::Release(fifo as u32));
         }
-        self.enqueue(now, fifo / self.cfg.delay_classes.len(), p, q);
+        let i = fifo / self.cfg.delay_classes.len();
+        self.ports[i].held -= 1;
+        self.enqueue(now, i, p, q);
     }
 
     fn packet(&self, flow: u32, kind: Kind, seq: u32, payload: u32, dst: u32, now: Nanos) -> Packet {
