@@ -48,6 +48,10 @@ pub struct Args {
     #[arg(long)]
     json: bool,
 
+    /// Also write flows.csv (one row per flow) and queues.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+
     /// Worker threads for --runs (default: one per core). Results do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
@@ -83,6 +87,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
     stdout.flush().map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
+    if let Some(dir) = &args.csv {
+        report.write_csv(dir).map_err(|e| Failure::runtime(format!("--csv {}: {e}", dir.display())))?;
+    }
     if !args.json {
         let events: u64 = outcomes.iter().map(|o| o.events).sum();
         let packets: u64 = outcomes.iter().map(|o| o.data_packets).sum();

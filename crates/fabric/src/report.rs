@@ -11,11 +11,16 @@
 //! "marks", "drops"}], "unfinished_flows", "data_packets",
 //! "simulated_seconds", "events", "wall_seconds"}`
 //!
+//! `--csv DIR` writes `flows.csv` (one row per flow and seed: id, hosts,
+//! size, start, FCT, whether it completed, IP bytes sent, slowdown) and
+//! `queues.csv` (one row per port group and seed).
+//!
 //! With several runs every figure is the mean over the runs (seeds `seed`,
 //! `seed + 1`, …) and `ci95_ms` holds the 95 % half-interval of each FCT
 //! figure (Student t over the runs, as `fulcrum sim` reports).
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use fulcrum_sim::stats::mean_ci95;
 use serde::Serialize;
@@ -176,5 +181,30 @@ impl Report<'_> {
             );
         }
         out
+    }
+
+    /// Write `flows.csv` and `queues.csv` into `dir` (created if missing).
+    pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let mut flows = String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown\n");
+        let mut queues = String::from("seed,port,mean_packets,max_packets,marks,drops\n");
+        for o in self.outcomes {
+            for f in &o.flows {
+                let _ = writeln!(
+                    flows,
+                    "{},{},{},{},{},{},{},{},{},{:.4}",
+                    o.seed, f.id, f.src, f.dst, f.bytes, f.start_ns, f.fct_ns, f.complete, f.tx_bytes, f.slowdown
+                );
+            }
+            for q in &o.queues {
+                let _ = writeln!(
+                    queues,
+                    "{},{},{:.4},{},{},{}",
+                    o.seed, q.port, q.mean_packets, q.max_packets, q.marks, q.drops
+                );
+            }
+        }
+        std::fs::write(dir.join("flows.csv"), flows)?;
+        std::fs::write(dir.join("queues.csv"), queues)
     }
 }

@@ -31,3 +31,18 @@ fn same_seed_same_bytes_whatever_the_threads() {
     assert!(one.flows.len() > 200, "{} flows", one.flows.len());
     assert_ne!(json(&s, 8, 1), a, "another seed, another run");
 }
+
+#[test]
+fn csv_has_a_row_per_flow() {
+    let s = scenario();
+    let outcomes = fulcrum_fabric::run_many(&s, 3, 1, 1, None);
+    let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let dir = std::env::temp_dir().join(format!("fulcrum-fabric-csv-{}", std::process::id()));
+    report.write_csv(&dir).unwrap();
+    let flows = std::fs::read_to_string(dir.join("flows.csv")).unwrap();
+    let queues = std::fs::read_to_string(dir.join("queues.csv")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(flows.lines().count(), outcomes[0].flows.len() + 1);
+    assert!(flows.starts_with("seed,flow,src,dst,bytes,"));
+    assert_eq!(queues.lines().count(), outcomes[0].queues.len() + 1);
+}
