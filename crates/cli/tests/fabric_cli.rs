@@ -16,7 +16,7 @@ const SHORT: [&str; 4] = ["--set", "end=\"20ms\"", "--set", "workload.launch_end
 
 #[test]
 fn every_shipped_scenario_runs_and_prints_one_json_line() {
-    for name in ["large-scale-ecnsharp", "large-scale-tcn-high", "large-scale-tcn-low"] {
+    for name in ["large-scale-ecnsharp", "large-scale-tcn-high", "large-scale-tcn-low", "hermes-scale"] {
         let path = format!("scenarios/fabric/{name}.toml");
         let mut args = vec!["fabric", path.as_str(), "--json"];
         args.extend(SHORT);
