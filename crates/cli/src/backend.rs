@@ -10,7 +10,7 @@ use std::sync::mpsc;
 
 use clap::Args as ClapArgs;
 use fulcrum_load::dist::{expand_list, parse_duration};
-use fulcrum_load::{BackendSpec, Backends, BackendsConfig, Delay, DelayShape, StatusMix};
+use fulcrum_load::{BackendSpec, Backends, BackendsConfig, DelayShape, Dist, StatusMix};
 
 use crate::cli::Failure;
 
@@ -21,6 +21,7 @@ Examples:
   fulcrum backend --listen 127.0.0.1:9001
   fulcrum backend --listen 127.0.0.1:9001 --count 10 --delays 5ms*9,50ms
   fulcrum backend --listen 127.0.0.1:0 --count 3 --delays 'exp(5ms)' --status 200:0.99,503:0.01
+  fulcrum backend --listen 127.0.0.1:0 --count 2 --delays 'log-normal(5ms,0.5),empirical(lat.txt)'
 
 Every response carries `x-fulcrum-backend: <index>`; HTTP/1.1 and h2c are both spoken.
 The addresses listened on are printed on stdout, one a line.")]
@@ -36,7 +37,9 @@ pub struct Args {
 
     /// Service times, one per backend or one for all, comma-separated, `X*N`
     /// repeats: 5ms*9,50ms. An item is a duration (shaped by --delay-dist),
-    /// uniform(1ms,9ms) or exponential(5ms).
+    /// or any distribution the simulator knows: fixed(5ms), uniform(1ms,9ms),
+    /// uniform-ms(10ms,50ms), exponential(5ms), log-normal(5ms,0.5) (median,
+    /// sigma) or empirical(file) (one latency in ms per line).
     #[arg(long, default_value = "0ms")]
     delays: String,
 
@@ -70,12 +73,12 @@ fn config(args: &Args) -> Result<BackendsConfig, Failure> {
     let delays = expand_list(&args.delays)
         .map_err(input("--delays"))?
         .iter()
-        .map(|item| parse_duration(item).map(|d| shape.with_mean(d)).or_else(|_| item.parse::<Delay>()))
-        .collect::<Result<Vec<Delay>, _>>()
+        .map(|item| parse_duration(item).map(|d| shape.with_mean(d)).or_else(|_| item.parse::<Dist>()))
+        .collect::<Result<Vec<Dist>, _>>()
         .map_err(input("--delays"))?;
     let count = args.count.map_or(delays.len(), |n| n as usize);
     let delays = match delays.as_slice() {
-        [one] => vec![*one; count],
+        [one] => vec![one.clone(); count],
         many if many.len() == count => delays,
         many => {
             return Err(Failure::input(format!("--delays gives {} delays for --count {count}", many.len())));

@@ -3,17 +3,18 @@
 //!
 //! Raw arguments become a scenario (with `--set` overrides applied and
 //! checked) and a list of seeds; the report goes to stdout as a table or as
-//! one JSON line. A progress bar is drawn on stderr (when it is a terminal)
-//! once a run has taken a second.
+//! one JSON line. The shared progress line (`fulcrum_workload::progress`)
+//! shows the share of simulated time done once a run has taken a second.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use clap::Args as ClapArgs;
 use fulcrum_fabric::report::Report;
 use fulcrum_fabric::Scenario;
+use fulcrum_workload::progress;
 
 use crate::cli::Failure;
 
@@ -67,20 +68,15 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let seed = args.seed.unwrap_or(scenario.seed);
     let threads =
         args.threads.map(|t| t as usize).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let progress = AtomicU64::new(0);
-    let finished = AtomicBool::new(false);
-    let show = args.progress || std::io::stderr().is_terminal();
+    // Progress counts simulated microseconds over all runs.
+    let done = AtomicU64::new(0);
+    let expected = Some(scenario.end.0 / 1000 * args.runs as u64);
     let started = Instant::now();
-    let outcomes = std::thread::scope(|scope| {
-        if show {
-            let total = scenario.end.0 / 1000 * args.runs as u64;
-            let (progress, finished) = (&progress, &finished);
-            scope.spawn(move || progress_bar(progress, finished, total));
-        }
-        let outcomes = fulcrum_fabric::run_many(&scenario, seed, args.runs as usize, threads, Some(&progress));
-        finished.store(true, Ordering::Relaxed);
-        outcomes
-    });
+    let outcomes = progress::while_running(
+        progress::wanted(args.progress),
+        |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "simulated µs", elapsed),
+        || fulcrum_fabric::run_many(&scenario, seed, args.runs as usize, threads, Some(&done)),
+    );
     let wall = started.elapsed().as_secs_f64();
     let report = Report { scenario: &scenario.name, sets: &args.sets, outcomes: &outcomes, wall_seconds: wall };
     let text = if args.json { report.json() } else { report.table() };
@@ -100,30 +96,4 @@ pub fn run(args: Args) -> Result<(), Failure> {
         );
     }
     Ok(())
-}
-
-/// Draw a progress line on stderr once the run has taken a second, until
-/// `finished`.
-fn progress_bar(done: &AtomicU64, finished: &AtomicBool, total: u64) {
-    let started = Instant::now();
-    let mut drawn = false;
-    while !finished.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if started.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
-        let frac = (done.load(Ordering::Relaxed) as f64 / total.max(1) as f64).min(1.0);
-        let filled = (frac * 30.0) as usize;
-        eprint!(
-            "\r[{}{}] {:>3.0}% of simulated time, {:.1} s",
-            "#".repeat(filled),
-            ".".repeat(30 - filled),
-            frac * 100.0,
-            started.elapsed().as_secs_f64()
-        );
-        drawn = true;
-    }
-    if drawn {
-        eprint!("\r{}\r", " ".repeat(72));
-    }
 }

@@ -3,16 +3,15 @@
 //! Raw flags become a [`LoadConfig`] before anything is sent; the run itself
 //! is [`fulcrum_load::run_with`]. The report goes to stdout (a table, or
 //! JSON with `--json`); a progress line goes to stderr when it is a terminal
-//! and the run lasts over two seconds. The first Ctrl-C stops sending and
+//! and the run lasts over a second (`fulcrum_workload::progress`). The first Ctrl-C stops sending and
 //! reports what was measured; a second one exits at once.
 
-use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use fulcrum_load::{Clients, Control, LoadConfig, LoadError, Pattern};
+use fulcrum_workload::progress;
 
 use crate::cli::Failure;
 
@@ -187,17 +186,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     })
     .map_err(|e| Failure::runtime(format!("cannot wait for signals: {e}")))?;
 
-    let show = args.progress || std::io::stderr().is_terminal();
-    let finished = Arc::new(AtomicBool::new(false));
-    let progress = show.then(|| {
-        let (control, finished) = (control.clone(), finished.clone());
-        std::thread::spawn(move || progress_line(&control, &finished))
+    let result = progress::while_running(progress::wanted(args.progress), status_line(&control), || {
+        fulcrum_load::run_with(&config, &control)
     });
-    let result = fulcrum_load::run_with(&config, &control);
-    finished.store(true, Ordering::Relaxed);
-    if let Some(p) = progress {
-        let _ = p.join();
-    }
     let report = result.map_err(|e| match e {
         LoadError::Config(_) | LoadError::Resolve(_) => Failure::input(e.to_string()),
         LoadError::Io(_) => Failure::runtime(e.to_string()),
@@ -211,29 +202,20 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .map_err(|e| Failure::runtime(format!("writing the report: {e}")))
 }
 
-/// Once the run has lasted two seconds, redraw a line of live totals on
-/// stderr every second until `finished`; then erase it.
-fn progress_line(control: &Control, finished: &AtomicBool) {
-    let started = Instant::now();
-    let mut drawn = false;
-    let mut last = (started, 0u64);
-    while !finished.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = Instant::now();
-        if now - started < Duration::from_secs(2) || now - last.0 < Duration::from_secs(1) {
-            continue;
-        }
+/// The live totals of a run, with the request rate over the last second
+/// or more.
+fn status_line(control: &Control) -> impl FnMut(Duration) -> String + Send + '_ {
+    let mut last = (Duration::ZERO, 0u64, 0.0f64);
+    move |elapsed| {
         let requests = control.requests();
-        let rate = (requests - last.1) as f64 / (now - last.0).as_secs_f64();
-        last = (now, requests);
-        eprint!(
-            "\r{:>6.1} s  {requests:>10} requests  {rate:>9.0} req/s  {:>8} errors ",
-            (now - started).as_secs_f64(),
+        if elapsed - last.0 >= Duration::from_secs(1) {
+            last = (elapsed, requests, (requests - last.1) as f64 / (elapsed - last.0).as_secs_f64());
+        }
+        format!(
+            "{:>6.1} s  {requests:>10} requests  {:>9.0} req/s  {:>8} errors",
+            elapsed.as_secs_f64(),
+            last.2,
             control.errors()
-        );
-        drawn = true;
-    }
-    if drawn {
-        eprint!("\r{:70}\r", "");
+        )
     }
 }

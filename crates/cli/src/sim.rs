@@ -3,16 +3,17 @@
 //! Raw arguments become a [`fulcrum_sim::Plan`] (algorithms, seeds, runs)
 //! before anything runs; the report goes to stdout as a table or as JSON,
 //! and optionally to CSV files and an SVG plot. A progress bar is drawn on
-//! stderr (when it is a terminal) once a simulation has run for a second.
+//! stderr (when it is a terminal) once a simulation has run for a second
+//! (`fulcrum_workload::progress`).
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::Args as ClapArgs;
 use fulcrum_balance::AlgorithmKind;
 use fulcrum_sim::{report, Plan, Scenario};
+use fulcrum_workload::progress;
 
 use crate::cli::Failure;
 
@@ -24,7 +25,7 @@ Examples:
   fulcrum sim scenarios/seed-000.toml --runs 20 --json
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
 
-The scenario format is described in the README (section Simulator). Exit code 2 means
+The scenario format is described in docs/simulator.md (Scenario format). Exit code 2 means
 the scenario or an option was rejected; the message names the file, line and field.")]
 pub struct Args {
     /// The scenario file (TOML).
@@ -65,6 +66,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 
+    /// Keep every latency sample for exact percentiles, however many there
+    /// are (as the scenario's `[metrics] exact = true`). Without it, a run
+    /// past 1,000,000 measured requests switches to an HDR histogram
+    /// (3 significant digits), so memory stays bounded; the report says so.
+    #[arg(long)]
+    exact: bool,
+
     /// Worker threads (default: one per core). Results do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
@@ -80,6 +88,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     for name in &args.without {
         let mechanism = name.parse().map_err(|e| Failure::input(format!("--without: {e}")))?;
         scenario.resilience.disable(mechanism);
+    }
+    if args.exact {
+        scenario.metrics.exact = true;
     }
     let mut plan = Plan::for_scenario(&scenario);
     if let Some(names) = &args.algorithms {
@@ -102,16 +113,11 @@ pub fn run(args: Args) -> Result<(), Failure> {
 
     let expected = scenario.total_requests().map(|n| n * plan.jobs() as u64);
     let done = AtomicU64::new(0);
-    let finished = AtomicBool::new(false);
-    let show = args.progress || std::io::stderr().is_terminal();
-    let report = std::thread::scope(|scope| {
-        if show {
-            scope.spawn(|| progress_bar(&done, &finished, expected));
-        }
-        let result = fulcrum_sim::simulate(&scenario, &plan, Some(&done));
-        finished.store(true, Ordering::Relaxed);
-        result
-    })
+    let report = progress::while_running(
+        progress::wanted(args.progress),
+        |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "requests", elapsed),
+        || fulcrum_sim::simulate(&scenario, &plan, Some(&done)),
+    )
     .map_err(|e| Failure::input(format!("{}: {e}", args.scenario.display())))?;
 
     let mut stdout = std::io::stdout().lock();
@@ -134,37 +140,4 @@ pub fn run(args: Args) -> Result<(), Failure> {
         );
     }
     Ok(())
-}
-
-/// Draw a progress bar on stderr once the run has taken a second, until
-/// `finished`.
-fn progress_bar(done: &AtomicU64, finished: &AtomicBool, expected: Option<u64>) {
-    let started = Instant::now();
-    let mut drawn = false;
-    while !finished.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if started.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
-        let n = done.load(Ordering::Relaxed);
-        let line = match expected {
-            Some(total) if total > 0 => {
-                let frac = (n as f64 / total as f64).min(1.0);
-                let filled = (frac * 30.0) as usize;
-                format!(
-                    "\r[{}{}] {:>3.0}% {n}/{total} requests, {:.1} s",
-                    "#".repeat(filled),
-                    ".".repeat(30 - filled),
-                    frac * 100.0,
-                    started.elapsed().as_secs_f64()
-                )
-            }
-            _ => format!("\r{n} requests, {:.1} s", started.elapsed().as_secs_f64()),
-        };
-        eprint!("{line}");
-        drawn = true;
-    }
-    if drawn {
-        eprint!("\r{}\r", " ".repeat(72));
-    }
 }

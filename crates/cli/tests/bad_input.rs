@@ -33,13 +33,15 @@ fn config(cluster_endpoints: &str, request_timeout: &str) -> String {
 #[test]
 fn refused_upstream_is_502_and_missing_route_404_and_bad_requests_400_431() {
     let dead = closed_port();
-    let f = Fulcrum::serve("bad-input", &config(&format!("\"{dead}\""), "2s"));
+    // A refused connect is answered at once, not after the 30 s request
+    // timeout; 10 s leaves a loaded machine a wide margin.
+    let f = Fulcrum::serve("bad-input", &config(&format!("\"{dead}\""), "30s"));
     let addr = f.listen[0];
 
     let started = Instant::now();
     let r = get(addr, "app.test", "/", "");
     assert_eq!(r.status, 502, "{r:?}");
-    assert!(started.elapsed() < Duration::from_millis(1000), "502 took {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(10), "502 took {:?}", started.elapsed());
 
     assert_eq!(get(addr, "other.test", "/", "").status, 404);
     assert_eq!(send(addr, b"GARBAGE\r\n\r\n").status, 400);
@@ -56,6 +58,36 @@ fn refused_upstream_is_502_and_missing_route_404_and_bad_requests_400_431() {
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(text.contains("fulcrum_local_responses_total{code=\"502\"} 2"), "{text}");
     assert!(text.contains("fulcrum_local_responses_total{code=\"404\"} 2"), "{text}");
+    assert!(f.terminate().success());
+}
+
+/// The 400s and 431s that hyper's parser sends for the proxy are counted
+/// in `fulcrum_local_responses_total`, as the proxy's own 400s are.
+#[test]
+fn malformed_and_oversized_request_heads_are_counted() {
+    let f = Fulcrum::serve("bad-head-metrics", &config(&format!("\"{}\"", closed_port()), "30s"));
+    let addr = f.listen[0];
+    let count = |code: u16| -> u64 {
+        let metrics = get(f.admin.unwrap(), "admin", "/metrics", "");
+        let text = String::from_utf8_lossy(&metrics.body).into_owned();
+        let prefix = format!("fulcrum_local_responses_total{{code=\"{code}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix}: {text}"));
+        line[prefix.len()..].parse().unwrap()
+    };
+    assert_eq!((count(400), count(431)), (0, 0));
+    assert_eq!(send(addr, b"GARBAGE\r\n\r\n").status, 400);
+    assert_eq!(send(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\nBad Header\r\n\r\n").status, 400);
+    assert_eq!(send(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\nContent-Length: x\r\n\r\n").status, 400);
+    let huge = format!("GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(send(addr, huge.as_bytes()).status, 431);
+    assert_eq!(send(addr, with_headers(101).as_bytes()).status, 431);
+    // The connection ends after the answer; the count follows at once, but
+    // on the server's side of the socket: wait for it rather than race it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while (count(400), count(431)) != (3, 2) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!((count(400), count(431)), (3, 2));
     assert!(f.terminate().success());
 }
 
@@ -107,15 +139,18 @@ fn silent_upstream_is_504_after_the_request_timeout() {
     let r = get(f.listen[0], "app.test", "/", "");
     let took = started.elapsed();
     assert_eq!(r.status, 504, "{r:?}");
-    assert!(took >= Duration::from_millis(400) && took < Duration::from_secs(2), "504 after {took:?}");
+    // Not before the timeout; after it, soon (10 s: a wide margin for a
+    // loaded machine, still far from never).
+    assert!(took >= Duration::from_millis(400) && took < Duration::from_secs(10), "504 after {took:?}");
 }
 
 #[test]
 fn unresolvable_endpoints_leave_no_endpoint_so_503() {
-    let f = Fulcrum::serve("no-endpoint", &config("\"no-such-host.invalid:80\"", "1s"));
+    // At once, not after the 30 s request timeout.
+    let f = Fulcrum::serve("no-endpoint", &config("\"no-such-host.invalid:80\"", "30s"));
     let started = Instant::now();
     assert_eq!(get(f.listen[0], "app.test", "/", "").status, 503);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(started.elapsed() < Duration::from_secs(10), "503 took {:?}", started.elapsed());
 }
 
 #[test]
@@ -153,10 +188,11 @@ fn full_backlog() -> (socket2::Socket, Vec<std::net::TcpStream>) {
 fn connect_timeout_is_502_within_the_configured_time() {
     let (upstream, _fillers) = full_backlog();
     let addr = upstream.local_addr().unwrap().as_socket().unwrap();
-    let f = Fulcrum::serve("connect-timeout", &config(&format!("\"{addr}\""), "5s"));
+    let f = Fulcrum::serve("connect-timeout", &config(&format!("\"{addr}\""), "30s"));
     let started = Instant::now();
     let r = get(f.listen[0], "app.test", "/", "");
     let took = started.elapsed();
     assert_eq!(r.status, 502, "{r:?}");
-    assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(1500), "502 after {took:?}");
+    // After the 300 ms connect timeout, well before the 30 s request timeout.
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(10), "502 after {took:?}");
 }

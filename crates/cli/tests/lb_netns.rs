@@ -37,10 +37,14 @@ struct Topology {
 impl Topology {
     fn up(name: &str, mode: &str) -> Topology {
         let prefix = format!("fx{}{name}", std::process::id());
-        let status = Command::new(repo().join("scripts/xdp-topology")).args(["up", &prefix, mode]).status().unwrap();
-        assert!(status.success(), "xdp-topology up failed");
         let pin_dir = format!("/sys/fs/bpf/{prefix}");
-        Topology { prefix, pin_dir, stop: Arc::new(AtomicBool::new(false)), servers: Vec::new() }
+        // The guard exists before the first namespace does, so a setup that
+        // fails half-way is torn down too.
+        let topo = Topology { prefix, pin_dir, stop: Arc::new(AtomicBool::new(false)), servers: Vec::new() };
+        let status =
+            Command::new(repo().join("scripts/xdp-topology")).args(["up", &topo.prefix, mode]).status().unwrap();
+        assert!(status.success(), "xdp-topology up failed");
+        topo
     }
 
     fn ns(&self, node: &str) -> String {
@@ -102,8 +106,20 @@ impl Drop for Topology {
         for s in self.servers.drain(..) {
             let _ = s.join();
         }
-        let _ = std::fs::remove_dir_all(&self.pin_dir);
-        let _ = Command::new(repo().join("scripts/xdp-topology")).args(["down", &self.prefix]).status();
+        // Failures cannot be returned from a drop; they go straight to
+        // stderr (past the harness's capture), and scripts/test fails on
+        // whatever is left.
+        if let Err(e) = std::fs::remove_dir_all(&self.pin_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                let _ = writeln!(std::io::stderr(), "could not remove {}: {e}", self.pin_dir);
+            }
+        }
+        match Command::new(repo().join("scripts/xdp-topology")).args(["down", &self.prefix]).status() {
+            Ok(s) if s.success() => {}
+            other => {
+                let _ = writeln!(std::io::stderr(), "xdp-topology down {}: {other:?}", self.prefix);
+            }
+        }
     }
 }
 

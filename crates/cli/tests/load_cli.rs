@@ -2,7 +2,7 @@
 //! their addresses and stop cleanly on SIGTERM; `load --json` prints only
 //! the report; bad flags exit with code 2.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Output, Stdio};
 
@@ -17,17 +17,37 @@ struct BackendProcess {
 }
 
 impl BackendProcess {
-    fn start(args: &[&str], count: usize) -> BackendProcess {
+    /// Starts a backend that prints `count` addresses, or says why it
+    /// could not (its exit status and stderr).
+    fn try_start(args: &[&str], count: usize) -> Result<BackendProcess, String> {
         let mut child = fulcrum()
             .arg("backend")
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start fulcrum backend");
+        // Drained by a thread so a chatty backend never blocks on a full pipe.
+        let mut stderr = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut err = String::new();
+            let _ = stderr.read_to_string(&mut err);
+            err
+        });
         let stdout = child.stdout.take().unwrap();
-        let addrs = BufReader::new(stdout).lines().take(count).map(|l| l.unwrap().parse().unwrap()).collect();
-        BackendProcess { child, addrs }
+        let addrs: Vec<SocketAddr> =
+            BufReader::new(stdout).lines().take(count).map(|l| l.unwrap().parse().unwrap()).collect();
+        if addrs.len() == count {
+            return Ok(BackendProcess { child, addrs });
+        }
+        // Stdout closed early: the backend exited; its stderr says why.
+        let status = child.wait().unwrap();
+        let err = stderr.join().unwrap();
+        Err(format!("fulcrum backend {args:?} printed {} of {count} addresses ({status}): {err}", addrs.len()))
+    }
+
+    fn start(args: &[&str], count: usize) -> BackendProcess {
+        BackendProcess::try_start(args, count).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn terminate(mut self) -> std::process::ExitStatus {
@@ -78,15 +98,37 @@ fn backends_answer_load_and_stop_on_sigterm() {
     assert!(b.terminate().success());
 }
 
+/// A port `p` below 65535 where `p` and `p + 1` were both free a moment ago.
+fn two_free_ports() -> u16 {
+    for _ in 0..100 {
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = a.local_addr().unwrap().port();
+        if p < 65535 && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("found no two consecutive free ports on 127.0.0.1 in 100 tries");
+}
+
 #[test]
 fn consecutive_ports_follow_listen() {
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    // The next two ports are probably free too; if not, the test says so.
-    let listen = format!("127.0.0.1:{free}");
-    let b = BackendProcess::start(&["--listen", &listen, "--count", "2"], 2);
-    if b.addrs.len() == 2 {
-        assert_eq!(b.addrs[1].port(), b.addrs[0].port() + 1);
+    // Another process may take one of the two ports between the check and
+    // the backend's bind; try again then, but a backend that never starts
+    // fails the test.
+    let mut errors = Vec::new();
+    for _ in 0..5 {
+        let listen = format!("127.0.0.1:{}", two_free_ports());
+        match BackendProcess::try_start(&["--listen", &listen, "--count", "2"], 2) {
+            Ok(b) => {
+                assert_eq!(b.addrs[0].to_string(), listen);
+                assert_eq!(b.addrs[1].port(), b.addrs[0].port() + 1);
+                assert!(b.terminate().success());
+                return;
+            }
+            Err(e) => errors.push(e),
+        }
     }
+    panic!("the backend never started: {errors:#?}");
 }
 
 #[test]

@@ -165,3 +165,40 @@ fn every_shipped_scenario_runs() {
         }
     }
 }
+
+/// Past 1,000,000 measured requests a run's percentiles come from an HDR
+/// histogram, and the report says so; `--exact` keeps every sample. Both
+/// agree to the histogram's precision, and min, max and mean stay exact.
+#[test]
+fn past_the_limit_quantiles_switch_to_hdr_unless_exact() {
+    let dir = tmp("hdr");
+    let scenario = dir.join("big.toml");
+    let text = std::fs::read_to_string(repo().join("scenarios/seed-004-1m.toml")).unwrap();
+    let text = text
+        .replace("requests = 1_000_000", "requests = 1_200_000")
+        .replace(r#"algorithms = ["peak-ewma", "least-request", "round-robin"]"#, r#"algorithms = ["round-robin"]"#);
+    std::fs::write(&scenario, text).unwrap();
+    let path = scenario.to_str().unwrap();
+
+    let table = fulcrum(&["sim", path]);
+    assert!(table.status.success(), "{}", stderr(&table));
+    assert!(stdout(&table).contains("Quantiles: HDR histogram, 3 significant digits"), "{}", stdout(&table));
+    let exact_table = fulcrum(&["sim", path, "--exact"]);
+    assert!(exact_table.status.success(), "{}", stderr(&exact_table));
+    assert!(!stdout(&exact_table).contains("Quantiles:"), "{}", stdout(&exact_table));
+
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = fulcrum(&[&["sim", path, "--json"], args].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["results"][0]["latency_ms"].clone()
+    };
+    let (hdr, exact) = (json(&[]), json(&["--exact"]));
+    assert_eq!(hdr["method"], "hdr");
+    assert!(exact.get("method").is_none(), "{exact}");
+    for figure in FIGURES {
+        let (h, e) = (hdr[figure].as_f64().unwrap(), exact[figure].as_f64().unwrap());
+        let tolerance = if ["min", "max", "avg"].contains(&figure) { 1e-9 } else { 0.01 };
+        assert!((h - e).abs() <= tolerance * e, "{figure}: hdr {h} vs exact {e}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -6,7 +6,7 @@
 //! them alike. Each connection speaks HTTP/1.1 or h2c (hyper-util's auto
 //! builder tells them apart by the preface). Every request, whatever its
 //! method, has its body read and thrown away, then waits its service time
-//! ([`Delay`]), then gets a status from the [`StatusMix`], a body of
+//! (a [`Dist`]), then gets a status from the [`StatusMix`], a body of
 //! `body_bytes` zeros and the header `x-fulcrum-backend: <name>`, so whoever
 //! sent it can count who answered.
 //!
@@ -37,7 +37,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::dist::{Delay, StatusMix};
+use crate::dist::{Dist, StatusMix};
 use crate::timer::{Timer, TimerHandle};
 
 /// The response header that names the backend that answered.
@@ -54,7 +54,7 @@ pub struct BackendSpec {
     /// Where to listen; port 0 picks a free port.
     pub listen: SocketAddr,
     /// Service time of each request.
-    pub delay: Delay,
+    pub delay: Dist,
     /// Status codes of the responses.
     pub status: StatusMix,
     /// Size of every response body.
@@ -66,7 +66,7 @@ impl Default for BackendSpec {
         BackendSpec {
             name: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            delay: Delay::ZERO,
+            delay: Dist::ZERO,
             status: StatusMix::default(),
             body_bytes: 0,
         }
@@ -75,7 +75,7 @@ impl Default for BackendSpec {
 
 impl BackendSpec {
     /// A backend on a free loopback port answering `200` after `delay`.
-    pub fn with_delay(delay: Delay) -> BackendSpec {
+    pub fn with_delay(delay: Dist) -> BackendSpec {
         BackendSpec { delay, ..BackendSpec::default() }
     }
 }
@@ -95,7 +95,7 @@ impl BackendsConfig {
     /// Loopback backends on free ports answering `200` after fixed delays,
     /// one per delay: the demo's ten are nine times 5 ms and one 50 ms.
     pub fn fixed_delays(delays: &[Duration]) -> BackendsConfig {
-        let backends = delays.iter().map(|&d| BackendSpec::with_delay(Delay::Fixed(d))).collect();
+        let backends = delays.iter().map(|&d| BackendSpec::with_delay(Dist::fixed(d))).collect();
         BackendsConfig { backends, seed: 0, threads: 1 }
     }
 }
@@ -113,7 +113,7 @@ pub struct Backend {
 
 #[derive(Debug)]
 struct Behaviour {
-    delay: Delay,
+    delay: Dist,
     status: StatusMix,
     paused_until: Option<Instant>,
     rng: Rng,
@@ -136,7 +136,7 @@ impl Backend {
     }
 
     /// Use this service time for requests from now on.
-    pub fn set_delay(&self, delay: Delay) {
+    pub fn set_delay(&self, delay: Dist) {
         self.behaviour().delay = delay;
     }
 
@@ -162,7 +162,7 @@ impl Backend {
         let mut b = self.behaviour();
         let Behaviour { delay, status, paused_until, rng } = &mut *b;
         let start = paused_until.map_or(arrived, |p| p.max(arrived));
-        (start + delay.sample(rng), status.sample(rng))
+        (start + delay.sample_duration(rng), status.sample(rng))
     }
 
     async fn answer(&self, timer: &TimerHandle, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -220,7 +220,7 @@ impl Backends {
                 body: Bytes::from(vec![0u8; spec.body_bytes]),
                 served: AtomicU64::new(0),
                 behaviour: Mutex::new(Behaviour {
-                    delay: spec.delay,
+                    delay: spec.delay.clone(),
                     status: spec.status,
                     paused_until: None,
                     rng: seeds.fork(),

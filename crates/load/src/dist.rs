@@ -1,34 +1,24 @@
-//! What a test backend draws for each request: a service time ([`Delay`])
-//! and a status code ([`StatusMix`]), with their command-line syntax.
+//! What a test backend draws for each request: a service time (a
+//! [`Dist`], shared with the simulator) and a status code ([`StatusMix`]),
+//! with their command-line syntax.
 //!
-//! Delays: `5ms` (fixed), `uniform(1ms,9ms)`, `exponential(5ms)` (the mean;
-//! `exp(5ms)` for short). Status mixes: `200`, or `200:0.99,503:0.01`
-//! (weights, normalised). Lists repeat an item with `X*N`: `5ms*9,50ms` is
-//! nine 5 ms backends and one at 50 ms ([`expand_list`]).
+//! Service times take every shape of [`Dist`] in its command-line form:
+//! `5ms` (fixed), `uniform(1ms,9ms)`, `uniform-ms(10ms,50ms)`,
+//! `exponential(5ms)` (the mean; `exp(5ms)` for short),
+//! `log-normal(5ms,0.5)` (median, sigma) and `empirical(file.txt)`; a plain
+//! duration can instead be given a shape by [`DelayShape`]. Status mixes:
+//! `200`, or `200:0.99,503:0.01` (weights, normalised). Lists repeat an
+//! item with `X*N`: `5ms*9,50ms` is nine 5 ms backends and one at 50 ms
+//! ([`expand_list`]).
 
-use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use fulcrum_balance::Rng;
+use fulcrum_workload::dist::nanos;
+pub use fulcrum_workload::dist::{parse_duration, ParseError};
+pub use fulcrum_workload::Dist;
 use http::StatusCode;
-
-/// A value on the command line or in the API that cannot be used; the
-/// message says which and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParseError(pub String);
-
-/// A service-time distribution.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Delay {
-    /// Always this long.
-    Fixed(Duration),
-    /// Uniform between the two bounds (low, high).
-    Uniform(Duration, Duration),
-    /// Exponential with this mean.
-    Exponential(Duration),
-}
 
 /// The shape of a delay whose scale is given as one duration, as
 /// `fulcrum backend --delay-dist` applies it to each of `--delays`.
@@ -36,7 +26,7 @@ pub enum Delay {
 pub enum DelayShape {
     /// Exactly the duration.
     Fixed,
-    /// Uniform on [0, 2·d]: mean d.
+    /// Uniform on [0, 2·d): mean d.
     Uniform,
     /// Exponential with mean d.
     Exponential,
@@ -44,11 +34,12 @@ pub enum DelayShape {
 
 impl DelayShape {
     /// The delay of this shape whose mean is `mean`.
-    pub fn with_mean(self, mean: Duration) -> Delay {
+    pub fn with_mean(self, mean: Duration) -> Dist {
+        let mean = nanos(mean);
         match self {
-            DelayShape::Fixed => Delay::Fixed(mean),
-            DelayShape::Uniform => Delay::Uniform(Duration::ZERO, mean * 2),
-            DelayShape::Exponential => Delay::Exponential(mean),
+            DelayShape::Fixed => Dist::Fixed(mean),
+            DelayShape::Uniform => Dist::Uniform { min: 0, max: mean.saturating_mul(2) },
+            DelayShape::Exponential => Dist::Exponential { mean: mean as f64 },
         }
     }
 }
@@ -62,72 +53,6 @@ impl FromStr for DelayShape {
             "uniform" => Ok(DelayShape::Uniform),
             "exponential" | "exp" => Ok(DelayShape::Exponential),
             _ => Err(ParseError(format!("unknown delay distribution {s:?} (fixed, uniform, exponential)"))),
-        }
-    }
-}
-
-impl Delay {
-    /// No delay at all.
-    pub const ZERO: Delay = Delay::Fixed(Duration::ZERO);
-
-    /// One service time.
-    pub fn sample(&self, rng: &mut Rng) -> Duration {
-        match *self {
-            Delay::Fixed(d) => d,
-            Delay::Uniform(lo, hi) => lo + (hi - lo).mul_f64(rng.unit()),
-            // Inverse transform; 1 − u is in (0, 1], so the logarithm is finite.
-            Delay::Exponential(mean) => mean.mul_f64(-(1.0 - rng.unit()).ln()),
-        }
-    }
-
-    /// The mean service time.
-    pub fn mean(&self) -> Duration {
-        match *self {
-            Delay::Fixed(d) | Delay::Exponential(d) => d,
-            Delay::Uniform(lo, hi) => (lo + hi) / 2,
-        }
-    }
-}
-
-/// Parse a duration such as `5ms`, `1.5s` or `250us`.
-pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
-    let s = s.trim();
-    humantime::parse_duration(s).map_err(|e| ParseError(format!("{s:?} is not a duration like 5ms or 1s: {e}")))
-}
-
-impl FromStr for Delay {
-    type Err = ParseError;
-
-    fn from_str(s: &str) -> Result<Self, ParseError> {
-        let s = s.trim();
-        let Some((name, args)) = s.strip_suffix(')').and_then(|s| s.split_once('(')) else {
-            return parse_duration(s).map(Delay::Fixed);
-        };
-        let args: Vec<&str> = args.split(',').collect();
-        match (name.trim(), args.as_slice()) {
-            ("fixed", [d]) => parse_duration(d).map(Delay::Fixed),
-            ("uniform", [lo, hi]) => {
-                let (lo, hi) = (parse_duration(lo)?, parse_duration(hi)?);
-                if lo > hi {
-                    return Err(ParseError(format!("{s}: the low bound is above the high one")));
-                }
-                Ok(Delay::Uniform(lo, hi))
-            }
-            ("exponential" | "exp", [mean]) => parse_duration(mean).map(Delay::Exponential),
-            _ => {
-                Err(ParseError(format!("{s:?} is not a delay: 5ms, fixed(5ms), uniform(1ms,9ms) or exponential(5ms)")))
-            }
-        }
-    }
-}
-
-impl fmt::Display for Delay {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = |d: Duration| humantime::format_duration(d).to_string();
-        match *self {
-            Delay::Fixed(x) => write!(f, "{}", d(x)),
-            Delay::Uniform(lo, hi) => write!(f, "uniform({},{})", d(lo), d(hi)),
-            Delay::Exponential(m) => write!(f, "exponential({})", d(m)),
         }
     }
 }
@@ -252,22 +177,24 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn test_parse_delays() {
-        assert_eq!("5ms".parse(), Ok(Delay::Fixed(5 * MS)));
-        assert_eq!("fixed(5ms)".parse(), Ok(Delay::Fixed(5 * MS)));
-        assert_eq!("uniform(1ms, 9ms)".parse(), Ok(Delay::Uniform(MS, 9 * MS)));
-        assert_eq!("exp(5ms)".parse(), Ok(Delay::Exponential(5 * MS)));
-        assert!("uniform(9ms,1ms)".parse::<Delay>().is_err());
-        assert!("normal(5ms)".parse::<Delay>().is_err());
-        assert!("5 parsecs".parse::<Delay>().is_err());
-        assert_eq!(DelayShape::Uniform.with_mean(5 * MS), Delay::Uniform(Duration::ZERO, 10 * MS));
+    fn test_delay_shapes() {
+        assert_eq!(DelayShape::Uniform.with_mean(5 * MS), Dist::Uniform { min: 0, max: 10_000_000 });
+        assert_eq!(DelayShape::Exponential.with_mean(5 * MS), "exp(5ms)".parse().unwrap());
+        assert_eq!(DelayShape::Fixed.with_mean(5 * MS), "5ms".parse().unwrap());
+        assert!("normal".parse::<DelayShape>().is_err());
     }
 
+    /// A backend's delay may be any shape the simulator knows: a log-normal
+    /// on the command line parses and draws around its median.
     #[test]
-    fn test_emit_delays_round_trip() {
-        for d in [Delay::Fixed(5 * MS), Delay::Uniform(MS, 9 * MS), Delay::Exponential(50 * MS)] {
-            assert_eq!(d.to_string().parse(), Ok(d));
-        }
+    fn a_backend_delay_can_be_log_normal() {
+        let d: Dist = "log-normal(4ms, 0.5)".parse().unwrap();
+        let mut rng = Rng::new(7);
+        let mut v: Vec<Duration> = (0..20_001).map(|_| d.sample_duration(&mut rng)).collect();
+        v.sort_unstable();
+        let median = v[10_000].as_secs_f64();
+        assert!((median / 0.004 - 1.0).abs() < 0.03, "{median}");
+        assert!(v[19_800] > 2 * v[10_000], "a long tail: p99 {:?} vs p50 {:?}", v[19_800], v[10_000]);
     }
 
     #[test]
@@ -277,23 +204,6 @@ mod tests {
         assert!(expand_list("5ms*0").is_err());
         assert!(expand_list("5ms,,6ms").is_err());
         assert!(expand_list("uniform(1ms,2ms").is_err());
-    }
-
-    #[test]
-    fn samples_stay_in_range_and_have_the_right_mean() {
-        let mut rng = Rng::new(7);
-        let n = 20_000;
-        let u = Delay::Uniform(2 * MS, 4 * MS);
-        let e = Delay::Exponential(5 * MS);
-        let (mut su, mut se) = (Duration::ZERO, Duration::ZERO);
-        for _ in 0..n {
-            let x = u.sample(&mut rng);
-            assert!((2 * MS..=4 * MS).contains(&x));
-            su += x;
-            se += e.sample(&mut rng);
-        }
-        assert!(((su / n).as_secs_f64() - 0.003).abs() < 0.0001);
-        assert!(((se / n).as_secs_f64() - 0.005).abs() < 0.0003);
     }
 
     #[test]

@@ -1,10 +1,15 @@
 //! What a load run measured: the [`Report`] and the [`Recorder`] that
 //! workers write into while it runs.
 //!
-//! Latencies go into HDR histograms (microsecond resolution, three
-//! significant digits, up to an hour). Workers write into a few shards, each
-//! behind its own mutex, so two threads rarely meet on one lock; the shards
-//! are merged when the run ends. A response with any status has its latency
+//! Latencies go into `fulcrum_workload` recorders, in nanoseconds: every
+//! latency is kept until the run has answered [`EXACT_LIMIT`] requests, so
+//! its figures are exact (as the simulator's); past that, the recorders
+//! switch to HDR histograms (three significant digits), so memory stays
+//! bounded however long the run. The report's [`Summary`] says which method
+//! produced it. Workers write into a few shards, each behind its own mutex,
+//! so two threads rarely meet on one lock; the shards are merged when the
+//! run ends, and share one limit (a count of kept samples) so that the
+//! memory bound holds for the run, not per shard. A response with any status has its latency
 //! recorded; a request that got no response (connect, timeout, I/O error)
 //! is only counted.
 
@@ -14,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use fulcrum_sim::Summary;
-use hdrhistogram::Histogram;
+use fulcrum_workload::dist::nanos;
+use fulcrum_workload::{Recorder as Latencies, Summary, EXACT_LIMIT};
 use serde::Serialize;
 
 use crate::client::Answer;
@@ -90,30 +95,6 @@ impl ErrorCounts {
     }
 }
 
-/// The latency figures of `h` (microseconds) in milliseconds: the
-/// simulator's [`Summary`], so both reports have the same `latency_ms`, and
-/// the 99.99th percentile apart.
-fn summary(h: &Histogram<u64>) -> (Summary, f64) {
-    if h.is_empty() {
-        return (Summary::default(), 0.0);
-    }
-    let ms = |us: u64| us as f64 / 1000.0;
-    let q = |q: f64| ms(h.value_at_quantile(q));
-    let summary = Summary {
-        min: ms(h.min()),
-        avg: h.mean() / 1000.0,
-        p50: q(0.5),
-        p75: q(0.75),
-        p90: q(0.9),
-        p95: q(0.95),
-        p99: q(0.99),
-        p999: q(0.999),
-        max: ms(h.max()),
-        stddev: h.stdev() / 1000.0,
-    };
-    (summary, q(0.9999))
-}
-
 /// The result of a load run. `--json` prints it as is.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Report {
@@ -126,7 +107,8 @@ pub struct Report {
     /// From the first intended send to the last completion, in seconds.
     pub duration_s: f64,
     /// Latency of the answered requests, from the intended send time: the
-    /// simulator's figures and names.
+    /// simulator's figures and names, and its method (exact up to
+    /// [`EXACT_LIMIT`] answered requests).
     pub latency_ms: Summary,
     /// The 99.99th percentile: in the table, not in the JSON, whose
     /// `latency_ms` is the simulator's.
@@ -179,6 +161,7 @@ impl Report {
             let _ = write!(out, "{v:>9.3}");
         }
         out.push('\n');
+        let _ = writeln!(out, "quantiles: {}", l.method.describe());
         if self.errors > 0 {
             let kinds: Vec<String> =
                 self.errors_by_kind.named().iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
@@ -208,10 +191,14 @@ pub(crate) struct Counters {
 pub(crate) struct Recorder {
     shards: Vec<Mutex<Shard>>,
     counters: Arc<Counters>,
+    /// Latencies kept so far by all shards; past `limit` every shard
+    /// switches to its histogram.
+    kept: AtomicU64,
+    limit: u64,
 }
 
 struct Shard {
-    latency_us: Histogram<u64>,
+    latency: Latencies,
     errors: ErrorCounts,
     // Keyed by the header's bytes so that counting allocates only for a
     // backend not seen before.
@@ -221,22 +208,23 @@ struct Shard {
 /// Shards of the recorder: a few per thread keeps collisions rare.
 const SHARDS: usize = 16;
 
-/// The histogram's range in microseconds: 1 µs to an hour.
-const MAX_US: u64 = 3_600_000_000;
-
 impl Recorder {
     pub(crate) fn new(counters: Arc<Counters>) -> Recorder {
+        Recorder::with_limit(counters, EXACT_LIMIT)
+    }
+
+    /// A recorder exact up to `limit` latencies in all.
+    fn with_limit(counters: Arc<Counters>, limit: usize) -> Recorder {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    // Fixed, valid bounds: this cannot fail.
-                    latency_us: Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds"),
+                    latency: Latencies::exact(),
                     errors: ErrorCounts::default(),
                     by_backend: HashMap::new(),
                 })
             })
             .collect();
-        Recorder { shards, counters }
+        Recorder { shards, counters, kept: AtomicU64::new(0), limit: limit as u64 }
     }
 
     fn shard(&self, worker: usize) -> MutexGuard<'_, Shard> {
@@ -256,8 +244,10 @@ impl Recorder {
         {
             let mut shard = self.shard(worker);
             if let Ok((_, backend)) = &outcome {
-                let us = u64::try_from(latency.as_micros()).unwrap_or(MAX_US).clamp(1, MAX_US);
-                shard.latency_us.saturating_record(us);
+                if self.kept.fetch_add(1, Relaxed) >= self.limit {
+                    shard.latency.switch_to_histogram();
+                }
+                shard.latency.record(nanos(latency));
                 if let Some(name) = backend {
                     match shard.by_backend.get_mut(name.as_bytes()) {
                         Some(n) => *n += 1,
@@ -279,21 +269,21 @@ impl Recorder {
 
     /// Merge the shards into the report of a run that lasted `elapsed`.
     pub(crate) fn report(&self, elapsed: Duration) -> Report {
-        let mut latency_us = Histogram::<u64>::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds");
+        let mut latency = Latencies::bounded(self.limit as usize);
         let mut errors = ErrorCounts::default();
         let mut by_backend = BTreeMap::new();
         for i in 0..SHARDS {
             let shard = self.shard(i);
-            // Same bounds on both sides, so adding cannot fail.
-            let _ = latency_us.add(&shard.latency_us);
+            latency.merge(shard.latency.clone());
             errors.add(&shard.errors);
             for (name, n) in &shard.by_backend {
                 *by_backend.entry(String::from_utf8_lossy(name).into_owned()).or_insert(0) += n;
             }
         }
-        let requests = latency_us.len() + errors.connect + errors.timeout + errors.io;
+        let requests = latency.len() + errors.connect + errors.timeout + errors.io;
         let duration_s = elapsed.as_secs_f64();
-        let (latency_ms, latency_p9999_ms) = summary(&latency_us);
+        let latency_ms = latency.summary();
+        let latency_p9999_ms = if latency.is_empty() { 0.0 } else { latency.quantile(0.9999) / 1e6 };
         Report {
             requests,
             errors: errors.total(),
@@ -310,6 +300,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fulcrum_workload::Method;
     use http::{HeaderValue, StatusCode};
 
     #[test]
@@ -332,18 +323,28 @@ mod tests {
         assert_eq!(r.by_backend, BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)]));
     }
 
+    fn answer() -> Result<Answer, ErrorKind> {
+        Ok((StatusCode::OK, None))
+    }
+
     #[test]
-    fn latency_figures_come_from_the_histogram_in_milliseconds() {
-        let mut h = Histogram::<u64>::new_with_bounds(1, MAX_US, 3).unwrap();
-        for us in 1..=1000 {
-            h.record(us * 10).unwrap(); // 0.01 ms … 10 ms
+    fn latency_figures_are_exact_up_to_the_limit_then_hdr() {
+        let rec = Recorder::with_limit(Arc::default(), 50);
+        let t = Instant::now();
+        for i in 0..50 {
+            rec.record(i, t, answer());
         }
-        let (l, p9999) = summary(&h);
-        assert!((p9999 - 10.0).abs() < 0.01, "{p9999}");
-        assert!((l.p50 - 5.0).abs() < 0.01, "{l:?}");
-        assert!((l.p99 - 9.9).abs() < 0.01, "{l:?}");
-        assert!((l.max - 10.0).abs() < 0.01 && (l.min - 0.01).abs() < 0.001, "{l:?}");
-        assert!((l.avg - 5.005).abs() < 0.01, "{l:?}");
+        let r = rec.report(Duration::from_secs(1));
+        assert_eq!((r.requests, r.latency_ms.method), (50, Method::Exact));
+        assert!(r.latency_ms.min > 0.0 && r.latency_p9999_ms <= r.latency_ms.max, "{:?}", r.latency_ms);
+        assert!(r.table().contains("quantiles: exact"), "{}", r.table());
+        for i in 0..20 {
+            rec.record(i, t, answer());
+        }
+        let r = rec.report(Duration::from_secs(1));
+        assert_eq!((r.requests, r.latency_ms.method), (70, Method::Hdr));
+        assert!(r.table().contains("quantiles: HDR histogram"), "{}", r.table());
+        assert!(r.json().contains(r#""method":"hdr""#), "{}", r.json());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use fulcrum_load::{
-    run, run_with, BackendSpec, Backends, BackendsConfig, Clients, Control, Delay, LoadConfig, LoadError, Pattern,
+    run, run_with, BackendSpec, Backends, BackendsConfig, Clients, Control, Dist, LoadConfig, LoadError, Pattern,
     Report,
 };
 
@@ -29,6 +29,7 @@ fn total(r: &Report) -> u64 {
 }
 
 #[test]
+#[ignore = "timing: the achieved rate within 15 % of the target, p50 under 50 ms"]
 fn open_loop_sends_at_its_rate_for_its_duration() {
     let b = backends(vec![BackendSpec::default()]);
     let c =
@@ -44,7 +45,7 @@ fn open_loop_sends_at_its_rate_for_its_duration() {
 
 #[test]
 fn open_loop_stops_after_its_request_count() {
-    let b = backends(vec![BackendSpec::with_delay(Delay::Fixed(2 * MS)); 2]);
+    let b = backends(vec![BackendSpec::with_delay(Dist::fixed(2 * MS)); 2]);
     let c = LoadConfig { requests: Some(300), ..config(url(&b, 1), Pattern::OpenLoop { rate: 1500.0 }) };
     let started = Instant::now();
     let r = run(&c).unwrap();
@@ -57,8 +58,9 @@ fn open_loop_stops_after_its_request_count() {
 }
 
 #[test]
+#[ignore = "timing: over 200 req/s on four connections"]
 fn closed_loop_sends_exactly_the_requests_asked_for_on_its_connections() {
-    let b = backends(vec![BackendSpec::with_delay(Delay::Fixed(MS))]);
+    let b = backends(vec![BackendSpec::with_delay(Dist::fixed(MS))]);
     let c = LoadConfig { requests: Some(500), connections: Some(4), ..config(url(&b, 0), Pattern::ClosedLoop) };
     let r = run(&c).unwrap();
     assert_eq!((r.requests, r.errors, total(&r)), (500, 0, 500));
@@ -97,8 +99,9 @@ fn error_statuses_are_counted_by_class_and_still_timed() {
 /// wrk2's point: when the server stalls, every request that should have
 /// been sent during the stall waits, and the report must show it.
 #[test]
+#[ignore = "timing: a stall started by a sleep; closed-loop p99 under 100 ms"]
 fn a_stall_shows_in_the_open_loop_tail_but_hides_from_the_closed_loop() {
-    let b = backends(vec![BackendSpec::with_delay(Delay::Fixed(MS))]);
+    let b = backends(vec![BackendSpec::with_delay(Dist::fixed(MS))]);
     let server = b.backends()[0].clone();
     let stall_later = |server: std::sync::Arc<fulcrum_load::Backend>| {
         std::thread::spawn(move || {
@@ -135,7 +138,7 @@ fn a_stall_shows_in_the_open_loop_tail_but_hides_from_the_closed_loop() {
 
 #[test]
 fn clients_pattern_sends_clients_times_requests() {
-    let b = backends(vec![BackendSpec::with_delay(Delay::Fixed(2 * MS)); 3]);
+    let b = backends(vec![BackendSpec::with_delay(Dist::fixed(2 * MS)); 3]);
     let clients = Clients {
         clients: 4,
         interval: Duration::from_millis(20),
@@ -154,7 +157,7 @@ fn clients_pattern_sends_clients_times_requests() {
 
 #[test]
 fn http2_runs_without_errors() {
-    let b = backends(vec![BackendSpec::with_delay(Delay::Fixed(MS))]);
+    let b = backends(vec![BackendSpec::with_delay(Dist::fixed(MS))]);
     let open = LoadConfig {
         http2: true,
         requests: Some(200),
@@ -171,7 +174,7 @@ fn http2_runs_without_errors() {
 
 #[test]
 fn slow_answers_time_out_and_the_run_still_ends() {
-    let b = backends(vec![BackendSpec::with_delay(Delay::Fixed(Duration::from_secs(2)))]);
+    let b = backends(vec![BackendSpec::with_delay(Dist::fixed(Duration::from_secs(2)))]);
     let c = LoadConfig {
         requests: Some(20),
         timeout: Duration::from_millis(100),

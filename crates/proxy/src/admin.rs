@@ -16,8 +16,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use serde_json::json;
 
+use crate::clock::Epoch;
 use crate::cluster::SharedCluster;
-use crate::http::Epoch;
 use crate::metrics::{ProxyStats, LATENCY_BUCKETS};
 
 /// A per-cluster metric: name, help text, and how to read it.

@@ -3,10 +3,12 @@
 //!
 //! [`SharedCluster`] is one per configured cluster. It owns the endpoint
 //! registry (a stable [`EndpointId`] and [`EndpointStats`] per address) and
-//! the [`Membership`]: every resolved endpoint with its active-health state,
-//! the outlier detector and slow-start clock. From them it computes the set
-//! the balancers should use (healthy, not ejected, weights ramped; all of
-//! them in panic mode) and publishes it on a `watch` channel. Every worker
+//! the [`Membership`], a thin adapter over `fulcrum_resilience::ClusterHealth`
+//! (the simulator drives the same state machine): every resolved endpoint
+//! with its active-health state, the outlier detector and slow-start clock.
+//! It answers with the set the balancers should use (healthy, not ejected,
+//! weights ramped; all of them in panic mode), which the cluster publishes
+//! on a `watch` channel. Every worker
 //! holds a [`WorkerCluster`] with its own balancer, built from the same
 //! configuration with its own seed, and applies each new set to it, so the
 //! balancer keeps the state of endpoints that remain.
@@ -26,12 +28,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fulcrum_balance::{build, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos, Outcome};
-use fulcrum_resilience::{routable, Change, OutlierDetector, RequestResult, RetryBudget, SlowStart};
+use fulcrum_balance::{build, pick_avoiding, Balancer, Endpoint, EndpointId, EndpointLoad, Nanos, Outcome};
+use fulcrum_resilience::{
+    Change, CheckThresholds, ClusterHealth, HealthConfig, RequestResult, RetryBudget, Snapshot, STEP,
+};
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::Epoch;
 use crate::config::Cluster;
-use crate::http::Epoch;
 use crate::metrics::EndpointStats;
 
 /// One upstream address with its counters.
@@ -66,28 +70,106 @@ impl Resolved {
     }
 }
 
-/// Health of one endpoint as the cluster sees it.
-#[derive(Debug, Clone)]
-struct Member {
-    endpoint: Endpoint,
-    upstream: Upstream,
-    /// Active health check verdict (healthy until checks say otherwise).
-    healthy: bool,
-    /// Checks in a row that disagreed with `healthy`.
-    streak: u32,
-    /// When it joined or last came back, for slow start; `None` if it was
-    /// there from the start.
-    ramp_from: Option<Nanos>,
-}
-
-/// Every resolved endpoint with its health, the outlier detector and the
-/// slow-start clock. Touched by the control thread only.
+/// The proxy's adapter over [`ClusterHealth`], the state machine the
+/// simulator's `Guard` drives too (`tests/conformance.rs` feeds both the same
+/// events and checks that they route alike). It adds what only the proxy
+/// needs: where each member connects, and that the first endpoint set a
+/// cluster resolves is established (no slow start) while later ones ramp.
+/// Touched by the control thread only; time is passed in.
 #[derive(Debug)]
 pub struct Membership {
-    members: Vec<Member>,
-    detector: Option<OutlierDetector>,
-    slow_start: Option<SlowStart>,
+    health: ClusterHealth,
+    /// Upstream of each member, by endpoint id (ids are small and dense).
+    upstreams: Vec<Option<Upstream>>,
     started: bool,
+}
+
+/// What a cluster's [`ClusterHealth`] is made of.
+fn health_config(config: &Cluster) -> HealthConfig {
+    HealthConfig {
+        outlier_detection: config.outlier_detection.clone(),
+        slow_start: config.slow_start.clone(),
+        health_check: config
+            .health_check
+            .as_ref()
+            .map(|h| CheckThresholds { healthy: h.healthy_threshold, unhealthy: h.unhealthy_threshold }),
+        panic_threshold: config.panic_threshold,
+    }
+}
+
+impl Membership {
+    /// No members yet; the first [`Membership::set_members`] is established.
+    pub fn new(config: &Cluster, now: Nanos) -> Membership {
+        let health = ClusterHealth::new(health_config(config), &[], now)
+            .unwrap_or_else(|e| unreachable!("validated slow start rejected: {e}"));
+        Membership { health, upstreams: Vec::new(), started: false }
+    }
+
+    /// The same members, health and ejections under `config` (a reload):
+    /// endpoints resolved from now on ramp.
+    pub fn reconfigured(&self, config: &Cluster, now: Nanos) -> Membership {
+        let health = self
+            .health
+            .reconfigured(health_config(config), now)
+            .unwrap_or_else(|e| unreachable!("validated slow start rejected: {e}"));
+        Membership { health, upstreams: self.upstreams.clone(), started: true }
+    }
+
+    /// Make the members exactly `members` at `now`, keeping the state of
+    /// those that remain.
+    pub fn set_members(&mut self, members: Vec<(Endpoint, Upstream)>, now: Nanos) {
+        let endpoints: Vec<Endpoint> = members.iter().map(|(e, _)| e.clone()).collect();
+        if self.started {
+            self.health.set_members(&endpoints, now);
+        } else {
+            self.health = ClusterHealth::new(self.health.config().clone(), &endpoints, now)
+                .unwrap_or_else(|e| unreachable!("validated slow start rejected: {e}"));
+            self.started = true;
+        }
+        self.upstreams.clear();
+        for (e, upstream) in members {
+            let slot = e.id.0 as usize;
+            if self.upstreams.len() <= slot {
+                self.upstreams.resize(slot + 1, None);
+            }
+            self.upstreams[slot] = Some(upstream);
+        }
+    }
+
+    /// A request result at `now`; returns the ejection it caused.
+    pub fn record(&mut self, id: EndpointId, result: RequestResult, now: Nanos) -> Option<Change> {
+        self.health.record(id, now, result)
+    }
+
+    /// An active health check at `now`; returns the new verdict if it flipped.
+    pub fn record_check(&mut self, id: EndpointId, passed: bool, now: Nanos) -> Option<bool> {
+        self.health.record_check(id, passed, now)
+    }
+
+    /// The detector's timer at `now`.
+    pub fn tick(&mut self, now: Nanos) -> Vec<Change> {
+        self.health.tick(now)
+    }
+
+    /// The routable set at `now`.
+    pub fn routable(&mut self, now: Nanos) -> &Snapshot {
+        self.health.routable(now)
+    }
+
+    /// Requests in flight allowed at `now` for a cluster configured with
+    /// `max_requests`: ramped by slow start while every endpoint is new.
+    pub fn request_limit(&mut self, max_requests: u64, now: Nanos) -> u64 {
+        let factor = self.health.routable(now).request_limit_factor;
+        if factor < 1.0 {
+            ((max_requests as f64 * factor).ceil() as u64).max(1)
+        } else {
+            max_requests
+        }
+    }
+
+    fn name(&self, id: EndpointId) -> String {
+        self.health.members().find(|e| e.id == id).map_or_else(|| format!("#{}", id.0), |e| e.name.clone())
+    }
 }
 
 /// One worker's balancer for a cluster, shared with the admin listener.
@@ -150,36 +232,12 @@ impl SharedCluster {
     pub fn new(config: Cluster, epoch: Epoch, previous: Option<&SharedCluster>) -> Arc<SharedCluster> {
         let (current, _) = watch::channel(Arc::new(Resolved::default()));
         let (results, results_rx) = mpsc::unbounded_channel();
-        let slow_start = config.slow_start.as_ref().and_then(|s| SlowStart::new(s).ok());
-        let (registry, mut membership, counters) = match previous {
+        let (registry, membership, counters) = match previous {
             Some(p) => {
-                let old = lock(&p.membership);
-                let detector = match &old.detector {
-                    Some(d) if Some(d.config()) == config.outlier_detection.as_ref() => Some(d.clone()),
-                    _ => config.outlier_detection.clone().map(|o| OutlierDetector::new(o, &[], epoch.now())),
-                };
-                let members = old.members.clone();
-                (
-                    lock(&p.registry).clone(),
-                    Membership { members, detector, slow_start, started: true },
-                    p.counters.clone(),
-                )
+                (lock(&p.registry).clone(), lock(&p.membership).reconfigured(&config, epoch.now()), p.counters.clone())
             }
-            None => {
-                let detector = config.outlier_detection.clone().map(|o| OutlierDetector::new(o, &[], epoch.now()));
-                (
-                    HashMap::new(),
-                    Membership { members: Vec::new(), detector, slow_start, started: false },
-                    Arc::default(),
-                )
-            }
+            None => (HashMap::new(), Membership::new(&config, epoch.now()), Arc::default()),
         };
-        if config.health_check.is_none() {
-            // Without checks nothing would ever mark them healthy again.
-            for m in &mut membership.members {
-                m.healthy = true;
-            }
-        }
         // Pools survive a reload with the same limits, and so do their permits.
         let connections = match previous {
             Some(p)
@@ -216,7 +274,6 @@ impl SharedCluster {
             })
             .collect();
         shared.set_addresses(addrs);
-        lock(&shared.membership).started = true;
         shared
     }
 
@@ -248,59 +305,33 @@ impl SharedCluster {
     fn set_addresses(&self, addrs: Vec<(Vec<SocketAddr>, f64)>) {
         let now = self.epoch.now();
         let mut registry = lock(&self.registry);
-        let mut membership = lock(&self.membership);
-        let mut members = Vec::new();
+        let mut members: Vec<(Endpoint, Upstream)> = Vec::new();
         for (found, weight) in addrs {
             for addr in found {
-                if members.iter().any(|m: &Member| m.upstream.addr == addr) {
+                if members.iter().any(|(_, u)| u.addr == addr) {
                     continue;
                 }
                 let next_id = EndpointId(registry.len() as u64);
                 let (id, stats) = registry.entry(addr).or_insert_with(|| (next_id, Arc::default())).clone();
-                let endpoint = Endpoint { id, weight, name: addr.to_string() };
-                let member = match membership.members.iter().find(|m| m.endpoint.id == id) {
-                    Some(old) => Member { endpoint, ..old.clone() },
-                    None => Member {
-                        endpoint,
-                        upstream: Upstream {
-                            addr,
-                            authority: addr.to_string().parse().expect("a socket address is a valid authority"),
-                            stats,
-                        },
-                        healthy: true,
-                        streak: 0,
-                        ramp_from: membership.started.then_some(now),
-                    },
-                };
-                members.push(member);
+                let authority = addr.to_string().parse().expect("a socket address is a valid authority");
+                members.push((Endpoint { id, weight, name: addr.to_string() }, Upstream { addr, authority, stats }));
             }
         }
-        membership.members = members;
-        let ids: Vec<EndpointId> = membership.members.iter().map(|m| m.endpoint.id).collect();
-        if let Some(d) = membership.detector.as_mut() {
-            d.set_endpoints(&ids);
-        }
         drop(registry);
-        self.publish(&membership);
+        let mut membership = lock(&self.membership);
+        membership.set_members(members, now);
+        self.publish(&mut membership);
     }
 
-    /// Compute the routable set from `membership` and publish it if it changed.
-    fn publish(&self, membership: &Membership) {
+    /// Publish the routable set of `membership` if it changed, with the
+    /// request limit and panic state.
+    fn publish(&self, membership: &mut Membership) {
         let now = self.epoch.now();
-        let ejected = |id| membership.detector.as_ref().is_some_and(|d| d.is_ejected(id));
-        let all: Vec<Endpoint> = membership.members.iter().map(|m| m.endpoint.clone()).collect();
-        let member = |e: &Endpoint| membership.members.iter().find(|m| m.endpoint.id == e.id);
-        let set = routable(
-            &all,
-            |e| member(e).is_some_and(|m| m.healthy) && !ejected(e.id),
-            |e| match (&membership.slow_start, member(e).and_then(|m| m.ramp_from)) {
-                (Some(s), Some(from)) => s.factor(now.saturating_sub(from)),
-                _ => 1.0,
-            },
-            self.config.panic_threshold,
-        );
+        self.request_limit.store(membership.request_limit(self.config.max_requests, now), Relaxed);
+        let set = membership.routable(now).clone();
+        let all: Vec<Endpoint> = membership.health.members().cloned().collect();
         if set.panic != self.panic.swap(set.panic, Relaxed) {
-            let healthy = membership.members.iter().filter(|m| m.healthy && !ejected(m.endpoint.id)).count();
+            let healthy = membership.health.healthy_count();
             if set.panic {
                 self.log(format_args!(
                     "PANIC: only {healthy} of {} endpoints healthy (below {} %); balancing over all of them",
@@ -311,31 +342,8 @@ impl SharedCluster {
                 self.log(format_args!("panic over: {healthy} of {} endpoints healthy", all.len()));
             }
         }
-        let factors: Vec<f64> = match &membership.slow_start {
-            Some(s) => membership
-                .members
-                .iter()
-                .map(|m| m.ramp_from.map_or(1.0, |from| s.factor(now.saturating_sub(from))))
-                .collect(),
-            None => Vec::new(),
-        };
-        let all_ramping = !factors.is_empty() && factors.iter().all(|&f| f < 1.0);
-        let limit = if all_ramping {
-            let mean = factors.iter().sum::<f64>() / factors.len() as f64;
-            ((self.config.max_requests as f64 * mean).ceil() as u64).max(1)
-        } else {
-            self.config.max_requests
-        };
-        self.request_limit.store(limit, Relaxed);
-        let mut upstreams: Vec<Option<Upstream>> = Vec::new();
-        for m in &membership.members {
-            let slot = m.endpoint.id.0 as usize;
-            if upstreams.len() <= slot {
-                upstreams.resize(slot + 1, None);
-            }
-            upstreams[slot] = Some(m.upstream.clone());
-        }
-        let resolved = Resolved { endpoints: set.endpoints, all, upstreams, panic: set.panic };
+        let resolved =
+            Resolved { endpoints: set.endpoints, all, upstreams: membership.upstreams.clone(), panic: set.panic };
         self.current.send_if_modified(|current| {
             if current.endpoints == resolved.endpoints && current.all == resolved.all {
                 return false;
@@ -359,35 +367,18 @@ impl SharedCluster {
     /// checks call it healthy.
     pub fn health_of(&self, id: EndpointId) -> (bool, bool) {
         let m = lock(&self.membership);
-        let ejected = m.detector.as_ref().is_some_and(|d| d.is_ejected(id));
-        let healthy = m.members.iter().find(|x| x.endpoint.id == id).is_none_or(|x| x.healthy);
-        (ejected, healthy)
+        (m.health.is_ejected(id), m.health.is_healthy(id))
     }
 
     /// Record an active health check of `id`: `passed` or not. Flips the
     /// endpoint's health after the configured thresholds.
     pub fn record_check(&self, id: EndpointId, passed: bool) {
-        let Some(hc) = &self.config.health_check else { return };
         let mut membership = lock(&self.membership);
-        let now = self.epoch.now();
-        let Some(m) = membership.members.iter_mut().find(|m| m.endpoint.id == id) else { return };
-        if passed == m.healthy {
-            m.streak = 0;
-            return;
+        if membership.record_check(id, passed, self.epoch.now()).is_some() {
+            let name = membership.name(id);
+            self.log(format_args!("{name} is {} (active health check)", if passed { "healthy" } else { "unhealthy" }));
+            self.publish(&mut membership);
         }
-        m.streak += 1;
-        let threshold = if passed { hc.healthy_threshold } else { hc.unhealthy_threshold };
-        if m.streak < threshold {
-            return;
-        }
-        m.healthy = passed;
-        m.streak = 0;
-        if passed {
-            m.ramp_from = Some(now);
-        }
-        let name = m.endpoint.name.clone();
-        self.log(format_args!("{name} is {} (active health check)", if passed { "healthy" } else { "unhealthy" }));
-        self.publish(&membership);
     }
 
     /// Feed request results to the outlier detector, return ejected
@@ -395,61 +386,40 @@ impl SharedCluster {
     /// Run it on the control thread.
     pub async fn manage(self: Arc<Self>, mut stopped: watch::Receiver<Option<Duration>>) {
         let Some(mut results) = lock(&self.results_rx).take() else { return };
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        let mut last_ramp_step = 0;
+        let mut tick = tokio::time::interval(Duration::from_nanos(STEP));
         loop {
             tokio::select! {
-                _ = crate::server::stopping(&mut stopped) => return,
+                _ = crate::shutdown::stopping(&mut stopped) => return,
                 Some((id, result)) = results.recv() => {
                     let mut m = lock(&self.membership);
                     let now = self.epoch.now();
-                    let change = m.detector.as_mut().and_then(|d| d.record(id, now, result));
-                    if let Some(change) = change {
-                        self.apply(&mut m, change, now);
-                        self.publish(&m);
+                    if let Some(change) = m.record(id, result, now) {
+                        self.log_change(&m, change, now);
+                        self.publish(&mut m);
                     }
                 }
                 _ = tick.tick() => {
                     let mut m = lock(&self.membership);
                     let now = self.epoch.now();
-                    let changes = m.detector.as_mut().map(|d| d.tick(now)).unwrap_or_default();
-                    let any = !changes.is_empty();
-                    for change in changes {
-                        self.apply(&mut m, change, now);
+                    for change in m.tick(now) {
+                        self.log_change(&m, change, now);
                     }
-                    // Slow-start weights change continuously; step them once a second.
-                    let ramping = m.slow_start.as_ref().is_some_and(|s| {
-                        m.members.iter().any(|x| x.ramp_from.is_some_and(|f| s.ramping(now.saturating_sub(f))))
-                    });
-                    let was_ramping = self.request_limit.load(Relaxed) < self.config.max_requests;
-                    if any || ((ramping || was_ramping) && now.saturating_sub(last_ramp_step) >= 1_000_000_000) {
-                        last_ramp_step = now;
-                        self.publish(&m);
-                    }
+                    // Publishes only when the set changed: a return, or a
+                    // slow-start step.
+                    self.publish(&mut m);
                 }
             }
         }
     }
 
-    fn apply(&self, m: &mut Membership, change: Change, now: Nanos) {
-        let name = |id: EndpointId| {
-            m.members
-                .iter()
-                .find(|x| x.endpoint.id == id)
-                .map_or_else(|| format!("#{}", id.0), |x| x.endpoint.name.clone())
-        };
+    fn log_change(&self, m: &Membership, change: Change, now: Nanos) {
         match change {
             Change::Ejected { id, reason, until } => {
                 self.counters.ejections.fetch_add(1, Relaxed);
                 let secs = Duration::from_nanos(until.saturating_sub(now)).as_secs_f64();
-                self.log(format_args!("ejected {} ({reason:?}) for {secs:.0} s", name(id)));
+                self.log(format_args!("ejected {} ({reason:?}) for {secs:.0} s", m.name(id)));
             }
-            Change::Returned { id } => {
-                self.log(format_args!("{} returns from ejection", name(id)));
-                if let Some(x) = m.members.iter_mut().find(|x| x.endpoint.id == id) {
-                    x.ramp_from = Some(now);
-                }
-            }
+            Change::Returned { id } => self.log(format_args!("{} returns from ejection", m.name(id))),
         }
     }
 }
@@ -462,8 +432,8 @@ pub struct WorkerCluster {
     balancer: SharedBalancer,
     /// The endpoint set the balancer was last given.
     resolved: Mutex<Arc<Resolved>>,
-    /// This worker's retry budget.
-    budget: Mutex<RetryBudget>,
+    /// This worker's retry budget (`None`: retries are not limited).
+    budget: Mutex<Option<RetryBudget>>,
 }
 
 /// A picked endpoint: the ticket to hand back and where to connect.
@@ -505,11 +475,13 @@ impl WorkerCluster {
             )),
         };
         lock(&shared.balancers).push(balancer.clone());
-        let budget = match previous {
-            Some(p) if p.shared.config.retries.budget == shared.config.retries.budget => lock(&p.budget).clone(),
-            _ => RetryBudget::new(shared.config.retries.budget.clone())
-                .unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}")),
-        };
+        let budget =
+            match previous {
+                Some(p) if p.shared.config.retries.budget == shared.config.retries.budget => lock(&p.budget).clone(),
+                _ => shared.config.retries.budget.clone().map(|b| {
+                    RetryBudget::new(b).unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}"))
+                }),
+            };
         Arc::new(WorkerCluster { shared, balancer, resolved: Mutex::new(resolved), budget: Mutex::new(budget) })
     }
 
@@ -529,9 +501,10 @@ impl WorkerCluster {
         }
     }
 
-    /// Pick an endpoint for a request with hash `key` at `now`, avoiding
-    /// `avoid` (a retry's earlier endpoints) when another can be had.
-    pub fn pick(&self, now: Nanos, key: Option<u64>, avoid: &[EndpointId]) -> Result<Pick, NoPick> {
+    /// Pick an endpoint for a request with hash `key` at `now`, after tries
+    /// on `tried` (empty for the first try), avoiding those when another
+    /// can be had.
+    pub fn pick(&self, now: Nanos, key: Option<u64>, tried: &[EndpointId]) -> Result<Pick, NoPick> {
         let counters = &self.shared.counters;
         if counters.in_flight.fetch_add(1, Relaxed) >= self.shared.request_limit.load(Relaxed) {
             counters.in_flight.fetch_sub(1, Relaxed);
@@ -539,23 +512,11 @@ impl WorkerCluster {
             return Err(NoPick::Overflow);
         }
         let mut balancer = lock(&self.balancer);
-        let mut ticket = balancer.pick(now, key);
-        // A retry wants another endpoint. Draw again (hash-based algorithms
-        // with a fresh key), holding the unwanted picks meanwhile so that
-        // load-aware algorithms see those endpoints as busier.
-        let mut unwanted = Vec::new();
-        while unwanted.len() < 16 {
-            match ticket {
-                Some(t) if avoid.contains(&t.endpoint()) => {
-                    unwanted.push(t);
-                    ticket = balancer.pick(now, None);
-                }
-                _ => break,
-            }
-        }
-        for t in unwanted {
-            balancer.on_cancel(t);
-        }
+        // The retry rule the simulator follows too: try number `tried.len()`,
+        // on another endpoint than those already tried (unless the policy
+        // says any will do).
+        let avoid = if self.shared.config.retries.different_endpoint { tried } else { &[] };
+        let ticket = pick_avoiding(balancer.as_mut(), now, key, tried.len() as u32, avoid);
         let resolved = lock(&self.resolved);
         let upstream = ticket.as_ref().and_then(|t| resolved.upstream(t.endpoint()).cloned());
         match (ticket, upstream) {
@@ -597,12 +558,14 @@ impl WorkerCluster {
 
     /// A first attempt is being made: it earns the retry budget a deposit.
     pub fn deposit(&self, now: Nanos) {
-        lock(&self.budget).deposit(now);
+        if let Some(b) = lock(&self.budget).as_mut() {
+            b.deposit(now);
+        }
     }
 
     /// Whether a retry may be made now (it spends a token).
     pub fn may_retry(&self, now: Nanos) -> bool {
-        let ok = lock(&self.budget).try_withdraw(now);
+        let ok = lock(&self.budget).as_mut().is_none_or(|b| b.try_withdraw(now));
         if ok {
             self.shared.counters.retries.fetch_add(1, Relaxed);
         } else {

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
-use fulcrum_resilience::{OutlierConfig, RetryBudget, RetryBudgetConfig, SlowStart, SlowStartConfig};
+use fulcrum_resilience::{OutlierConfig, SlowStart, SlowStartConfig};
+pub use fulcrum_resilience::{RetryOn, RetryPolicy};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -167,7 +168,7 @@ pub struct Cluster {
     /// Ramp the weight of endpoints that join or return (none by default).
     pub slow_start: Option<SlowStartConfig>,
     /// When and how often to try another endpoint.
-    pub retries: Retries,
+    pub retries: RetryPolicy,
     /// Circuit breaking: most requests in flight to the cluster (503 beyond).
     pub max_requests: u64,
     /// Circuit breaking: most upstream connections open, over all workers.
@@ -227,40 +228,6 @@ pub enum HealthCheckKind {
     Tcp,
 }
 
-/// Retry policy of a cluster.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Retries {
-    /// Tries in all, the first included (1 = no retries).
-    pub attempts: u32,
-    /// What to retry: `connect-failure` (the request was not sent, always
-    /// safe), `reset` (connection broke before a response), `timeout`
-    /// (`per_try_timeout` passed), `5xx`, or a status like `503`. Only
-    /// requests without a body and with an idempotent method are retried after
-    /// they were sent.
-    pub on: Vec<String>,
-    /// Give up on one try after this long (default: the request timeout).
-    #[serde(with = "humantime_serde")]
-    pub per_try_timeout: Option<Duration>,
-    /// Retry budget: retries may add at most this share of requests.
-    pub budget: RetryBudgetConfig,
-    /// `on`, parsed once at load.
-    #[serde(skip)]
-    pub conditions: Vec<RetryOn>,
-}
-
-impl Default for Retries {
-    fn default() -> Self {
-        Retries {
-            attempts: 2,
-            on: vec!["connect-failure".into()],
-            per_try_timeout: None,
-            budget: RetryBudgetConfig::default(),
-            conditions: vec![RetryOn::ConnectFailure],
-        }
-    }
-}
-
 /// One configured endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointConfig {
@@ -292,34 +259,6 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 with prior knowledge (h2c).
     Http2,
-}
-
-/// One condition of [`Retries::on`], parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryOn {
-    /// The connection could not be made (the request was not sent).
-    ConnectFailure,
-    /// The connection broke before response headers.
-    Reset,
-    /// The per-try timeout passed.
-    Timeout,
-    /// Any 5xx status.
-    ServerError,
-    /// This status.
-    Status(u16),
-}
-
-impl RetryOn {
-    /// Parse one condition as written in the configuration.
-    pub fn parse(s: &str) -> Option<RetryOn> {
-        Some(match s {
-            "connect-failure" => RetryOn::ConnectFailure,
-            "reset" => RetryOn::Reset,
-            "timeout" => RetryOn::Timeout,
-            "5xx" => RetryOn::ServerError,
-            other => RetryOn::Status(other.parse().ok().filter(|s| (500..600).contains(s))?),
-        })
-    }
 }
 
 // ---- The file as written -------------------------------------------------
@@ -387,7 +326,7 @@ struct RawCluster {
     outlier_detection: Option<Spanned<OutlierConfig>>,
     panic_threshold: Option<Spanned<f64>>,
     slow_start: Option<Spanned<SlowStartConfig>>,
-    retries: Option<Spanned<Retries>>,
+    retries: Option<Spanned<RetryPolicy>>,
     max_requests: Option<Spanned<u64>>,
     max_connections: Option<Spanned<usize>>,
     max_pending: Option<Spanned<usize>>,
@@ -529,7 +468,7 @@ impl Config {
                 outlier_detection: None,
                 panic_threshold: 50.0,
                 slow_start: None,
-                retries: Retries::default(),
+                retries: RetryPolicy::default(),
                 max_requests: DEFAULT_MAX_REQUESTS,
                 max_connections: DEFAULT_MAX_REQUESTS as usize,
                 max_pending: DEFAULT_MAX_REQUESTS as usize,
@@ -551,6 +490,7 @@ fn check_address(address: &str) -> Result<(), String> {
 }
 
 impl RawConfig {
+    /// Check the whole file; every error names the file, line and field.
     fn validate(self, src: &Source) -> Result<Config, ConfigError> {
         let workers = match self.workers {
             Some(w) if *w.get_ref() == 0 || *w.get_ref() > 256 => {
@@ -563,72 +503,29 @@ impl RawConfig {
             .admin
             .map(|a| a.get_ref().parse().map_err(|_| src.error(a.span(), "admin", "expected ip:port")))
             .transpose()?;
+        let clusters = Self::clusters(self.clusters, src)?;
+        let mut listeners = Vec::with_capacity(self.listeners.len());
+        for (li, l) in self.listeners.into_iter().enumerate() {
+            let listener = l.validate(src, &|f: &str| format!("listener[{li}].{f}"), &clusters, &listeners)?;
+            listeners.push(listener);
+        }
+        if listeners.is_empty() {
+            return Err(src.error(0..0, "listener", "no [[listener]] defined"));
+        }
+        Ok(Config { workers, admin, seed: self.seed, listeners, clusters })
+    }
 
-        let mut clusters = Vec::with_capacity(self.clusters.len());
-        for (ci, c) in self.clusters.into_iter().enumerate() {
+    /// The clusters, each checked, with names unique.
+    fn clusters(raw: Vec<RawCluster>, src: &Source) -> Result<Vec<Cluster>, ConfigError> {
+        let mut clusters = Vec::with_capacity(raw.len());
+        for (ci, c) in raw.into_iter().enumerate() {
             let at = |f: &str| format!("cluster[{ci}].{f}");
-            if clusters.iter().any(|k: &Cluster| k.name == *c.name.get_ref()) {
-                return Err(src.error(
-                    c.name.span(),
-                    at("name"),
-                    format!("cluster {:?} is defined twice", c.name.get_ref()),
-                ));
-            }
-            let ep_span = c.endpoints.span();
-            let mut endpoints = Vec::with_capacity(c.endpoints.get_ref().len());
-            for (ei, e) in c.endpoints.get_ref().iter().enumerate() {
-                endpoints.push(read_endpoint(e, src, &at(&format!("endpoints[{ei}]")))?);
-            }
-            if endpoints.is_empty() {
-                return Err(src.error(ep_span, at("endpoints"), "a cluster needs at least one endpoint"));
-            }
-            let algorithm = match c.algorithm {
-                Some(a) => {
-                    a.get_ref().validate().map_err(|e| src.error(a.span(), at("algorithm"), e.to_string()))?;
-                    a.into_inner()
-                }
-                None => AlgorithmKind::RoundRobin.default_config(),
-            };
-            let positive = |d: Option<Duration>, name: &str, default: Duration| match d {
-                Some(d) if d.is_zero() => Err(src.error(c.name.span(), at(name), "must be greater than 0")),
-                Some(d) => Ok(d),
-                None => Ok(default),
-            };
-            let health_check = match c.health_check {
-                Some(h) => {
-                    let v = h.get_ref();
-                    let bad = if v.interval.is_zero() || v.timeout.is_zero() {
-                        Some("interval and timeout must be greater than 0")
-                    } else if v.healthy_threshold == 0 || v.unhealthy_threshold == 0 {
-                        Some("thresholds must be at least 1")
-                    } else if v.expected_status[0] > v.expected_status[1] || v.expected_status[0] < 100 {
-                        Some("expected_status must be a range [low, high] of HTTP statuses")
-                    } else if !v.path.starts_with('/') {
-                        Some("path must start with /")
-                    } else {
-                        None
-                    };
-                    if let Some(m) = bad {
-                        return Err(src.error(h.span(), at("health_check"), m));
-                    }
-                    Some(h.into_inner())
-                }
-                None => None,
-            };
-            let outlier_detection = match c.outlier_detection {
-                Some(o) => {
-                    o.get_ref().validate().map_err(|m| src.error(o.span(), at("outlier_detection"), m))?;
-                    Some(o.into_inner())
-                }
-                None => None,
-            };
-            let panic_threshold = match c.panic_threshold {
-                Some(p) if !(0.0..=100.0).contains(p.get_ref()) => {
-                    return Err(src.error(p.span(), at("panic_threshold"), "must be a percentage in 0..=100"));
-                }
-                Some(p) => p.into_inner(),
-                None => 50.0,
-            };
+            unique_name(&clusters, &c.name, src, &at)?;
+            let endpoints = endpoints(&c.endpoints, src, &at)?;
+            let algorithm = algorithm(c.algorithm, src, &at)?;
+            let health_check = c.health_check.map(|h| health_check(h, src, &at)).transpose()?;
+            let outlier_detection = c.outlier_detection.map(|o| outlier_detection(o, src, &at)).transpose()?;
+            let panic_threshold = panic_threshold(c.panic_threshold, src, &at)?;
             let slow_start = match c.slow_start {
                 Some(s) => {
                     SlowStart::new(s.get_ref()).map_err(|m| src.error(s.span(), at("slow_start"), m))?;
@@ -638,26 +535,12 @@ impl RawConfig {
             };
             let retries = match c.retries {
                 Some(r) => {
-                    let v = r.get_ref();
-                    if v.attempts == 0 || v.attempts > 10 {
-                        return Err(src.error(r.span(), at("retries.attempts"), "must be between 1 and 10"));
-                    }
-                    if let Some(bad) = v.on.iter().find(|o| RetryOn::parse(o).is_none()) {
-                        return Err(src.error(
-                            r.span(),
-                            at("retries.on"),
-                            format!("{bad:?} is not connect-failure, reset, timeout, 5xx or a status 500-599"),
-                        ));
-                    }
-                    if v.per_try_timeout.is_some_and(|d| d.is_zero()) {
-                        return Err(src.error(r.span(), at("retries.per_try_timeout"), "must be greater than 0"));
-                    }
-                    RetryBudget::new(v.budget.clone()).map_err(|m| src.error(r.span(), at("retries.budget"), m))?;
-                    let mut retries = r.into_inner();
-                    retries.conditions = retries.on.iter().filter_map(|o| RetryOn::parse(o)).collect();
-                    retries
+                    r.get_ref()
+                        .validate()
+                        .map_err(|e| src.error(r.span(), at(&format!("retries.{}", e.field)), e.message.clone()))?;
+                    r.into_inner()
                 }
-                None => Retries::default(),
+                None => RetryPolicy::default(),
             };
             let max_requests = match c.max_requests {
                 Some(m) if *m.get_ref() == 0 => {
@@ -666,15 +549,11 @@ impl RawConfig {
                 Some(m) => m.into_inner(),
                 None => DEFAULT_MAX_REQUESTS,
             };
-            let at_least_one = |v: Option<Spanned<usize>>, name: &str| match v {
-                Some(m) if *m.get_ref() == 0 && name == "max_connections" => {
-                    Err(src.error(m.span(), at(name), "must be at least 1"))
-                }
-                Some(m) => Ok(m.into_inner()),
-                None => Ok(DEFAULT_MAX_REQUESTS as usize),
-            };
-            let max_connections = at_least_one(c.max_connections, "max_connections")?;
-            let max_pending = at_least_one(c.max_pending, "max_pending")?;
+            let (max_connections, max_pending) = connection_limits(c.max_connections, c.max_pending, src, &at)?;
+            // Checked last: errors come in the order they always did.
+            let timeouts = [c.connect_timeout, c.request_timeout, c.resolve_interval];
+            let [connect_timeout, request_timeout, resolve_interval] =
+                timeouts_or_defaults(timeouts, &c.name, src, &at)?;
             clusters.push(Cluster {
                 max_connections,
                 max_pending,
@@ -684,9 +563,9 @@ impl RawConfig {
                 slow_start,
                 retries,
                 max_requests,
-                connect_timeout: positive(c.connect_timeout, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)?,
-                request_timeout: positive(c.request_timeout, "request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
-                resolve_interval: positive(c.resolve_interval, "resolve_interval", DEFAULT_RESOLVE_INTERVAL)?,
+                connect_timeout,
+                request_timeout,
+                resolve_interval,
                 name: c.name.into_inner(),
                 endpoints,
                 algorithm,
@@ -694,97 +573,214 @@ impl RawConfig {
                 upstream: c.upstream,
             });
         }
+        Ok(clusters)
+    }
+}
 
-        let find = |name: &Spanned<String>, field: String| {
-            clusters.iter().position(|c| c.name == *name.get_ref()).ok_or_else(|| {
-                let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
-                src.error(name.span(), field, format!("no cluster named {:?} (defined: {known:?})", name.get_ref()))
-            })
-        };
-        let mut listeners = Vec::with_capacity(self.listeners.len());
-        for (li, l) in self.listeners.into_iter().enumerate() {
-            let at = |f: &str| format!("listener[{li}].{f}");
-            let listen: SocketAddr = l
-                .listen
-                .get_ref()
-                .parse()
-                .map_err(|_| src.error(l.listen.span(), at("listen"), "expected ip:port, e.g. 127.0.0.1:8080"))?;
-            if listen.port() != 0 && listeners.iter().any(|k: &Listener| k.listen == listen) {
-                return Err(src.error(l.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
+/// How a field of the item being checked is named in errors, e.g.
+/// `cluster[0].health_check`.
+type FieldName<'a> = &'a dyn Fn(&str) -> String;
+
+/// A cluster name no earlier cluster has.
+fn unique_name(earlier: &[Cluster], name: &Spanned<String>, src: &Source, at: FieldName) -> Result<(), ConfigError> {
+    if earlier.iter().any(|k| k.name == *name.get_ref()) {
+        return Err(src.error(name.span(), at("name"), format!("cluster {:?} is defined twice", name.get_ref())));
+    }
+    Ok(())
+}
+
+/// A cluster's endpoints: at least one, each an address with a weight.
+fn endpoints(raw: &Spanned<Vec<RawEndpoint>>, src: &Source, at: FieldName) -> Result<Vec<EndpointConfig>, ConfigError> {
+    let mut endpoints = Vec::with_capacity(raw.get_ref().len());
+    for (ei, e) in raw.get_ref().iter().enumerate() {
+        endpoints.push(read_endpoint(e, src, &at(&format!("endpoints[{ei}]")))?);
+    }
+    if endpoints.is_empty() {
+        return Err(src.error(raw.span(), at("endpoints"), "a cluster needs at least one endpoint"));
+    }
+    Ok(endpoints)
+}
+
+/// The algorithm as configured, round robin if none is.
+fn algorithm(
+    raw: Option<Spanned<AlgorithmConfig>>,
+    src: &Source,
+    at: FieldName,
+) -> Result<AlgorithmConfig, ConfigError> {
+    match raw {
+        Some(a) => {
+            a.get_ref().validate().map_err(|e| src.error(a.span(), at("algorithm"), e.to_string()))?;
+            Ok(a.into_inner())
+        }
+        None => Ok(AlgorithmKind::RoundRobin.default_config()),
+    }
+}
+
+/// `connect_timeout`, `request_timeout` and `resolve_interval`: greater
+/// than 0 when given (the error points at the cluster's name: a duration
+/// read through humantime has no span of its own), else the defaults.
+fn timeouts_or_defaults(
+    given: [Option<Duration>; 3],
+    name: &Spanned<String>,
+    src: &Source,
+    at: FieldName,
+) -> Result<[Duration; 3], ConfigError> {
+    let names = ["connect_timeout", "request_timeout", "resolve_interval"];
+    let defaults = [DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESOLVE_INTERVAL];
+    let mut out = defaults;
+    for i in 0..3 {
+        match given[i] {
+            Some(d) if d.is_zero() => return Err(src.error(name.span(), at(names[i]), "must be greater than 0")),
+            Some(d) => out[i] = d,
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// An active health check with positive intervals, thresholds of at least
+/// one, a range of statuses and an absolute path.
+fn health_check(h: Spanned<HealthCheck>, src: &Source, at: FieldName) -> Result<HealthCheck, ConfigError> {
+    let v = h.get_ref();
+    let bad = if v.interval.is_zero() || v.timeout.is_zero() {
+        Some("interval and timeout must be greater than 0")
+    } else if v.healthy_threshold == 0 || v.unhealthy_threshold == 0 {
+        Some("thresholds must be at least 1")
+    } else if v.expected_status[0] > v.expected_status[1] || v.expected_status[0] < 100 {
+        Some("expected_status must be a range [low, high] of HTTP statuses")
+    } else if !v.path.starts_with('/') {
+        Some("path must start with /")
+    } else {
+        None
+    };
+    match bad {
+        Some(m) => Err(src.error(h.span(), at("health_check"), m)),
+        None => Ok(h.into_inner()),
+    }
+}
+
+/// Outlier detection, checked by its own rules (`fulcrum-resilience`).
+fn outlier_detection(o: Spanned<OutlierConfig>, src: &Source, at: FieldName) -> Result<OutlierConfig, ConfigError> {
+    o.get_ref().validate().map_err(|m| src.error(o.span(), at("outlier_detection"), m))?;
+    Ok(o.into_inner())
+}
+
+/// The panic threshold, a percentage (50 when not given).
+fn panic_threshold(p: Option<Spanned<f64>>, src: &Source, at: FieldName) -> Result<f64, ConfigError> {
+    match p {
+        Some(p) if !(0.0..=100.0).contains(p.get_ref()) => {
+            Err(src.error(p.span(), at("panic_threshold"), "must be a percentage in 0..=100"))
+        }
+        Some(p) => Ok(p.into_inner()),
+        None => Ok(50.0),
+    }
+}
+
+/// `max_connections` (at least one) and `max_pending` (0 allowed: no
+/// waiting), both `DEFAULT_MAX_REQUESTS` when not given.
+fn connection_limits(
+    max_connections: Option<Spanned<usize>>,
+    max_pending: Option<Spanned<usize>>,
+    src: &Source,
+    at: FieldName,
+) -> Result<(usize, usize), ConfigError> {
+    let max_connections = match max_connections {
+        Some(m) if *m.get_ref() == 0 => return Err(src.error(m.span(), at("max_connections"), "must be at least 1")),
+        Some(m) => m.into_inner(),
+        None => DEFAULT_MAX_REQUESTS as usize,
+    };
+    let max_pending = max_pending.map_or(DEFAULT_MAX_REQUESTS as usize, Spanned::into_inner);
+    Ok((max_connections, max_pending))
+}
+
+/// The cluster called `name`, by index, or an error listing those defined.
+fn find_cluster(
+    clusters: &[Cluster],
+    name: &Spanned<String>,
+    src: &Source,
+    field: String,
+) -> Result<usize, ConfigError> {
+    clusters.iter().position(|c| c.name == *name.get_ref()).ok_or_else(|| {
+        let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        src.error(name.span(), field, format!("no cluster named {:?} (defined: {known:?})", name.get_ref()))
+    })
+}
+
+impl RawListener {
+    /// One listener: an address no earlier listener uses, a head limit,
+    /// routes or a cluster by protocol, and limits.
+    fn validate(
+        self,
+        src: &Source,
+        at: FieldName,
+        clusters: &[Cluster],
+        earlier: &[Listener],
+    ) -> Result<Listener, ConfigError> {
+        let listen: SocketAddr = self
+            .listen
+            .get_ref()
+            .parse()
+            .map_err(|_| src.error(self.listen.span(), at("listen"), "expected ip:port, e.g. 127.0.0.1:8080"))?;
+        if listen.port() != 0 && earlier.iter().any(|k| k.listen == listen) {
+            return Err(src.error(self.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
+        }
+        let max_header_bytes = match &self.max_header_bytes {
+            Some(m) if *m.get_ref() < 8192 => {
+                return Err(src.error(m.span(), at("max_header_bytes"), "must be at least 8192"));
             }
-            let max_header_bytes = match l.max_header_bytes {
-                Some(m) if *m.get_ref() < 8192 => {
-                    return Err(src.error(m.span(), at("max_header_bytes"), "must be at least 8192"));
+            Some(m) => *m.get_ref(),
+            None => DEFAULT_MAX_HEADER_BYTES,
+        };
+        let (routes, cluster) = match self.protocol {
+            ListenerProtocol::Http => (self.http_routes(src, at, clusters)?, None),
+            ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
+        };
+        let limits = match self.limits {
+            Some(lim) => {
+                let v = lim.get_ref();
+                if v.header_read_timeout.is_zero() || v.idle_timeout.is_zero() {
+                    return Err(src.error(lim.span(), at("limits"), "timeouts must be greater than 0"));
                 }
-                Some(m) => m.into_inner(),
-                None => DEFAULT_MAX_HEADER_BYTES,
-            };
-            let (routes, cluster) = match l.protocol {
-                ListenerProtocol::Http => {
-                    if let Some(c) = &l.cluster {
-                        return Err(src.error(c.span(), at("cluster"), "HTTP listeners route with `routes`"));
-                    }
-                    if l.routes.is_empty() {
-                        return Err(src.error(l.listen.span(), at("routes"), "an HTTP listener needs routes"));
-                    }
-                    let mut routes = Vec::new();
-                    for (ri, r) in l.routes.into_iter().enumerate() {
-                        if !r.path_prefix.starts_with('/') {
-                            return Err(src.error(
-                                r.cluster.span(),
-                                at(&format!("routes[{ri}].path_prefix")),
-                                "must start with /",
-                            ));
-                        }
-                        let cluster = find(&r.cluster, at(&format!("routes[{ri}].cluster")))?;
-                        let host = r.host.map(|h| h.to_ascii_lowercase());
-                        routes.push(Route { host, path_prefix: r.path_prefix, cluster });
-                    }
-                    (routes, None)
+                if v.max_headers == 0 || v.max_connections == 0 {
+                    return Err(src.error(lim.span(), at("limits"), "max_headers and max_connections must be ≥ 1"));
                 }
-                ListenerProtocol::Tcp => {
-                    if l.tls.is_some() {
-                        return Err(src.error(l.listen.span(), at("tls"), "TLS is for HTTP listeners"));
-                    }
-                    match &l.cluster {
-                        Some(c) if l.routes.is_empty() => (Vec::new(), Some(find(c, at("cluster"))?)),
-                        _ => {
-                            return Err(src.error(
-                                l.listen.span(),
-                                at("cluster"),
-                                "a TCP listener needs `cluster` (and no routes)",
-                            ));
-                        }
-                    }
-                }
-            };
-            let limits = match l.limits {
-                Some(lim) => {
-                    let v = lim.get_ref();
-                    if v.header_read_timeout.is_zero() || v.idle_timeout.is_zero() {
-                        return Err(src.error(lim.span(), at("limits"), "timeouts must be greater than 0"));
-                    }
-                    if v.max_headers == 0 || v.max_connections == 0 {
-                        return Err(src.error(lim.span(), at("limits"), "max_headers and max_connections must be ≥ 1"));
-                    }
-                    lim.into_inner()
-                }
-                None => Limits::default(),
-            };
-            listeners.push(Listener {
-                listen,
-                protocol: l.protocol,
-                tls: l.tls,
-                routes,
-                cluster,
-                max_header_bytes,
-                limits,
-            });
+                lim.into_inner()
+            }
+            None => Limits::default(),
+        };
+        Ok(Listener { listen, protocol: self.protocol, tls: self.tls, routes, cluster, max_header_bytes, limits })
+    }
+
+    /// An HTTP listener's routes: at least one, each with an absolute path
+    /// prefix and a defined cluster; no `cluster` of its own.
+    fn http_routes(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Vec<Route>, ConfigError> {
+        if let Some(c) = &self.cluster {
+            return Err(src.error(c.span(), at("cluster"), "HTTP listeners route with `routes`"));
         }
-        if listeners.is_empty() {
-            return Err(src.error(0..0, "listener", "no [[listener]] defined"));
+        if self.routes.is_empty() {
+            return Err(src.error(self.listen.span(), at("routes"), "an HTTP listener needs routes"));
         }
-        Ok(Config { workers, admin, seed: self.seed, listeners, clusters })
+        let mut routes = Vec::with_capacity(self.routes.len());
+        for (ri, r) in self.routes.iter().enumerate() {
+            if !r.path_prefix.starts_with('/') {
+                return Err(src.error(r.cluster.span(), at(&format!("routes[{ri}].path_prefix")), "must start with /"));
+            }
+            let cluster = find_cluster(clusters, &r.cluster, src, at(&format!("routes[{ri}].cluster")))?;
+            let host = r.host.as_ref().map(|h| h.to_ascii_lowercase());
+            routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster });
+        }
+        Ok(routes)
+    }
+
+    /// A TCP listener's one cluster: no routes, no TLS.
+    fn tcp_cluster(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<usize, ConfigError> {
+        if self.tls.is_some() {
+            return Err(src.error(self.listen.span(), at("tls"), "TLS is for HTTP listeners"));
+        }
+        match &self.cluster {
+            Some(c) if self.routes.is_empty() => find_cluster(clusters, c, src, at("cluster")),
+            _ => Err(src.error(self.listen.span(), at("cluster"), "a TCP listener needs `cluster` (and no routes)")),
+        }
     }
 }
 
@@ -882,19 +878,20 @@ connect_timeout = "250ms"
     }
 
     #[test]
-    fn the_readme_example_is_valid() {
-        let readme = include_str!("../../../README.md");
-        let start = readme.find("workers = 2 ").expect("README example");
-        let end = start + readme[start..].find("```").expect("end of the example");
-        let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README example: {e}"));
+    fn the_documented_examples_are_valid() {
+        let proxy = include_str!("../../../docs/proxy.md");
+        let start = proxy.find("workers = 2 ").expect("docs/proxy.md example");
+        let end = start + proxy[start..].find("```").expect("end of the example");
+        let c = parse(&proxy[start..end]).unwrap_or_else(|e| panic!("docs/proxy.md example: {e}"));
         assert_eq!((c.listeners.len(), c.clusters.len()), (2, 3));
-        // The reliability section's example, with every resilience option.
-        let start = readme.find(
+        // The reliability page's example, with every resilience option.
+        let reliability = include_str!("../../../docs/reliability.md");
+        let start = reliability.find(
             "[[cluster]]\nname = \"app\"\nendpoints = [\"127.0.0.1:9001\", \"127.0.0.1:9002\", \"127.0.0.1:9003\"]",
         );
-        let start = start.expect("README reliability example");
-        let end = start + readme[start..].find("```").expect("end of the example");
-        let c = parse(&readme[start..end]).unwrap_or_else(|e| panic!("README reliability example: {e}"));
+        let start = start.expect("docs/reliability.md example");
+        let end = start + reliability[start..].find("```").expect("end of the example");
+        let c = parse(&reliability[start..end]).unwrap_or_else(|e| panic!("docs/reliability.md example: {e}"));
         let app = &c.clusters[0];
         assert!(app.health_check.is_some() && app.outlier_detection.is_some() && app.slow_start.is_some());
         assert_eq!(app.retries.attempts, 3);
@@ -907,8 +904,8 @@ connect_timeout = "250ms"
         // the parent's defaults then apply.
         let text = format!("{GOOD}\n[cluster.retries.budget]\nratio = 0.5\n");
         let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.clusters[1].retries.attempts, Retries::default().attempts);
-        assert_eq!(c.clusters[1].retries.budget.ratio, 0.5);
+        assert_eq!(c.clusters[1].retries.attempts, RetryPolicy::default().attempts);
+        assert_eq!(c.clusters[1].retries.budget.as_ref().unwrap().ratio, 0.5);
     }
 
     #[test]

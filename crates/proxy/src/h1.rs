@@ -36,8 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::http::UpstreamBody;
-use crate::upstream::Lease;
+use crate::body::{idempotent, LimitedBody, UpstreamBody};
 
 /// A response head larger than this breaks the protocol.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -55,6 +54,14 @@ pub struct Connection {
     read: BytesMut,
     /// The cluster's connection permit, held while the connection is open.
     _permit: OwnedSemaphorePermit,
+}
+
+/// Where a connection goes once a response body has ended with the
+/// connection able to carry another exchange: the pool's lease. The client
+/// knows no pool; dropped instead, the connection closes.
+pub trait GiveBack: Send + Unpin + 'static {
+    /// Take `conn` back for the next exchange.
+    fn give_back(self, conn: Connection);
 }
 
 /// Why an exchange gave no response.
@@ -91,12 +98,12 @@ impl Connection {
     /// meets the connection's close before a byte of answer comes back
     /// unsent: the upstream closed an idle connection as the request went
     /// out (the keep-alive race), so it did not act on it.
-    pub async fn exchange(
+    pub async fn exchange<L: GiveBack>(
         mut self,
         req: Request<UpstreamBody>,
-        lease: Lease,
+        lease: L,
         reused: bool,
-    ) -> Result<Response<ResponseBody>, ExchangeError> {
+    ) -> Result<Response<ResponseBody<L>>, ExchangeError> {
         let length = req.headers().get(header::CONTENT_LENGTH).is_some();
         let chunked = !length && matches!(req.body(), Either::Left(_));
         let request_head = encode_head(&req, chunked);
@@ -105,7 +112,7 @@ impl Connection {
             return Err(ExchangeError::Unsent(Box::new(req)));
         }
         let (parts, body) = req.into_parts();
-        let replayable = matches!(body, Either::Right(_)) && crate::http::idempotent(&parts.method);
+        let replayable = matches!(body, Either::Right(_)) && idempotent(&parts.method);
         let (head, body_sent) = match body {
             Either::Right(_) => (read_head(&mut self.stream, &mut self.read).await, true),
             Either::Left(body) => self.write_body_and_read_head(body, chunked).await?,
@@ -147,7 +154,7 @@ impl Connection {
     /// (if not, the connection closes after the response).
     async fn write_body_and_read_head(
         &mut self,
-        body: crate::http::LimitedBody,
+        body: LimitedBody,
         chunked: bool,
     ) -> Result<(Result<Head, NoHead>, bool), ExchangeError> {
         let (mut from, mut to) = self.stream.split();
@@ -413,16 +420,17 @@ pub enum ResponseBodyError {
     Malformed,
 }
 
-/// A response body read from its upstream connection as it is polled.
-pub struct ResponseBody {
+/// A response body read from its upstream connection as it is polled,
+/// which gives the connection back through `L` when it has ended.
+pub struct ResponseBody<L> {
     /// `None` once the body has ended or broken.
     conn: Option<Connection>,
     state: BodyState,
     keep_alive: bool,
-    lease: Option<Lease>,
+    lease: Option<L>,
 }
 
-impl ResponseBody {
+impl<L: GiveBack> ResponseBody<L> {
     /// The body has ended: the connection goes back to the pool if it can
     /// carry another exchange.
     fn finish(&mut self) {
@@ -507,7 +515,7 @@ impl ResponseBody {
     }
 }
 
-impl Body for ResponseBody {
+impl<L: GiveBack> Body for ResponseBody<L> {
     type Data = Bytes;
     type Error = ResponseBodyError;
 

@@ -65,7 +65,7 @@ pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Optio
                     let jitter =
                         if jitter_ns > 0 { Duration::from_nanos(rng.below(jitter_ns)) } else { Duration::ZERO };
                     tokio::select! {
-                        _ = crate::server::stopping(&mut stopped) => return,
+                        _ = crate::shutdown::stopping(&mut stopped) => return,
                         _ = tokio::time::sleep(check.interval + jitter) => {}
                     }
                 }
@@ -73,7 +73,7 @@ pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Optio
         }
         checking.retain(|id| cluster.current().all.iter().any(|e| e.id == *id));
         tokio::select! {
-            _ = crate::server::stopping(&mut stopped) => return,
+            _ = crate::shutdown::stopping(&mut stopped) => return,
             _ = tokio::time::sleep(check.interval) => {}
         }
     }

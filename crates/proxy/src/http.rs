@@ -22,7 +22,8 @@
 //! `max_requests` in flight),
 //! 502 (upstream refused, reset or broke the protocol), 504 (no response
 //! headers within the cluster's `request_timeout`); hyper answers malformed
-//! requests with 400 and oversized heads with 431.
+//! requests with 400 and oversized heads with 431. All are counted in
+//! [`ProxyStats`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -30,109 +31,30 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fulcrum_balance::Nanos;
 use fulcrum_resilience::RequestResult;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty, Full};
 use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
+use crate::body::{idempotent, LimitedBody, UpstreamBody};
+use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
-use crate::config::{HashKey, RetryOn, UpstreamProtocol};
+use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
 use crate::metrics::ProxyStats;
-use crate::server::Routing;
-use crate::upstream::{ResponseBody, SendFailure};
+use crate::routing::Routing;
+use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
-
-/// The process's monotonic time origin, shared by all workers, so that
-/// balancers see one timeline in nanoseconds.
-#[derive(Debug, Clone, Copy)]
-pub struct Epoch(Instant);
-
-impl Epoch {
-    /// Start the timeline now.
-    pub fn new() -> Self {
-        Epoch(Instant::now())
-    }
-
-    /// Nanoseconds since the epoch.
-    pub fn now(&self) -> Nanos {
-        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
-impl Default for Epoch {
-    fn default() -> Self {
-        Epoch::new()
-    }
-}
-
-/// What is sent upstream: the client's streamed body, or nothing (which
-/// can be sent again on a retry).
-pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
-
-/// A client's request body, cut off with an error past the listener's
-/// `max_body_bytes` (bodies without a length are only known to be too large
-/// while they stream).
-#[derive(Debug)]
-pub struct LimitedBody {
-    inner: Incoming,
-    left: u64,
-    over: Arc<AtomicBool>,
-}
-
-/// The error a [`LimitedBody`] ends with.
-#[derive(Debug, thiserror::Error)]
-pub enum LimitedBodyError {
-    /// The client's body broke.
-    #[error(transparent)]
-    Client(#[from] hyper::Error),
-    /// The body outgrew the limit.
-    #[error("request body over max_body_bytes")]
-    TooLarge,
-}
-
-impl Body for LimitedBody {
-    type Data = Bytes;
-    type Error = LimitedBodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, LimitedBodyError>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
-                if len > self.left {
-                    self.over.store(true, Relaxed);
-                    return Poll::Ready(Some(Err(LimitedBodyError::TooLarge)));
-                }
-                self.left -= len;
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
 
 /// Everything one worker needs to serve one listener.
 pub struct HttpService {
@@ -243,9 +165,91 @@ enum Try {
     Timeout,
 }
 
-/// Methods whose requests may be sent again (RFC 9110 §9.2.2).
-pub(crate) fn idempotent(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+/// An answer the proxy makes itself, before it is a response: its status
+/// and text (small, so that results carrying it stay small).
+type Refusal = (StatusCode, &'static str);
+
+/// A request taken apart for its tries.
+struct Prepared {
+    parts: http::request::Parts,
+    /// The client's body until a try takes it (the pool gives it back if
+    /// no connection could be made).
+    body: Option<LimitedBody>,
+    /// The upstream headers until a try takes them (or copies, if a retry
+    /// after sending is possible).
+    headers: Option<HeaderMap>,
+    path: PathAndQuery,
+    /// The hash key, for hash-based algorithms.
+    key: Option<u64>,
+    /// No body: it can be sent again as it was.
+    replayable: bool,
+    /// No body and an idempotent method: it may be retried after it was sent.
+    resendable: bool,
+    /// Tries copy the headers rather than take them.
+    copy_headers: bool,
+    /// Set once the body outgrew `max_body_bytes` while streaming.
+    over_limit: Arc<AtomicBool>,
+}
+
+impl Prepared {
+    /// A streamed body goes out once; the pool hands it back (with the
+    /// headers) if a connection could not be made.
+    fn can_send_again(&self) -> bool {
+        (self.replayable || self.body.is_some()) && self.headers.is_some()
+    }
+}
+
+/// The cluster of the first of `listener`'s routes that matches `req`.
+fn route<B>(listener: &Listener, req: &Request<B>) -> Option<usize> {
+    // Most listeners route by path alone: only look at the host if a route asks.
+    let host = if listener.routes.iter().any(|r| r.host.is_some()) { host_of(req) } else { None };
+    let path = req.uri().path();
+    let route = listener.routes.iter().find(|r| {
+        r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
+    });
+    route.map(|r| r.cluster)
+}
+
+/// Send one try within `timeout`. A request the pool could not send comes
+/// back whole: its body and headers go back into `req` for the next try.
+async fn send_try(
+    pool: &Arc<UpstreamPool>,
+    addr: SocketAddr,
+    upstream_req: Request<UpstreamBody>,
+    timeout: Duration,
+    req: &mut Prepared,
+) -> Try {
+    match tokio::time::timeout(timeout, pool.send(addr, upstream_req)).await {
+        Err(_) => Try::Timeout,
+        Ok(Err(SendFailure::Overflow)) => Try::Overflow,
+        Ok(Err(SendFailure::ConnectFailure(unsent))) => {
+            // Nothing left: the body and headers can go out again.
+            let (unsent_parts, unsent_body) = unsent.into_parts();
+            if req.headers.is_none() {
+                req.headers = Some(unsent_parts.headers);
+            }
+            if let Either::Left(b) = unsent_body {
+                req.body = Some(b);
+            }
+            Try::ConnectFailure
+        }
+        Ok(Err(SendFailure::Reset)) => Try::Reset,
+        Ok(Ok(response)) => Try::Response(response),
+    }
+}
+
+/// A try's outcome as the retry policy sees it (the failure, `None` for a
+/// success) and as the balancer hears it.
+fn classify(outcome: &Try) -> (Option<RetryOn>, RequestResult) {
+    match outcome {
+        Try::Response(r) if r.status().is_server_error() => {
+            (Some(RetryOn::Status(r.status().as_u16())), RequestResult::ServerError)
+        }
+        Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
+        Try::ConnectFailure => (Some(RetryOn::ConnectFailure), RequestResult::GatewayFailure),
+        Try::Reset => (Some(RetryOn::Reset), RequestResult::GatewayFailure),
+        Try::Timeout => (Some(RetryOn::Timeout), RequestResult::GatewayFailure),
+    }
 }
 
 impl HttpService {
@@ -254,23 +258,30 @@ impl HttpService {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
-        // Most listeners route by path alone: only look at the host if a route asks.
-        let host = if listener.routes.iter().any(|r| r.host.is_some()) { host_of(&req) } else { None };
-        let path = req.uri().path();
-        let route = listener.routes.iter().find(|r| {
-            r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
-        });
-        let Some(route) = route else {
+        let Some(index) = route(listener, &req) else {
             self.stats.no_route.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
         };
-        let cluster = &routing.clusters[route.cluster];
-        let config = &cluster.shared.config;
+        let cluster = &routing.clusters[index];
+        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req) {
+            Ok(prepared) => Ok(self.forward(cluster, &routing.pools[index], prepared).await),
+            Err((status, message)) => Ok(local(status, message)),
+        }
+    }
+
+    /// Take `req` apart for its tries, or answer it at once: a body
+    /// announced over `max_body`, or headers that cannot be forwarded.
+    fn prepare(
+        &self,
+        max_body: u64,
+        config: &Cluster,
+        peer: &Peer,
+        req: Request<Incoming>,
+    ) -> Result<Prepared, Refusal> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
-        let max_body = listener.limits.max_body_bytes;
         if req.body().size_hint().lower() > max_body {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
-            return Ok(local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
+            return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
         }
         let (mut parts, body) = req.into_parts();
         let over_limit = Arc::new(AtomicBool::new(false));
@@ -278,92 +289,64 @@ impl HttpService {
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let mut body =
-            if replayable { None } else { Some(LimitedBody { inner: body, left: max_body, over: over_limit.clone() }) };
+        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, over_limit.clone())) };
         let Some(headers) = self.upstream_headers(&mut parts, peer) else {
-            return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
+            self.stats.bad_request.fetch_add(1, Relaxed);
+            return Err((StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
         };
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let retry_on = &config.retries.conditions;
         // A request that was not sent comes back from the pool whole, so the
         // headers are copied for a try only if a retry after sending is possible.
         let copy_headers = resendable
             && config.retries.attempts > 1
-            && retry_on.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
-        let mut headers = Some(headers);
+            && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
+        let headers = Some(headers);
+        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, over_limit })
+    }
+
+    /// Try endpoints of `cluster` until one answers or the retry policy
+    /// (conditions, attempts, the request timeout, the budget) says stop.
+    async fn forward(
+        &self,
+        cluster: &Arc<WorkerCluster>,
+        pool: &Arc<UpstreamPool>,
+        mut req: Prepared,
+    ) -> Response<ProxyBody> {
+        let config = &cluster.shared.config;
         let per_try = config.retries.per_try_timeout.unwrap_or(config.request_timeout).min(config.request_timeout);
         let deadline = Instant::now() + config.request_timeout;
         let mut tried = Vec::new();
         cluster.deposit(self.epoch.now());
         loop {
-            let pick = match cluster.pick(self.epoch.now(), key, &tried) {
+            let pick = match cluster.pick(self.epoch.now(), req.key, &tried) {
                 Ok(p) => p,
                 Err(NoPick::Empty) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
-                    return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n"));
+                    return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
                 }
                 Err(NoPick::Overflow) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
-                    return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n"));
+                    return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n");
                 }
             };
             tried.push(pick.ticket.endpoint());
-            let this_body = match body.take() {
-                Some(b) => Either::Left(b),
-                None => Either::Right(Empty::new()),
-            };
-            // A retry needs the headers (below), so a try always has them.
-            let Some(these_headers) = (if copy_headers { headers.clone() } else { headers.take() }) else {
-                cluster.cancel(pick);
-                return Ok(local(StatusCode::BAD_GATEWAY, "fulcrum: request cannot be sent again\n"));
-            };
-            let Some(upstream_req) = rewrite(&parts, these_headers, &path, this_body, &pick.upstream, config.upstream)
-            else {
-                cluster.cancel(pick);
-                return Ok(local(StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n"));
+            let upstream_req = match self.try_request(&mut req, &pick, config.upstream) {
+                Ok(r) => r,
+                Err((status, message)) => {
+                    cluster.cancel(pick);
+                    return local(status, message);
+                }
             };
             let sent = Instant::now();
             let timeout = per_try.min(deadline.saturating_duration_since(sent));
-            let send = routing.pools[route.cluster].send(pick.upstream.addr, upstream_req);
-            let outcome = match tokio::time::timeout(timeout, send).await {
-                Err(_) => Try::Timeout,
-                Ok(Err(SendFailure::Overflow)) => Try::Overflow,
-                Ok(Err(SendFailure::ConnectFailure(unsent))) => {
-                    // Nothing left: the body and headers can go out again.
-                    let (unsent_parts, unsent_body) = unsent.into_parts();
-                    if headers.is_none() {
-                        headers = Some(unsent_parts.headers);
-                    }
-                    if let Either::Left(b) = unsent_body {
-                        body = Some(b);
-                    }
-                    Try::ConnectFailure
-                }
-                Ok(Err(SendFailure::Reset)) => Try::Reset,
-                Ok(Ok(response)) => Try::Response(response),
-            };
+            let outcome = send_try(pool, pick.upstream.addr, upstream_req, timeout, &mut req).await;
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let (condition, result) = match &outcome {
-                Try::Response(r) if r.status().is_server_error() => {
-                    (Some(r.status().as_u16()), RequestResult::ServerError)
-                }
-                Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
-                Try::ConnectFailure | Try::Reset | Try::Timeout => (Some(0), RequestResult::GatewayFailure),
-            };
-            let wants_retry = condition.is_some()
-                && retry_on.iter().any(|on| match (on, &outcome) {
-                    (RetryOn::ConnectFailure, Try::ConnectFailure) => true,
-                    (RetryOn::Reset, Try::Reset) => resendable,
-                    (RetryOn::Timeout, Try::Timeout) => resendable,
-                    (RetryOn::ServerError, Try::Response(..)) => resendable,
-                    (RetryOn::Status(s), Try::Response(..)) => resendable && condition == Some(*s),
-                    _ => false,
-                });
-            // A streamed body goes out once; the pool hands it back (with the
-            // headers) if a connection could not be made.
-            let can_send_again = (replayable || body.is_some()) && headers.is_some();
-            let retry = wants_retry
-                && can_send_again
+            let (failure, result) = classify(&outcome);
+            // The policy says which failures it retries; a request that was
+            // sent may go again only if resending it is safe.
+            let retry = failure
+                .is_some_and(|f| config.retries.retries(f) && (req.resendable || f == RetryOn::ConnectFailure))
+                && req.can_send_again()
                 && (tried.len() as u32) < config.retries.attempts
                 && Instant::now() < deadline
                 && cluster.may_retry(self.epoch.now());
@@ -371,39 +354,76 @@ impl HttpService {
                 cluster.complete(pick, self.epoch.now(), latency, result);
                 continue;
             }
-            return Ok(match outcome {
-                Try::Response(response) => {
-                    let (mut parts, body) = response.into_parts();
-                    strip_hop_by_hop(&mut parts.headers);
-                    parts.headers.append(header::VIA, via(parts.version));
-                    let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
-                    let body = TrackedBody { inner: body, completion: Some(completion) };
-                    Response::from_parts(parts, Either::Left(body))
-                }
-                Try::Timeout => {
-                    cluster.complete(pick, self.epoch.now(), latency, result);
-                    self.stats.gateway_timeout.fetch_add(1, Relaxed);
-                    local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
-                }
-                Try::Overflow => {
-                    cluster.cancel(pick);
-                    cluster.shared.counters.overflows.fetch_add(1, Relaxed);
-                    self.stats.unavailable.fetch_add(1, Relaxed);
-                    local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
-                }
-                Try::Reset if over_limit.load(Relaxed) => {
-                    // The body outgrew the limit while streaming: the client's
-                    // fault, not the upstream's.
-                    cluster.cancel(pick);
-                    self.stats.payload_too_large.fetch_add(1, Relaxed);
-                    local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
-                }
-                Try::ConnectFailure | Try::Reset => {
-                    cluster.complete(pick, self.epoch.now(), latency, result);
-                    self.stats.bad_gateway.fetch_add(1, Relaxed);
-                    local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
-                }
-            });
+            return self.answer(cluster, pick, outcome, (latency, result), &req.over_limit);
+        }
+    }
+
+    /// The request for one try to `pick`, or the answer when there is none
+    /// (headers already spent, or a target the upstream cannot be sent).
+    fn try_request(
+        &self,
+        req: &mut Prepared,
+        pick: &Pick,
+        protocol: UpstreamProtocol,
+    ) -> Result<Request<UpstreamBody>, Refusal> {
+        let body = match req.body.take() {
+            Some(b) => Either::Left(b),
+            None => Either::Right(Empty::new()),
+        };
+        // A retry needs the headers (above), so a try always has them.
+        let Some(headers) = (if req.copy_headers { req.headers.clone() } else { req.headers.take() }) else {
+            self.stats.bad_gateway.fetch_add(1, Relaxed);
+            return Err((StatusCode::BAD_GATEWAY, "fulcrum: request cannot be sent again\n"));
+        };
+        rewrite(&req.parts, headers, &req.path, body, &pick.upstream, protocol).ok_or_else(|| {
+            self.stats.bad_request.fetch_add(1, Relaxed);
+            (StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n")
+        })
+    }
+
+    /// The answer after the last try: the upstream's response, streamed
+    /// back and reported to the balancer when its body ends, or the
+    /// proxy's own, reported (or cancelled) now.
+    fn answer(
+        &self,
+        cluster: &Arc<WorkerCluster>,
+        pick: Pick,
+        outcome: Try,
+        (latency, result): (Nanos, RequestResult),
+        over_limit: &AtomicBool,
+    ) -> Response<ProxyBody> {
+        match outcome {
+            Try::Response(response) => {
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                parts.headers.append(header::VIA, via(parts.version));
+                let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
+                let body = TrackedBody { inner: body, completion: Some(completion) };
+                Response::from_parts(parts, Either::Left(body))
+            }
+            Try::Timeout => {
+                cluster.complete(pick, self.epoch.now(), latency, result);
+                self.stats.gateway_timeout.fetch_add(1, Relaxed);
+                local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
+            }
+            Try::Overflow => {
+                cluster.cancel(pick);
+                cluster.shared.counters.overflows.fetch_add(1, Relaxed);
+                self.stats.unavailable.fetch_add(1, Relaxed);
+                local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
+            }
+            Try::Reset if over_limit.load(Relaxed) => {
+                // The body outgrew the limit while streaming: the client's
+                // fault, not the upstream's.
+                cluster.cancel(pick);
+                self.stats.payload_too_large.fetch_add(1, Relaxed);
+                local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
+            }
+            Try::ConnectFailure | Try::Reset => {
+                cluster.complete(pick, self.epoch.now(), latency, result);
+                self.stats.bad_gateway.fetch_add(1, Relaxed);
+                local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
+            }
         }
     }
 

@@ -7,16 +7,24 @@
 //! worker per core, each with its own balancers and connection pools
 //! ([`cluster`] explains why and what it costs); [`Proxy::shutdown`] drains.
 //! The request path is in [`http`] and [`tcp`]; counters and the admin
-//! listener in [`metrics`] and [`admin`].
+//! listener in [`metrics`] and [`admin`]. Pieces several of those share have
+//! files of their own, so that no two modules import each other: the clock
+//! ([`clock`]), the request body types ([`body`]), a worker's [`routing`],
+//! the startup error ([`error`]) and the shutdown signal.
 
 pub mod admin;
+pub mod body;
+pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod error;
 pub mod h1;
 mod health;
 pub mod http;
 pub mod metrics;
+pub mod routing;
 pub mod server;
+mod shutdown;
 pub mod tcp;
 mod tls;
 pub mod upstream;

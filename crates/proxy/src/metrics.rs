@@ -2,8 +2,9 @@
 //!
 //! Each endpoint has one [`EndpointStats`] of atomics, shared by every
 //! worker (relaxed increments, no lock on the request path). Responses the
-//! proxy makes itself (400, 404, 502, 503, 504) are counted in
-//! [`ProxyStats`]. Latency estimates are not here: they live in each
+//! proxy makes itself (400, 404, 413, 431, 502, 503, 504) are counted in
+//! [`ProxyStats`], including the 400s and 431s that hyper's parser sends
+//! for malformed or oversized request heads ([`ProxyStats::count_connection_error`]). Latency estimates are not here: they live in each
 //! worker's balancer and the admin listener asks for them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -66,7 +67,8 @@ impl EndpointStats {
 /// Responses the proxy generated itself, by status.
 #[derive(Debug, Default)]
 pub struct ProxyStats {
-    /// 400: malformed request (counted by hyper's parser as connection errors).
+    /// 400: a malformed request head (answered by hyper's parser), or
+    /// headers or a target the proxy cannot forward.
     pub bad_request: AtomicU64,
     /// 404: no route.
     pub no_route: AtomicU64,
@@ -78,6 +80,9 @@ pub struct ProxyStats {
     pub gateway_timeout: AtomicU64,
     /// 413: request body over `max_body_bytes`.
     pub payload_too_large: AtomicU64,
+    /// 431: request head over `max_header_bytes` or `limits.max_headers`
+    /// (answered by hyper's parser).
+    pub header_too_large: AtomicU64,
     /// Downstream connections accepted.
     pub connections: AtomicU64,
     /// Connections closed on accept because `max_connections` were open.
@@ -86,15 +91,31 @@ pub struct ProxyStats {
 
 impl ProxyStats {
     /// `(status, count)` pairs for rendering.
-    pub fn local_responses(&self) -> [(u16, u64); 6] {
+    pub fn local_responses(&self) -> [(u16, u64); 7] {
         [
             (400, self.bad_request.load(Relaxed)),
             (404, self.no_route.load(Relaxed)),
             (413, self.payload_too_large.load(Relaxed)),
+            (431, self.header_too_large.load(Relaxed)),
             (502, self.bad_gateway.load(Relaxed)),
             (503, self.unavailable.load(Relaxed)),
             (504, self.gateway_timeout.load(Relaxed)),
         ]
+    }
+
+    /// Count the answer hyper's HTTP/1 server sent before ending a
+    /// connection with `err`: a request head it could not parse gets a 400,
+    /// one over the size or header-count limit a 431 (hyper's rules, in its
+    /// `on_error`). A URI over 64 KiB gets a 414 that counts as 431 here;
+    /// only a `max_header_bytes` above 64 KiB lets such a head through.
+    /// Other errors (resets, timeouts, an HTTP/2 preface) got no answer.
+    pub fn count_connection_error(&self, err: &(dyn std::error::Error + 'static)) {
+        let Some(err) = err.downcast_ref::<hyper::Error>() else { return };
+        if err.is_parse_too_large() {
+            self.header_too_large.fetch_add(1, Relaxed);
+        } else if err.is_parse() && !err.is_parse_version_h2() && !err.is_parse_status() {
+            self.bad_request.fetch_add(1, Relaxed);
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! kernel spreads connections over the workers and no accept lock is
 //! shared. Each worker is a thread running a single-threaded tokio runtime
 //! with its own balancers and upstream connection pools
-//! ([`WorkerCluster`](crate::cluster::WorkerCluster)), reached through a
+//! ([`WorkerCluster`]), reached through a
 //! per-worker [`Routing`] that a reload replaces; a connection stays on the
 //! worker that accepted it. A control thread serves the admin listener,
 //! re-resolves endpoint names, runs health checks and outlier detection.
@@ -20,7 +20,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -39,49 +38,16 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use crate::admin::Admin;
+use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
-use crate::http::{Epoch, HttpService};
+use crate::http::HttpService;
 use crate::metrics::ProxyStats;
+use crate::routing::Routing;
+use crate::shutdown::{stopping, Stop};
 use crate::upstream::UpstreamPool;
 
-/// Why the proxy could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// A listener address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A TLS certificate or key could not be used.
-    #[error("TLS file {}: {message}", path.display())]
-    Tls {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// A thread or runtime could not be started.
-    #[error("cannot start: {0}")]
-    Runtime(#[from] std::io::Error),
-    /// A reload asked for something only a restart can do.
-    #[error("cannot reload: {0}; restart to apply it (the old configuration keeps serving)")]
-    NeedsRestart(String),
-}
-
-/// What a worker routes with: listeners' routes, its clusters and their
-/// connection pools. Replaced whole on reload.
-pub struct Routing {
-    /// The listeners, in configuration order.
-    pub listeners: Vec<Listener>,
-    /// This worker's clusters, in configuration order.
-    pub clusters: Vec<Arc<WorkerCluster>>,
-    /// This worker's upstream connection pools, indexed like `clusters`.
-    pub pools: Vec<Arc<UpstreamPool>>,
-}
+pub use crate::error::ServeError;
 
 /// A running proxy.
 pub struct Proxy {
@@ -100,15 +66,6 @@ pub struct Proxy {
 
 /// How long a shutdown waits for requests in flight, unless told otherwise.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
-
-/// `None` while running; once stopping, how long to drain.
-type Stop = Option<Duration>;
-
-/// Resolves once the proxy is told to stop.
-pub(crate) async fn stopping(rx: &mut watch::Receiver<Stop>) {
-    // An error means the sender is gone, which is a stop too.
-    let _ = rx.wait_for(Option::is_some).await.map(|_| ());
-}
 
 fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
     let err = |source| ServeError::Bind { addr, source };
@@ -434,6 +391,7 @@ impl Accept {
             let tls = tls.clone();
             let watcher = self.graceful.watcher();
             let limits = limits.clone();
+            let stats = service.stats.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 let active = Arc::new(AtomicUsize::new(0));
@@ -450,20 +408,24 @@ impl Accept {
                     }
                 });
                 // Connection errors (malformed requests, resets) are the
-                // client's; hyper has already answered what can be answered.
-                match tls {
+                // client's; hyper has already answered what can be answered,
+                // and those answers are counted.
+                let served = match tls {
                     None => {
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
                         let conn = builder.serve_connection(TokioIo::new(io), svc);
-                        let _ = watcher.watch(conn.into_owned()).await;
+                        watcher.watch(conn.into_owned()).await
                     }
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
                         let conn = builder.serve_connection(TokioIo::new(io), svc);
-                        let _ = watcher.watch(conn.into_owned()).await;
+                        watcher.watch(conn.into_owned()).await
                     }
+                };
+                if let Err(e) = served {
+                    stats.count_connection_error(&*e);
                 }
             });
         }

@@ -16,8 +16,8 @@ use fulcrum_resilience::RequestResult;
 use tokio::net::TcpStream;
 use xxhash_rust::xxh64::xxh64;
 
+use crate::clock::Epoch;
 use crate::cluster::WorkerCluster;
-use crate::http::Epoch;
 
 fn ip_hash(peer: SocketAddr) -> u64 {
     match peer.ip() {

@@ -7,7 +7,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Tls;
-use crate::server::ServeError;
+use crate::error::ServeError;
 
 fn read_pem(path: &Path) -> Result<Vec<u8>, ServeError> {
     std::fs::read(path).map_err(|e| ServeError::Tls { path: path.to_path_buf(), message: e.to_string() })

@@ -33,12 +33,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::body::UpstreamBody;
 use crate::config::UpstreamProtocol;
 use crate::h1::{self, ExchangeError};
-use crate::http::UpstreamBody;
 
 /// An upstream response's body: read by [`h1`] or by hyper's HTTP/2 client.
-pub type ResponseBody = Either<h1::ResponseBody, hyper::body::Incoming>;
+pub type ResponseBody = Either<h1::ResponseBody<Lease>, hyper::body::Incoming>;
 
 /// The connection limits of one cluster, shared by its workers.
 #[derive(Debug)]
@@ -128,16 +128,16 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 
 /// Where an HTTP/1.1 connection lent to one exchange goes back to:
-/// [`Lease::give_back`] returns it to the pool once the response body has
+/// [`give_back`](h1::GiveBack::give_back) returns it to the pool once the response body has
 /// ended; dropped instead, the connection closes.
 pub struct Lease {
     pool: Arc<UpstreamPool>,
     addr: SocketAddr,
 }
 
-impl Lease {
+impl h1::GiveBack for Lease {
     /// The exchange is over: `conn` may carry the next request.
-    pub fn give_back(self, conn: h1::Connection) {
+    fn give_back(self, conn: h1::Connection) {
         let mut c = self.pool.lock();
         let stack = c.idle.entry(self.addr).or_default();
         if stack.len() < MAX_IDLE_PER_ENDPOINT {

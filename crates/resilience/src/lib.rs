@@ -1,20 +1,27 @@
 //! What keeps a cluster healthy around the load-balancing algorithm: passive
 //! outlier detection ([`OutlierDetector`]), slow start ([`SlowStart`]), the
-//! panic threshold ([`routable`]) and retry budgets ([`RetryBudget`]).
+//! panic threshold, active health-check streaks, all combined by
+//! [`ClusterHealth`], and the retry policy ([`RetryPolicy`]) with its
+//! budget ([`RetryBudget`]).
 //!
 //! Like the algorithms, these are pure state machines: no clock, no I/O,
 //! time passed in. The proxy and the simulator drive the same code, so a
-//! scenario can show at scale what the proxy will do. Each driver turns the
-//! state into the endpoint set it gives the balancer: [`routable`] drops
-//! ejected and unhealthy endpoints unless too few would remain, and scales
-//! weights by slow start.
+//! scenario can show at scale what the proxy will do: each feeds its
+//! [`ClusterHealth`] the same kinds of events and asks it for the endpoint
+//! set to give its balancers (ejected and unhealthy endpoints dropped unless
+//! too few would remain, weights scaled by slow start: [`routable`], which
+//! the fuzzer also drives directly).
 
+mod health;
 mod outlier;
 mod retry_budget;
+mod retry_policy;
 mod slow_start;
 
+pub use health::{CheckThresholds, ClusterHealth, HealthConfig, Snapshot, STEP};
 pub use outlier::{Change, EjectionReason, OutlierConfig, OutlierDetector, RequestResult};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
+pub use retry_policy::{PolicyError, RetryOn, RetryPolicy};
 pub use slow_start::{SlowStart, SlowStartConfig};
 
 use fulcrum_balance::Endpoint;

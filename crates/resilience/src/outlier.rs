@@ -417,6 +417,43 @@ mod tests {
         assert!(matches!(changes[0], Change::Ejected { id: EndpointId(5), reason: EjectionReason::SuccessRate, .. }));
     }
 
+    /// Feeds `per_host` results to each of `n` endpoints; endpoint 0 fails
+    /// `bad_in_ten` of every ten, scattered so no streak reaches five.
+    fn feed(d: &mut OutlierDetector, n: u64, per_host: u64, bad_in_ten: u64) {
+        for id in 0..n {
+            for i in 0..per_host {
+                let bad = id == 0 && i % 10 < bad_in_ten && i % 5 != 4;
+                d.record(EndpointId(id), 0, if bad { RequestResult::ServerError } else { RequestResult::Success });
+            }
+        }
+    }
+
+    #[test]
+    fn success_rate_rule_needs_volume() {
+        // Only the success-rate rule is on; the volume is 100 requests.
+        let config = OutlierConfig {
+            consecutive_5xx: 0,
+            consecutive_gateway_failure: 0,
+            failure_percentage_threshold: 101.0,
+            ..OutlierConfig::default()
+        };
+        assert_eq!(config.success_rate_request_volume, 100);
+        // 99 requests each, endpoint 0 failing 40 % of them: below the
+        // volume no endpoint counts, so nothing is ejected.
+        let mut below = OutlierDetector::new(config.clone(), &ids(6), 0);
+        feed(&mut below, 6, 99, 5);
+        assert_eq!(below.tick(10 * S), vec![], "below the volume");
+        assert!(!below.is_ejected(EndpointId(0)));
+        // The same failure rate at exactly the volume ejects endpoint 0.
+        let mut at = OutlierDetector::new(config, &ids(6), 0);
+        feed(&mut at, 6, 100, 5);
+        let changes = at.tick(10 * S);
+        assert!(
+            matches!(changes[..], [Change::Ejected { id: EndpointId(0), reason: EjectionReason::SuccessRate, .. }]),
+            "{changes:?}"
+        );
+    }
+
     #[test]
     fn failure_percentage_rule_needs_volume() {
         let config = OutlierConfig { success_rate_stdev_factor: 0.0, ..OutlierConfig::default() };
@@ -429,18 +466,17 @@ mod tests {
         }
         // Endpoint 0's streaks of 9 would eject via consecutive_5xx first.
         assert!(d.is_ejected(EndpointId(0)));
-        let mut d = OutlierDetector::new(
-            OutlierConfig { consecutive_5xx: 0, success_rate_stdev_factor: 0.0, ..OutlierConfig::default() },
-            &ids(5),
-            0,
-        );
-        for id in 0..5 {
-            for i in 0..60 {
-                let bad = id == 0 && i % 10 != 0;
-                d.record(EndpointId(id), 0, if bad { RequestResult::ServerError } else { RequestResult::Success });
-            }
-        }
-        let changes = d.tick(10 * S);
+        let config = OutlierConfig { consecutive_5xx: 0, success_rate_stdev_factor: 0.0, ..OutlierConfig::default() };
+        assert_eq!(config.failure_percentage_request_volume, 50);
+        // A 30 % threshold, so that endpoint 0's 40 % failures eject unless
+        // the volume (50 requests) stops the rule: 49 each do not count.
+        let config = OutlierConfig { failure_percentage_threshold: 30.0, ..config };
+        let mut below = OutlierDetector::new(config.clone(), &ids(5), 0);
+        feed(&mut below, 5, 49, 5);
+        assert_eq!(below.tick(10 * S), vec![], "below the volume");
+        let mut at = OutlierDetector::new(config, &ids(5), 0);
+        feed(&mut at, 5, 50, 5);
+        let changes = at.tick(10 * S);
         assert!(
             matches!(
                 changes[..],

@@ -19,24 +19,28 @@
 //! balancer's endpoint set, and decides whether a failed try is retried (at
 //! once, on the same balancer, preferably on another endpoint). Requests live in a slab whose slots are reused, so
 //! memory follows the number of requests in flight, not the number sent;
-//! only the latency samples grow with the run.
+//! the latency samples grow with the run only up to the recorder's limit
+//! (see [`fulcrum_workload::Recorder`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 
-use fulcrum_balance::{AlgorithmConfig, Balancer, BuildError, Endpoint, Nanos, Outcome, Rng, Ticket};
+use fulcrum_balance::{
+    pick_avoiding, AlgorithmConfig, Balancer, BuildError, Endpoint, EndpointId, Nanos, Outcome, Rng, Ticket,
+};
 use fulcrum_des::{Model, Queue};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
 use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario};
 use crate::stats::ShareSeries;
+use crate::Recorder;
 
 /// What one run produced, before summarising.
 #[derive(Debug)]
 pub struct RawRun {
     /// Latencies of measured successful requests, in nanoseconds.
-    pub samples: Vec<Nanos>,
+    pub latency: Recorder,
     /// Measured requests that failed.
     pub failed: u64,
     /// Measured requests sent to each server.
@@ -95,7 +99,7 @@ struct Request {
     /// Tries made before the current one.
     attempt: u8,
     /// Servers of the earlier tries (empty unless retried).
-    tried: Vec<u32>,
+    tried: Vec<EndpointId>,
 }
 
 struct ClientState {
@@ -144,9 +148,6 @@ impl ServerState {
     }
 }
 
-/// Picks made for a retry before settling for an endpoint already tried.
-const RETRY_PICKS: u32 = 4;
-
 /// Which directed pair of nodes a hop uses, for first-contact delays.
 #[derive(Clone, Copy)]
 enum Pair {
@@ -179,8 +180,6 @@ pub struct Engine<'a> {
     progress: Option<&'a AtomicU64>,
     /// One per balancer when the scenario has resilience mechanisms, else empty.
     guards: Vec<Guard>,
-    /// Every server as an endpoint (id = index), for the guards.
-    all_endpoints: Vec<Endpoint>,
     stats: ResilienceStats,
 }
 
@@ -262,7 +261,11 @@ impl<'a> Engine<'a> {
             zero_client_hop: scenario.network.client_lb.is_zero(),
             zero_server_hop: scenario.network.lb_server.is_zero(),
             out: RawRun {
-                samples: Vec::with_capacity(scenario.total_requests().unwrap_or(0).min(50_000_000) as usize),
+                latency: {
+                    let mut r = Recorder::new(scenario.metrics.exact);
+                    r.reserve(scenario.total_requests().unwrap_or(0).min(50_000_000) as usize);
+                    r
+                },
                 failed: 0,
                 per_server: vec![0; n_servers],
                 share: ShareSeries::new(scenario.metrics.share_interval, n_servers),
@@ -274,7 +277,6 @@ impl<'a> Engine<'a> {
             completed: 0,
             progress,
             guards,
-            all_endpoints,
             stats: ResilienceStats {
                 first_ejection: vec![None; n_servers],
                 time_to_ejection: vec![None; n_servers],
@@ -498,31 +500,20 @@ impl<'a> Engine<'a> {
                 q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: true });
             }
         }
-        if let Some(t) = self.scenario.resilience.retries.as_ref().and_then(|r| r.per_try_timeout) {
+        if let Some(t) = self.scenario.resilience.per_try_timeout() {
             q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
         }
         self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt }, q);
     }
 
-    /// A pick for a retry: with `different_endpoint`, up to [`RETRY_PICKS`]
-    /// picks (the rejected ones cancelled) to find an endpoint not tried yet.
-    /// Hash-based balancers get a key derived from the request's key and the
-    /// pick, or they would answer with the same endpoint every time.
+    /// A pick for a retry: with `different_endpoint`, one avoiding the
+    /// endpoints already tried, by the rule the proxy uses too
+    /// ([`fulcrum_balance::pick_avoiding`]).
     fn pick_for_retry(&mut self, req: u32, b: usize) -> Option<Ticket> {
         let different = self.scenario.resilience.retries.as_ref().is_some_and(|r| r.different_endpoint);
         let r = &self.requests[req as usize];
-        let (key, attempt) = (r.key, r.attempt);
-        for k in 0..RETRY_PICKS {
-            let salt = (u64::from(attempt) << 32 | u64::from(k)).wrapping_add(1);
-            let key = key.map(|key| splitmix64(key ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
-            let ticket = self.balancers[b].pick(self.now, key)?;
-            let server = ticket.endpoint().0 as u32;
-            if !different || k + 1 == RETRY_PICKS || !self.requests[req as usize].tried.contains(&server) {
-                return Some(ticket);
-            }
-            self.balancers[b].on_cancel(ticket);
-        }
-        unreachable!("the last pick is always taken")
+        let avoid: &[EndpointId] = if different { &r.tried } else { &[] };
+        pick_avoiding(self.balancers[b].as_mut(), self.now, r.key, u32::from(r.attempt), avoid)
     }
 
     /// A response (or the timeout) settles the request at its balancer,
@@ -584,7 +575,7 @@ impl<'a> Engine<'a> {
         }
         self.stats.retries += u64::from(measured);
         let r = &mut self.requests[req as usize];
-        r.tried.push(r.server);
+        r.tried.push(EndpointId(u64::from(r.server)));
         r.attempt += 1;
         true
     }
@@ -602,8 +593,7 @@ impl<'a> Engine<'a> {
     /// Give balancer `b` its routable set, if it changed.
     fn apply_guard(&mut self, b: usize) {
         if self.scenario.resilience.manages_endpoints() {
-            let threshold = self.scenario.resilience.panic_threshold;
-            self.guards[b].apply(&self.all_endpoints, self.balancers[b].as_mut(), self.now, threshold);
+            self.guards[b].apply(self.balancers[b].as_mut(), self.now);
         }
     }
 
@@ -683,7 +673,7 @@ impl<'a> Engine<'a> {
                     MeasureAt::Client => self.now - r.sent,
                     MeasureAt::Balancer => r.lb_latency,
                 };
-                self.out.samples.push(latency);
+                self.out.latency.record(latency);
             } else {
                 self.out.failed += 1;
             }
@@ -772,13 +762,6 @@ impl Model for Running<'_, '_> {
     fn work_done(&self, _events: u64) -> u64 {
         self.0.completed
     }
-}
-
-/// SplitMix64's finaliser: a well-mixed 64-bit value from `x`.
-fn splitmix64(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {

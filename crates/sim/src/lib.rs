@@ -21,7 +21,6 @@
 //! scenario and seed therefore give the same report, byte for byte, however
 //! many threads run it.
 
-pub mod dist;
 pub mod engine;
 pub mod plot;
 pub mod report;
@@ -35,7 +34,9 @@ use std::time::Instant;
 
 use fulcrum_balance::{AlgorithmConfig, BuildError, Nanos};
 
-pub use dist::Dist;
+/// The distributions of durations, shared with the load tool.
+pub use fulcrum_workload::dist;
+pub use fulcrum_workload::{Dist, Method, Recorder};
 pub use resilience::{Mechanism, ResilienceStats};
 pub use scenario::{Scenario, ScenarioError};
 pub use stats::{ShareSeries, Summary};
@@ -52,7 +53,9 @@ pub struct RunResult {
     pub requests: u64,
     /// Measured requests that failed.
     pub failed: u64,
-    /// Latency figures of the successful ones.
+    /// Latency figures of the successful ones (exact, or from a histogram
+    /// past [`fulcrum_workload::EXACT_LIMIT`] samples unless the scenario's
+    /// `metrics.exact` is set).
     pub latency: Summary,
     /// Measured requests sent to each server, in scenario order.
     pub requests_per_server: Vec<u64>,
@@ -78,14 +81,14 @@ pub fn run_once(
     progress: Option<&AtomicU64>,
 ) -> Result<RunResult, BuildError> {
     let mut raw = engine::Engine::new(scenario, algorithm, seed, progress)?.run();
-    let latency = Summary::of(&mut raw.samples);
+    let latency = raw.latency.summary();
     Ok(RunResult {
         seed,
-        requests: raw.samples.len() as u64 + raw.failed,
+        requests: raw.latency.len() + raw.failed,
         failed: raw.failed,
         latency,
         requests_per_server: raw.per_server,
-        cdf: stats::cdf_points(&raw.samples, CDF_POINTS),
+        cdf: raw.latency.cdf_points(CDF_POINTS),
         share: raw.share,
         events: raw.events,
         completed: raw.completed,
@@ -198,8 +201,9 @@ impl AlgorithmReport {
             let values: Vec<f64> = runs.iter().map(|r| get(&r.latency)).collect();
             (means[k], halves[k]) = stats::mean_ci95(&values);
         }
-        let latency = Summary::from_array(means);
-        let ci95 = Summary::from_array(halves);
+        let method = runs.iter().fold(Method::Exact, |m, r| m.combine(r.latency.method));
+        let latency = Summary::from_array(means, method);
+        let ci95 = Summary::from_array(halves, method);
         let servers = runs.first().map_or(0, |r| r.requests_per_server.len());
         let requests_per_server = (0..servers).map(|s| mean(&|r| r.requests_per_server[s] as f64)).collect();
         let stats: Option<Vec<&ResilienceStats>> = runs.iter().map(|r| r.resilience.as_ref()).collect();

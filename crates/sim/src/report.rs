@@ -1,7 +1,10 @@
 //! Rendering a [`Report`]: the human table, the JSON document and CSV files.
 //!
 //! The table follows the seed-000 layout (Min, Avg, P50, P75, P90, P95, P99,
-//! P999, Max, StdDev in ms) with the requests per server below it. The JSON
+//! P999, Max, StdDev in ms) with the requests per server below it: one
+//! column per server up to [`TABLE_SERVERS`] servers, else a summary (each
+//! algorithm's min / median / max share and the five most and least loaded
+//! servers; the CSV files keep every server). The JSON
 //! shape is fixed by issue 3 so that other tools can read it:
 //! `{"scenario", "seed", ["runs"], "results": [{"algorithm", "requests",
 //! "failed", "latency_ms": {…}, ["ci95_ms": {…}], "requests_per_server"}],
@@ -12,6 +15,10 @@
 //! `retries_denied`, `ejections`, `panic_seconds`, `first_ejection_s` and
 //! `time_to_ejection_ms` (per server, `null` when never ejected); nothing
 //! else changes.
+//!
+//! A run past `fulcrum_workload::EXACT_LIMIT` samples (without `exact`) has
+//! HDR-histogram percentiles: its `latency_ms` and `ci95_ms` then carry
+//! `"method": "hdr"` and the table ends with a line saying so.
 
 use std::fmt::Write as _;
 use std::io;
@@ -43,6 +50,25 @@ pub fn table(report: &Report) -> String {
             row(&mut out, a, &a.ci95, false);
         }
     }
+    if report.servers.len() > TABLE_SERVERS {
+        per_server_summary(&mut out, report);
+    } else {
+        per_server_table(&mut out, report);
+    }
+    resilience_table(&mut out, report);
+    quantiles_note(&mut out, report);
+    out
+}
+
+/// Up to this many servers, the report lists requests per server in full;
+/// beyond, it summarises them (the CSV files always have every server).
+pub const TABLE_SERVERS: usize = 20;
+
+/// Servers named at each end of the summary.
+const EXTREMES: usize = 5;
+
+/// Requests per server, one column per server.
+fn per_server_table(out: &mut String, report: &Report) {
     let _ = writeln!(out, "\nRequests per server{}", if report.runs > 1 { " (mean per run)" } else { "" });
     let _ = write!(out, "{:<15}", "Algorithm");
     for i in 0..report.servers.len() {
@@ -62,8 +88,52 @@ pub fn table(report: &Report) -> String {
     }
     let legend: Vec<String> = report.servers.iter().enumerate().map(|(i, n)| format!("#{i} {n}")).collect();
     let _ = writeln!(out, "Servers: {}", legend.join(", "));
-    resilience_table(&mut out, report);
-    out
+}
+
+/// Requests per server for a large fleet: each algorithm's smallest,
+/// median and largest share of its requests, and the most and least loaded
+/// servers.
+fn per_server_summary(out: &mut String, report: &Report) {
+    let mean = if report.runs > 1 { ", mean per run" } else { "" };
+    let _ =
+        writeln!(out, "\nRequests per server ({} servers{mean}; --csv DIR writes every server)", report.servers.len());
+    let _ = writeln!(out, "{:<15} {:>9} {:>9} {:>9}", "Algorithm", "Min %", "P50 %", "Max %");
+    for a in &report.results {
+        let mut counts = a.requests_per_server.clone();
+        counts.sort_by(f64::total_cmp);
+        let total: f64 = counts.iter().sum();
+        let share = |n: f64| if total > 0.0 { 100.0 * n / total } else { 0.0 };
+        let median = (counts[(counts.len() - 1) / 2] + counts[counts.len() / 2]) / 2.0;
+        let (min, max) = (counts[0], counts[counts.len() - 1]);
+        let _ = writeln!(out, "{:<15} {:>9.4} {:>9.4} {:>9.4}", a.algorithm, share(min), share(median), share(max));
+    }
+    for a in &report.results {
+        // Most loaded first; ties in server order.
+        let mut order: Vec<usize> = (0..a.requests_per_server.len()).collect();
+        order.sort_by(|&x, &y| a.requests_per_server[y].total_cmp(&a.requests_per_server[x]).then(x.cmp(&y)));
+        let name = |&i: &usize| {
+            let n = a.requests_per_server[i];
+            let n = if report.runs > 1 { format!("{n:.1}") } else { format!("{n:.0}") };
+            format!("#{i} {} {n}", report.servers[i])
+        };
+        let most: Vec<String> = order.iter().take(EXTREMES).map(name).collect();
+        let least: Vec<String> = order.iter().rev().take(EXTREMES).map(name).collect();
+        let _ = writeln!(out, "Most loaded, {}: {}", a.algorithm, most.join(", "));
+        let _ = writeln!(out, "Least loaded, {}: {}", a.algorithm, least.join(", "));
+    }
+}
+
+/// Says so when some run's percentiles come from a histogram (exact
+/// figures, the usual case, need no note, so their table is unchanged).
+fn quantiles_note(out: &mut String, report: &Report) {
+    if report.results.iter().any(|a| !a.latency.method.is_exact()) {
+        let _ = writeln!(
+            out,
+            "\nQuantiles: {} in runs past {} samples (--exact keeps every sample)",
+            fulcrum_workload::Method::Hdr.describe(),
+            fulcrum_workload::EXACT_LIMIT
+        );
+    }
 }
 
 /// Retries, ejections and panic time, when the scenario has them.

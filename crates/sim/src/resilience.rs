@@ -6,27 +6,28 @@
 //! ([`Resilience`]: `[outlier_detection]`, `[slow_start]`, `[retries]`,
 //! `panic_threshold`); all are off by default, so older scenarios run exactly
 //! as before. Each balancer instance gets a [`Guard`]: its own
-//! [`OutlierDetector`], slow-start clock per endpoint and [`RetryBudget`], as
-//! each proxy process would have. The guard turns that state into the
-//! endpoint set the balancer sees with [`fulcrum_resilience::routable`] and
-//! hands it over with `set_endpoints` only when it changes: on an ejection,
-//! a return, a join or leave, and at each slow-start step (every [`TICK`] of
-//! simulated time, when the detector is also ticked).
+//! [`ClusterHealth`] (the state machine the proxy's membership is made of)
+//! and [`RetryBudget`], as each proxy process would have. The guard asks it
+//! for the endpoint set the balancer sees and hands it over with
+//! `set_endpoints` only when its version changed: on an ejection, a return, a
+//! join or leave, and at each slow-start step (every [`TICK`] of simulated
+//! time, when the detector is also ticked).
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use fulcrum_balance::{Balancer, Endpoint, EndpointId, Nanos};
 use fulcrum_resilience::{
-    routable, OutlierConfig, OutlierDetector, RetryBudget, RetryBudgetConfig, SlowStart, SlowStartConfig,
+    Change, CheckThresholds, ClusterHealth, HealthConfig, OutlierConfig, RetryBudget, RetryOn, RetryPolicy, SlowStart,
+    SlowStartConfig, Snapshot, STEP,
 };
 use serde::Deserialize;
 
 use crate::dist::nanos;
 
 /// How often the detector is ticked and slow-start weights are stepped, in
-/// simulated time: returns from ejection are late by less than this.
-pub const TICK: Nanos = 100_000_000;
+/// simulated time: the step every driver uses ([`fulcrum_resilience::STEP`]);
+/// returns from ejection are late by less than this.
+pub const TICK: Nanos = STEP;
 
 /// The resilience settings of a scenario. Everything is off by default.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,18 +37,43 @@ pub struct Resilience {
     /// Slow start for endpoints that join or return (`[slow_start]`).
     pub slow_start: Option<SlowStartConfig>,
     /// Retries (`[retries]`).
-    pub retries: Option<Retries>,
+    pub retries: Option<RetryPolicy>,
     /// Below this percentage of healthy endpoints, balance over all of them.
     pub panic_threshold: f64,
+    /// Active health-check thresholds. Scenario files cannot set them (no
+    /// simulated component sends checks yet); a driver that feeds
+    /// [`Guard::record_check`] does.
+    pub health_check: Option<CheckThresholds>,
 }
 
 impl Default for Resilience {
     fn default() -> Self {
-        Resilience { outlier_detection: None, slow_start: None, retries: None, panic_threshold: 50.0 }
+        Resilience {
+            outlier_detection: None,
+            slow_start: None,
+            retries: None,
+            panic_threshold: 50.0,
+            health_check: None,
+        }
     }
 }
 
 impl Resilience {
+    /// The per-try timeout of retries, if any.
+    pub fn per_try_timeout(&self) -> Option<Nanos> {
+        self.retries.as_ref().and_then(|r| r.per_try_timeout).map(nanos)
+    }
+
+    /// What each balancer's [`ClusterHealth`] is made of.
+    pub fn health_config(&self) -> HealthConfig {
+        HealthConfig {
+            outlier_detection: self.outlier_detection.clone(),
+            slow_start: self.slow_start.clone(),
+            health_check: self.health_check,
+            panic_threshold: self.panic_threshold,
+        }
+    }
+
     /// Whether any mechanism is on (the report then has a resilience part).
     pub fn enabled(&self) -> bool {
         self.outlier_detection.is_some() || self.slow_start.is_some() || self.retries.is_some()
@@ -100,101 +126,23 @@ impl FromStr for Mechanism {
     }
 }
 
-/// Which failed tries are retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RetryOn {
-    /// The server answered with an error (`"5xx"`).
-    pub server_error: bool,
-    /// No answer within the per-try timeout (`"timeout"`).
-    pub timeout: bool,
-    /// The server refused the connection (`"connect-failure"`).
-    pub connect: bool,
-}
+/// `[retries]`: the proxy's retry policy and vocabulary
+/// ([`RetryPolicy`]), validated while read so errors carry the line.
+/// "reset" and single statuses are accepted but never occur here: a
+/// simulated server fails with a generic 5xx, a timeout or a refusal.
+pub(crate) struct RetriesSpec(pub RetryPolicy);
 
-/// The `[retries]` section.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Retries {
-    /// Tries in all, the first included (≥ 1).
-    pub attempts: u32,
-    /// Which failures are retried.
-    pub on: RetryOn,
-    /// Avoid the endpoints already tried when picking for a retry.
-    pub different_endpoint: bool,
-    /// A try without an answer after this long fails as a timeout (and may be
-    /// retried); `balancers.timeout` stays the deadline of the whole request.
-    pub per_try_timeout: Option<Nanos>,
-    /// The retry budget; `None`: every failure is retried up to `attempts`.
-    pub budget: Option<RetryBudgetConfig>,
-}
-
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
-enum RetryClass {
-    #[serde(rename = "5xx")]
-    ServerError,
-    #[serde(rename = "timeout")]
-    Timeout,
-    #[serde(rename = "connect-failure", alias = "connect")]
-    Connect,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRetries {
-    #[serde(default = "two")]
-    attempts: u32,
-    #[serde(default = "default_on")]
-    on: Vec<RetryClass>,
-    #[serde(default = "yes")]
-    different_endpoint: bool,
-    #[serde(default, with = "humantime_serde")]
-    per_try_timeout: Option<Duration>,
-    budget: Option<RetryBudgetConfig>,
-}
-
-fn two() -> u32 {
-    2
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// The proxy's default: only tries that never reached the server.
-fn default_on() -> Vec<RetryClass> {
-    vec![RetryClass::Connect]
-}
-
-impl<'de> Deserialize<'de> for Retries {
+impl<'de> Deserialize<'de> for RetriesSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        let r = RawRetries::deserialize(d)?;
-        if !(1..=10).contains(&r.attempts) {
-            return Err(D::Error::custom(format!(
-                "retries.attempts = {} must be in 1..=10 (the first try included)",
-                r.attempts
-            )));
-        }
-        if r.per_try_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(D::Error::custom("retries.per_try_timeout must be above 0 (leave it out for none)"));
-        }
-        if let Some(b) = &r.budget {
-            RetryBudget::new(b.clone()).map_err(D::Error::custom)?;
-        }
-        if r.on.contains(&RetryClass::Timeout) && r.per_try_timeout.is_none() {
+        let r = RetryPolicy::deserialize(d)?;
+        r.validate().map_err(D::Error::custom)?;
+        // Without a per-try timeout a try ends only at the request's
+        // deadline, which ends the request too: nothing left to retry.
+        if r.conditions.contains(&RetryOn::Timeout) && r.per_try_timeout.is_none() {
             return Err(D::Error::custom("retries.on has \"timeout\", which needs retries.per_try_timeout"));
         }
-        let on = RetryOn {
-            server_error: r.on.contains(&RetryClass::ServerError),
-            timeout: r.on.contains(&RetryClass::Timeout),
-            connect: r.on.contains(&RetryClass::Connect),
-        };
-        Ok(Retries {
-            attempts: r.attempts,
-            on,
-            different_endpoint: r.different_endpoint,
-            per_try_timeout: r.per_try_timeout.map(nanos),
-            budget: r.budget,
-        })
+        Ok(RetriesSpec(r))
     }
 }
 
@@ -222,7 +170,7 @@ impl<'de> Deserialize<'de> for SlowStartSpec {
 
 /// How a try ended, as the balancer sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TryResult {
+pub enum TryResult {
     /// A good response.
     Ok,
     /// An error response (a 5xx).
@@ -244,12 +192,12 @@ impl TryResult {
     }
 
     /// Whether `retries` retries a try that ended like this.
-    pub(crate) fn retried_by(self, retries: &Retries) -> bool {
+    pub fn retried_by(self, retries: &RetryPolicy) -> bool {
         match self {
             TryResult::Ok => false,
-            TryResult::ServerError => retries.on.server_error,
-            TryResult::Timeout => retries.on.timeout,
-            TryResult::Refused => retries.on.connect,
+            TryResult::ServerError => retries.retries(RetryOn::ServerError),
+            TryResult::Timeout => retries.retries(RetryOn::Timeout),
+            TryResult::Refused => retries.retries(RetryOn::ConnectFailure),
         }
     }
 }
@@ -272,33 +220,39 @@ pub struct ResilienceStats {
     pub panic: Nanos,
 }
 
-/// One balancer's resilience state.
-pub(crate) struct Guard {
-    detector: Option<OutlierDetector>,
-    slow_start: Option<SlowStart>,
-    /// Per server: when it last joined or returned (slow start's clock);
-    /// `None` for servers there from the start, which are established.
-    since: Vec<Option<Nanos>>,
+/// One balancer's resilience state: a thin adapter over
+/// [`ClusterHealth`], the state machine the proxy's `Membership` drives too
+/// (`crates/proxy/tests/conformance.rs` feeds both the same events and
+/// checks that they route alike). It adds what only the simulator needs:
+/// server indices as endpoint ids, the retry budget and the time in panic.
+pub struct Guard {
+    health: ClusterHealth,
+    /// Every server as an endpoint (id = index).
+    all: Vec<Endpoint>,
     /// Per server: whether it is in the balancer's membership (joined).
     member: Vec<bool>,
-    /// What the balancer was last given.
-    current: Vec<Endpoint>,
-    pub(crate) budget: Option<RetryBudget>,
+    /// The snapshot version the balancer was last given.
+    applied: u64,
+    /// The retry budget, when the scenario has one.
+    pub budget: Option<RetryBudget>,
     panic_since: Option<Nanos>,
-    pub(crate) panic_total: Nanos,
+    /// Time spent in panic so far.
+    pub panic_total: Nanos,
 }
 
 impl Guard {
     /// The state of one balancer over `all` servers (ids are indices), of
-    /// which `member` are joined at `now`.
-    pub(crate) fn new(r: &Resilience, all: &[Endpoint], member: Vec<bool>, now: Nanos) -> Guard {
-        let ids: Vec<EndpointId> = all.iter().zip(&member).filter(|(_, &m)| m).map(|(e, _)| e.id).collect();
+    /// which `member` are joined at `now` (and established: no slow start).
+    pub fn new(r: &Resilience, all: &[Endpoint], member: Vec<bool>, now: Nanos) -> Guard {
+        let joined: Vec<Endpoint> = all.iter().zip(&member).filter(|(_, &m)| m).map(|(e, _)| e.clone()).collect();
+        let mut health =
+            ClusterHealth::new(r.health_config(), &joined, now).expect("validated when the scenario was read");
+        let applied = health.routable(now).version;
         Guard {
-            detector: r.outlier_detection.clone().map(|c| OutlierDetector::new(c, &ids, now)),
-            slow_start: r.slow_start.as_ref().map(|c| SlowStart::new(c).expect("validated when the scenario was read")),
-            since: vec![None; all.len()],
-            current: all.iter().zip(&member).filter(|(_, &m)| m).map(|(e, _)| e.clone()).collect(),
+            health,
+            all: all.to_vec(),
             member,
+            applied,
             budget: r.retries.as_ref().and_then(|x| x.budget.clone()).map(|b| RetryBudget::new(b).expect("validated")),
             panic_since: None,
             panic_total: 0,
@@ -307,58 +261,47 @@ impl Guard {
 
     /// Follow a membership change at `now`: a server that joins starts its
     /// slow start.
-    pub(crate) fn set_member(&mut self, server: usize, member: bool, now: Nanos) {
-        if member && !self.member[server] {
-            self.since[server] = Some(now);
-        }
+    pub fn set_member(&mut self, server: usize, member: bool, now: Nanos) {
         self.member[server] = member;
-        if let Some(d) = &mut self.detector {
-            let ids: Vec<EndpointId> =
-                self.member.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| EndpointId(i as u64)).collect();
-            d.set_endpoints(&ids);
-        }
+        let joined: Vec<Endpoint> =
+            self.all.iter().zip(&self.member).filter(|(_, &m)| m).map(|(e, _)| e.clone()).collect();
+        self.health.set_members(&joined, now);
     }
 
     /// Record a try's result; returns the server ejected by it, if any.
-    pub(crate) fn record(&mut self, server: u32, now: Nanos, result: TryResult) -> Option<u32> {
-        let d = self.detector.as_mut()?;
-        match d.record(EndpointId(u64::from(server)), now, result.for_detector()) {
-            Some(fulcrum_resilience::Change::Ejected { id, .. }) => Some(id.0 as u32),
+    pub fn record(&mut self, server: u32, now: Nanos, result: TryResult) -> Option<u32> {
+        match self.health.record(EndpointId(u64::from(server)), now, result.for_detector()) {
+            Some(Change::Ejected { id, .. }) => Some(id.0 as u32),
             _ => None,
         }
     }
 
-    /// Tick the detector at `now`; returns the servers it ejected.
-    pub(crate) fn tick(&mut self, now: Nanos) -> Vec<u32> {
-        let Some(d) = &mut self.detector else { return Vec::new() };
-        let mut ejected = Vec::new();
-        for change in d.tick(now) {
-            match change {
-                fulcrum_resilience::Change::Ejected { id, .. } => ejected.push(id.0 as u32),
-                // A returning endpoint ramps up again.
-                fulcrum_resilience::Change::Returned { id } => self.since[id.0 as usize] = Some(now),
-            }
-        }
-        ejected
+    /// An active health check of `server` at `now`. Scenarios have no
+    /// checks yet (nothing in the simulator produces them); the conformance
+    /// test feeds them so both adapters take the same events.
+    pub fn record_check(&mut self, server: u32, passed: bool, now: Nanos) {
+        self.health.record_check(EndpointId(u64::from(server)), passed, now);
     }
 
-    /// Compute the routable set at `now` from `all` (the scenario's servers)
-    /// and give it to `balancer` if it changed.
-    pub(crate) fn apply(&mut self, all: &[Endpoint], balancer: &mut dyn Balancer, now: Nanos, panic_threshold: f64) {
-        let joined: Vec<Endpoint> = all.iter().zip(&self.member).filter(|(_, &m)| m).map(|(e, _)| e.clone()).collect();
-        let detector = &self.detector;
-        let slow = &self.slow_start;
-        let since = &self.since;
-        let r = routable(
-            &joined,
-            |e| !matches!(detector, Some(d) if d.is_ejected(e.id)),
-            |e| match (slow, since[e.id.0 as usize]) {
-                (Some(s), Some(t)) => s.factor(now.saturating_sub(t)),
-                _ => 1.0,
-            },
-            panic_threshold,
-        );
-        match (r.panic, self.panic_since) {
+    /// Tick the detector at `now`; returns the servers it ejected.
+    pub fn tick(&mut self, now: Nanos) -> Vec<u32> {
+        let changes = self.health.tick(now);
+        changes
+            .into_iter()
+            .filter_map(|c| if let Change::Ejected { id, .. } = c { Some(id.0 as u32) } else { None })
+            .collect()
+    }
+
+    /// The routable set at `now`, as [`Guard::apply`] gives it.
+    pub fn routable(&mut self, now: Nanos) -> &Snapshot {
+        self.health.routable(now)
+    }
+
+    /// Compute the routable set at `now` and give it to `balancer` if it
+    /// changed since the last time; count time in panic.
+    pub fn apply(&mut self, balancer: &mut dyn Balancer, now: Nanos) {
+        let snapshot = self.health.routable(now);
+        match (snapshot.panic, self.panic_since) {
             (true, None) => self.panic_since = Some(now),
             (false, Some(t)) => {
                 self.panic_total += now - t;
@@ -366,16 +309,16 @@ impl Guard {
             }
             _ => {}
         }
-        if r.endpoints != self.current {
+        if snapshot.version != self.applied {
             // Weights are scaled by factors in (0, 1] of valid weights and
             // ids are unique, so the set is valid.
-            balancer.set_endpoints(&r.endpoints).expect("a routable set of valid endpoints is valid");
-            self.current = r.endpoints;
+            balancer.set_endpoints(&snapshot.endpoints).expect("a routable set of valid endpoints is valid");
+            self.applied = snapshot.version;
         }
     }
 
     /// Close the books at the end of the run.
-    pub(crate) fn finish(&mut self, now: Nanos) {
+    pub fn finish(&mut self, now: Nanos) {
         if let Some(t) = self.panic_since.take() {
             self.panic_total += now.saturating_sub(t);
         }

@@ -15,7 +15,8 @@
 //! uniform: max (5ms) is below min (10ms)
 //! ```
 //!
-//! The README's "Scenario format" section is the reference of every field.
+//! The "Scenario format" section of `docs/simulator.md` is the reference of
+//! every field.
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,8 +24,8 @@ use std::time::Duration;
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
 use serde::Deserialize;
 
-use crate::dist::{nanos, Dist, BASE_DIR};
-use crate::resilience::{OutlierSpec, Resilience, Retries, SlowStartSpec};
+use crate::resilience::{OutlierSpec, Resilience, RetriesSpec, SlowStartSpec};
+use fulcrum_workload::dist::{nanos, with_base_dir, Dist};
 
 /// A scenario that failed to load: the message names the file and the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -190,6 +191,10 @@ pub struct Metrics {
     pub warmup: Nanos,
     /// Width of a bucket in the share-over-time series.
     pub share_interval: Nanos,
+    /// Keep every latency sample (`exact = true`, or `fulcrum sim --exact`)
+    /// instead of switching to an HDR histogram past
+    /// [`fulcrum_workload::EXACT_LIMIT`] samples per run.
+    pub exact: bool,
 }
 
 /// What happens to a server at an event.
@@ -247,7 +252,7 @@ struct RawScenario {
     events: Vec<toml::Spanned<EventSpec>>,
     outlier_detection: Option<OutlierSpec>,
     slow_start: Option<SlowStartSpec>,
-    retries: Option<Retries>,
+    retries: Option<RetriesSpec>,
     panic_threshold: Option<f64>,
 }
 
@@ -462,6 +467,8 @@ struct RawMetrics {
     warmup: Duration,
     #[serde(default = "one_second", with = "humantime_serde")]
     share_interval: Duration,
+    #[serde(default)]
+    exact: bool,
 }
 
 fn client_side() -> MeasureAt {
@@ -474,7 +481,7 @@ fn one_second() -> Duration {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics { latency_at: MeasureAt::Client, warmup: 0, share_interval: fulcrum_balance::SECOND }
+        Metrics { latency_at: MeasureAt::Client, warmup: 0, share_interval: fulcrum_balance::SECOND, exact: false }
     }
 }
 
@@ -484,7 +491,12 @@ impl<'de> Deserialize<'de> for Metrics {
         if r.share_interval.is_zero() {
             return Err(serde::de::Error::custom("metrics.share_interval must be above 0"));
         }
-        Ok(Metrics { latency_at: r.latency, warmup: nanos(r.warmup), share_interval: nanos(r.share_interval) })
+        Ok(Metrics {
+            latency_at: r.latency,
+            warmup: nanos(r.warmup),
+            share_interval: nanos(r.share_interval),
+            exact: r.exact,
+        })
     }
 }
 
@@ -561,8 +573,8 @@ impl Scenario {
     /// is used when the file has no `name`.
     pub fn parse(text: &str, origin: &str, default_name: &str, base_dir: &Path) -> Result<Scenario, ScenarioError> {
         let fail = |msg: String| ScenarioError(format!("{origin}: {msg}"));
-        BASE_DIR.with(|b| *b.borrow_mut() = base_dir.to_path_buf());
-        let raw: RawScenario = toml::from_str(text).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
+        let raw: RawScenario =
+            with_base_dir(base_dir, || toml::from_str(text)).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
 
         let mut servers = Vec::new();
         for (i, spec) in raw.servers.iter().enumerate() {
@@ -685,12 +697,13 @@ impl Scenario {
         let resilience = Resilience {
             outlier_detection: raw.outlier_detection.map(|o| o.0),
             slow_start: raw.slow_start.map(|s| s.0),
-            retries: raw.retries,
+            retries: raw.retries.map(|r| r.0),
             panic_threshold: match raw.panic_threshold {
                 None => 50.0,
                 Some(p) if (0.0..=100.0).contains(&p) => p,
                 Some(p) => return Err(fail(format!("panic_threshold = {p} must be a percentage in 0..=100"))),
             },
+            health_check: None,
         };
         let mut scenario = Scenario {
             name: raw.name.unwrap_or_else(|| default_name.to_string()),
@@ -757,6 +770,9 @@ service = "5ms"
         assert_eq!(s.algorithms.len(), 3);
         assert_eq!(s.balancers.count, 1);
         assert_eq!(s.total_requests(), Some(10));
+        assert!(!s.metrics.exact, "bounded latency memory unless asked");
+        let exact = parse(&format!("{MINIMAL}\n[metrics]\nexact = true\n")).unwrap();
+        assert!(exact.metrics.exact);
     }
 
     #[test]

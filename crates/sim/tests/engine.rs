@@ -182,3 +182,32 @@ fn snapshot_of_the_report() {
     let expected = std::fs::read_to_string(&path).expect("snapshot exists (UPDATE_SNAPSHOTS=1 writes it)");
     assert_eq!(text, expected);
 }
+
+/// With more than 20 servers the report summarises requests per server
+/// instead of printing a column per server. Pinned like the report above
+/// (`UPDATE_SNAPSHOTS=1` regenerates it).
+#[test]
+fn many_servers_are_summarised() {
+    let s = parse(
+        "name = \"summary\"\n[clients]\ncount = 4\nloop = \"open\"\ninterval = \"1ms\"\nrequests = 500\n\
+         [[servers]]\ncount = 24\nname = \"fast\"\nservice = \"5ms\"\nconcurrency = 2\n\
+         [[servers]]\nname = \"slow\"\nservice = \"50ms\"\nconcurrency = 2\n",
+    );
+    let kinds = [AlgorithmKind::RoundRobin, AlgorithmKind::LeastRequest];
+    let mut r = simulate(&s, &plan(&s, &kinds, 1, 1), None).unwrap();
+    r.wall_seconds = 0.0;
+    let text = report::table(&r);
+    assert!(text.contains("Requests per server (25 servers; --csv DIR writes every server)"), "{text}");
+    assert!(!text.contains("#24 slow, "), "no per-server legend: {text}");
+    // Round robin spreads 2,000 requests exactly: 80 each, 4 % of the total.
+    assert!(text.contains("round-robin        4.0000    4.0000    4.0000"), "{text}");
+    // Least request sends the slow server the least.
+    let least = text.lines().find(|l| l.starts_with("Least loaded, least-request: ")).expect(&text);
+    assert!(least.contains(": #24 slow "), "{least}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/report-summary.txt");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).expect("snapshot exists (UPDATE_SNAPSHOTS=1 writes it)");
+    assert_eq!(text, expected);
+}

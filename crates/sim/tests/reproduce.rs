@@ -1,6 +1,8 @@
 //! Reproduction targets of issue 3 §6: the shipped seed scenarios must give
-//! the figures the reference documents (`shared/reference/seed-000-ns3-model.md`,
-//! `seed-004-tower-demo.md`) within the stated bounds.
+//! the published and rerun figures of seed 000 (the ns-3 model of
+//! `rroblak/envoy-peak-ewma`) and seed 004 (the demo of tower pull request
+//! #76) within the stated bounds. Which setup produced each of those tables
+//! is told in `docs/simulator.md`, "Where the reference figures come from".
 
 use std::path::PathBuf;
 

@@ -191,7 +191,9 @@ fn the_panic_threshold_balances_over_all_when_too_few_are_healthy() {
 
 #[test]
 fn per_try_timeouts_and_refused_connections_are_retried_elsewhere() {
-    let retries = "\n[retries]\nattempts = 2\non = [\"timeout\", \"connect-failure\"]\nper_try_timeout = \"50ms\"\n";
+    // Without a budget (the default one would refuse some of these retries).
+    let retries =
+        "\n[retries]\nattempts = 2\non = [\"timeout\", \"connect-failure\"]\nper_try_timeout = \"50ms\"\nbudget = false\n";
     let silent = parse(&format!("{TRIO}{retries}{}", fail("s-1", "1s", "mode = \"timeout\"")));
     let r = run(&silent, AlgorithmKind::RoundRobin);
     assert_eq!(r.failed, 0);

@@ -3,12 +3,17 @@
 //! (10.201.0.1/24) faces backends 10.201.0.11–.15, with permanent neighbour
 //! entries except for .14; `lb1` (10.201.2.1/24) faces the client
 //! 10.201.2.100. The calling thread enters it.
+//!
+//! Once entered, the namespace's name is deleted: the calling thread is
+//! then what keeps it alive, so the kernel frees it when that thread ends,
+//! even if the process panics, aborts or is killed (a named namespace would
+//! outlive all of those).
 
 use std::ffi::CString;
 use std::io;
 use std::net::Ipv4Addr;
 
-use crate::netns::Netns;
+use crate::netns::{run, Netns};
 use crate::packet::Mac;
 
 /// MAC of `lb0`.
@@ -33,7 +38,6 @@ pub struct FibFixture {
     pub lb0: u32,
     /// Index of `lb1` (client).
     pub lb1: u32,
-    ns: Netns,
 }
 
 fn mac_str(m: Mac) -> String {
@@ -41,12 +45,14 @@ fn mac_str(m: Mac) -> String {
 }
 
 impl FibFixture {
-    /// The namespace.
-    pub fn ns(&self) -> &Netns {
-        &self.ns
+    /// `ip args…` inside the namespace. Call it from the thread that made
+    /// the fixture: the command inherits that thread's namespace.
+    pub fn ip(&self, args: &[&str]) -> io::Result<()> {
+        run("ip", args).map(|_| ())
     }
 
-    /// Create namespace `name`, set it up and move the calling thread into it.
+    /// Create namespace `name`, set it up, move the calling thread into it
+    /// and delete its name (see the module doc).
     pub fn new(name: &str) -> io::Result<Self> {
         let ns = Netns::new(name)?;
         for (i, mac, addr) in [(0, LB0_MAC, "10.201.0.1/24"), (1, LB1_MAC, "10.201.2.1/24")] {
@@ -71,6 +77,8 @@ impl FibFixture {
                 i => Ok(i),
             }
         };
-        Ok(FibFixture { lb0: index("lb0")?, lb1: index("lb1")?, ns })
+        let fixture = FibFixture { lb0: index("lb0")?, lb1: index("lb1")? };
+        ns.delete()?;
+        Ok(fixture)
     }
 }

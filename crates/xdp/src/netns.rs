@@ -103,9 +103,26 @@ fn enter(path: &str) -> io::Result<()> {
     Ok(())
 }
 
+impl Netns {
+    /// Delete the name now, saying why if that fails. The namespace itself
+    /// lives on while a thread or process is inside it.
+    pub fn delete(mut self) -> io::Result<()> {
+        let name = std::mem::take(&mut self.name);
+        run("ip", &["netns", "del", &name]).map(|_| ())
+    }
+}
+
 impl Drop for Netns {
+    /// Delete the name (also when a test panics). A failure cannot be
+    /// returned from here, so it is written to stderr; `scripts/test`
+    /// fails on any namespace left behind.
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        if self.name.is_empty() {
+            return;
+        }
+        if let Err(e) = run("ip", &["netns", "del", &self.name]) {
+            let _ = writeln!(io::stderr(), "could not delete network namespace {}: {e}", self.name);
+        }
     }
 }
 

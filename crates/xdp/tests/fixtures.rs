@@ -325,7 +325,7 @@ fn cached_next_hop_follows_a_neighbour_change_within_the_ttl() {
     let dst_mac =
         |fx: &Fixture| packet::parse(&fx.client_sends(&flow(40000, 80, Protocol::Tcp)).packet).unwrap().dst_mac;
     assert_eq!(dst_mac(&fx), backend_mac(backend));
-    fx.net.ns().ip(&["neigh", "replace", "10.201.0.11", "lladdr", "02:00:00:00:00:99", "dev", "lb0"]).unwrap();
+    fx.net.ip(&["neigh", "replace", "10.201.0.11", "lladdr", "02:00:00:00:00:99", "dev", "lb0"]).unwrap();
     // The TTL is 250 jiffies: 2.5 s at CONFIG_HZ=100, the slowest.
     std::thread::sleep(std::time::Duration::from_millis(2600));
     assert_eq!(dst_mac(&fx), [2, 0, 0, 0, 0, 0x99]);

@@ -1,0 +1,85 @@
+//! What the proxy sends upstream: the client's request body, limited to the
+//! listener's `max_body_bytes` while it streams, or no body at all; and
+//! which requests may be sent again. Shared by the request path ([`http`](crate::http))
+//! and the HTTP/1.1 client ([`h1`](crate::h1)), which neither owns.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::Method;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+
+/// What is sent upstream: the client's streamed body, or nothing (which
+/// can be sent again on a retry).
+pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
+
+/// A client's request body, cut off with an error past the listener's
+/// `max_body_bytes` (bodies without a length are only known to be too large
+/// while they stream).
+#[derive(Debug)]
+pub struct LimitedBody {
+    inner: Incoming,
+    left: u64,
+    over: Arc<AtomicBool>,
+}
+
+impl LimitedBody {
+    /// `inner`, cut off past `max` bytes; `over` is set when it is.
+    pub fn new(inner: Incoming, max: u64, over: Arc<AtomicBool>) -> Self {
+        LimitedBody { inner, left: max, over }
+    }
+}
+
+/// The error a [`LimitedBody`] ends with.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitedBodyError {
+    /// The client's body broke.
+    #[error(transparent)]
+    Client(#[from] hyper::Error),
+    /// The body outgrew the limit.
+    #[error("request body over max_body_bytes")]
+    TooLarge,
+}
+
+impl Body for LimitedBody {
+    type Data = Bytes;
+    type Error = LimitedBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LimitedBodyError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if len > self.left {
+                    self.over.store(true, Relaxed);
+                    return Poll::Ready(Some(Err(LimitedBodyError::TooLarge)));
+                }
+                self.left -= len;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Methods whose requests may be sent again (RFC 9110 §9.2.2).
+pub fn idempotent(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+}
