@@ -15,13 +15,13 @@
 //! - [`qdisc`]: queue disciplines and their marking rules.
 //! - [`tcp`]: NewReno and DCTCP state machines.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
-//! - [`cdf`], [`workload`]: flow sizes and Poisson arrivals at a load.
+//! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
+//!   ([`fulcrum_workload::Cdf`]).
 //! - [`world`]: the event-driven model tying them together.
 //! - [`metrics`]: flow completion times and their summaries.
 //! - [`scenario`]: the TOML scenario format.
 //! - [`report`]: tables and JSON lines.
 
-pub mod cdf;
 pub mod metrics;
 pub mod packet;
 pub mod qdisc;

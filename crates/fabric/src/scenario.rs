@@ -16,13 +16,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::cdf::Cdf;
 use crate::packet::Nanos;
 use crate::qdisc::Marking;
 use crate::tcp::TcpConfig;
 use crate::topology::Shape;
 use crate::workload::Poisson;
 use crate::world::{DelayAt, Service};
+use fulcrum_workload::Cdf;
 
 /// A rejected scenario: the message names file, line and field.
 #[derive(Debug, thiserror::Error)]

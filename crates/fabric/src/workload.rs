@@ -16,9 +16,9 @@
 
 use fulcrum_balance::Rng;
 
-use crate::cdf::Cdf;
 use crate::packet::Nanos;
 use crate::topology::Fabric;
+use fulcrum_workload::Cdf;
 
 /// One flow to start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,9 @@
-//! Flow-size distributions given as a CDF file.
+//! Sizes drawn from a piecewise-linear CDF file (the fabric simulator's
+//! flow sizes).
 //!
-//! TO MOVE: this belongs in `fulcrum-workload` (the shared distributions
-//! crate) as an empirical-CDF shape once that crate lands; it lives here, in
-//! one file, until then.
-//!
-//! The file format and the sampling rule are those of the traffic generator
+//! Unlike [`crate::Dist`]'s `empirical` shape, which resamples observed
+//! values, this interpolates between the points of a cumulative
+//! distribution. The file format and the sampling rule are those of the traffic generator
 //! the seed experiments use (HKUST-SING TrafficGenerator's `cdf.c`, copied
 //! into ns3-ecn-sharp): one `value cumulative_probability` pair per line,
 //! probabilities non-decreasing. A draw takes `u` uniform between the
