@@ -53,6 +53,10 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
 
+    /// Also draw the FCT distribution of each flow-size bucket into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+
     /// Worker threads for --runs (default: one per core). Results do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
@@ -85,6 +89,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
     stdout.flush().map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
     if let Some(dir) = &args.csv {
         report.write_csv(dir).map_err(|e| Failure::runtime(format!("--csv {}: {e}", dir.display())))?;
+    }
+    if let Some(file) = &args.plot {
+        std::fs::write(file, report.plot_svg())
+            .map_err(|e| Failure::runtime(format!("--plot {}: {e}", file.display())))?;
     }
     if !args.json {
         let events: u64 = outcomes.iter().map(|o| o.events).sum();

@@ -62,9 +62,16 @@ pub const SMALL_BYTES: u64 = 100_000;
 /// Large flows sent more IP bytes than this.
 pub const LARGE_BYTES: u64 = 10_000_000;
 
-/// Bucket edges (payload bytes) and labels.
-const EDGES: [(u64, &str); 5] =
-    [(10_000, "<10K"), (100_000, "10K-100K"), (1_000_000, "100K-1M"), (10_000_000, "1M-10M"), (u64::MAX, ">10M")];
+/// Upper edges (payload bytes, exclusive) of the size buckets.
+const EDGES: [u64; 5] = [10_000, 100_000, 1_000_000, 10_000_000, u64::MAX];
+
+/// Labels of the size buckets.
+pub const BUCKET_LABELS: [&str; 5] = ["<10K", "10K-100K", "100K-1M", "1M-10M", ">10M"];
+
+/// The bucket of a flow of `bytes` payload bytes.
+pub fn bucket_of(bytes: u64) -> usize {
+    EDGES.iter().position(|&hi| bytes < hi).unwrap_or(EDGES.len() - 1)
+}
 
 fn ms(ns: f64) -> f64 {
     ns / 1e6
@@ -98,12 +105,11 @@ pub fn summarise(flows: &[FlowRecord]) -> FctSummary {
 
 /// FCT by payload-size bucket.
 pub fn buckets(flows: &[FlowRecord]) -> Vec<Bucket> {
-    let mut lo = 0;
-    EDGES
+    BUCKET_LABELS
         .iter()
-        .map(|&(hi, label)| {
-            let inside: Vec<&FlowRecord> = flows.iter().filter(|f| f.bytes >= lo && f.bytes < hi).collect();
-            lo = hi;
+        .enumerate()
+        .map(|(b, label)| {
+            let inside: Vec<&FlowRecord> = flows.iter().filter(|f| bucket_of(f.bytes) == b).collect();
             let mut fct: Vec<Nanos> = inside.iter().map(|f| f.fct_ns).collect();
             fct.sort_unstable();
             Bucket {

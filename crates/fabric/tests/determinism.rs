@@ -45,4 +45,6 @@ fn csv_has_a_row_per_flow() {
     assert_eq!(flows.lines().count(), outcomes[0].flows.len() + 1);
     assert!(flows.starts_with("seed,flow,src,dst,bytes,"));
     assert_eq!(queues.lines().count(), outcomes[0].queues.len() + 1);
+    let svg = report.plot_svg();
+    assert!(svg.starts_with("<svg") && svg.contains("10K-100K B") && svg.contains("<polyline"), "{svg}");
 }
