@@ -568,3 +568,60 @@ impl Model for World {
         self.now / 1000
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Shape;
+
+    /// One flow of `bytes` between the two hosts of a star; returns (FCT,
+    /// marks + drops over all ports).
+    fn lone_flow(bytes: u64, classes: Vec<Nanos>, service: Service) -> (Nanos, u64) {
+        let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let cfg = ModelConfig {
+            tcp: TcpConfig::default(),
+            header: 52,
+            device_packets: 10,
+            switch_limit: 250,
+            marking: Marking::Tcn { threshold: 70_000 },
+            delay_classes: classes,
+            control_class: 0,
+            salt: 1,
+            service,
+            delay_at: DelayAt::SwitchPort,
+        };
+        let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0 };
+        let mut q = Queue::new();
+        let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
+        fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
+        let flow = &world.flows[0];
+        assert!(flow.done.is_some(), "the flow completes");
+        let troubles =
+            (0..world.fabric.ports.len() as u32).map(|p| world.queue_stats(p)).map(|s| s.marks + s.drops).sum();
+        (flow.last_rx.unwrap() - flow.first_tx.unwrap(), troubles)
+    }
+
+    #[test]
+    fn a_lone_flow_takes_its_round_trips() {
+        // SYN, SYN-ACK, data, FIN, FIN's ACK: five one-way trips of two
+        // 10 µs links, plus serialisation (under 1 µs per hop here).
+        let (fct, troubles) = lone_flow(1000, vec![], Service::OnRoom);
+        assert!((100_000..105_000).contains(&fct), "{fct}");
+        assert_eq!(troubles, 0);
+        // 100 segments in slow start: a few more round trips, no marks.
+        let (fct, troubles) = lone_flow(140_000, vec![], Service::OnRoom);
+        assert!((150_000..300_000).contains(&fct), "{fct}");
+        assert_eq!(troubles, 0);
+    }
+
+    #[test]
+    fn ns3_service_strands_a_lone_delayed_packet_until_a_timeout() {
+        // With the delay on the switch port and ns-3's service rule, the
+        // SYN waits behind its 1 µs delay until the next packet for that
+        // port: the SYN's own retransmission, one minimum RTO later.
+        let (prompt, _) = lone_flow(1000, vec![1000], Service::OnRoom);
+        let (stranded, _) = lone_flow(1000, vec![1000], Service::OnEmpty);
+        assert!(prompt < 110_000, "{prompt}");
+        assert!(stranded >= TcpConfig::default().min_rto, "{stranded}");
+    }
+}
