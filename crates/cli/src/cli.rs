@@ -21,6 +21,8 @@ enum Command {
     Algorithms(crate::algorithms::Args),
     /// Simulate a scenario: compare algorithms' latency and request spread.
     Sim(crate::sim::Args),
+    /// Simulate a datacenter fabric (leaf-spine, DCTCP, ECN marking) and report flow completion times.
+    Fabric(crate::fabric::Args),
     /// Run the HTTP/TCP load balancer (config file, or quick mode on the command line).
     Serve(crate::serve::Args),
     /// Make a running `fulcrum serve --config` re-read its file (SIGHUP).
@@ -45,6 +47,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Demo(args) => crate::demo::run(args),
         Command::Algorithms(args) => crate::algorithms::run(args),
         Command::Sim(args) => crate::sim::run(args),
+        Command::Fabric(args) => crate::fabric::run(args),
         Command::Serve(args) => crate::serve::run(args),
         Command::Reload(args) => crate::serve::reload(args),
         Command::Backend(args) => crate::backend::run(args),

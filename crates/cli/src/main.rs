@@ -6,6 +6,7 @@ mod backend;
 mod bird;
 mod cli;
 mod demo;
+mod fabric;
 mod lb;
 mod load;
 mod serve;

@@ -12,14 +12,17 @@
 //! - [`plot`]: SVG primitives and a line [`plot::Chart`] (lines over an x/y
 //!   frame with a legend) that the drivers' figures are built from.
 //! - [`progress`]: the progress line long runs draw on stderr.
+//! - [`cdf`]: [`Cdf`], sizes interpolated from a CDF file (flow sizes).
 //!
 //! No clocks, sockets or runtimes here: only values, so that a simulator
 //! and a live driver compute the same figures the same way.
 
+pub mod cdf;
 pub mod dist;
 pub mod plot;
 pub mod progress;
 pub mod summary;
 
+pub use cdf::Cdf;
 pub use dist::{Dist, ParseError};
 pub use summary::{Method, Recorder, Summary, EXACT_LIMIT, FIGURES};

@@ -1,0 +1,53 @@
+//! End-to-end tests of `fulcrum fabric`: the real binary on the shipped
+//! scenarios (shortened with --set so the tests stay quick).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fulcrum(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(args).current_dir(repo()).output().expect("binary runs")
+}
+
+const SHORT: [&str; 4] = ["--set", "end=\"20ms\"", "--set", "workload.launch_end=\"10ms\""];
+
+#[test]
+fn every_shipped_scenario_runs_and_prints_one_json_line() {
+    for name in ["large-scale-ecnsharp", "large-scale-tcn-high", "large-scale-tcn-low", "hermes-scale"] {
+        let path = format!("scenarios/fabric/{name}.toml");
+        let mut args = vec!["fabric", path.as_str(), "--json"];
+        args.extend(SHORT);
+        let out = fulcrum(&args);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(text.lines().count(), 1, "one JSON line");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["scenario"], name);
+        for key in ["avg", "small_avg", "small_p99", "large_avg"] {
+            assert!(v["fct_ms"][key].is_number(), "{name}: fct_ms.{key}");
+        }
+        for key in ["buckets", "queues", "set"] {
+            assert!(v[key].is_array(), "{name}: {key}");
+        }
+        assert!(v["flows"].as_f64().unwrap() > 10.0);
+        assert!(v["events"].as_f64().unwrap() > 0.0 && v["wall_seconds"].is_number());
+    }
+}
+
+#[test]
+fn bad_input_names_the_field_and_exits_2() {
+    let mut args = vec!["fabric", "scenarios/fabric/large-scale-ecnsharp.toml", "--set", "workload.load=1.5"];
+    args.extend(SHORT);
+    let out = fulcrum(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("workload.load") && err.contains("below 1"), "{err}");
+
+    let out = fulcrum(&["fabric", "scenarios/fabric/large-scale-ecnsharp.toml", "--set", "aqm.kind=\"codel\""]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("codel") && err.contains("--set"), "{err}");
+}

@@ -1,0 +1,214 @@
+//! A packet-level simulator of datacenter fabrics: leaf-spine, star and
+//! dumbbell topologies of hosts and switches, TCP NewReno and DCTCP, and
+//! ECN-marking queue disciplines (RED with DCTCP's threshold K, TCN, ECN#).
+//!
+//! It answers the questions the ns3-ecn-sharp simulator
+//! (github.com/snowzjx/ns3-ecn-sharp; Zhang, Bai and Chen, "Enabling ECN for
+//! datacenter networks with RTT variations", CoNEXT 2019) is used for —
+//! flow completion times under a marking scheme — with the same model
+//! semantics (documented in each module) at a fraction of the cost:
+//! packets are small `Copy` values, time is integer nanoseconds, every
+//! component keeps at most one pending event, and the event core is
+//! [`fulcrum_des`]. The same scenario and seed give byte-identical results.
+//!
+//! - [`packet`]: the packet value.
+//! - [`qdisc`]: queue disciplines and their marking rules.
+//! - [`tcp`]: NewReno and DCTCP state machines.
+//! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
+//! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
+//!   ([`fulcrum_workload::Cdf`]).
+//! - [`world`]: the event-driven model tying them together.
+//! - [`metrics`]: flow completion times and their summaries.
+//! - [`scenario`]: the TOML scenario format.
+//! - [`report`]: tables and JSON lines.
+
+pub mod metrics;
+pub mod packet;
+pub mod qdisc;
+pub mod report;
+pub mod scenario;
+pub mod tcp;
+pub mod topology;
+pub mod workload;
+pub mod world;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use fulcrum_des::{Queue, Streams};
+use serde::Serialize;
+
+pub use metrics::{Bucket, FctSummary, FlowRecord};
+pub use scenario::{Scenario, ScenarioError};
+
+use crate::topology::{End, Fabric};
+use crate::world::{ModelConfig, World, FRAMING};
+
+/// RNG stream of the workload draws.
+const STREAM_WORKLOAD: u64 = 0;
+/// RNG stream of the ECMP hashing seed.
+const STREAM_ECMP: u64 = 1;
+
+/// Queue figures of one group of ports (by position in the fabric).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueSummary {
+    /// "host-nic" (host → switch), "to-host" (switch → host) or "fabric"
+    /// (switch → switch).
+    pub port: String,
+    /// Mean sampled backlog per port of the group (packets).
+    pub mean_packets: f64,
+    /// Largest backlog any port of the group held.
+    pub max_packets: u32,
+    pub marks: u64,
+    pub drops: u64,
+}
+
+/// What one run produced.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub flows: Vec<FlowRecord>,
+    pub fct: FctSummary,
+    pub buckets: Vec<Bucket>,
+    pub queues: Vec<QueueSummary>,
+    pub simulated_ns: u64,
+    pub events: u64,
+    pub data_packets: u64,
+    /// Flows that had not received every byte when the run ended.
+    pub unfinished: usize,
+}
+
+/// Run `scenario` once with `seed`; `progress`, if given, counts simulated
+/// microseconds.
+pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outcome {
+    let streams = Streams::new(seed);
+    let (shape, delay) = scenario.shape();
+    let fabric = Fabric::build(&shape, delay);
+    let classes: Vec<u64> = scenario.hosts.delay_classes.iter().map(|d| d.0).collect();
+    let mut specs = Vec::new();
+    scenario.poisson().generate(&fabric, classes.len(), &mut streams.stream(STREAM_WORKLOAD), &mut specs);
+    let cfg = ModelConfig {
+        tcp: scenario.tcp_config(),
+        header: scenario.tcp.header_bytes,
+        device_packets: scenario.buffers.device_packets,
+        switch_limit: scenario.buffers.switch_packets,
+        marking: scenario.marking(),
+        delay_classes: classes,
+        control_class: scenario.hosts.control_class,
+        salt: streams.stream(STREAM_ECMP).next_u64(),
+        service: scenario.buffers.service.into(),
+        delay_at: scenario.hosts.delay_at.into(),
+    };
+    let mut queue = Queue::new();
+    let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
+    let ran = fulcrum_des::run(&mut world, &mut queue, scenario.end.0, progress);
+    let flows = records(&world);
+    Outcome {
+        seed,
+        fct: metrics::summarise(&flows),
+        buckets: metrics::buckets(&flows),
+        queues: queue_summaries(&world),
+        simulated_ns: scenario.end.0,
+        events: ran.events,
+        data_packets: world.data_packets,
+        unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
+        flows,
+    }
+}
+
+/// Run seeds `first_seed .. first_seed + runs` on up to `threads` threads
+/// (`progress` sums their simulated microseconds);
+/// outcomes come back in seed order whatever the thread count.
+pub fn run_many(
+    scenario: &Scenario,
+    first_seed: u64,
+    runs: usize,
+    threads: usize,
+    progress: Option<&AtomicU64>,
+) -> Vec<Outcome> {
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::with_capacity(runs));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, runs.max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= runs {
+                    break;
+                }
+                let outcome = run(scenario, first_seed + i as u64, progress);
+                done.lock().expect("no run panics while holding the lock").push(outcome);
+            });
+        }
+    });
+    let mut outcomes = done.into_inner().expect("threads joined");
+    outcomes.sort_by_key(|o| o.seed);
+    outcomes
+}
+
+/// Per-flow records of the flows of which something arrived.
+fn records(world: &World) -> Vec<FlowRecord> {
+    let cfg = &world.cfg;
+    let rate = world.fabric.host_bps as f64;
+    world
+        .flows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let (first, last) = (f.first_tx?, f.last_rx?);
+            let spec = &f.spec;
+            let class = |c: u8| cfg.delay_classes.get(c as usize).copied().unwrap_or(0);
+            let one_way = world.fabric.path_delay(spec.src, spec.dst, i as u32, cfg.salt);
+            let segs = spec.bytes.div_ceil(cfg.tcp.mss as u64).max(1);
+            let wire = spec.bytes + segs * (cfg.header + FRAMING) as u64;
+            let ideal = 3 * one_way + class(spec.class) + 2 * class(cfg.control_class);
+            let ideal = ideal as f64 + wire as f64 * 8e9 / rate;
+            let fct = last - first;
+            Some(FlowRecord {
+                id: i as u32,
+                src: spec.src,
+                dst: spec.dst,
+                bytes: spec.bytes,
+                start_ns: spec.start,
+                fct_ns: fct,
+                complete: f.done.is_some(),
+                tx_bytes: f.tx_bytes,
+                slowdown: fct as f64 / ideal,
+            })
+        })
+        .collect()
+}
+
+fn queue_summaries(world: &World) -> Vec<QueueSummary> {
+    let group = |from: End, to: End| match (from, to) {
+        (End::Host(_), _) => "host-nic",
+        (_, End::Host(_)) => "to-host",
+        _ => "fabric",
+    };
+    let mut out: Vec<(QueueSummary, usize)> = Vec::new();
+    for (i, spec) in world.fabric.ports.iter().enumerate() {
+        let name = group(spec.from, spec.to);
+        let stats = world.queue_stats(i as u32);
+        let idx = match out.iter().position(|(q, _)| q.port == name) {
+            Some(idx) => idx,
+            None => {
+                out.push((
+                    QueueSummary { port: name.into(), mean_packets: 0.0, max_packets: 0, marks: 0, drops: 0 },
+                    0,
+                ));
+                out.len() - 1
+            }
+        };
+        let (q, n) = &mut out[idx];
+        q.mean_packets += world.mean_backlog(i as u32);
+        q.max_packets = q.max_packets.max(world.max_backlog(i as u32));
+        q.marks += stats.marks;
+        q.drops += stats.drops;
+        *n += 1;
+    }
+    out.into_iter()
+        .map(|(mut q, n)| {
+            q.mean_packets /= n as f64;
+            q
+        })
+        .collect()
+}

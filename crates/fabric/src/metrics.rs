@@ -1,0 +1,165 @@
+//! Flow completion times and their summaries, computed as the seed's
+//! analysis script does (ns3-ecn-sharp `examples/rtt-variations/fct_parser.py`
+//! over ns-3's flow monitor):
+//!
+//! - A flow's FCT is the time its last forward packet was received minus the
+//!   time its first packet (the SYN) was sent. The last forward packet is
+//!   the sender's ACK of the receiver's FIN, one round trip after the last
+//!   data byte, as ns-3's flow monitor sees it. Flows still running when the
+//!   run ends count too, with the FCT they have so far; flows of which
+//!   nothing arrived are left out.
+//! - A flow is small when it sent fewer than 100 000 IP bytes, large when it
+//!   sent more than 10 000 000 (headers and retransmissions included, as the
+//!   flow monitor counts them).
+//! - The small-flow 99th percentile is the element at index ⌊0.99·n⌋ of the
+//!   sorted small-flow FCTs.
+//!
+//! Buckets group flows by their payload size. Slowdown is FCT divided by the
+//! ideal FCT: the flow alone in the fabric (three one-way trips: SYN,
+//! SYN-ACK, data; host delays included) plus its bytes at the host rate.
+
+use serde::Serialize;
+
+use crate::packet::Nanos;
+
+/// One flow's outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FlowRecord {
+    pub id: u32,
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    pub start_ns: Nanos,
+    pub fct_ns: Nanos,
+    /// Whether every byte arrived before the run ended.
+    pub complete: bool,
+    pub tx_bytes: u64,
+    pub slowdown: f64,
+}
+
+/// FCT figures in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct FctSummary {
+    pub avg: f64,
+    pub small_avg: f64,
+    pub small_p99: f64,
+    pub large_avg: f64,
+}
+
+/// FCTs of flows within a payload-size range.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Bucket {
+    /// Label, e.g. "10K-100K".
+    pub size: String,
+    pub flows: usize,
+    pub avg_ms: f64,
+    pub p99_ms: f64,
+    pub avg_slowdown: f64,
+}
+
+/// Small flows sent fewer IP bytes than this.
+pub const SMALL_BYTES: u64 = 100_000;
+/// Large flows sent more IP bytes than this.
+pub const LARGE_BYTES: u64 = 10_000_000;
+
+/// Upper edges (payload bytes, exclusive) of the size buckets.
+const EDGES: [u64; 5] = [10_000, 100_000, 1_000_000, 10_000_000, u64::MAX];
+
+/// Labels of the size buckets.
+pub const BUCKET_LABELS: [&str; 5] = ["<10K", "10K-100K", "100K-1M", "1M-10M", ">10M"];
+
+/// The bucket of a flow of `bytes` payload bytes.
+pub fn bucket_of(bytes: u64) -> usize {
+    EDGES.iter().position(|&hi| bytes < hi).unwrap_or(EDGES.len() - 1)
+}
+
+fn ms(ns: f64) -> f64 {
+    ns / 1e6
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        s / n as f64
+    }
+}
+
+/// The element at ⌊0.99·n⌋ of `sorted` (the original's rank), 0 if empty.
+fn p99(sorted: &[Nanos]) -> f64 {
+    sorted.get(sorted.len() * 99 / 100).map_or(0.0, |&x| x as f64)
+}
+
+/// The summary figures of `flows`.
+pub fn summarise(flows: &[FlowRecord]) -> FctSummary {
+    let mut small: Vec<Nanos> = flows.iter().filter(|f| f.tx_bytes < SMALL_BYTES).map(|f| f.fct_ns).collect();
+    small.sort_unstable();
+    FctSummary {
+        avg: ms(mean(flows.iter().map(|f| f.fct_ns as f64))),
+        small_avg: ms(mean(small.iter().map(|&x| x as f64))),
+        small_p99: ms(p99(&small)),
+        large_avg: ms(mean(flows.iter().filter(|f| f.tx_bytes > LARGE_BYTES).map(|f| f.fct_ns as f64))),
+    }
+}
+
+/// FCT by payload-size bucket.
+pub fn buckets(flows: &[FlowRecord]) -> Vec<Bucket> {
+    BUCKET_LABELS
+        .iter()
+        .enumerate()
+        .map(|(b, label)| {
+            let inside: Vec<&FlowRecord> = flows.iter().filter(|f| bucket_of(f.bytes) == b).collect();
+            let mut fct: Vec<Nanos> = inside.iter().map(|f| f.fct_ns).collect();
+            fct.sort_unstable();
+            Bucket {
+                size: label.to_string(),
+                flows: inside.len(),
+                avg_ms: ms(mean(fct.iter().map(|&x| x as f64))),
+                p99_ms: ms(p99(&fct)),
+                avg_slowdown: mean(inside.iter().map(|f| f.slowdown)),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(bytes: u64, fct_ms: u64) -> FlowRecord {
+        FlowRecord {
+            id: 0,
+            src: 0,
+            dst: 1,
+            bytes,
+            start_ns: 0,
+            fct_ns: fct_ms * 1_000_000,
+            complete: true,
+            tx_bytes: bytes + bytes / 1400 * 52 + 52,
+            slowdown: 1.0,
+        }
+    }
+
+    #[test]
+    fn summary_classes_and_rank() {
+        let mut flows: Vec<FlowRecord> = (1..=200).map(|i| flow(1000, i)).collect();
+        flows.push(flow(20_000_000, 100));
+        flows.push(flow(5_000_000, 50));
+        let s = summarise(&flows);
+        assert_eq!(s.small_avg, 100.5);
+        assert_eq!(s.small_p99, 199.0, "index ⌊0.99·200⌋ = 198");
+        assert_eq!(s.large_avg, 100.0);
+        assert!((s.avg - (20100.0 + 150.0) / 202.0).abs() < 1e-9);
+        let b = buckets(&flows);
+        assert_eq!(b.iter().map(|b| b.flows).collect::<Vec<_>>(), [200, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn header_bytes_decide_the_class() {
+        // 99 000 payload bytes: 71 packets of headers push it over 100 000.
+        let f = flow(99_000, 1);
+        assert!(f.tx_bytes >= SMALL_BYTES);
+        assert_eq!(summarise(&[f]).small_avg, 0.0);
+    }
+}

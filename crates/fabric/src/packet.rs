@@ -1,0 +1,70 @@
+//! The packet: a small plain value copied from queue to queue.
+//!
+//! Nothing in a packet lives on the heap, so moving millions of them through
+//! the fabric allocates nothing once the queues have reached their working
+//! size. Sizes are wire sizes (payload plus headers); sequence numbers count
+//! segments, not bytes, because every segment but a flow's last is one MSS.
+
+pub use fulcrum_balance::Nanos;
+
+/// What a packet carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Connection request (sender → receiver).
+    Syn,
+    /// Connection accepted (receiver → sender).
+    SynAck,
+    /// A data segment; `seq` is its index in the flow.
+    Data,
+    /// A cumulative acknowledgement; `seq` is the next segment expected.
+    Ack,
+    /// The receiver closes its side once every segment is in (receiver →
+    /// sender; the sender's FIN rides on its last segment, as in ns-3).
+    Fin,
+    /// The sender acknowledges that FIN (sender → receiver): the flow's
+    /// last forward packet, which the original's FCT counts.
+    FinAck,
+}
+
+/// One packet in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// Index of the flow in the run's flow table.
+    pub flow: u32,
+    /// Segment index (data) or next expected segment (ACK).
+    pub seq: u32,
+    /// Host the packet is going to.
+    pub dst: u32,
+    /// Bytes on the wire.
+    pub wire: u32,
+    pub kind: Kind,
+    /// ECN-capable transport (data segments only, as in the original).
+    pub ect: bool,
+    /// Congestion Experienced: set by a marking queue.
+    pub ce: bool,
+    /// ECN-Echo on an ACK: the segment it acknowledges arrived with CE.
+    pub ece: bool,
+    /// When the queue the packet now waits in took it (for sojourn time).
+    pub enqueued: Nanos,
+    /// Send time of the data segment an ACK answers (the timestamp echo that
+    /// gives an RTT sample on every ACK).
+    pub echo: Nanos,
+}
+
+impl Packet {
+    /// Whether the packet travels from a flow's receiver back to its sender.
+    pub fn is_reverse(&self) -> bool {
+        matches!(self.kind, Kind::SynAck | Kind::Ack | Kind::Fin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_stay_small() {
+        // Queues hold packets by value: keep them within one cache line.
+        assert!(std::mem::size_of::<Packet>() <= 48, "{}", std::mem::size_of::<Packet>());
+    }
+}

@@ -1,0 +1,259 @@
+//! Queue disciplines of a switch output port: a bounded FIFO that drops at
+//! the tail and may set Congestion Experienced on ECN-capable packets.
+//!
+//! The marking rules follow the ns3-ecn-sharp simulator (snowzjx/ns3-ecn-sharp,
+//! `src/traffic-control/model/{tcn,ecn-sharp}-queue-disc.cc`), which the seed
+//! experiments use:
+//!
+//! - **Drop-tail**: never marks.
+//! - **RED with ECN, DCTCP style**: one threshold K in packets; a packet that
+//!   arrives to find K or more packets queued is marked (instantaneous queue,
+//!   min = max threshold, as DCTCP configures RED).
+//! - **TCN**: marks at dequeue when the packet's sojourn time (dequeue time
+//!   minus enqueue time) is strictly above the threshold.
+//! - **ECN#**: marks at dequeue when either
+//!   1. the sojourn time is strictly above the instantaneous threshold, or
+//!   2. CoDel-style persistent marking says so: a packet is "ok to mark" once
+//!      sojourn has stayed at or above `target` (not below it) for longer than
+//!      one `interval` — the first packet at or above target arms a deadline
+//!      `now + interval`, a later one past that deadline is ok to mark, and
+//!      any packet below target disarms it. On entering the marking state the
+//!      packet is marked, the count is 1 and the next mark is due one
+//!      interval later; while marking, a packet that is not ok to mark leaves
+//!      the state, and one at or after the due time is marked, the count grows
+//!      by one and the next mark is due `interval / √count` later.
+//!
+//! Packets that are not ECN-capable (handshakes and pure ACKs) are never
+//! marked and never dropped for marking, only for lack of room, as in the
+//! original. The limit counts packets.
+
+use std::collections::VecDeque;
+
+use crate::packet::{Nanos, Packet};
+
+/// The marking rule of one queue.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Marking {
+    DropTail,
+    /// DCTCP's RED: mark on arrival when `k` or more packets are queued.
+    Red {
+        k: u32,
+    },
+    /// Mark at dequeue when sojourn > `threshold`.
+    Tcn {
+        threshold: Nanos,
+    },
+    /// ECN#: instantaneous sojourn threshold plus persistent marking.
+    EcnSharp {
+        threshold: Nanos,
+        target: Nanos,
+        interval: Nanos,
+    },
+}
+
+/// ECN#'s persistent-marking state.
+#[derive(Clone, Copy, Debug, Default)]
+struct Persistent {
+    /// Deadline after which a packet above target is ok to mark (0: unarmed).
+    first_above: Nanos,
+    marking: bool,
+    next_mark: Nanos,
+    count: u32,
+}
+
+/// Counters of one queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub marks: u64,
+    pub drops: u64,
+    pub enqueued: u64,
+}
+
+/// A bounded FIFO with one marking rule.
+#[derive(Debug)]
+pub struct Qdisc {
+    fifo: VecDeque<Packet>,
+    limit: u32,
+    marking: Marking,
+    state: Persistent,
+    pub stats: QueueStats,
+}
+
+impl Qdisc {
+    /// A queue holding at most `limit` packets.
+    pub fn new(limit: u32, marking: Marking) -> Self {
+        Qdisc { fifo: VecDeque::new(), limit, marking, state: Persistent::default(), stats: QueueStats::default() }
+    }
+
+    /// Packets waiting.
+    pub fn len(&self) -> usize {
+        self.fifo.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+
+    /// Offer a packet; false when it was dropped for lack of room.
+    pub fn enqueue(&mut self, now: Nanos, mut p: Packet) -> bool {
+        let len = self.fifo.len() as u32;
+        if len >= self.limit {
+            self.stats.drops += 1;
+            return false;
+        }
+        if let Marking::Red { k } = self.marking {
+            if len >= k && p.ect {
+                p.ce = true;
+                self.stats.marks += 1;
+            }
+        }
+        p.enqueued = now;
+        self.fifo.push_back(p);
+        self.stats.enqueued += 1;
+        true
+    }
+
+    /// Take the head packet, marking it if the rule says so.
+    pub fn dequeue(&mut self, now: Nanos) -> Option<Packet> {
+        let mut p = self.fifo.pop_front()?;
+        let sojourn = now - p.enqueued;
+        let mark = match self.marking {
+            Marking::DropTail | Marking::Red { .. } => false,
+            Marking::Tcn { threshold } => sojourn > threshold,
+            Marking::EcnSharp { threshold, target, interval } => {
+                let persistent = self.persistent(now, sojourn, target, interval);
+                sojourn > threshold || persistent
+            }
+        };
+        if mark && p.ect && !p.ce {
+            p.ce = true;
+            self.stats.marks += 1;
+        }
+        Some(p)
+    }
+
+    /// ECN#'s persistent rule: whether this dequeue marks.
+    fn persistent(&mut self, now: Nanos, sojourn: Nanos, target: Nanos, interval: Nanos) -> bool {
+        let s = &mut self.state;
+        let ok = if sojourn < target {
+            s.first_above = 0;
+            false
+        } else if s.first_above == 0 {
+            s.first_above = now + interval;
+            false
+        } else {
+            now > s.first_above
+        };
+        if s.marking {
+            if !ok {
+                s.marking = false;
+                false
+            } else if now >= s.next_mark {
+                s.count += 1;
+                s.next_mark = now + (interval as f64 / (s.count as f64).sqrt()) as Nanos;
+                true
+            } else {
+                false
+            }
+        } else if ok {
+            s.marking = true;
+            s.count = 1;
+            s.next_mark = now + interval;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Kind;
+
+    fn data(seq: u32) -> Packet {
+        Packet {
+            flow: 0,
+            seq,
+            dst: 0,
+            wire: 1454,
+            kind: Kind::Data,
+            ect: true,
+            ce: false,
+            ece: false,
+            enqueued: 0,
+            echo: 0,
+        }
+    }
+
+    #[test]
+    fn drop_tail_drops_beyond_the_limit() {
+        let mut q = Qdisc::new(2, Marking::DropTail);
+        assert!(q.enqueue(0, data(0)) && q.enqueue(0, data(1)));
+        assert!(!q.enqueue(0, data(2)));
+        assert_eq!(q.stats.drops, 1);
+        assert_eq!(q.dequeue(5).map(|p| p.seq), Some(0));
+    }
+
+    #[test]
+    fn red_marks_arrivals_at_or_above_k() {
+        let mut q = Qdisc::new(10, Marking::Red { k: 2 });
+        for i in 0..4 {
+            q.enqueue(0, data(i));
+        }
+        let ce: Vec<bool> = (0..4).map(|_| q.dequeue(0).unwrap().ce).collect();
+        assert_eq!(ce, [false, false, true, true]);
+    }
+
+    #[test]
+    fn tcn_marks_strictly_above_the_threshold() {
+        let mut q = Qdisc::new(10, Marking::Tcn { threshold: 100 });
+        q.enqueue(0, data(0));
+        q.enqueue(0, data(1));
+        assert!(!q.dequeue(100).unwrap().ce);
+        assert!(q.dequeue(101).unwrap().ce);
+        assert_eq!(q.stats.marks, 1);
+    }
+
+    #[test]
+    fn non_ect_packets_are_never_marked() {
+        let mut q = Qdisc::new(10, Marking::Tcn { threshold: 0 });
+        let mut ack = data(0);
+        ack.ect = false;
+        q.enqueue(0, ack);
+        assert!(!q.dequeue(50).unwrap().ce);
+    }
+
+    #[test]
+    fn ecn_sharp_persistent_marking_follows_the_control_law() {
+        // Instantaneous threshold out of reach: only persistent marks.
+        let (target, interval) = (10, 1000);
+        let mut q = Qdisc::new(1000, Marking::EcnSharp { threshold: u64::MAX, target, interval });
+        // Every packet waits 20 ns (above target); one dequeue every 100 ns.
+        let mut marked = Vec::new();
+        for i in 0..40u64 {
+            let now = 100 * i + 20;
+            q.enqueue(now - 20, data(i as u32));
+            if q.dequeue(now).unwrap().ce {
+                marked.push(now);
+            }
+        }
+        // Armed at 20 (deadline 1020); first ok at 1120 → mark; next due one
+        // interval later (2120), then interval/√2 = 707 later (2827 → 2920).
+        assert_eq!(marked, [1120, 2120, 2920, 3520]);
+        // A packet below target ends the marking state.
+        q.enqueue(4000, data(99));
+        assert!(!q.dequeue(4005).unwrap().ce);
+        q.enqueue(4100, data(100));
+        assert!(!q.dequeue(4120).unwrap().ce, "re-armed, not yet ok");
+    }
+
+    #[test]
+    fn ecn_sharp_marks_instantly_above_its_threshold() {
+        let mut q = Qdisc::new(10, Marking::EcnSharp { threshold: 70, target: 10, interval: 1_000_000 });
+        q.enqueue(0, data(0));
+        q.enqueue(0, data(1));
+        assert!(!q.dequeue(70).unwrap().ce);
+        assert!(q.dequeue(71).unwrap().ce);
+    }
+}

@@ -1,0 +1,250 @@
+//! Reports of one or several runs: a human table and one JSON line.
+//!
+//! The JSON is one line per invocation so that the outputs of a sweep run as
+//! independent processes (GNU parallel, a Slurm array) concatenate into a
+//! JSON-lines file:
+//!
+//! `{"scenario", "set", "seed", ["runs"], "flows", "fct_ms": {"avg",
+//! "small_avg", "small_p99", "large_avg"}, ["ci95_ms": {…}], ["per_seed":
+//! [{"seed", "fct_ms"}]], "buckets": [{"size", "flows", "avg_ms", "p99_ms",
+//! "avg_slowdown"}], "queues": [{"port", "mean_packets", "max_packets",
+//! "marks", "drops"}], "unfinished_flows", "data_packets",
+//! "simulated_seconds", "events", "wall_seconds"}`
+//!
+//! `--plot FILE.svg` draws the FCT distribution (CDF, log-scale time) of
+//! each flow-size bucket, all runs pooled.
+//!
+//! `--csv DIR` writes `flows.csv` (one row per flow and seed: id, hosts,
+//! size, start, FCT, whether it completed, IP bytes sent, slowdown) and
+//! `queues.csv` (one row per port group and seed).
+//!
+//! With several runs every figure is the mean over the runs (seeds `seed`,
+//! `seed + 1`, …) and `ci95_ms` holds the 95 % half-interval of each FCT
+//! figure (Student t over the runs, as `fulcrum sim` reports).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use fulcrum_sim::stats::mean_ci95;
+use fulcrum_workload::plot::{color, Axis, Chart, Scale, Series};
+use serde::Serialize;
+
+use crate::metrics::{bucket_of, Bucket, FctSummary, BUCKET_LABELS};
+use crate::{Outcome, QueueSummary};
+
+/// Runs of one scenario, in seed order.
+pub struct Report<'a> {
+    pub scenario: &'a str,
+    pub sets: &'a [String],
+    pub outcomes: &'a [Outcome],
+    pub wall_seconds: f64,
+}
+
+#[derive(Serialize)]
+struct PerSeed {
+    seed: u64,
+    fct_ms: FctSummary,
+}
+
+#[derive(Serialize)]
+struct Json<'a> {
+    scenario: &'a str,
+    set: &'a [String],
+    seed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs: Option<usize>,
+    flows: f64,
+    fct_ms: FctSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ci95_ms: Option<FctSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    per_seed: Option<Vec<PerSeed>>,
+    buckets: Vec<Bucket>,
+    queues: Vec<QueueSummary>,
+    unfinished_flows: f64,
+    data_packets: f64,
+    simulated_seconds: f64,
+    events: f64,
+    wall_seconds: f64,
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = v.collect();
+    mean_ci95(&v).0
+}
+
+impl Report<'_> {
+    fn each<F: Fn(&FctSummary) -> f64>(&self, f: F) -> (f64, f64) {
+        let v: Vec<f64> = self.outcomes.iter().map(|o| f(&o.fct)).collect();
+        mean_ci95(&v)
+    }
+
+    /// Mean FCT figures and their 95 % half-intervals.
+    pub fn fct(&self) -> (FctSummary, FctSummary) {
+        let (avg, avg_ci) = self.each(|s| s.avg);
+        let (small_avg, small_ci) = self.each(|s| s.small_avg);
+        let (small_p99, p99_ci) = self.each(|s| s.small_p99);
+        let (large_avg, large_ci) = self.each(|s| s.large_avg);
+        (
+            FctSummary { avg, small_avg, small_p99, large_avg },
+            FctSummary { avg: avg_ci, small_avg: small_ci, small_p99: p99_ci, large_avg: large_ci },
+        )
+    }
+
+    fn buckets(&self) -> Vec<Bucket> {
+        let first = &self.outcomes[0].buckets;
+        (0..first.len())
+            .map(|i| Bucket {
+                size: first[i].size.clone(),
+                flows: (mean(self.outcomes.iter().map(|o| o.buckets[i].flows as f64))).round() as usize,
+                avg_ms: mean(self.outcomes.iter().map(|o| o.buckets[i].avg_ms)),
+                p99_ms: mean(self.outcomes.iter().map(|o| o.buckets[i].p99_ms)),
+                avg_slowdown: mean(self.outcomes.iter().map(|o| o.buckets[i].avg_slowdown)),
+            })
+            .collect()
+    }
+
+    fn queues(&self) -> Vec<QueueSummary> {
+        let first = &self.outcomes[0].queues;
+        (0..first.len())
+            .map(|i| QueueSummary {
+                port: first[i].port.clone(),
+                mean_packets: mean(self.outcomes.iter().map(|o| o.queues[i].mean_packets)),
+                max_packets: self.outcomes.iter().map(|o| o.queues[i].max_packets).max().unwrap_or(0),
+                marks: mean(self.outcomes.iter().map(|o| o.queues[i].marks as f64)).round() as u64,
+                drops: mean(self.outcomes.iter().map(|o| o.queues[i].drops as f64)).round() as u64,
+            })
+            .collect()
+    }
+
+    /// The report as one JSON line (with a trailing newline).
+    pub fn json(&self) -> String {
+        let many = self.outcomes.len() > 1;
+        let (fct, ci) = self.fct();
+        let per = |f: fn(&Outcome) -> f64| mean(self.outcomes.iter().map(f));
+        let json = Json {
+            scenario: self.scenario,
+            set: self.sets,
+            seed: self.outcomes[0].seed,
+            runs: many.then_some(self.outcomes.len()),
+            flows: per(|o| o.flows.len() as f64),
+            fct_ms: fct,
+            ci95_ms: many.then_some(ci),
+            per_seed: many.then(|| self.outcomes.iter().map(|o| PerSeed { seed: o.seed, fct_ms: o.fct }).collect()),
+            buckets: self.buckets(),
+            queues: self.queues(),
+            unfinished_flows: per(|o| o.unfinished as f64),
+            data_packets: per(|o| o.data_packets as f64),
+            simulated_seconds: self.outcomes[0].simulated_ns as f64 / 1e9,
+            events: per(|o| o.events as f64),
+            wall_seconds: self.wall_seconds,
+        };
+        let mut s = serde_json::to_string(&json).expect("plain data serialises");
+        s.push('\n');
+        s
+    }
+
+    /// The report as a table for people.
+    pub fn table(&self) -> String {
+        let n = self.outcomes.len();
+        let first = self.outcomes[0].seed;
+        let mut out = String::new();
+        let runs = if n == 1 {
+            format!("seed {first}")
+        } else {
+            format!("mean of {n} runs, seeds {first}..={}", first + n as u64 - 1)
+        };
+        let _ = writeln!(out, "Scenario {} ({runs})", self.scenario);
+        for s in self.sets {
+            let _ = writeln!(out, "  --set {s}");
+        }
+        let (fct, ci) = self.fct();
+        let _ = writeln!(out, "\nFCT (ms)        avg      small avg  small p99  large avg");
+        let row = |out: &mut String, name: &str, s: &FctSummary| {
+            let _ = writeln!(
+                out,
+                "{name:<14}{:>9.3}{:>11.3}{:>11.3}{:>11.3}",
+                s.avg, s.small_avg, s.small_p99, s.large_avg
+            );
+        };
+        row(&mut out, "mean", &fct);
+        if n > 1 {
+            row(&mut out, "95 % ±", &ci);
+        }
+        let _ = writeln!(out, "\nBy size       flows   avg ms   p99 ms  slowdown");
+        for b in self.buckets() {
+            let _ =
+                writeln!(out, "{:<12}{:>7}{:>9.3}{:>9.3}{:>10.2}", b.size, b.flows, b.avg_ms, b.p99_ms, b.avg_slowdown);
+        }
+        let _ = writeln!(out, "\nQueues      mean pkts  max pkts      marks      drops");
+        for q in self.queues() {
+            let _ = writeln!(
+                out,
+                "{:<12}{:>9.2}{:>10}{:>11}{:>11}",
+                q.port, q.mean_packets, q.max_packets, q.marks, q.drops
+            );
+        }
+        out
+    }
+
+    /// Write `flows.csv` and `queues.csv` into `dir` (created if missing).
+    pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let mut flows = String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown\n");
+        let mut queues = String::from("seed,port,mean_packets,max_packets,marks,drops\n");
+        for o in self.outcomes {
+            for f in &o.flows {
+                let _ = writeln!(
+                    flows,
+                    "{},{},{},{},{},{},{},{},{},{:.4}",
+                    o.seed, f.id, f.src, f.dst, f.bytes, f.start_ns, f.fct_ns, f.complete, f.tx_bytes, f.slowdown
+                );
+            }
+            for q in &o.queues {
+                let _ = writeln!(
+                    queues,
+                    "{},{},{:.4},{},{},{}",
+                    o.seed, q.port, q.mean_packets, q.max_packets, q.marks, q.drops
+                );
+            }
+        }
+        std::fs::write(dir.join("flows.csv"), flows)?;
+        std::fs::write(dir.join("queues.csv"), queues)
+    }
+
+    /// The FCT CDF of each size bucket as an SVG page.
+    pub fn plot_svg(&self) -> String {
+        let mut fct: Vec<Vec<f64>> = vec![Vec::new(); BUCKET_LABELS.len()];
+        for f in self.outcomes.iter().flat_map(|o| &o.flows) {
+            fct[bucket_of(f.bytes)].push(f.fct_ns as f64 / 1e6);
+        }
+        let scale = Scale::log_decades(fct.iter().flatten().copied());
+        let series = fct
+            .iter_mut()
+            .zip(BUCKET_LABELS)
+            .enumerate()
+            .filter(|(_, (v, _))| !v.is_empty())
+            .map(|(i, (v, label))| {
+                v.sort_by(f64::total_cmp);
+                let n = v.len();
+                let step = n.div_ceil(400).max(1);
+                let mut points: Vec<(f64, f64)> =
+                    (0..n).step_by(step).map(|k| (v[k], (k + 1) as f64 / n as f64)).collect();
+                points.push((v[n - 1], 1.0));
+                Series { name: format!("{label} B ({n})"), color: color(i), width: 2.0, points }
+            })
+            .collect();
+        let chart = Chart {
+            title: format!("{}: flow completion time by flow size", self.scenario),
+            title_size: 15.0,
+            x: Axis { scale, ticks: scale.decade_ticks(), label: "FCT (ms)".into() },
+            y: Axis {
+                scale: Scale::Linear { lo: 0.0, hi: 1.0 },
+                ticks: (0..=4).map(|k| (k as f64 / 4.0, format!("{}", k as f64 / 4.0))).collect(),
+                label: "fraction of flows".into(),
+            },
+            series,
+        };
+        chart.svg(900.0, 500.0)
+    }
+}

@@ -1,0 +1,512 @@
+//! Scenario files (TOML): the fabric, buffers, transport, queue discipline,
+//! host delays and workload of a run, checked when loaded.
+//!
+//! Every table rejects unknown fields. A mistake is reported with the file,
+//! the line and the field, e.g.
+//!
+//! ```text
+//! scenarios/fabric/x.toml: line 12: workload.load = 1.2: must be above 0 and below 1
+//! ```
+//!
+//! `--set KEY=VALUE` overrides any field before the checks (`KEY` is the
+//! dotted path, `VALUE` a TOML value, or a bare string such as `30us`);
+//! errors in an override name it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::packet::Nanos;
+use crate::qdisc::Marking;
+use crate::tcp::TcpConfig;
+use crate::topology::Shape;
+use crate::workload::Poisson;
+use crate::world::{DelayAt, Service};
+use fulcrum_workload::Cdf;
+
+/// A rejected scenario: the message names file, line and field.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ScenarioError(pub String);
+
+/// A duration written as text ("10us", "5ms", "0.5s").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Nanos);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s).map(Dur).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration in humantime's notation ("10us", "5ms", "500ms") → nanoseconds.
+pub fn parse_duration(s: &str) -> Result<Nanos, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration ({e}); write e.g. 10us, 5ms"))?;
+    Nanos::try_from(d.as_nanos()).map_err(|_| format!("{s:?} is too long"))
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name reported in the output.
+    pub name: String,
+    /// Seed used when the command line gives none.
+    #[serde(default = "one")]
+    pub seed: u64,
+    /// Simulated time at which the run stops.
+    pub end: Dur,
+    pub topology: Topology,
+    #[serde(default)]
+    pub buffers: Buffers,
+    #[serde(default)]
+    pub tcp: Tcp,
+    pub aqm: Aqm,
+    #[serde(default)]
+    pub hosts: Hosts,
+    pub workload: Workload,
+    #[serde(default)]
+    pub monitor: Monitor,
+    /// The file the scenario came from (for relative paths).
+    #[serde(skip)]
+    pub path: PathBuf,
+    #[serde(skip)]
+    pub cdf: Option<Cdf>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+pub enum Topology {
+    LeafSpine {
+        spines: u32,
+        leaves: u32,
+        hosts_per_leaf: u32,
+        #[serde(default = "one_u32")]
+        links: u32,
+        host_gbps: f64,
+        fabric_gbps: f64,
+        link_delay: Dur,
+    },
+    Star {
+        hosts: u32,
+        gbps: f64,
+        link_delay: Dur,
+        /// Extra propagation delay of each host's link, in host order.
+        #[serde(default)]
+        extra_delay: Vec<Dur>,
+    },
+    Dumbbell {
+        left: u32,
+        right: u32,
+        host_gbps: f64,
+        bottleneck_gbps: f64,
+        link_delay: Dur,
+    },
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buffers {
+    /// Device (NIC) queue of every port, packets.
+    pub device_packets: u32,
+    /// Queue-discipline limit of switch ports, packets.
+    pub switch_packets: u32,
+    /// When a device queue takes packets from its discipline (and a host's
+    /// NIC its delayed packets): "on-room" or "on-empty" (ns-3's rule).
+    #[serde(default)]
+    pub service: ServiceRule,
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers { device_packets: 10, switch_packets: 250, service: ServiceRule::OnRoom }
+    }
+}
+
+/// [`Service`] as written in a scenario.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceRule {
+    #[default]
+    OnRoom,
+    OnEmpty,
+}
+
+impl From<ServiceRule> for Service {
+    fn from(r: ServiceRule) -> Service {
+        match r {
+            ServiceRule::OnRoom => Service::OnRoom,
+            ServiceRule::OnEmpty => Service::OnEmpty,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tcp {
+    pub mss: u32,
+    pub initial_window: u32,
+    pub min_rto: Dur,
+    pub clock_granularity: Dur,
+    pub initial_rtt: Dur,
+    /// DCTCP (true) or NewReno (false).
+    pub dctcp: bool,
+    pub dctcp_g: f64,
+    /// IP + TCP header bytes per packet.
+    pub header_bytes: u32,
+}
+
+impl Default for Tcp {
+    fn default() -> Self {
+        Tcp {
+            mss: 1400,
+            initial_window: 10,
+            min_rto: Dur(5_000_000),
+            clock_granularity: Dur(100_000),
+            initial_rtt: Dur(80_000),
+            dctcp: true,
+            dctcp_g: 1.0 / 16.0,
+            header_bytes: 52,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+pub enum Aqm {
+    DropTail,
+    Red { k: u32 },
+    Tcn { threshold: Dur },
+    EcnSharp { threshold: Dur, target: Dur, interval: Dur },
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hosts {
+    /// Extra delay a host adds to a flow's packets, one per class; each flow
+    /// draws a class uniformly.
+    pub delay_classes: Vec<Dur>,
+    /// Class of packets without application data (SYN, SYN-ACK, ACK); 0
+    /// unless given.
+    #[serde(default)]
+    pub control_class: u8,
+    /// Where the delay acts: "nic" (each host's NIC, the default) or
+    /// "switch-port" (each switch port facing a host, as the seed's
+    /// large-scale program installs it; hosts' NICs then get the AQM).
+    #[serde(default)]
+    pub delay_at: DelayPlace,
+}
+
+/// [`DelayAt`] as written in a scenario.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DelayPlace {
+    #[default]
+    Nic,
+    SwitchPort,
+}
+
+impl From<DelayPlace> for DelayAt {
+    fn from(d: DelayPlace) -> DelayAt {
+        match d {
+            DelayPlace::Nic => DelayAt::Nic,
+            DelayPlace::SwitchPort => DelayAt::SwitchPort,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+pub enum Workload {
+    Poisson {
+        /// CDF file, relative to the scenario file.
+        cdf: PathBuf,
+        load: f64,
+        #[serde(default = "zero")]
+        start: Dur,
+        launch_end: Dur,
+    },
+}
+
+fn zero() -> Dur {
+    Dur(0)
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Monitor {
+    /// How often queue lengths are sampled.
+    pub interval: Dur,
+}
+
+impl Default for Monitor {
+    fn default() -> Self {
+        Monitor { interval: Dur(100_000) }
+    }
+}
+
+/// Line (1-based) of `key = …` inside `[table]` (or at top level), if found.
+fn line_of(text: &str, path: &str) -> Option<usize> {
+    let (table, key) = path.rsplit_once('.').unwrap_or(("", path));
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            current = name.trim().to_string();
+        } else if current == table && t.split('=').next().is_some_and(|k| k.trim() == key) && t.contains('=') {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// Set `path` (dotted) in `root` to `value` (TOML, or a bare string).
+fn apply_set(root: &mut toml::Table, path: &str, value: &str) -> Result<(), String> {
+    let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let last = parts.pop().filter(|k| !k.is_empty()).ok_or("empty key")?;
+    let mut table = root;
+    for p in parts {
+        table = table
+            .entry(p)
+            .or_insert_with(|| toml::Value::Table(Default::default()))
+            .as_table_mut()
+            .ok_or_else(|| format!("{p} is not a table"))?;
+    }
+    table.insert(last.to_string(), parsed);
+    Ok(())
+}
+
+impl Scenario {
+    /// Load and check `path`, with `sets` (`KEY=VALUE`) applied on top.
+    pub fn load(path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError(format!("{}: {e}", path.display())))?;
+        Scenario::parse(&text, path, sets)
+    }
+
+    /// Parse scenario `text` that came from `path`.
+    pub fn parse(text: &str, path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        let file = path.display();
+        let fail = |msg: String| ScenarioError(format!("{file}: {msg}"));
+        let mut scenario: Scenario = toml::from_str(text).map_err(|e| fail(toml_error(text, &e)))?;
+        if !sets.is_empty() {
+            let mut table: toml::Table = toml::from_str(text).map_err(|e| fail(e.to_string()))?;
+            for set in sets {
+                let (k, v) = set.split_once('=').ok_or_else(|| fail(format!("--set {set}: expected KEY=VALUE")))?;
+                apply_set(&mut table, k.trim(), v.trim()).map_err(|e| fail(format!("--set {set}: {e}")))?;
+            }
+            scenario = table
+                .try_into()
+                .map_err(|e: toml::de::Error| fail(format!("after --set {}: {}", sets.join(" --set "), e.message())))?;
+        }
+        scenario.path = path.to_path_buf();
+        scenario.check().map_err(|(field, msg)| {
+            let overridden = sets.iter().any(|s| s.split('=').next().is_some_and(|k| k.trim() == field));
+            match line_of(text, &field) {
+                Some(line) if !overridden => fail(format!("line {line}: {field} {msg}")),
+                _ if overridden => fail(format!("--set {field}: {msg}")),
+                _ => fail(format!("{field} {msg}")),
+            }
+        })?;
+        let Workload::Poisson { cdf, .. } = &scenario.workload;
+        let cdf_path = path.parent().unwrap_or(Path::new(".")).join(cdf);
+        let loaded = Cdf::load(&cdf_path).map_err(|e| {
+            let line = line_of(text, "workload.cdf").map_or(String::new(), |l| format!("line {l}: "));
+            fail(format!("{line}workload.cdf: {e}"))
+        })?;
+        scenario.cdf = Some(loaded);
+        Ok(scenario)
+    }
+
+    /// Range checks: (field, what is wrong).
+    fn check(&self) -> Result<(), (String, String)> {
+        let bad = |field: &str, msg: String| Err((field.to_string(), msg));
+        let positive = |field: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                bad(field, format!("= {v}: must be above 0"))
+            }
+        };
+        match &self.topology {
+            Topology::LeafSpine { spines, leaves, hosts_per_leaf, links, host_gbps, fabric_gbps, .. } => {
+                for (f, v) in
+                    [("spines", spines), ("leaves", leaves), ("hosts_per_leaf", hosts_per_leaf), ("links", links)]
+                {
+                    positive(&format!("topology.{f}"), *v as f64)?;
+                }
+                positive("topology.host_gbps", *host_gbps)?;
+                positive("topology.fabric_gbps", *fabric_gbps)?;
+            }
+            Topology::Star { hosts, gbps, .. } => {
+                if *hosts < 2 {
+                    return bad("topology.hosts", format!("= {hosts}: a star needs at least 2 hosts"));
+                }
+                positive("topology.gbps", *gbps)?;
+            }
+            Topology::Dumbbell { left, right, host_gbps, bottleneck_gbps, .. } => {
+                positive("topology.left", *left as f64)?;
+                positive("topology.right", *right as f64)?;
+                positive("topology.host_gbps", *host_gbps)?;
+                positive("topology.bottleneck_gbps", *bottleneck_gbps)?;
+            }
+        }
+        positive("buffers.device_packets", self.buffers.device_packets as f64)?;
+        positive("buffers.switch_packets", self.buffers.switch_packets as f64)?;
+        positive("tcp.mss", self.tcp.mss as f64)?;
+        positive("tcp.initial_window", self.tcp.initial_window as f64)?;
+        if !(self.tcp.dctcp_g > 0.0 && self.tcp.dctcp_g <= 1.0) {
+            return bad("tcp.dctcp_g", format!("= {}: must be within (0, 1]", self.tcp.dctcp_g));
+        }
+        if !self.hosts.delay_classes.is_empty() && self.hosts.control_class as usize >= self.hosts.delay_classes.len() {
+            return bad(
+                "hosts.control_class",
+                format!("= {}: there are {} classes", self.hosts.control_class, self.hosts.delay_classes.len()),
+            );
+        }
+        if self.hosts.delay_classes.len() > 255 {
+            return bad("hosts.delay_classes", "has more than 255 classes".into());
+        }
+        positive("monitor.interval", self.monitor.interval.0 as f64)?;
+        positive("end", self.end.0 as f64)?;
+        let Workload::Poisson { load, start, launch_end, .. } = &self.workload;
+        if !(*load > 0.0 && *load < 1.0) {
+            return bad("workload.load", format!("= {load}: must be above 0 and below 1"));
+        }
+        if launch_end.0 <= start.0 {
+            return bad("workload.launch_end", "must be after workload.start".into());
+        }
+        Ok(())
+    }
+
+    /// The topology to build and its link delay.
+    pub fn shape(&self) -> (Shape, Nanos) {
+        match &self.topology {
+            &Topology::LeafSpine { spines, leaves, hosts_per_leaf, links, host_gbps, fabric_gbps, link_delay } => {
+                (Shape::LeafSpine { spines, leaves, hosts_per_leaf, links, host_gbps, fabric_gbps }, link_delay.0)
+            }
+            Topology::Star { hosts, gbps, link_delay, extra_delay } => (
+                Shape::Star { hosts: *hosts, gbps: *gbps, extra_delay: extra_delay.iter().map(|d| d.0).collect() },
+                link_delay.0,
+            ),
+            &Topology::Dumbbell { left, right, host_gbps, bottleneck_gbps, link_delay } => {
+                (Shape::Dumbbell { left, right, host_gbps, bottleneck_gbps }, link_delay.0)
+            }
+        }
+    }
+
+    pub fn tcp_config(&self) -> TcpConfig {
+        let t = &self.tcp;
+        TcpConfig {
+            mss: t.mss,
+            iw: t.initial_window,
+            min_rto: t.min_rto.0,
+            granularity: t.clock_granularity.0,
+            initial_rtt: t.initial_rtt.0,
+            dctcp_g: t.dctcp.then_some(t.dctcp_g),
+        }
+    }
+
+    pub fn marking(&self) -> Marking {
+        match self.aqm {
+            Aqm::DropTail => Marking::DropTail,
+            Aqm::Red { k } => Marking::Red { k },
+            Aqm::Tcn { threshold } => Marking::Tcn { threshold: threshold.0 },
+            Aqm::EcnSharp { threshold, target, interval } => {
+                Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
+            }
+        }
+    }
+
+    /// The Poisson workload with its CDF loaded.
+    pub fn poisson(&self) -> Poisson {
+        let Workload::Poisson { load, start, launch_end, .. } = &self.workload;
+        Poisson {
+            cdf: self.cdf.clone().expect("loaded with the scenario"),
+            load: *load,
+            start: start.0,
+            launch_end: launch_end.0,
+        }
+    }
+}
+
+/// A TOML error as "line N: message".
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1;
+            format!("line {line}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scenarios/fabric/large-scale-ecnsharp.toml"
+        ))
+        .unwrap()
+    }
+
+    fn parse(text: &str, sets: &[&str]) -> Result<Scenario, String> {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/fabric/x.toml"));
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        Scenario::parse(text, path, &sets).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn shipped_scenario_loads() {
+        let s = parse(&base(), &[]).unwrap();
+        assert_eq!(s.end, Dur(500_000_000));
+        assert!((s.cdf.as_ref().unwrap().mean() - 1_711_250.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10us"), Ok(10_000));
+        assert_eq!(parse_duration("500ms"), Ok(500_000_000));
+        assert!(parse_duration("10 parsecs").is_err());
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let text = base().replace("load = 0.6", "load = 1.2");
+        let err = parse(&text, &[]).unwrap_err();
+        assert!(err.contains("x.toml: line") && err.contains("workload.load = 1.2"), "{err}");
+        let text = base().replace("load = 0.6", "load = 0.6\nlaod = 3");
+        let err = parse(&text, &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("laod"), "{err}");
+        let err = parse(&base().replace("\"70us\"", "\"70 furlongs\""), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("furlongs"), "{err}");
+    }
+
+    #[test]
+    fn set_overrides_fields_and_names_itself_in_errors() {
+        let s = parse(&base(), &["workload.load=0.4", "aqm.threshold=30us"]).unwrap();
+        let Workload::Poisson { load, .. } = s.workload;
+        assert_eq!(load, 0.4);
+        assert!(matches!(s.aqm, Aqm::EcnSharp { threshold: Dur(30_000), .. }));
+        let err = parse(&base(), &["workload.load=2"]).unwrap_err();
+        assert!(err.contains("--set workload.load"), "{err}");
+        let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
+        assert!(err.contains("--set") && err.contains("treshold"), "{err}");
+        assert!(parse(&base(), &["nonsense"]).unwrap_err().contains("KEY=VALUE"));
+    }
+}

@@ -1,0 +1,104 @@
+//! Workloads: the list of flows a run starts, drawn before it starts.
+//!
+//! Poisson arrivals follow the seed's large-scale experiment
+//! (ns3-ecn-sharp `examples/rtt-variations/large-scale.cc`): every host
+//! starts flows at exponential intervals from `start` until `launch_end`,
+//! its first flow one interval after `start`; each flow's size is a draw of
+//! the CDF and its destination is uniform over the hosts of other racks (any
+//! other host when there is one rack). The rate per host is
+//!
+//! `λ = load × rack uplink capacity per host ÷ (8 × mean flow size)`
+//!
+//! — for the seed's fabric (8 hosts of 10 Gb/s per leaf, 4 × 10 Gb/s up, so
+//! 5 Gb/s of uplink per host) and the web-search CDF (mean 1 711 250 B),
+//! load 0.6 gives 219 flows/s per host, as the original computes it. Each
+//! flow also draws a host delay class uniformly (the original's random TOS).
+
+use fulcrum_balance::Rng;
+
+use crate::packet::Nanos;
+use crate::topology::Fabric;
+use fulcrum_workload::Cdf;
+
+/// One flow to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowSpec {
+    pub src: u32,
+    pub dst: u32,
+    /// Payload bytes.
+    pub bytes: u64,
+    pub start: Nanos,
+    /// Index into the host delay classes.
+    pub class: u8,
+}
+
+/// Poisson flow arrivals at a load.
+#[derive(Clone, Debug)]
+pub struct Poisson {
+    pub cdf: Cdf,
+    /// Offered load relative to the rack uplink capacity per host.
+    pub load: f64,
+    pub start: Nanos,
+    pub launch_end: Nanos,
+}
+
+impl Poisson {
+    /// Flows per second per host.
+    pub fn rate(&self, fabric: &Fabric) -> f64 {
+        self.load * fabric.uplink_bps_per_host / (8.0 * self.cdf.mean())
+    }
+
+    /// Draw every flow, host by host, into `out`.
+    pub fn generate(&self, fabric: &Fabric, classes: usize, rng: &mut Rng, out: &mut Vec<FlowSpec>) {
+        let rate = self.rate(fabric);
+        if rate <= 0.0 {
+            return;
+        }
+        let others = |src: u32| -> Vec<u32> {
+            let rack = fabric.rack[src as usize];
+            let racks = fabric.racks();
+            (0..fabric.hosts).filter(|&h| h != src && (racks == 1 || fabric.rack[h as usize] != rack)).collect()
+        };
+        for src in 0..fabric.hosts {
+            let dests = others(src);
+            if dests.is_empty() {
+                continue;
+            }
+            let mut t = self.start as f64 + exp_ns(rng, rate);
+            while t < self.launch_end as f64 {
+                let dst = dests[rng.below(dests.len() as u64) as usize];
+                let bytes = self.cdf.sample(rng);
+                let class = rng.below(classes.max(1) as u64) as u8;
+                out.push(FlowSpec { src, dst, bytes, start: t as Nanos, class });
+                t += exp_ns(rng, rate);
+            }
+        }
+    }
+}
+
+/// An exponential interval (ns) at `rate` per second.
+fn exp_ns(rng: &mut Rng, rate: f64) -> f64 {
+    -(1.0 - rng.unit()).ln() / rate * 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Shape;
+
+    #[test]
+    fn seed_rate_and_destinations() {
+        let shape =
+            Shape::LeafSpine { spines: 4, leaves: 4, hosts_per_leaf: 8, links: 1, host_gbps: 10.0, fabric_gbps: 10.0 };
+        let fabric = Fabric::build(&shape, 10_000);
+        let cdf = Cdf::parse(include_str!("../../../scenarios/fabric/cdf/web-search.txt")).unwrap();
+        let w = Poisson { cdf, load: 0.6, start: 0, launch_end: 200_000_000 };
+        assert!((w.rate(&fabric) - 219.14).abs() < 0.01, "{}", w.rate(&fabric));
+        let mut flows = Vec::new();
+        w.generate(&fabric, 5, &mut Rng::new(3), &mut flows);
+        // 32 hosts × 219/s × 0.2 s ≈ 1402 flows.
+        assert!((1300..1500).contains(&flows.len()), "{}", flows.len());
+        assert!(flows.iter().all(|f| fabric.rack[f.src as usize] != fabric.rack[f.dst as usize]));
+        assert!(flows.iter().all(|f| f.start < 200_000_000 && f.class < 5));
+    }
+}

@@ -1,0 +1,627 @@
+//! The fabric model: ports, links, hosts and flows reacting to events.
+//!
+//! Each output port is a queue discipline feeding a small device queue
+//! (ns-3's NetDevice queue, `device_packets` long) feeding a transmitter. A
+//! packet moves from the discipline to the device queue whenever the device
+//! queue has room, which is when marking-at-dequeue disciplines mark it; the
+//! transmitter serialises the device queue's head at the link rate, then the
+//! packet spends the propagation delay on the link. One pending event per
+//! port at most for each of these (htsim style): `Tx` when the transmitter
+//! frees up with work waiting, `Arrive` for the oldest packet on the link
+//! (links are FIFO, so arrivals come out in order). Ports with a delay
+//! stage (the seed's RTT variation, at hosts' NICs or at the switch ports
+//! facing hosts: [`DelayAt`]) hold each packet for its delay class first, in
+//! one FIFO per class, again with at most one event for the oldest.
+//!
+//! Switches forward by per-flow ECMP ([`Fabric::next_port`]). Hosts run
+//! [`Sender`] and [`Receiver`]; the retransmission timer is lazy: one
+//! pending `Timer` event per flow, re-armed when it fires early.
+
+use std::collections::VecDeque;
+
+use fulcrum_des::{Model, Queue};
+
+use crate::packet::{Kind, Nanos, Packet};
+use crate::qdisc::{Marking, Qdisc, QueueStats};
+use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
+use crate::topology::{End, Fabric};
+use crate::workload::FlowSpec;
+
+/// Bytes of point-to-point framing on every packet (ns-3's PPP header).
+pub const FRAMING: u32 = 2;
+
+/// Settings of the model itself (the topology and flows come separately).
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub tcp: TcpConfig,
+    /// IP + TCP header bytes per packet (with the timestamp option).
+    pub header: u32,
+    /// Device queue length of every port (packets).
+    pub device_packets: u32,
+    /// Queue discipline limit of switch ports (packets).
+    pub switch_limit: u32,
+    pub marking: Marking,
+    /// Host delay of each class; data segments use the flow's class.
+    pub delay_classes: Vec<Nanos>,
+    /// Class of the packets without application data (SYN, SYN-ACK, ACK):
+    /// the original tags only the application's data with the flow's class.
+    pub control_class: u8,
+    /// ECMP hashing seed.
+    pub salt: u64,
+    pub service: Service,
+    pub delay_at: DelayAt,
+}
+
+/// Where the delay classes act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DelayAt {
+    /// On each host's NIC, before its queue.
+    Nic,
+    /// On each switch port facing a host; the hosts' NICs then get the
+    /// switches' queue discipline. This is where the seed's large-scale
+    /// program installs them (its own comment notes the swap).
+    SwitchPort,
+}
+
+/// When a port's device queue takes packets from its discipline (and a
+/// host's NIC its delayed packets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// Whenever the device queue has room, and a host's delayed packet as
+    /// soon as it is due.
+    OnRoom,
+    /// As ns-3 (the seed's version) does: when a packet is handed to the
+    /// port, and when the transmitter finishes with the device queue empty.
+    /// A host's delayed packet that falls due therefore waits for the
+    /// host's next packet or the end of its current transmission.
+    OnEmpty,
+}
+
+/// What happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ev {
+    /// Port's transmitter is free and has work.
+    Tx(u32),
+    /// Oldest packet on port's link reaches the far end.
+    Arrive(u32),
+    /// Oldest packet of a delay FIFO (port × classes + class) is due.
+    Release(u32),
+    /// A flow opens.
+    Start(u32),
+    /// A flow's retransmission timer may be due.
+    Timer(u32),
+    /// Sample every port's backlog.
+    Sample,
+}
+
+struct Port {
+    qdisc: Qdisc,
+    device: VecDeque<Packet>,
+    busy_until: Nanos,
+    tx_armed: bool,
+    max_backlog: u32,
+    /// Packets wait their delay class here before the discipline.
+    delayed: bool,
+    /// Packets in the delay stage.
+    held: u32,
+    /// Packets on the wire: (arrival time, packet).
+    link: VecDeque<(Nanos, Packet)>,
+    /// Nanoseconds of transmission per byte × 2^16 (fixed point).
+    ns_per_byte_q16: u64,
+    delay: Nanos,
+    to: End,
+}
+
+/// One flow's state and record.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    pub spec: FlowSpec,
+    pub sender: Sender,
+    pub receiver: Receiver,
+    segs: u32,
+    timer_at: Option<Nanos>,
+    /// First packet (the SYN) sent.
+    pub first_tx: Option<Nanos>,
+    /// Last packet of the flow's forward direction received.
+    pub last_rx: Option<Nanos>,
+    /// Every segment received.
+    pub done: Option<Nanos>,
+    /// IP bytes sent in the forward direction (retransmissions included).
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+}
+
+/// The whole simulated fabric.
+pub struct World {
+    pub cfg: ModelConfig,
+    pub fabric: Fabric,
+    ports: Vec<Port>,
+    delay_fifo: Vec<VecDeque<(Nanos, Packet)>>,
+    pub flows: Vec<Flow>,
+    pub data_packets: u64,
+    /// Sampling interval of port backlogs, and the sums so far.
+    sample_every: Nanos,
+    backlog_sum: Vec<u64>,
+    pub samples: u64,
+    /// Time of the event being handled.
+    now: Nanos,
+}
+
+impl World {
+    /// A fabric with its flows; `queue` receives the flows' start events.
+    pub fn new(
+        cfg: ModelConfig,
+        fabric: Fabric,
+        specs: Vec<FlowSpec>,
+        sample_every: Nanos,
+        queue: &mut Queue<Ev>,
+    ) -> World {
+        let ports = fabric
+            .ports
+            .iter()
+            .map(|p| {
+                let delayed = !cfg.delay_classes.is_empty()
+                    && match cfg.delay_at {
+                        DelayAt::Nic => matches!(p.from, End::Host(_)),
+                        DelayAt::SwitchPort => matches!((p.from, p.to), (End::Switch(_), End::Host(_))),
+                    };
+                // Hosts' NICs get the switches' discipline only where the
+                // original puts one: when the delay stage sits on the switch.
+                let plain = delayed
+                    || (matches!(p.from, End::Host(_))
+                        && (cfg.delay_classes.is_empty() || cfg.delay_at == DelayAt::Nic));
+                let qdisc = if plain {
+                    Qdisc::new(u32::MAX, Marking::DropTail)
+                } else {
+                    Qdisc::new(cfg.switch_limit, cfg.marking)
+                };
+                Port {
+                    qdisc,
+                    delayed,
+                    held: 0,
+                    device: VecDeque::new(),
+                    busy_until: 0,
+                    tx_armed: false,
+                    max_backlog: 0,
+                    link: VecDeque::new(),
+                    ns_per_byte_q16: (((8u128 * 1_000_000_000) << 16) / p.bps as u128) as u64,
+                    delay: p.delay,
+                    to: p.to,
+                }
+            })
+            .collect();
+        let classes = cfg.delay_classes.len().max(1);
+        let delay_fifo = (0..fabric.ports.len() * classes).map(|_| VecDeque::new()).collect();
+        let mss = cfg.tcp.mss as u64;
+        let flows = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                queue.schedule(spec.start, Ev::Start(i as u32));
+                let segs = spec.bytes.div_ceil(mss).max(1) as u32;
+                Flow {
+                    spec,
+                    sender: Sender::new(&cfg.tcp, segs),
+                    receiver: Receiver::new(segs),
+                    segs,
+                    timer_at: None,
+                    first_tx: None,
+                    last_rx: None,
+                    done: None,
+                    tx_bytes: 0,
+                    tx_packets: 0,
+                }
+            })
+            .collect();
+        queue.schedule(0, Ev::Sample);
+        let backlog_sum = vec![0; fabric.ports.len()];
+        World { cfg, fabric, ports, delay_fifo, flows, data_packets: 0, sample_every, backlog_sum, samples: 0, now: 0 }
+    }
+
+    /// Marking and drop counters of `port`'s discipline.
+    pub fn queue_stats(&self, port: u32) -> QueueStats {
+        self.ports[port as usize].qdisc.stats
+    }
+
+    /// Largest backlog `port` held (discipline plus device queue, packets).
+    pub fn max_backlog(&self, port: u32) -> u32 {
+        self.ports[port as usize].max_backlog
+    }
+
+    /// Packets waiting at `port` (delay stage, discipline and device queue).
+    pub fn backlog(&self, port: u32) -> usize {
+        let i = port as usize;
+        let p = &self.ports[i];
+        p.qdisc.len() + p.device.len() + p.held as usize
+    }
+
+    /// Mean sampled backlog of `port` (packets).
+    pub fn mean_backlog(&self, port: u32) -> f64 {
+        self.backlog_sum[port as usize] as f64 / self.samples.max(1) as f64
+    }
+
+    fn sample(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+        for i in 0..self.ports.len() {
+            self.backlog_sum[i] += self.backlog(i as u32) as u64;
+        }
+        self.samples += 1;
+        q.schedule(now + self.sample_every, Ev::Sample);
+    }
+
+    fn tx_time(&self, port: usize, wire: u32) -> Nanos {
+        (self.ports[port].ns_per_byte_q16 * wire as u64 + 0xffff) >> 16
+    }
+
+    /// Hand a packet to an output port: its delay stage if it has one,
+    /// else its discipline, which is then serviced.
+    fn offer(&mut self, now: Nanos, port: u32, p: Packet, q: &mut Queue<Ev>) {
+        if self.ports[port as usize].delayed {
+            self.delay(now, port as usize, p, q);
+        } else {
+            self.enqueue(now, port as usize, p, q);
+        }
+    }
+
+    fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
+        if !self.ports[i].qdisc.enqueue(now, p) {
+            return;
+        }
+        self.service(now, i, q);
+        self.note_backlog(i);
+    }
+
+    fn note_backlog(&mut self, i: usize) {
+        let b = self.backlog(i as u32) as u32;
+        let port = &mut self.ports[i];
+        port.max_backlog = port.max_backlog.max(b);
+    }
+
+    /// Service a port (ns-3's `QueueDisc::Run`): fill its device queue from
+    /// the discipline — or, for a delay stage in [`Service::OnEmpty`] mode,
+    /// from its packets that are due — and start the transmitter if it is
+    /// idle.
+    fn service(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        if self.ports[i].delayed && self.cfg.service == Service::OnEmpty {
+            self.fill_from_delay(now, i);
+        } else {
+            self.refill(now, i);
+        }
+        let port = &mut self.ports[i];
+        if port.tx_armed || port.device.is_empty() {
+            return;
+        }
+        if port.busy_until <= now {
+            self.transmit(now, i, q);
+        } else {
+            port.tx_armed = true;
+            q.schedule(port.busy_until, Ev::Tx(i as u32));
+        }
+    }
+
+    /// Move packets from the discipline into the device queue while it has room.
+    fn refill(&mut self, now: Nanos, i: usize) {
+        let cap = self.cfg.device_packets as usize;
+        let port = &mut self.ports[i];
+        while port.device.len() < cap {
+            match port.qdisc.dequeue(now) {
+                Some(p) => port.device.push_back(p),
+                None => break,
+            }
+        }
+    }
+
+    /// Move port `i`'s delayed packets that are due, oldest due first, into
+    /// its device queue while it has room.
+    fn fill_from_delay(&mut self, now: Nanos, i: usize) {
+        let classes = self.cfg.delay_classes.len();
+        let cap = self.cfg.device_packets as usize;
+        let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
+        while self.ports[i].device.len() < cap {
+            let next = (0..classes)
+                .filter_map(|c| fifos[c].front().map(|&(due, _)| (due, c)))
+                .filter(|&(due, _)| due <= now)
+                .min();
+            let Some((_, c)) = next else { break };
+            let (_, p) = fifos[c].pop_front().expect("front was just seen");
+            self.ports[i].device.push_back(p);
+            self.ports[i].held -= 1;
+        }
+    }
+
+    /// Start sending the device queue's head (the transmitter is idle).
+    fn transmit(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        let Some(p) = self.ports[i].device.pop_front() else { return };
+        let done = now + self.tx_time(i, p.wire);
+        if self.cfg.service == Service::OnRoom {
+            self.refill(now, i);
+        }
+        // In OnEmpty mode the end of this transmission services the port if
+        // the device queue is then empty and something waits behind it.
+        let wake = self.cfg.service == Service::OnEmpty && (!self.ports[i].qdisc.is_empty() || self.ports[i].held > 0);
+        let port = &mut self.ports[i];
+        port.busy_until = done;
+        if port.link.is_empty() {
+            q.schedule(done + port.delay, Ev::Arrive(i as u32));
+        }
+        port.link.push_back((done + port.delay, p));
+        if !port.device.is_empty() || wake {
+            port.tx_armed = true;
+            q.schedule(done, Ev::Tx(i as u32));
+        }
+    }
+
+    /// The transmitter of port `i` finished: send the next packet of the
+    /// device queue, or service the port when the device queue is empty.
+    fn tx_done(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        self.ports[i].tx_armed = false;
+        if self.ports[i].device.is_empty() {
+            self.service(now, i, q);
+        } else {
+            self.transmit(now, i, q);
+        }
+    }
+
+    /// The oldest packet on a link arrives at its far end.
+    fn arrive(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+        let port = &mut self.ports[i];
+        let Some((_, p)) = port.link.pop_front() else { return };
+        if let Some(&(next, _)) = port.link.front() {
+            q.schedule(next, Ev::Arrive(i as u32));
+        }
+        match port.to {
+            End::Switch(s) => {
+                let out = self.fabric.next_port(s, p.dst, p.flow, p.is_reverse(), self.cfg.salt);
+                self.offer(now, out, p, q);
+            }
+            End::Host(h) => self.deliver(now, h, p, q),
+        }
+    }
+
+    /// A host sends a packet through its NIC.
+    fn host_send(&mut self, now: Nanos, host: u32, p: Packet, q: &mut Queue<Ev>) {
+        let port = self.fabric.host_port[host as usize];
+        self.offer(now, port, p, q);
+    }
+
+    /// A packet enters port `i`'s delay stage: it waits its class's delay.
+    /// Data segments use their flow's class, other packets the control class.
+    fn delay(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
+        let classes = self.cfg.delay_classes.len();
+        let class = if p.kind == Kind::Data { self.flows[p.flow as usize].spec.class } else { self.cfg.control_class };
+        let c = (class as usize).min(classes - 1);
+        let fifo = i * classes + c;
+        let due = now + self.cfg.delay_classes[c];
+        let was_empty = self.delay_fifo[fifo].is_empty();
+        self.delay_fifo[fifo].push_back((due, p));
+        self.ports[i].held += 1;
+        self.note_backlog(i);
+        match self.cfg.service {
+            Service::OnRoom if was_empty => q.schedule(due, Ev::Release(fifo as u32)),
+            Service::OnRoom => {}
+            // The original services the port when a packet is handed to it,
+            // not when a delayed packet falls due.
+            Service::OnEmpty => self.service(now, i, q),
+        }
+    }
+
+    fn release(&mut self, now: Nanos, fifo: usize, q: &mut Queue<Ev>) {
+        let Some((_, p)) = self.delay_fifo[fifo].pop_front() else { return };
+        if let Some(&(next, _)) = self.delay_fifo[fifo].front() {
+            q.schedule(next, Ev::Release(fifo as u32));
+        }
+        let i = fifo / self.cfg.delay_classes.len();
+        self.ports[i].held -= 1;
+        self.enqueue(now, i, p, q);
+    }
+
+    fn packet(&self, flow: u32, kind: Kind, seq: u32, payload: u32, dst: u32, now: Nanos) -> Packet {
+        Packet {
+            flow,
+            seq,
+            dst,
+            wire: payload + self.cfg.header + FRAMING,
+            kind,
+            ect: kind == Kind::Data,
+            ce: false,
+            ece: false,
+            enqueued: now,
+            echo: now,
+        }
+    }
+
+    /// Payload bytes of segment `seq` of flow `f`.
+    fn payload(&self, f: usize, seq: u32) -> u32 {
+        let mss = self.cfg.tcp.mss as u64;
+        let flow = &self.flows[f];
+        if seq + 1 < flow.segs {
+            mss as u32
+        } else {
+            (flow.spec.bytes - mss * (flow.segs as u64 - 1)).max(1) as u32
+        }
+    }
+
+    /// Sender-side transmission of a forward packet of flow `f`.
+    fn send_forward(&mut self, now: Nanos, f: usize, p: Packet, q: &mut Queue<Ev>) {
+        let flow = &mut self.flows[f];
+        flow.tx_bytes += (p.wire - FRAMING) as u64;
+        flow.tx_packets += 1;
+        let src = flow.spec.src;
+        self.host_send(now, src, p, q);
+    }
+
+    fn start(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
+        self.flows[f].first_tx = Some(now);
+        self.flows[f].sender.on_syn_sent(now);
+        self.send_forward(now, f, syn, q);
+        self.arm_timer(f, q);
+    }
+
+    /// Send whatever the sender's window allows, then keep its timer armed.
+    fn pump(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        while let Some((seq, again)) = self.flows[f].sender.poll_send(now) {
+            let payload = self.payload(f, seq);
+            let mut p = self.packet(f as u32, Kind::Data, seq, payload, self.flows[f].spec.dst, now);
+            p.ect = !again;
+            self.data_packets += 1;
+            self.send_forward(now, f, p, q);
+        }
+        self.arm_timer(f, q);
+    }
+
+    fn arm_timer(&mut self, f: usize, q: &mut Queue<Ev>) {
+        let flow = &mut self.flows[f];
+        if let Some(d) = flow.sender.deadline {
+            if flow.timer_at.is_none_or(|t| t > d) {
+                flow.timer_at = Some(d);
+                q.schedule(d, Ev::Timer(f as u32));
+            }
+        }
+    }
+
+    fn timer(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        if self.flows[f].timer_at != Some(now) {
+            return; // superseded by an earlier one
+        }
+        self.flows[f].timer_at = None;
+        match self.flows[f].sender.deadline {
+            Some(d) if d <= now => {
+                let cfg = self.cfg.tcp;
+                if self.flows[f].sender.on_timeout(&cfg, now) {
+                    let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
+                    self.send_forward(now, f, syn, q);
+                }
+                self.pump(now, f, q);
+            }
+            _ => self.arm_timer(f, q),
+        }
+    }
+
+    /// A packet reaches host `h`.
+    fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let f = p.flow as usize;
+        let src = self.flows[f].spec.src;
+        match p.kind {
+            Kind::Syn => {
+                self.flows[f].last_rx = Some(now);
+                let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
+                self.host_send(now, h, reply, q);
+            }
+            Kind::Data => {
+                let flow = &mut self.flows[f];
+                flow.last_rx = Some(now);
+                let next = flow.receiver.on_data(p.seq);
+                let closes = flow.done.is_none() && flow.receiver.complete();
+                if closes {
+                    flow.done = Some(now);
+                }
+                let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
+                ack.ece = p.ce;
+                ack.echo = p.echo;
+                self.host_send(now, h, ack, q);
+                if closes {
+                    // The sink has shut its sending side: the sender's FIN
+                    // (on the last segment) is answered with its own.
+                    let fin = self.packet(p.flow, Kind::Fin, next, 0, src, now);
+                    self.host_send(now, h, fin, q);
+                }
+            }
+            Kind::Fin => {
+                let dst = self.flows[f].spec.dst;
+                let ack = self.packet(p.flow, Kind::FinAck, 0, 0, dst, now);
+                self.send_forward(now, f, ack, q);
+            }
+            Kind::FinAck => self.flows[f].last_rx = Some(now),
+            Kind::SynAck => {
+                self.flows[f].sender.on_syn_ack();
+                self.pump(now, f, q);
+            }
+            Kind::Ack => {
+                let cfg = self.cfg.tcp;
+                let sender = &mut self.flows[f].sender;
+                sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
+                if sender.phase != Phase::Done {
+                    self.pump(now, f, q);
+                }
+            }
+        }
+    }
+}
+
+impl Model for World {
+    type Event = Ev;
+
+    fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Queue<Ev>) {
+        self.now = now;
+        match ev {
+            Ev::Tx(port) => self.tx_done(now, port as usize, q),
+            Ev::Arrive(port) => self.arrive(now, port as usize, q),
+            Ev::Release(fifo) => self.release(now, fifo as usize, q),
+            Ev::Start(f) => self.start(now, f as usize, q),
+            Ev::Timer(f) => self.timer(now, f as usize, q),
+            Ev::Sample => self.sample(now, q),
+        }
+    }
+
+    /// Progress is simulated time, in microseconds.
+    fn work_done(&self, _events: u64) -> u64 {
+        self.now / 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Shape;
+
+    /// One flow of `bytes` between the two hosts of a star; returns (FCT,
+    /// marks + drops over all ports).
+    fn lone_flow(bytes: u64, classes: Vec<Nanos>, service: Service) -> (Nanos, u64) {
+        let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let cfg = ModelConfig {
+            tcp: TcpConfig::default(),
+            header: 52,
+            device_packets: 10,
+            switch_limit: 250,
+            marking: Marking::Tcn { threshold: 70_000 },
+            delay_classes: classes,
+            control_class: 0,
+            salt: 1,
+            service,
+            delay_at: DelayAt::SwitchPort,
+        };
+        let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0 };
+        let mut q = Queue::new();
+        let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
+        fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
+        let flow = &world.flows[0];
+        assert!(flow.done.is_some(), "the flow completes");
+        let troubles =
+            (0..world.fabric.ports.len() as u32).map(|p| world.queue_stats(p)).map(|s| s.marks + s.drops).sum();
+        (flow.last_rx.unwrap() - flow.first_tx.unwrap(), troubles)
+    }
+
+    #[test]
+    fn a_lone_flow_takes_its_round_trips() {
+        // SYN, SYN-ACK, data, FIN, FIN's ACK: five one-way trips of two
+        // 10 µs links, plus serialisation (under 1 µs per hop here).
+        let (fct, troubles) = lone_flow(1000, vec![], Service::OnRoom);
+        assert!((100_000..105_000).contains(&fct), "{fct}");
+        assert_eq!(troubles, 0);
+        // 100 segments in slow start: a few more round trips, no marks.
+        let (fct, troubles) = lone_flow(140_000, vec![], Service::OnRoom);
+        assert!((150_000..300_000).contains(&fct), "{fct}");
+        assert_eq!(troubles, 0);
+    }
+
+    #[test]
+    fn ns3_service_strands_a_lone_delayed_packet_until_a_timeout() {
+        // With the delay on the switch port and ns-3's service rule, the
+        // SYN waits behind its 1 µs delay until the next packet for that
+        // port: the SYN's own retransmission, one minimum RTO later.
+        let (prompt, _) = lone_flow(1000, vec![1000], Service::OnRoom);
+        let (stranded, _) = lone_flow(1000, vec![1000], Service::OnEmpty);
+        assert!(prompt < 110_000, "{prompt}");
+        assert!(stranded >= TcpConfig::default().min_rto, "{stranded}");
+    }
+}
