@@ -25,7 +25,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use fulcrum_sim::stats::mean_ci95;
+use fulcrum_workload::interval::mean_ci95;
 use fulcrum_workload::plot::{color, Axis, Chart, Scale, Series};
 use serde::Serialize;
 

@@ -199,7 +199,7 @@ impl AlgorithmReport {
         let mut halves = [0.0; 10];
         for (k, (_, get)) in stats::FIGURES.iter().enumerate() {
             let values: Vec<f64> = runs.iter().map(|r| get(&r.latency)).collect();
-            (means[k], halves[k]) = stats::mean_ci95(&values);
+            (means[k], halves[k]) = fulcrum_workload::interval::mean_ci95(&values);
         }
         let method = runs.iter().fold(Method::Exact, |m, r| m.combine(r.latency.method));
         let latency = Summary::from_array(means, method);

@@ -13,12 +13,14 @@
 //!   frame with a legend) that the drivers' figures are built from.
 //! - [`progress`]: the progress line long runs draw on stderr.
 //! - [`cdf`]: [`Cdf`], sizes interpolated from a CDF file (flow sizes).
+//! - [`interval`]: the mean and 95 % interval of a figure over runs.
 //!
 //! No clocks, sockets or runtimes here: only values, so that a simulator
 //! and a live driver compute the same figures the same way.
 
 pub mod cdf;
 pub mod dist;
+pub mod interval;
 pub mod plot;
 pub mod progress;
 pub mod summary;
