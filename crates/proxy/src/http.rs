@@ -18,8 +18,10 @@
 //! again; resets, timeouts and 5xx only for idempotent requests without a
 //! body. Every retry spends a token of the worker's retry budget.
 //!
-//! Responses the proxy makes itself: 404 (no route), 503 (no endpoint, or
-//! `max_requests` in flight),
+//! Responses the proxy makes itself: 400 (an HTTP/1.1 request without
+//! `Host` or any with two, RFC 9112 §3.2; a request body that broke while
+//! streaming, such as a chunk size that overflows), 404 (no route), 503 (no
+//! endpoint, or `max_requests` in flight),
 //! 502 (upstream refused, reset or broke the protocol), 504 (no response
 //! headers within the cluster's `request_timeout`); hyper answers malformed
 //! requests with 400 and oversized heads with 431. All are counted in
@@ -28,7 +30,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -45,7 +47,7 @@ use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::body::{idempotent, LimitedBody, UpstreamBody};
+use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
@@ -78,9 +80,26 @@ fn local(status: StatusCode, message: &'static str) -> Response<ProxyBody> {
     response
 }
 
-/// The request's host, lowercased, without port.
+/// Why a request's `Host` makes it one the proxy must refuse (RFC 9112
+/// §3.2: an HTTP/1.1 request without one, or any request with two), if it does.
+fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == Version::HTTP_11 => Some("fulcrum: HTTP/1.1 request without Host\n"),
+        (Some(_), Some(_)) => Some("fulcrum: request with more than one Host\n"),
+        _ => None,
+    }
+}
+
+/// The request's host, lowercased, without port: the request target's
+/// authority when it has one (the absolute form, or HTTP/2's `:authority`,
+/// which win over a conflicting `Host`: RFC 9112 §3.2.2, RFC 9113 §8.3.1),
+/// else the `Host` header.
 fn host_of<B>(req: &Request<B>) -> Option<String> {
-    let raw = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| req.uri().host())?;
+    let raw = match req.uri().host() {
+        Some(host) => host,
+        None => req.headers().get(header::HOST).and_then(|h| h.to_str().ok())?,
+    };
     let host = match raw.rfind(':') {
         // Keep IPv6 literals whole: "[::1]:80" → "[::1]".
         Some(i) if !raw[i..].contains(']') => &raw[..i],
@@ -187,8 +206,8 @@ struct Prepared {
     resendable: bool,
     /// Tries copy the headers rather than take them.
     copy_headers: bool,
-    /// Set once the body outgrew `max_body_bytes` while streaming.
-    over_limit: Arc<AtomicBool>,
+    /// Set if the body outgrew `max_body_bytes` or broke while streaming.
+    fault: Arc<ClientFault>,
 }
 
 impl Prepared {
@@ -258,6 +277,10 @@ impl HttpService {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
+        if let Some(message) = bad_host(&req) {
+            self.stats.bad_request.fetch_add(1, Relaxed);
+            return Ok(local(StatusCode::BAD_REQUEST, message));
+        }
         let Some(index) = route(listener, &req) else {
             self.stats.no_route.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
@@ -284,12 +307,12 @@ impl HttpService {
             return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
         }
         let (mut parts, body) = req.into_parts();
-        let over_limit = Arc::new(AtomicBool::new(false));
+        let fault = Arc::new(ClientFault::default());
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, over_limit.clone())) };
+        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, fault.clone())) };
         let Some(headers) = self.upstream_headers(&mut parts, peer) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
             return Err((StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
@@ -301,7 +324,7 @@ impl HttpService {
             && config.retries.attempts > 1
             && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
         let headers = Some(headers);
-        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, over_limit })
+        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, fault })
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -354,7 +377,7 @@ impl HttpService {
                 cluster.complete(pick, self.epoch.now(), latency, result);
                 continue;
             }
-            return self.answer(cluster, pick, outcome, (latency, result), &req.over_limit);
+            return self.answer(cluster, pick, outcome, (latency, result), &req.fault);
         }
     }
 
@@ -390,7 +413,7 @@ impl HttpService {
         pick: Pick,
         outcome: Try,
         (latency, result): (Nanos, RequestResult),
-        over_limit: &AtomicBool,
+        fault: &ClientFault,
     ) -> Response<ProxyBody> {
         match outcome {
             Try::Response(response) => {
@@ -412,12 +435,17 @@ impl HttpService {
                 self.stats.unavailable.fetch_add(1, Relaxed);
                 local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
             }
-            Try::Reset if over_limit.load(Relaxed) => {
-                // The body outgrew the limit while streaming: the client's
-                // fault, not the upstream's.
+            // The body outgrew the limit or broke while streaming: the
+            // client's fault, not the upstream's.
+            Try::Reset if fault.get() == Some(Fault::TooLarge) => {
                 cluster.cancel(pick);
                 self.stats.payload_too_large.fetch_add(1, Relaxed);
                 local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
+            }
+            Try::Reset if fault.get() == Some(Fault::Broken) => {
+                cluster.cancel(pick);
+                self.stats.bad_request.fetch_add(1, Relaxed);
+                local(StatusCode::BAD_REQUEST, "fulcrum: malformed request body\n")
             }
             Try::ConnectFailure | Try::Reset => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
@@ -431,11 +459,15 @@ impl HttpService {
     /// headers removed, `Host` kept, forwarding headers added.
     fn upstream_headers(&self, parts: &mut http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
         let mut headers = std::mem::take(&mut parts.headers);
-        // HTTP/2 carries the host in :authority; HTTP/1.1 upstreams need it as Host.
-        if !headers.contains_key(header::HOST) {
-            if let Some(host) = parts.uri.host() {
-                headers.insert(header::HOST, HeaderValue::from_str(host).ok()?);
-            }
+        // HTTP/2 carries the host in :authority, an absolute-form target in
+        // the target: either replaces Host (RFC 9112 §3.2.2), which is how
+        // HTTP/1.1 upstreams need it.
+        if let Some(host) = parts.uri.host() {
+            let value = match parts.uri.port_u16() {
+                Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
+                None => HeaderValue::from_str(host),
+            };
+            headers.insert(header::HOST, value.ok()?);
         }
         strip_hop_by_hop(&mut headers);
         // hyper sizes the map for the headers it parsed: make room for ours in one step.
@@ -581,6 +613,24 @@ mod tests {
         assert_eq!(host_of(&req(Some("[::1]"), "/")), Some("[::1]".into()));
         assert_eq!(host_of(&req(Some("[::1]:80"), "/")), Some("[::1]".into()));
         assert_eq!(host_of(&req(None, "http://h2.example:443/x")), Some("h2.example".into()));
+        // The absolute form's authority wins over a conflicting Host.
+        assert_eq!(host_of(&req(Some("public.test"), "http://admin.test/x")), Some("admin.test".into()));
+    }
+
+    #[test]
+    fn http11_needs_exactly_one_host_and_http10_none() {
+        assert!(bad_host(&req(Some("a.test"), "/")).is_none());
+        assert!(bad_host(&req(None, "/")).is_some());
+        assert!(bad_host(&req(None, "http://a.test/")).is_some());
+        let mut old = req(None, "/");
+        *old.version_mut() = Version::HTTP_10;
+        assert!(bad_host(&old).is_none());
+        let mut two = req(Some("a.test"), "/");
+        two.headers_mut().append(header::HOST, HeaderValue::from_static("b.test"));
+        assert!(bad_host(&two).is_some());
+        let mut h2 = req(None, "http://a.test/");
+        *h2.version_mut() = Version::HTTP_2;
+        assert!(bad_host(&h2).is_none());
     }
 
     #[test]
