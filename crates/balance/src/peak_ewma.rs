@@ -295,4 +295,25 @@ mod tests {
         let in_flight = |pe: &PeakEwma| cost(estimate(pe, 0), 1, 1.0, true, false);
         assert!(in_flight(&tower) > 50e6 && in_flight(&pe) == 10e6);
     }
+
+    #[test]
+    fn an_endpoint_added_by_a_reload_starts_from_its_first_sample_too() {
+        let mut pe = after_one_sample_each(ColdStart::FirstSample);
+        let eps = [Endpoint::new(0, "fast"), Endpoint::new(1, "slow"), Endpoint::new(2, "new")];
+        pe.set_endpoints(&eps).unwrap();
+        let now = 2 * MILLISECOND;
+        // The kept endpoints keep their estimates; the new one starts at the default.
+        let estimates: Vec<f64> = pe.loads(now).iter().map(|l| l.latency_estimate.unwrap()).collect();
+        assert!((estimates[0] - 5e6).abs() < 1e3 && (estimates[1] - 50e6).abs() < 1e4, "{estimates:?}");
+        assert!((estimates[2] - 30e6).abs() < 1e4, "{estimates:?}");
+        let t = loop {
+            let t = pe.pick(now, None).unwrap();
+            if t.endpoint() == EndpointId(2) {
+                break t;
+            }
+            // Keep the others busy so that the new endpoint is drawn.
+        };
+        pe.on_complete(t, 3 * MILLISECOND, Outcome::Success { latency: 4 * MILLISECOND });
+        assert_eq!(pe.loads(3 * MILLISECOND)[2].latency_estimate, Some(4e6));
+    }
 }
