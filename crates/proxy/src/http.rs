@@ -51,6 +51,7 @@ use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
+use crate::h1::UpgradeAnswer;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
@@ -218,6 +219,20 @@ impl Prepared {
     }
 }
 
+/// An HTTP/1.1 request to switch protocols (`Connection: upgrade` and an
+/// `Upgrade` header, RFC 9110 §7.8), such as a WebSocket handshake.
+fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
 /// The cluster of the first of `listener`'s routes that matches `req`.
 fn route<B>(listener: &Listener, req: &Request<B>) -> Option<usize> {
     // Most listeners route by path alone: only look at the host if a route asks.
@@ -286,6 +301,9 @@ impl HttpService {
             return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
         };
         let cluster = &routing.clusters[index];
+        if is_upgrade(&req) {
+            return Ok(self.upgrade(cluster, peer, req).await);
+        }
         match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req) {
             Ok(prepared) => Ok(self.forward(cluster, &routing.pools[index], prepared).await),
             Err((status, message)) => Ok(local(status, message)),
@@ -455,6 +473,91 @@ impl HttpService {
         }
     }
 
+    /// Proxy an Upgrade request (a WebSocket handshake) to one endpoint on
+    /// a connection of its own. On a 101 the client gets the 101 and both
+    /// connections are joined until either side closes; the balancer counts
+    /// the request active all that time and learns the latency to the 101.
+    /// Any other answer is passed on by status and headers, without its body.
+    /// Upgrades are not retried (the client retries its handshake).
+    async fn upgrade(
+        &self,
+        cluster: &Arc<WorkerCluster>,
+        peer: &Peer,
+        mut req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let config = &cluster.shared.config;
+        let key = hash_key(&config.hash_key, &req, peer.addr);
+        let pick = match cluster.pick(self.epoch.now(), key, &[]) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.unavailable.fetch_add(1, Relaxed);
+                return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
+            }
+        };
+        let client = hyper::upgrade::on(&mut req);
+        let (mut parts, _) = req.into_parts();
+        let protocol = parts.headers.get(header::UPGRADE).cloned();
+        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let upstream_req = self.upstream_headers(&mut parts, peer).zip(protocol).and_then(|(mut headers, protocol)| {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, protocol);
+            let body = Either::Right(Empty::new());
+            rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
+        });
+        let Some(upstream_req) = upstream_req else {
+            cluster.cancel(pick);
+            self.stats.bad_request.fetch_add(1, Relaxed);
+            return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
+        };
+        let sent = Instant::now();
+        let addr = pick.upstream.addr;
+        let answer = async {
+            let stream =
+                tokio::time::timeout(config.connect_timeout, tokio::net::TcpStream::connect(addr)).await.ok()?.ok()?;
+            let _ = stream.set_nodelay(true);
+            crate::h1::upgrade(stream, &upstream_req).await
+        };
+        let answer = tokio::time::timeout(config.request_timeout, answer).await;
+        let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match answer {
+            Ok(Some(UpgradeAnswer::Switched { headers, stream, early })) => {
+                let completion = Completion {
+                    cluster: cluster.clone(),
+                    pick,
+                    epoch: self.epoch,
+                    latency,
+                    result: RequestResult::Success,
+                };
+                tokio::spawn(tunnel(client, stream, early, completion));
+                let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+                *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                *response.headers_mut() = headers;
+                response.headers_mut().append(header::VIA, via(Version::HTTP_11));
+                response
+            }
+            Ok(Some(UpgradeAnswer::Refused { status, mut headers })) => {
+                let result = if status.is_server_error() { RequestResult::ServerError } else { RequestResult::Success };
+                cluster.complete(pick, self.epoch.now(), latency, result);
+                strip_hop_by_hop(&mut headers);
+                headers.remove(header::CONTENT_LENGTH);
+                let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+                *response.status_mut() = status;
+                *response.headers_mut() = headers;
+                response
+            }
+            Ok(None) => {
+                cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                self.stats.bad_gateway.fetch_add(1, Relaxed);
+                local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
+            }
+            Err(_) => {
+                cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                self.stats.gateway_timeout.fetch_add(1, Relaxed);
+                local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
+            }
+        }
+    }
+
     /// The request headers as sent upstream (every attempt): hop-by-hop
     /// headers removed, `Host` kept, forwarding headers added.
     fn upstream_headers(&self, parts: &mut http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
@@ -528,6 +631,26 @@ fn rewrite(
     *req.headers_mut() = headers;
     *req.version_mut() = version;
     Some(req)
+}
+
+/// Join the client's upgraded connection and the upstream's until either
+/// side closes (each direction's end is passed on as a half-close), then
+/// report the pick. The client side keeps the listener's idle timeout.
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    mut upstream: tokio::net::TcpStream,
+    early: Bytes,
+    done: Completion,
+) {
+    use tokio::io::AsyncWriteExt;
+    let joined = async {
+        let mut client = hyper_util::rt::TokioIo::new(client.await.ok()?);
+        client.write_all(&early).await.ok()?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await.ok()
+    };
+    // A tunnel that ends in a reset is still a tunnel the upstream served.
+    let _ = joined.await;
+    done.finish(true);
 }
 
 /// Reports a pick's outcome once, when the response body ends or is dropped.
