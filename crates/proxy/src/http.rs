@@ -209,6 +209,8 @@ struct Prepared {
     copy_headers: bool,
     /// Set if the body outgrew `max_body_bytes` or broke while streaming.
     fault: Arc<ClientFault>,
+    /// A gRPC call's `grpc-timeout`, which shortens the request timeout.
+    grpc_timeout: Option<Duration>,
 }
 
 impl Prepared {
@@ -273,12 +275,15 @@ async fn send_try(
 }
 
 /// A try's outcome as the retry policy sees it (the failure, `None` for a
-/// success) and as the balancer hears it.
-fn classify(outcome: &Try) -> (Option<RetryOn>, RequestResult) {
+/// success) and as the balancer hears it. With `grpc`, a trailers-only gRPC
+/// response with a failing `grpc-status` is a failure for the balancer (it
+/// is not retried: the call's status goes back to the client).
+fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
     match outcome {
         Try::Response(r) if r.status().is_server_error() => {
             (Some(RetryOn::Status(r.status().as_u16())), RequestResult::ServerError)
         }
+        Try::Response(r) if grpc && crate::grpc::failed(r.headers()) => (None, RequestResult::ServerError),
         Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
         Try::ConnectFailure => (Some(RetryOn::ConnectFailure), RequestResult::GatewayFailure),
         Try::Reset => (Some(RetryOn::Reset), RequestResult::GatewayFailure),
@@ -320,6 +325,7 @@ impl HttpService {
         req: Request<Incoming>,
     ) -> Result<Prepared, Refusal> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
+        let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
             return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
@@ -331,7 +337,7 @@ impl HttpService {
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
         let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, fault.clone())) };
-        let Some(headers) = self.upstream_headers(&mut parts, peer) else {
+        let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
             return Err((StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
         };
@@ -342,7 +348,7 @@ impl HttpService {
             && config.retries.attempts > 1
             && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
         let headers = Some(headers);
-        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, fault })
+        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, fault, grpc_timeout })
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -354,8 +360,9 @@ impl HttpService {
         mut req: Prepared,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
-        let per_try = config.retries.per_try_timeout.unwrap_or(config.request_timeout).min(config.request_timeout);
-        let deadline = Instant::now() + config.request_timeout;
+        let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
+        let per_try = config.retries.per_try_timeout.unwrap_or(timeout).min(timeout);
+        let deadline = Instant::now() + timeout;
         let mut tried = Vec::new();
         cluster.deposit(self.epoch.now());
         loop {
@@ -382,7 +389,7 @@ impl HttpService {
             let timeout = per_try.min(deadline.saturating_duration_since(sent));
             let outcome = send_try(pool, pick.upstream.addr, upstream_req, timeout, &mut req).await;
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let (failure, result) = classify(&outcome);
+            let (failure, result) = classify(&outcome, config.grpc_status_failure);
             // The policy says which failures it retries; a request that was
             // sent may go again only if resending it is safe.
             let retry = failure
@@ -439,7 +446,8 @@ impl HttpService {
                 strip_hop_by_hop(&mut parts.headers);
                 parts.headers.append(header::VIA, via(parts.version));
                 let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
-                let body = TrackedBody { inner: body, completion: Some(completion) };
+                let grpc = cluster.shared.config.grpc_status_failure;
+                let body = TrackedBody { inner: body, completion: Some(completion), grpc };
                 Response::from_parts(parts, Either::Left(body))
             }
             Try::Timeout => {
@@ -498,12 +506,14 @@ impl HttpService {
         let (mut parts, _) = req.into_parts();
         let protocol = parts.headers.get(header::UPGRADE).cloned();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let upstream_req = self.upstream_headers(&mut parts, peer).zip(protocol).and_then(|(mut headers, protocol)| {
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            headers.insert(header::UPGRADE, protocol);
-            let body = Either::Right(Empty::new());
-            rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
-        });
+        let upstream_req = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1).zip(protocol).and_then(
+            |(mut headers, protocol)| {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                headers.insert(header::UPGRADE, protocol);
+                let body = Either::Right(Empty::new());
+                rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
+            },
+        );
         let Some(upstream_req) = upstream_req else {
             cluster.cancel(pick);
             self.stats.bad_request.fetch_add(1, Relaxed);
@@ -560,8 +570,21 @@ impl HttpService {
 
     /// The request headers as sent upstream (every attempt): hop-by-hop
     /// headers removed, `Host` kept, forwarding headers added.
-    fn upstream_headers(&self, parts: &mut http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
+    fn upstream_headers(
+        &self,
+        parts: &mut http::request::Parts,
+        peer: &Peer,
+        protocol: UpstreamProtocol,
+    ) -> Option<HeaderMap> {
         let mut headers = std::mem::take(&mut parts.headers);
+        // `TE: trailers` is hop-by-hop, but says the next hop passes
+        // trailers on, which an HTTP/2 upstream connection does (gRPC
+        // servers refuse a call without it), so it is said again there.
+        let te_trailers = protocol == UpstreamProtocol::Http2
+            && headers
+                .get_all(header::TE)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
         // HTTP/2 carries the host in :authority, an absolute-form target in
         // the target: either replaces Host (RFC 9112 §3.2.2), which is how
         // HTTP/1.1 upstreams need it.
@@ -573,6 +596,9 @@ impl HttpService {
             headers.insert(header::HOST, value.ok()?);
         }
         strip_hop_by_hop(&mut headers);
+        if te_trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         // hyper sizes the map for the headers it parsed: make room for ours in one step.
         headers.reserve(3);
         let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -673,6 +699,8 @@ impl Completion {
 pub struct TrackedBody {
     inner: ResponseBody,
     completion: Option<Completion>,
+    /// Trailers with a failing `grpc-status` make the outcome a failure.
+    grpc: bool,
 }
 
 impl TrackedBody {
@@ -690,6 +718,13 @@ impl Body for TrackedBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if self.grpc && frame.trailers_ref().is_some_and(crate::grpc::failed) {
+                if let Some(c) = self.completion.as_mut() {
+                    c.result = RequestResult::ServerError;
+                }
+            }
+        }
         match &polled {
             // hyper stops polling a body of known length after its last
             // byte, so the end is seen there rather than at `None`.
