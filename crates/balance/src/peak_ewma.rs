@@ -22,9 +22,15 @@
 //!   endpoint keeps most of the default for about τ (10 s): meanwhile one
 //!   request in flight (default × 2) makes it look worse than a slow endpoint
 //!   that is idle, and a start or a reload costs seconds of tail latency.
-//!   [`ColdStart::DefaultRtt`] keeps that behaviour (the seed-004 reproduction
-//!   of tower's demo uses it). With `default_rtt = 0` the two agree: any
-//!   sample is a peak above zero.
+//!   With that start an endpoint without a sample and without a request in
+//!   flight costs nothing, so it is probed at once: otherwise, once the
+//!   others are measured fast, the last endpoints to be measured (and any a
+//!   reload adds) would look like `default_rtt` and get no request until
+//!   that decayed below the others' latency, tens of seconds.
+//!   [`ColdStart::DefaultRtt`] keeps tower's behaviour (the seed-004
+//!   reproduction of tower's demo uses it). With `default_rtt = 0` the two
+//!   agree: any sample is a peak above zero, and an unmeasured idle endpoint
+//!   costs 0 either way.
 //!
 //! Unlike tower, time is passed in rather than read from a clock, which is
 //! what lets the simulator run this code at full speed.
@@ -145,6 +151,11 @@ impl PeakEwma {
     #[inline]
     fn cost_of(&mut self, slot: usize, now: Nanos) -> f64 {
         let estimate = self.table.state[slot].read(now, self.tau);
+        if self.cold_start == ColdStart::FirstSample && !self.table.state[slot].measured && self.table.active[slot] == 0
+        {
+            // Probe it: its first sample will say what it costs.
+            return 0.0;
+        }
         cost(
             estimate,
             self.table.active[slot],
@@ -306,12 +317,13 @@ mod tests {
         let estimates: Vec<f64> = pe.loads(now).iter().map(|l| l.latency_estimate.unwrap()).collect();
         assert!((estimates[0] - 5e6).abs() < 1e3 && (estimates[1] - 50e6).abs() < 1e4, "{estimates:?}");
         assert!((estimates[2] - 30e6).abs() < 1e4, "{estimates:?}");
+        // Unmeasured and idle, it is probed at once: both draws that include it pick it.
         let t = loop {
             let t = pe.pick(now, None).unwrap();
             if t.endpoint() == EndpointId(2) {
                 break t;
             }
-            // Keep the others busy so that the new endpoint is drawn.
+            pe.on_cancel(t);
         };
         pe.on_complete(t, 3 * MILLISECOND, Outcome::Success { latency: 4 * MILLISECOND });
         assert_eq!(pe.loads(3 * MILLISECOND)[2].latency_estimate, Some(4e6));
