@@ -9,6 +9,7 @@
 //! kind = "peak-ewma"
 //! decay = "10s"
 //! default_rtt = "30ms"
+//! cold_start = "first-sample"   # or "default-rtt" (tower's start)
 //! ```
 //!
 //! Names are case-insensitive on the command line ([`AlgorithmKind`]'s
@@ -25,8 +26,8 @@ use crate::endpoints::EndpointTable;
 use crate::maglev::DEFAULT_TABLE_SIZE;
 use crate::ring_hash::{DEFAULT_MIN_RING_SIZE, MAX_RING_SIZE};
 use crate::{
-    Balancer, BuildError, Endpoint, EndpointLoad, HashFunction, LeastRequest, Maglev, PeakEwma, Random, Rendezvous,
-    RingHash, RoundRobin,
+    Balancer, BuildError, ColdStart, Endpoint, EndpointLoad, HashFunction, LeastRequest, Maglev, PeakEwma, Random,
+    Rendezvous, RingHash, RoundRobin,
 };
 
 /// One algorithm with its parameters.
@@ -91,6 +92,10 @@ pub struct PeakEwmaConfig {
     /// Finagle's start: an endpoint with requests pending but no response
     /// yet costs a huge penalty (default false).
     pub unmeasured_penalty: bool,
+    /// Where an estimate starts: `"first-sample"` (default: the first
+    /// response's latency replaces `default_rtt`) or `"default-rtt"`
+    /// (tower's and Finagle's: samples below `default_rtt` blend in with τ).
+    pub cold_start: ColdStart,
 }
 
 impl Default for PeakEwmaConfig {
@@ -100,6 +105,7 @@ impl Default for PeakEwmaConfig {
             default_rtt: Duration::from_millis(30),
             failure_penalty: Duration::from_millis(250),
             unmeasured_penalty: false,
+            cold_start: ColdStart::FirstSample,
         }
     }
 }
@@ -281,6 +287,7 @@ pub fn build(config: &AlgorithmConfig, endpoints: &[Endpoint], seed: u64) -> Res
             nanos(c.default_rtt),
             nanos(c.failure_penalty),
             c.unmeasured_penalty,
+            c.cold_start,
             seed,
         )?),
         AlgorithmConfig::RingHash(c) => {

@@ -42,7 +42,7 @@ pub use error::BuildError;
 pub use hash::HashFunction;
 pub use least_request::LeastRequest;
 pub use maglev::Maglev;
-pub use peak_ewma::PeakEwma;
+pub use peak_ewma::{ColdStart, PeakEwma};
 pub use random::Random;
 pub use rendezvous::Rendezvous;
 pub use retry::{pick_avoiding, retry_key, RETRY_PICKS};

@@ -15,10 +15,27 @@
 //!   that fails fast does not look fast;
 //! - with `unmeasured_penalty`, an endpoint that has requests pending but no
 //!   sample yet costs a huge constant plus its pending count (Finagle's start,
-//!   used with `default_rtt = 0`, as the seed-000 model does).
+//!   used with `default_rtt = 0`, as the seed-000 model does);
+//! - the first sample of an endpoint replaces `default_rtt` outright
+//!   ([`ColdStart::FirstSample`], the default). In tower and Finagle a first
+//!   sample below the default is blended in like any other, so a fast
+//!   endpoint keeps most of the default for about τ (10 s): meanwhile one
+//!   request in flight (default × 2) makes it look worse than a slow endpoint
+//!   that is idle, and a start or a reload costs seconds of tail latency.
+//!   With that start an endpoint without a sample and without a request in
+//!   flight costs nothing, so it is probed at once: otherwise, once the
+//!   others are measured fast, the last endpoints to be measured (and any a
+//!   reload adds) would look like `default_rtt` and get no request until
+//!   that decayed below the others' latency, tens of seconds.
+//!   [`ColdStart::DefaultRtt`] keeps tower's behaviour (the seed-004
+//!   reproduction of tower's demo uses it). With `default_rtt = 0` the two
+//!   agree: any sample is a peak above zero, and an unmeasured idle endpoint
+//!   costs 0 either way.
 //!
 //! Unlike tower, time is passed in rather than read from a clock, which is
 //! what lets the simulator run this code at full speed.
+
+use serde::{Deserialize, Serialize};
 
 use crate::endpoints::EndpointTable;
 use crate::least_request::two_distinct;
@@ -26,6 +43,17 @@ use crate::{Balancer, BuildError, Endpoint, EndpointLoad, Nanos, Outcome, Rng, T
 
 /// Cost of an endpoint with pending requests and no sample (Finagle's penalty).
 const UNMEASURED_COST: f64 = 1e15;
+
+/// Where an endpoint's estimate starts from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ColdStart {
+    /// `default_rtt` until the first sample, which then replaces it.
+    #[default]
+    FirstSample,
+    /// `default_rtt`, which samples below it blend away with τ (tower, Finagle).
+    DefaultRtt,
+}
 
 /// The latency estimate of one endpoint.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,9 +79,10 @@ impl RttEstimate {
         }
     }
 
-    /// Take a sample `rtt` observed at `now` (the tower/Finagle update rule).
-    fn update(&mut self, now: Nanos, rtt: f64, tau: f64) {
-        if rtt > self.rtt {
+    /// Take a sample `rtt` observed at `now` (the tower/Finagle update rule,
+    /// except that with [`ColdStart::FirstSample`] the first one replaces the default).
+    fn update(&mut self, now: Nanos, rtt: f64, tau: f64, cold_start: ColdStart) {
+        if rtt > self.rtt || (!self.measured && cold_start == ColdStart::FirstSample) {
             self.rtt = rtt;
         } else {
             let w = self.decay(now, tau);
@@ -89,19 +118,22 @@ pub struct PeakEwma {
     default_rtt: Nanos,
     failure_penalty: Nanos,
     unmeasured_penalty: bool,
+    cold_start: ColdStart,
     rng: Rng,
 }
 
 impl PeakEwma {
     /// A balancer with decay time constant `decay`, initial estimate
-    /// `default_rtt`, `failure_penalty` for failed requests, and Finagle's
-    /// penalty for busy unmeasured endpoints when `unmeasured_penalty`.
+    /// `default_rtt` (left at the first sample per `cold_start`),
+    /// `failure_penalty` for failed requests, and Finagle's penalty for busy
+    /// unmeasured endpoints when `unmeasured_penalty`.
     pub fn new(
         endpoints: &[Endpoint],
         decay: Nanos,
         default_rtt: Nanos,
         failure_penalty: Nanos,
         unmeasured_penalty: bool,
+        cold_start: ColdStart,
         seed: u64,
     ) -> Result<Self, BuildError> {
         if decay == 0 {
@@ -112,12 +144,18 @@ impl PeakEwma {
             });
         }
         let table = EndpointTable::new(endpoints, |_| RttEstimate::new(default_rtt))?;
-        Ok(PeakEwma { table, tau: decay as f64, default_rtt, failure_penalty, unmeasured_penalty, rng: Rng::new(seed) })
+        let tau = decay as f64;
+        Ok(PeakEwma { table, tau, default_rtt, failure_penalty, unmeasured_penalty, cold_start, rng: Rng::new(seed) })
     }
 
     #[inline]
     fn cost_of(&mut self, slot: usize, now: Nanos) -> f64 {
         let estimate = self.table.state[slot].read(now, self.tau);
+        if self.cold_start == ColdStart::FirstSample && !self.table.state[slot].measured && self.table.active[slot] == 0
+        {
+            // Probe it: its first sample will say what it costs.
+            return 0.0;
+        }
         cost(
             estimate,
             self.table.active[slot],
@@ -156,7 +194,7 @@ impl Balancer for PeakEwma {
             Outcome::Success { latency } => latency,
             Outcome::Failure { latency } => latency.max(self.failure_penalty),
         };
-        self.table.state[slot].update(now, sample as f64, self.tau);
+        self.table.state[slot].update(now, sample as f64, self.tau, self.cold_start);
     }
 
     fn on_cancel(&mut self, ticket: Ticket) {
@@ -189,17 +227,17 @@ impl Balancer for PeakEwma {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MILLISECOND, SECOND};
+    use crate::{EndpointId, MILLISECOND, SECOND};
 
     const TAU: f64 = 10.0 * SECOND as f64;
 
     #[test]
     fn peaks_are_taken_at_once_and_lows_blend_with_time() {
         let mut e = RttEstimate::new(30 * MILLISECOND);
-        e.update(SECOND, 100e6, TAU);
+        e.update(SECOND, 100e6, TAU, ColdStart::DefaultRtt);
         assert_eq!(e.rtt, 100e6);
         // One τ later a 0-latency sample keeps e^-1 of the old estimate.
-        e.update(SECOND + 10 * SECOND, 0.0, TAU);
+        e.update(SECOND + 10 * SECOND, 0.0, TAU, ColdStart::DefaultRtt);
         assert!((e.rtt - 100e6 * (-1.0f64).exp()).abs() < 1.0, "{}", e.rtt);
     }
 
@@ -223,9 +261,71 @@ mod tests {
     #[test]
     fn failures_count_as_the_penalty() {
         let eps = [Endpoint::new(0, "a")];
-        let mut pe = PeakEwma::new(&eps, 10 * SECOND, 30 * MILLISECOND, 250 * MILLISECOND, false, 1).unwrap();
+        let mut pe =
+            PeakEwma::new(&eps, 10 * SECOND, 30 * MILLISECOND, 250 * MILLISECOND, false, ColdStart::default(), 1)
+                .unwrap();
         let t = pe.pick(0, None).unwrap();
         pe.on_complete(t, MILLISECOND, Outcome::Failure { latency: MILLISECOND });
         assert_eq!(pe.loads(MILLISECOND)[0].latency_estimate, Some(250e6));
+    }
+
+    /// A 5 ms endpoint and a 50 ms one, both learnt from one sample each a
+    /// millisecond after start, with `default_rtt` 30 ms.
+    fn after_one_sample_each(cold_start: ColdStart) -> PeakEwma {
+        let eps = [Endpoint::new(0, "fast"), Endpoint::new(1, "slow")];
+        let mut pe =
+            PeakEwma::new(&eps, 10 * SECOND, 30 * MILLISECOND, 250 * MILLISECOND, false, cold_start, 1).unwrap();
+        // Two picks before any answer go to both endpoints (the second
+        // sees the first one busy).
+        let tickets = [pe.pick(0, None).unwrap(), pe.pick(0, None).unwrap()];
+        for t in tickets {
+            let latency = if t.endpoint() == EndpointId(0) { 5 * MILLISECOND } else { 50 * MILLISECOND };
+            pe.on_complete(t, MILLISECOND, Outcome::Success { latency });
+        }
+        pe
+    }
+
+    #[test]
+    fn the_first_sample_replaces_the_default_unless_tower_behaviour_is_asked() {
+        let estimate = |pe: &PeakEwma, i: usize| pe.loads(MILLISECOND)[i].latency_estimate.unwrap();
+        let pe = after_one_sample_each(ColdStart::FirstSample);
+        assert_eq!((estimate(&pe, 0), estimate(&pe, 1)), (5e6, 50e6));
+        // Later samples blend as before: one below the estimate moves it a little.
+        let mut e = RttEstimate::new(30 * MILLISECOND);
+        e.update(SECOND, 5e6, TAU, ColdStart::FirstSample);
+        e.update(SECOND + 100 * MILLISECOND, 1e6, TAU, ColdStart::FirstSample);
+        assert!(e.rtt > 4.9e6 && e.rtt < 5e6, "{}", e.rtt);
+
+        // tower's: the fast endpoint keeps almost all of the 30 ms default
+        // (1 ms after start the sample's weight is 1 − e^(−0.1 ms/10 s) ≈ 0).
+        let tower = after_one_sample_each(ColdStart::DefaultRtt);
+        assert!(estimate(&tower, 0) > 29e6, "{}", estimate(&tower, 0));
+        // So with one request in flight the fast endpoint costs more than
+        // the idle slow one (60 ms against 50 ms), where the first-sample
+        // start costs it 10 ms.
+        let in_flight = |pe: &PeakEwma| cost(estimate(pe, 0), 1, 1.0, true, false);
+        assert!(in_flight(&tower) > 50e6 && in_flight(&pe) == 10e6);
+    }
+
+    #[test]
+    fn an_endpoint_added_by_a_reload_starts_from_its_first_sample_too() {
+        let mut pe = after_one_sample_each(ColdStart::FirstSample);
+        let eps = [Endpoint::new(0, "fast"), Endpoint::new(1, "slow"), Endpoint::new(2, "new")];
+        pe.set_endpoints(&eps).unwrap();
+        let now = 2 * MILLISECOND;
+        // The kept endpoints keep their estimates; the new one starts at the default.
+        let estimates: Vec<f64> = pe.loads(now).iter().map(|l| l.latency_estimate.unwrap()).collect();
+        assert!((estimates[0] - 5e6).abs() < 1e3 && (estimates[1] - 50e6).abs() < 1e4, "{estimates:?}");
+        assert!((estimates[2] - 30e6).abs() < 1e4, "{estimates:?}");
+        // Unmeasured and idle, it is probed at once: both draws that include it pick it.
+        let t = loop {
+            let t = pe.pick(now, None).unwrap();
+            if t.endpoint() == EndpointId(2) {
+                break t;
+            }
+            pe.on_cancel(t);
+        };
+        pe.on_complete(t, 3 * MILLISECOND, Outcome::Success { latency: 4 * MILLISECOND });
+        assert_eq!(pe.loads(3 * MILLISECOND)[2].latency_estimate, Some(4e6));
     }
 }

@@ -196,3 +196,36 @@ fn connect_timeout_is_502_within_the_configured_time() {
     // After the 300 ms connect timeout, well before the 30 s request timeout.
     assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(10), "502 after {took:?}");
 }
+
+/// RFC 9112 §3.2 and §3.2.2: an HTTP/1.1 request without `Host` (or with
+/// two) is refused; an absolute-form target routes by its own authority,
+/// not by a conflicting `Host` (else a host route could be bypassed); a
+/// chunk size that overflows is the client's error (400), not the
+/// upstream's (502).
+#[test]
+fn host_rules_absolute_form_routing_and_overflowing_chunk_sizes() {
+    let b = fulcrum_load::Backends::start(fulcrum_load::BackendsConfig::fixed_delays(&[Duration::ZERO])).unwrap();
+    let f = Fulcrum::serve("host-rules", &config(&format!("\"{}\"", b.addrs()[0]), "2s"));
+    let addr = f.listen[0];
+    assert_eq!(get(addr, "app.test", "/", "").status, 200);
+    let no_host = send(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert_eq!(no_host.status, 400, "{no_host:?}");
+    assert_eq!(send(addr, b"GET http://app.test/ HTTP/1.1\r\nConnection: close\r\n\r\n").status, 400);
+    assert_eq!(get(addr, "app.test", "/", "Host: other.test\r\n").status, 400);
+    // The target's authority wins, whichever way the Host conflicts.
+    let absolute = |target: &str, host: &str| {
+        send(addr, format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).status
+    };
+    assert_eq!(absolute("http://other.test/x", "app.test"), 404);
+    assert_eq!(absolute("http://app.test/x", "other.test"), 200);
+    assert_eq!(absolute("http://APP.test:8080/x", "other.test"), 200);
+    let overflow = "POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+                    fffffffffffffffffffffffff\r\nx\r\n0\r\n\r\n";
+    let r = send(addr, overflow.as_bytes());
+    assert_eq!(r.status, 400, "{r:?}");
+    // Still serving, and the backend was not blamed for any of it.
+    assert_eq!(get(addr, "app.test", "/", "").status, 200);
+    let metrics = String::from_utf8_lossy(&get(f.admin.unwrap(), "admin", "/metrics", "").body).into_owned();
+    assert!(metrics.contains("fulcrum_local_responses_total{code=\"502\"} 0"), "{metrics}");
+    assert!(f.terminate().success());
+}

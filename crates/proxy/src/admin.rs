@@ -74,7 +74,7 @@ impl Admin {
             &mut out,
             "fulcrum_upstream_errors_total",
             "counter",
-            "Failed requests: connect errors, timeouts, resets, 5xx.",
+            "Failed requests: connect errors, timeouts, resets, 5xx, failing grpc-status.",
         );
         for c in &clusters {
             for (labels, u) in endpoints(c) {

@@ -4,7 +4,7 @@
 //! and the HTTP/1.1 client ([`h1`](crate::h1)), which neither owns.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -18,6 +18,38 @@ use hyper::body::Incoming;
 /// can be sent again on a retry).
 pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
 
+/// How the client's body failed, if it did: the body records it as it
+/// streams, the request path reads it when a try breaks, so that the
+/// client's fault is answered as such (413, 400) rather than as the
+/// upstream's (502).
+#[derive(Debug, Default)]
+pub struct ClientFault(AtomicU8);
+
+/// What [`ClientFault`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The body outgrew `max_body_bytes`.
+    TooLarge,
+    /// The body broke: bad chunked framing (a chunk size that overflows),
+    /// or the client went away mid-body.
+    Broken,
+}
+
+impl ClientFault {
+    fn set(&self, fault: Fault) {
+        self.0.store(fault as u8 + 1, Relaxed);
+    }
+
+    /// The recorded fault, if any.
+    pub fn get(&self) -> Option<Fault> {
+        match self.0.load(Relaxed) {
+            0 => None,
+            1 => Some(Fault::TooLarge),
+            _ => Some(Fault::Broken),
+        }
+    }
+}
+
 /// A client's request body, cut off with an error past the listener's
 /// `max_body_bytes` (bodies without a length are only known to be too large
 /// while they stream).
@@ -25,13 +57,13 @@ pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
 pub struct LimitedBody {
     inner: Incoming,
     left: u64,
-    over: Arc<AtomicBool>,
+    fault: Arc<ClientFault>,
 }
 
 impl LimitedBody {
-    /// `inner`, cut off past `max` bytes; `over` is set when it is.
-    pub fn new(inner: Incoming, max: u64, over: Arc<AtomicBool>) -> Self {
-        LimitedBody { inner, left: max, over }
+    /// `inner`, cut off past `max` bytes; `fault` records why it ended early.
+    pub fn new(inner: Incoming, max: u64, fault: Arc<ClientFault>) -> Self {
+        LimitedBody { inner, left: max, fault }
     }
 }
 
@@ -58,13 +90,16 @@ impl Body for LimitedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 let len = frame.data_ref().map_or(0, |d| d.len() as u64);
                 if len > self.left {
-                    self.over.store(true, Relaxed);
+                    self.fault.set(Fault::TooLarge);
                     return Poll::Ready(Some(Err(LimitedBodyError::TooLarge)));
                 }
                 self.left -= len;
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Err(e))) => {
+                self.fault.set(Fault::Broken);
+                Poll::Ready(Some(Err(e.into())))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }

@@ -175,6 +175,10 @@ pub struct Cluster {
     pub max_connections: usize,
     /// Circuit breaking: most requests waiting for a connection (503 beyond).
     pub max_pending: usize,
+    /// A gRPC response whose `grpc-status` is not 0 (OK), in its trailers or
+    /// a trailers-only head, counts as a failure for outlier detection and
+    /// Peak-EWMA's penalty (default true).
+    pub grpc_status_failure: bool,
 }
 
 /// Active health checks of every endpoint of a cluster.
@@ -330,6 +334,12 @@ struct RawCluster {
     max_requests: Option<Spanned<u64>>,
     max_connections: Option<Spanned<usize>>,
     max_pending: Option<Spanned<usize>>,
+    #[serde(default = "default_true")]
+    grpc_status_failure: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_upstream() -> UpstreamProtocol {
@@ -472,6 +482,7 @@ impl Config {
                 max_requests: DEFAULT_MAX_REQUESTS,
                 max_connections: DEFAULT_MAX_REQUESTS as usize,
                 max_pending: DEFAULT_MAX_REQUESTS as usize,
+                grpc_status_failure: true,
             }],
         })
     }
@@ -571,6 +582,7 @@ impl RawConfig {
                 algorithm,
                 hash_key: c.hash_key.unwrap_or(HashKey::SourceIp),
                 upstream: c.upstream,
+                grpc_status_failure: c.grpc_status_failure,
             });
         }
         Ok(clusters)

@@ -14,7 +14,9 @@
 //! or, when its length is unknown, goes out chunked. A response is delimited
 //! (§6.3) by nothing for `HEAD`, 204 and 304; by chunked transfer coding; by
 //! `Content-Length` (differing values are an error); or else by the
-//! connection's close. 1xx responses other than 101 are skipped. A
+//! connection's close. 1xx responses other than 101 are skipped; a 101 is
+//! an answer only to [`upgrade`], which hands the connection over to a
+//! tunnel (WebSockets) and never pools it. A
 //! connection is reused only when its response was read to the end, nothing
 //! followed it, and neither side asked to close.
 //!
@@ -114,7 +116,7 @@ impl Connection {
         let (parts, body) = req.into_parts();
         let replayable = matches!(body, Either::Right(_)) && idempotent(&parts.method);
         let (head, body_sent) = match body {
-            Either::Right(_) => (read_head(&mut self.stream, &mut self.read).await, true),
+            Either::Right(_) => (read_head(&mut self.stream, &mut self.read, false).await, true),
             Either::Left(body) => self.write_body_and_read_head(body, chunked).await?,
         };
         let head = match head {
@@ -159,7 +161,7 @@ impl Connection {
     ) -> Result<(Result<Head, NoHead>, bool), ExchangeError> {
         let (mut from, mut to) = self.stream.split();
         let write = write_body(&mut to, body, chunked);
-        let read = read_head(&mut from, &mut self.read);
+        let read = read_head(&mut from, &mut self.read, false);
         tokio::pin!(write, read);
         let mut sent = None;
         loop {
@@ -227,8 +229,8 @@ enum NoHead {
 }
 
 /// The response head from `from` (bytes read land in `read`), after any
-/// 1xx interim responses.
-async fn read_head<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut) -> Result<Head, NoHead> {
+/// 1xx interim responses; a 101 is an answer only if `upgrade` asked for one.
+async fn read_head<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut, upgrade: bool) -> Result<Head, NoHead> {
     let mut heard = false;
     loop {
         if !read.is_empty() {
@@ -236,7 +238,7 @@ async fn read_head<R: AsyncRead + Unpin>(from: &mut R, read: &mut BytesMut) -> R
             match parse_head(read).ok_or(NoHead::Broken)? {
                 Some(head) => {
                     read.advance(head.len);
-                    if head.status.is_informational() {
+                    if head.status.is_informational() && !(upgrade && head.status == StatusCode::SWITCHING_PROTOCOLS) {
                         // 100 Continue, 103 Early Hints: the answer follows.
                         // 101 would switch protocols, which nothing here asked for.
                         if head.status == StatusCode::SWITCHING_PROTOCOLS {
@@ -289,6 +291,42 @@ fn encode_head(req: &Request<UpstreamBody>, chunked: bool) -> Vec<u8> {
     }
     head.extend_from_slice(b"\r\n");
     head
+}
+
+/// The upstream's answer to an Upgrade request ([`upgrade`]).
+#[derive(Debug)]
+pub enum UpgradeAnswer {
+    /// 101: the connection now speaks the new protocol; `early` holds what
+    /// the upstream sent after the head, for the client.
+    Switched {
+        /// The 101's headers.
+        headers: HeaderMap,
+        /// The connection.
+        stream: TcpStream,
+        /// Bytes read past the head.
+        early: Bytes,
+    },
+    /// Any other final status; the connection is dropped (its body is not read).
+    Refused {
+        /// The status.
+        status: StatusCode,
+        /// Its headers.
+        headers: HeaderMap,
+    },
+}
+
+/// Send the head of `req`, an Upgrade request without a body, on the new
+/// connection `stream` and read the answer (RFC 9110 §7.8). `None` if the
+/// connection broke or the answer breaks the protocol.
+pub async fn upgrade(mut stream: TcpStream, req: &Request<UpstreamBody>) -> Option<UpgradeAnswer> {
+    stream.write_all(&encode_head(req, false)).await.ok()?;
+    let mut read = BytesMut::new();
+    let head = read_head(&mut stream, &mut read, true).await.ok()?;
+    Some(if head.status == StatusCode::SWITCHING_PROTOCOLS {
+        UpgradeAnswer::Switched { headers: head.headers, stream, early: read.freeze() }
+    } else {
+        UpgradeAnswer::Refused { status: head.status, headers: head.headers }
+    })
 }
 
 /// A parsed response head.

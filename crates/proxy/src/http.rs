@@ -18,8 +18,10 @@
 //! again; resets, timeouts and 5xx only for idempotent requests without a
 //! body. Every retry spends a token of the worker's retry budget.
 //!
-//! Responses the proxy makes itself: 404 (no route), 503 (no endpoint, or
-//! `max_requests` in flight),
+//! Responses the proxy makes itself: 400 (an HTTP/1.1 request without
+//! `Host` or any with two, RFC 9112 §3.2; a request body that broke while
+//! streaming, such as a chunk size that overflows), 404 (no route), 503 (no
+//! endpoint, or `max_requests` in flight),
 //! 502 (upstream refused, reset or broke the protocol), 504 (no response
 //! headers within the cluster's `request_timeout`); hyper answers malformed
 //! requests with 400 and oversized heads with 431. All are counted in
@@ -28,7 +30,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -45,10 +47,11 @@ use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::body::{idempotent, LimitedBody, UpstreamBody};
+use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
+use crate::h1::UpgradeAnswer;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
@@ -78,9 +81,26 @@ fn local(status: StatusCode, message: &'static str) -> Response<ProxyBody> {
     response
 }
 
-/// The request's host, lowercased, without port.
+/// Why a request's `Host` makes it one the proxy must refuse (RFC 9112
+/// §3.2: an HTTP/1.1 request without one, or any request with two), if it does.
+fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == Version::HTTP_11 => Some("fulcrum: HTTP/1.1 request without Host\n"),
+        (Some(_), Some(_)) => Some("fulcrum: request with more than one Host\n"),
+        _ => None,
+    }
+}
+
+/// The request's host, lowercased, without port: the request target's
+/// authority when it has one (the absolute form, or HTTP/2's `:authority`,
+/// which win over a conflicting `Host`: RFC 9112 §3.2.2, RFC 9113 §8.3.1),
+/// else the `Host` header.
 fn host_of<B>(req: &Request<B>) -> Option<String> {
-    let raw = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| req.uri().host())?;
+    let raw = match req.uri().host() {
+        Some(host) => host,
+        None => req.headers().get(header::HOST).and_then(|h| h.to_str().ok())?,
+    };
     let host = match raw.rfind(':') {
         // Keep IPv6 literals whole: "[::1]:80" → "[::1]".
         Some(i) if !raw[i..].contains(']') => &raw[..i],
@@ -187,8 +207,10 @@ struct Prepared {
     resendable: bool,
     /// Tries copy the headers rather than take them.
     copy_headers: bool,
-    /// Set once the body outgrew `max_body_bytes` while streaming.
-    over_limit: Arc<AtomicBool>,
+    /// Set if the body outgrew `max_body_bytes` or broke while streaming.
+    fault: Arc<ClientFault>,
+    /// A gRPC call's `grpc-timeout`, which shortens the request timeout.
+    grpc_timeout: Option<Duration>,
 }
 
 impl Prepared {
@@ -197,6 +219,20 @@ impl Prepared {
     fn can_send_again(&self) -> bool {
         (self.replayable || self.body.is_some()) && self.headers.is_some()
     }
+}
+
+/// An HTTP/1.1 request to switch protocols (`Connection: upgrade` and an
+/// `Upgrade` header, RFC 9110 §7.8), such as a WebSocket handshake.
+fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
 /// The cluster of the first of `listener`'s routes that matches `req`.
@@ -239,12 +275,15 @@ async fn send_try(
 }
 
 /// A try's outcome as the retry policy sees it (the failure, `None` for a
-/// success) and as the balancer hears it.
-fn classify(outcome: &Try) -> (Option<RetryOn>, RequestResult) {
+/// success) and as the balancer hears it. With `grpc`, a trailers-only gRPC
+/// response with a failing `grpc-status` is a failure for the balancer (it
+/// is not retried: the call's status goes back to the client).
+fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
     match outcome {
         Try::Response(r) if r.status().is_server_error() => {
             (Some(RetryOn::Status(r.status().as_u16())), RequestResult::ServerError)
         }
+        Try::Response(r) if grpc && crate::grpc::failed(r.headers()) => (None, RequestResult::ServerError),
         Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
         Try::ConnectFailure => (Some(RetryOn::ConnectFailure), RequestResult::GatewayFailure),
         Try::Reset => (Some(RetryOn::Reset), RequestResult::GatewayFailure),
@@ -258,11 +297,18 @@ impl HttpService {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
+        if let Some(message) = bad_host(&req) {
+            self.stats.bad_request.fetch_add(1, Relaxed);
+            return Ok(local(StatusCode::BAD_REQUEST, message));
+        }
         let Some(index) = route(listener, &req) else {
             self.stats.no_route.fetch_add(1, Relaxed);
             return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
         };
         let cluster = &routing.clusters[index];
+        if is_upgrade(&req) {
+            return Ok(self.upgrade(cluster, peer, req).await);
+        }
         match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req) {
             Ok(prepared) => Ok(self.forward(cluster, &routing.pools[index], prepared).await),
             Err((status, message)) => Ok(local(status, message)),
@@ -279,18 +325,19 @@ impl HttpService {
         req: Request<Incoming>,
     ) -> Result<Prepared, Refusal> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
+        let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
             return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
         }
         let (mut parts, body) = req.into_parts();
-        let over_limit = Arc::new(AtomicBool::new(false));
+        let fault = Arc::new(ClientFault::default());
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, over_limit.clone())) };
-        let Some(headers) = self.upstream_headers(&mut parts, peer) else {
+        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, fault.clone())) };
+        let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
             return Err((StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
         };
@@ -301,7 +348,7 @@ impl HttpService {
             && config.retries.attempts > 1
             && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
         let headers = Some(headers);
-        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, over_limit })
+        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, fault, grpc_timeout })
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -313,8 +360,9 @@ impl HttpService {
         mut req: Prepared,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
-        let per_try = config.retries.per_try_timeout.unwrap_or(config.request_timeout).min(config.request_timeout);
-        let deadline = Instant::now() + config.request_timeout;
+        let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
+        let per_try = config.retries.per_try_timeout.unwrap_or(timeout).min(timeout);
+        let deadline = Instant::now() + timeout;
         let mut tried = Vec::new();
         cluster.deposit(self.epoch.now());
         loop {
@@ -341,7 +389,7 @@ impl HttpService {
             let timeout = per_try.min(deadline.saturating_duration_since(sent));
             let outcome = send_try(pool, pick.upstream.addr, upstream_req, timeout, &mut req).await;
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let (failure, result) = classify(&outcome);
+            let (failure, result) = classify(&outcome, config.grpc_status_failure);
             // The policy says which failures it retries; a request that was
             // sent may go again only if resending it is safe.
             let retry = failure
@@ -354,7 +402,7 @@ impl HttpService {
                 cluster.complete(pick, self.epoch.now(), latency, result);
                 continue;
             }
-            return self.answer(cluster, pick, outcome, (latency, result), &req.over_limit);
+            return self.answer(cluster, pick, outcome, (latency, result), &req.fault);
         }
     }
 
@@ -390,7 +438,7 @@ impl HttpService {
         pick: Pick,
         outcome: Try,
         (latency, result): (Nanos, RequestResult),
-        over_limit: &AtomicBool,
+        fault: &ClientFault,
     ) -> Response<ProxyBody> {
         match outcome {
             Try::Response(response) => {
@@ -398,7 +446,8 @@ impl HttpService {
                 strip_hop_by_hop(&mut parts.headers);
                 parts.headers.append(header::VIA, via(parts.version));
                 let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
-                let body = TrackedBody { inner: body, completion: Some(completion) };
+                let grpc = cluster.shared.config.grpc_status_failure;
+                let body = TrackedBody { inner: body, completion: Some(completion), grpc };
                 Response::from_parts(parts, Either::Left(body))
             }
             Try::Timeout => {
@@ -412,12 +461,17 @@ impl HttpService {
                 self.stats.unavailable.fetch_add(1, Relaxed);
                 local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
             }
-            Try::Reset if over_limit.load(Relaxed) => {
-                // The body outgrew the limit while streaming: the client's
-                // fault, not the upstream's.
+            // The body outgrew the limit or broke while streaming: the
+            // client's fault, not the upstream's.
+            Try::Reset if fault.get() == Some(Fault::TooLarge) => {
                 cluster.cancel(pick);
                 self.stats.payload_too_large.fetch_add(1, Relaxed);
                 local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
+            }
+            Try::Reset if fault.get() == Some(Fault::Broken) => {
+                cluster.cancel(pick);
+                self.stats.bad_request.fetch_add(1, Relaxed);
+                local(StatusCode::BAD_REQUEST, "fulcrum: malformed request body\n")
             }
             Try::ConnectFailure | Try::Reset => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
@@ -427,17 +481,124 @@ impl HttpService {
         }
     }
 
-    /// The request headers as sent upstream (every attempt): hop-by-hop
-    /// headers removed, `Host` kept, forwarding headers added.
-    fn upstream_headers(&self, parts: &mut http::request::Parts, peer: &Peer) -> Option<HeaderMap> {
-        let mut headers = std::mem::take(&mut parts.headers);
-        // HTTP/2 carries the host in :authority; HTTP/1.1 upstreams need it as Host.
-        if !headers.contains_key(header::HOST) {
-            if let Some(host) = parts.uri.host() {
-                headers.insert(header::HOST, HeaderValue::from_str(host).ok()?);
+    /// Proxy an Upgrade request (a WebSocket handshake) to one endpoint on
+    /// a connection of its own. On a 101 the client gets the 101 and both
+    /// connections are joined until either side closes; the balancer counts
+    /// the request active all that time and learns the latency to the 101.
+    /// Any other answer is passed on by status and headers, without its body.
+    /// Upgrades are not retried (the client retries its handshake).
+    async fn upgrade(
+        &self,
+        cluster: &Arc<WorkerCluster>,
+        peer: &Peer,
+        mut req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let config = &cluster.shared.config;
+        let key = hash_key(&config.hash_key, &req, peer.addr);
+        let pick = match cluster.pick(self.epoch.now(), key, &[]) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.unavailable.fetch_add(1, Relaxed);
+                return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
+            }
+        };
+        let client = hyper::upgrade::on(&mut req);
+        let (mut parts, _) = req.into_parts();
+        let protocol = parts.headers.get(header::UPGRADE).cloned();
+        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let upstream_req = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1).zip(protocol).and_then(
+            |(mut headers, protocol)| {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                headers.insert(header::UPGRADE, protocol);
+                let body = Either::Right(Empty::new());
+                rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
+            },
+        );
+        let Some(upstream_req) = upstream_req else {
+            cluster.cancel(pick);
+            self.stats.bad_request.fetch_add(1, Relaxed);
+            return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
+        };
+        let sent = Instant::now();
+        let addr = pick.upstream.addr;
+        let answer = async {
+            let stream =
+                tokio::time::timeout(config.connect_timeout, tokio::net::TcpStream::connect(addr)).await.ok()?.ok()?;
+            let _ = stream.set_nodelay(true);
+            crate::h1::upgrade(stream, &upstream_req).await
+        };
+        let answer = tokio::time::timeout(config.request_timeout, answer).await;
+        let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match answer {
+            Ok(Some(UpgradeAnswer::Switched { headers, stream, early })) => {
+                let completion = Completion {
+                    cluster: cluster.clone(),
+                    pick,
+                    epoch: self.epoch,
+                    latency,
+                    result: RequestResult::Success,
+                };
+                tokio::spawn(tunnel(client, stream, early, completion));
+                let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+                *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                *response.headers_mut() = headers;
+                response.headers_mut().append(header::VIA, via(Version::HTTP_11));
+                response
+            }
+            Ok(Some(UpgradeAnswer::Refused { status, mut headers })) => {
+                let result = if status.is_server_error() { RequestResult::ServerError } else { RequestResult::Success };
+                cluster.complete(pick, self.epoch.now(), latency, result);
+                strip_hop_by_hop(&mut headers);
+                headers.remove(header::CONTENT_LENGTH);
+                let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+                *response.status_mut() = status;
+                *response.headers_mut() = headers;
+                response
+            }
+            Ok(None) => {
+                cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                self.stats.bad_gateway.fetch_add(1, Relaxed);
+                local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
+            }
+            Err(_) => {
+                cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                self.stats.gateway_timeout.fetch_add(1, Relaxed);
+                local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }
         }
+    }
+
+    /// The request headers as sent upstream (every attempt): hop-by-hop
+    /// headers removed, `Host` kept, forwarding headers added.
+    fn upstream_headers(
+        &self,
+        parts: &mut http::request::Parts,
+        peer: &Peer,
+        protocol: UpstreamProtocol,
+    ) -> Option<HeaderMap> {
+        let mut headers = std::mem::take(&mut parts.headers);
+        // `TE: trailers` is hop-by-hop, but says the next hop passes
+        // trailers on, which an HTTP/2 upstream connection does (gRPC
+        // servers refuse a call without it), so it is said again there.
+        let te_trailers = protocol == UpstreamProtocol::Http2
+            && headers
+                .get_all(header::TE)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
+        // HTTP/2 carries the host in :authority, an absolute-form target in
+        // the target: either replaces Host (RFC 9112 §3.2.2), which is how
+        // HTTP/1.1 upstreams need it.
+        if let Some(host) = parts.uri.host() {
+            let value = match parts.uri.port_u16() {
+                Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
+                None => HeaderValue::from_str(host),
+            };
+            headers.insert(header::HOST, value.ok()?);
+        }
         strip_hop_by_hop(&mut headers);
+        if te_trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         // hyper sizes the map for the headers it parsed: make room for ours in one step.
         headers.reserve(3);
         let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -498,6 +659,26 @@ fn rewrite(
     Some(req)
 }
 
+/// Join the client's upgraded connection and the upstream's until either
+/// side closes (each direction's end is passed on as a half-close), then
+/// report the pick. The client side keeps the listener's idle timeout.
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    mut upstream: tokio::net::TcpStream,
+    early: Bytes,
+    done: Completion,
+) {
+    use tokio::io::AsyncWriteExt;
+    let joined = async {
+        let mut client = hyper_util::rt::TokioIo::new(client.await.ok()?);
+        client.write_all(&early).await.ok()?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await.ok()
+    };
+    // A tunnel that ends in a reset is still a tunnel the upstream served.
+    let _ = joined.await;
+    done.finish(true);
+}
+
 /// Reports a pick's outcome once, when the response body ends or is dropped.
 struct Completion {
     cluster: Arc<WorkerCluster>,
@@ -518,6 +699,8 @@ impl Completion {
 pub struct TrackedBody {
     inner: ResponseBody,
     completion: Option<Completion>,
+    /// Trailers with a failing `grpc-status` make the outcome a failure.
+    grpc: bool,
 }
 
 impl TrackedBody {
@@ -535,6 +718,13 @@ impl Body for TrackedBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if self.grpc && frame.trailers_ref().is_some_and(crate::grpc::failed) {
+                if let Some(c) = self.completion.as_mut() {
+                    c.result = RequestResult::ServerError;
+                }
+            }
+        }
         match &polled {
             // hyper stops polling a body of known length after its last
             // byte, so the end is seen there rather than at `None`.
@@ -581,6 +771,24 @@ mod tests {
         assert_eq!(host_of(&req(Some("[::1]"), "/")), Some("[::1]".into()));
         assert_eq!(host_of(&req(Some("[::1]:80"), "/")), Some("[::1]".into()));
         assert_eq!(host_of(&req(None, "http://h2.example:443/x")), Some("h2.example".into()));
+        // The absolute form's authority wins over a conflicting Host.
+        assert_eq!(host_of(&req(Some("public.test"), "http://admin.test/x")), Some("admin.test".into()));
+    }
+
+    #[test]
+    fn http11_needs_exactly_one_host_and_http10_none() {
+        assert!(bad_host(&req(Some("a.test"), "/")).is_none());
+        assert!(bad_host(&req(None, "/")).is_some());
+        assert!(bad_host(&req(None, "http://a.test/")).is_some());
+        let mut old = req(None, "/");
+        *old.version_mut() = Version::HTTP_10;
+        assert!(bad_host(&old).is_none());
+        let mut two = req(Some("a.test"), "/");
+        two.headers_mut().append(header::HOST, HeaderValue::from_static("b.test"));
+        assert!(bad_host(&two).is_some());
+        let mut h2 = req(None, "http://a.test/");
+        *h2.version_mut() = Version::HTTP_2;
+        assert!(bad_host(&h2).is_none());
     }
 
     #[test]

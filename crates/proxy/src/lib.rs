@@ -18,6 +18,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod grpc;
 pub mod h1;
 mod health;
 pub mod http;

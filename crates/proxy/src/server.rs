@@ -413,14 +413,14 @@ impl Accept {
                 let served = match tls {
                     None => {
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
-                        let conn = builder.serve_connection(TokioIo::new(io), svc);
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
                         watcher.watch(conn.into_owned()).await
                     }
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
-                        let conn = builder.serve_connection(TokioIo::new(io), svc);
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
                         watcher.watch(conn.into_owned()).await
                     }
                 };

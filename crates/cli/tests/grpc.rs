@@ -1,0 +1,89 @@
+//! End-to-end: a real gRPC server and client (the `grpcio` package from
+//! PyPI, which `scripts/test` installs) through `fulcrum serve` with an
+//! HTTP/2 upstream: a unary call, a failing status carried in the trailers
+//! and counted as the endpoint's failure, and `grpc-timeout` as the
+//! proxy's deadline. The test fails, never skips, without python3 and grpcio.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use common::{app_config, get, send, Fulcrum};
+
+fn peer() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tools/grpc_peer.py")
+}
+
+/// The gRPC server, killed (by PID) on drop.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One call through `target`: "ok <reply>" or "status <CODE> <details>".
+fn call(target: &str, method: &str, request: &str) -> String {
+    let out = Command::new("python3")
+        .arg(peer())
+        .args(["client", target, method, request])
+        .output()
+        .expect("python3 (with the grpcio package: scripts/test installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A counter or gauge of the proxy's metrics for the only endpoint.
+fn metric(f: &Fulcrum, name: &str) -> u64 {
+    let text = String::from_utf8_lossy(&get(f.admin.unwrap(), "admin", "/metrics", "").body).into_owned();
+    let line = text.lines().find(|l| l.starts_with(&format!("{name}{{"))).unwrap_or_else(|| panic!("{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn grpc_calls_keep_their_trailers_status_and_deadline_through_the_proxy() {
+    let mut child = Command::new("python3").arg(peer()).arg("server").stdout(Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    let mut first = String::new();
+    BufReader::new(stdout).read_line(&mut first).unwrap();
+    let port: u16 = first
+        .trim()
+        .strip_prefix("port ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the gRPC server did not start (is the grpcio package installed?): {first:?}"));
+    let cluster = "upstream = \"http2\"\nrequest_timeout = \"30s\"";
+    let f = Fulcrum::serve("grpc", &app_config(&format!("\"127.0.0.1:{port}\""), "workers = 1", "", cluster));
+    let target = f.listen[0].to_string();
+
+    assert_eq!(call(&target, "Unary", "hello"), "ok hello");
+    assert_eq!(metric(&f, "fulcrum_upstream_errors_total"), 0);
+    // The status travels in the trailers (or a trailers-only head), and
+    // counts as the endpoint's failure.
+    assert_eq!(call(&target, "Fail", "NOT_FOUND"), "status NOT_FOUND failing on purpose");
+    assert_eq!(call(&target, "Fail", "UNAVAILABLE"), "status UNAVAILABLE failing on purpose");
+    assert_eq!(metric(&f, "fulcrum_upstream_errors_total"), 2);
+    assert_eq!(call(&target, "Unary", "again"), "ok again");
+    assert_eq!(metric(&f, "fulcrum_upstream_errors_total"), 2);
+
+    // grpc-timeout is the proxy's deadline: Slow answers after 2 s, the
+    // cluster would wait 30 s, the call allows 300 ms, so only the
+    // deadline can give this 504. (Sent by hand over HTTP/1.1 so that no
+    // client deadline races the proxy's.)
+    let frame = [0u8, 0, 0, 0, 1, b'x'];
+    let mut raw = format!(
+        "POST /test.Echo/Slow HTTP/1.1\r\nHost: grpc\r\nContent-Type: application/grpc\r\nTE: trailers\r\n\
+         grpc-timeout: 300m\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        frame.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&frame);
+    let r = send(f.listen[0], &raw);
+    assert_eq!(r.status, 504, "{r:?}");
+    drop(server);
+    assert!(f.terminate().success());
+}
