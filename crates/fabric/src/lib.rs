@@ -13,6 +13,8 @@
 //!
 //! - [`packet`]: the packet value.
 //! - [`qdisc`]: queue disciplines and their marking rules.
+//! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
+//!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
@@ -27,6 +29,7 @@ pub mod packet;
 pub mod qdisc;
 pub mod report;
 pub mod scenario;
+pub mod sched;
 pub mod tcp;
 pub mod topology;
 pub mod workload;
