@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 
 use crate::packet::{Nanos, Packet};
-use crate::qdisc::Qdisc;
+use crate::qdisc::{Qdisc, QueueStats};
 
 /// The rule choosing the next class.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +69,25 @@ impl Scheduler {
             }
         };
         Scheduler { classes, state }
+    }
+
+    /// A single class: the port behaves as its one discipline.
+    pub fn fifo(q: Qdisc) -> Scheduler {
+        Scheduler::new(Policy::Strict, vec![q])
+    }
+
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Marking and drop counters summed over the classes.
+    pub fn stats(&self) -> QueueStats {
+        self.classes.iter().fold(QueueStats::default(), |a, q| QueueStats {
+            marks: a.marks + q.stats.marks,
+            drops: a.drops + q.stats.drops,
+            enqueued: a.enqueued + q.stats.enqueued,
+        })
     }
 
     /// The child discipline of `class`.
