@@ -474,7 +474,7 @@ impl Scenario {
                 positive("workload.throughput_interval", throughput_interval.0 as f64)?;
                 let hosts = self.shape().0.hosts();
                 let class_ok = |c: u32| classes.map_or(c == 0, |n| c < n as u32);
-                for l in long {
+                for (i, l) in long.iter().enumerate() {
                     if l.src >= hosts || l.dst >= hosts || l.src == l.dst {
                         return bad(
                             "workload.long.src",
@@ -482,7 +482,10 @@ impl Scenario {
                         );
                     }
                     if !class_ok(l.class as u32) {
-                        return bad("workload.long.class", format!("= {}: the scheduler has no such class", l.class));
+                        return bad(
+                            &format!("workload.long[{i}].class"),
+                            format!("= {}: the scheduler has no such class", l.class),
+                        );
                     }
                 }
                 if let Some(s) = short {
@@ -664,5 +667,23 @@ mod tests {
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
         assert!(err.contains("--set") && err.contains("treshold"), "{err}");
         assert!(parse(&base(), &["nonsense"]).unwrap_err().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn mq_scenario_loads_and_checks_classes_and_hosts() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/fabric/mq-tcn.toml"))
+            .unwrap();
+        let s = parse(&text, &[]).unwrap();
+        assert_eq!(s.scheduler(), Some((Policy::Dwrr { quanta: vec![3000, 1500, 1500] }, 3)));
+        let (fixed, every) = s.fixed().unwrap();
+        assert_eq!((fixed.long.len(), fixed.long[2].start, fixed.long[2].prio, every), (3, 200_000_000, 2, 20_000_000));
+        assert!(s.poisson().is_none() && s.cdf.is_none());
+        let err = parse(&text.replace("class = 2 }", "class = 3 }"), &[]).unwrap_err();
+        assert!(err.contains("workload.long[2].class = 3"), "{err}");
+        let err = parse(&text, &["workload.short.classes=4"]).unwrap_err();
+        assert!(err.contains("--set workload.short.classes"), "{err}");
+        let err = parse(&text, &["scheduler.quanta=[1500, 0, 1500]"]).unwrap_err();
+        assert!(err.contains("scheduler.quanta"), "{err}");
+        assert!(parse(&text, &["workload.short.dst=6"]).unwrap_err().contains("workload.short.sources"));
     }
 }
