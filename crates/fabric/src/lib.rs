@@ -13,6 +13,8 @@
 //!
 //! - [`packet`]: the packet value.
 //! - [`qdisc`]: queue disciplines and their marking rules.
+//! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
+//!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
@@ -27,6 +29,7 @@ pub mod packet;
 pub mod qdisc;
 pub mod report;
 pub mod scenario;
+pub mod sched;
 pub mod tcp;
 pub mod topology;
 pub mod workload;
@@ -76,6 +79,9 @@ pub struct Outcome {
     pub data_packets: u64,
     /// Flows that had not received every byte when the run ended.
     pub unfinished: usize,
+    /// Long flows' throughput samples: (time ns, Gb/s of each long flow
+    /// over the interval ending then); empty without long flows.
+    pub throughput: Vec<(u64, Vec<f64>)>,
 }
 
 /// Run `scenario` once with `seed`; `progress`, if given, counts simulated
@@ -86,13 +92,22 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     let fabric = Fabric::build(&shape, delay);
     let classes: Vec<u64> = scenario.hosts.delay_classes.iter().map(|d| d.0).collect();
     let mut specs = Vec::new();
-    scenario.poisson().generate(&fabric, classes.len(), &mut streams.stream(STREAM_WORKLOAD), &mut specs);
+    let mut rng = streams.stream(STREAM_WORKLOAD);
+    if let Some(poisson) = scenario.poisson() {
+        poisson.generate(&fabric, classes.len(), &mut rng, &mut specs);
+    }
+    let fixed = scenario.fixed();
+    if let Some((fixed, _)) = &fixed {
+        fixed.generate(&fabric, scenario.end.0, &mut rng, &mut specs);
+    }
     let cfg = ModelConfig {
         tcp: scenario.tcp_config(),
         header: scenario.tcp.header_bytes,
         device_packets: scenario.buffers.device_packets,
         switch_limit: scenario.buffers.switch_packets,
+        host_limit: scenario.buffers.host_packets.unwrap_or(u32::MAX),
         marking: scenario.marking(),
+        scheduler: scenario.scheduler(),
         delay_classes: classes,
         control_class: scenario.hosts.control_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),
@@ -101,6 +116,11 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     };
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
+    if let Some((fixed, every)) = &fixed {
+        if !fixed.long.is_empty() {
+            world.watch_throughput((0..fixed.long.len() as u32).collect(), *every, &mut queue);
+        }
+    }
     let ran = fulcrum_des::run(&mut world, &mut queue, scenario.end.0, progress);
     let flows = records(&world);
     Outcome {
@@ -113,6 +133,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         data_packets: world.data_packets,
         unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
         flows,
+        throughput: std::mem::take(&mut world.throughput),
     }
 }
 

@@ -94,6 +94,11 @@ impl Qdisc {
         self.fifo.is_empty()
     }
 
+    /// Wire bytes of the head packet (what a scheduler charges for it).
+    pub fn head_wire(&self) -> Option<u32> {
+        self.fifo.front().map(|p| p.wire)
+    }
+
     /// Offer a packet; false when it was dropped for lack of room.
     pub fn enqueue(&mut self, now: Nanos, mut p: Packet) -> bool {
         let len = self.fifo.len() as u32;

@@ -9,7 +9,14 @@
 //! [{"seed", "fct_ms"}]], "buckets": [{"size", "flows", "avg_ms", "p99_ms",
 //! "avg_slowdown"}], "queues": [{"port", "mean_packets", "max_packets",
 //! "marks", "drops"}], "unfinished_flows", "data_packets",
-//! "simulated_seconds", "events", "wall_seconds"}`
+//! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"]}`
+//!
+//! With long-lived flows (`workload.kind = "flows"`), `throughput_gbps` is
+//! `[[t, [g0, g1, …]], …]`: at each sample time t (seconds, every
+//! `workload.throughput_interval`, from 0) the Gb/s each long flow's
+//! receiver got in order over the interval ending at t; the table prints
+//! the same samples as `Flow: i, throughput (Gbps): x` lines, as the seed's
+//! mq program does.
 //!
 //! `--plot FILE.svg` draws the FCT distribution (CDF, log-scale time) of
 //! each flow-size bucket, all runs pooled.
@@ -66,6 +73,8 @@ struct Json<'a> {
     simulated_seconds: f64,
     events: f64,
     wall_seconds: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    throughput_gbps: Vec<(f64, Vec<f64>)>,
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -117,6 +126,20 @@ impl Report<'_> {
             .collect()
     }
 
+    /// Long flows' throughput samples, (seconds, Gb/s of each long flow),
+    /// averaged over the runs (they sample at the same times).
+    fn throughput(&self) -> Vec<(f64, Vec<f64>)> {
+        let first = &self.outcomes[0].throughput;
+        (0..first.len())
+            .map(|k| {
+                let flows = (0..first[k].1.len())
+                    .map(|f| mean(self.outcomes.iter().map(|o| o.throughput.get(k).map_or(0.0, |s| s.1[f]))))
+                    .collect();
+                (first[k].0 as f64 / 1e9, flows)
+            })
+            .collect()
+    }
+
     /// The report as one JSON line (with a trailing newline).
     pub fn json(&self) -> String {
         let many = self.outcomes.len() > 1;
@@ -138,6 +161,7 @@ impl Report<'_> {
             simulated_seconds: self.outcomes[0].simulated_ns as f64 / 1e9,
             events: per(|o| o.events as f64),
             wall_seconds: self.wall_seconds,
+            throughput_gbps: self.throughput(),
         };
         let mut s = serde_json::to_string(&json).expect("plain data serialises");
         s.push('\n');
@@ -183,6 +207,15 @@ impl Report<'_> {
                 "{:<12}{:>9.2}{:>10}{:>11}{:>11}",
                 q.port, q.mean_packets, q.max_packets, q.marks, q.drops
             );
+        }
+        let series = self.throughput();
+        if !series.is_empty() {
+            let _ = writeln!(out, "\nLong flows' throughput over each interval ending at t");
+            for (t, flows) in series {
+                for (i, g) in flows.iter().enumerate() {
+                    let _ = writeln!(out, "t {t:.3} s  Flow: {i}, throughput (Gbps): {g:.3}");
+                }
+            }
         }
         out
     }

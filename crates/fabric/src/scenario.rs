@@ -18,9 +18,10 @@ use serde::Deserialize;
 
 use crate::packet::Nanos;
 use crate::qdisc::Marking;
+use crate::sched::Policy;
 use crate::tcp::TcpConfig;
 use crate::topology::Shape;
-use crate::workload::Poisson;
+use crate::workload::{Fixed, LongFlow, Poisson, ShortFlows};
 use crate::world::{DelayAt, Service};
 use fulcrum_workload::Cdf;
 
@@ -66,6 +67,9 @@ pub struct Scenario {
     #[serde(default)]
     pub hosts: Hosts,
     pub workload: Workload,
+    /// Scheduler of every switch port; none: one discipline per port.
+    #[serde(default)]
+    pub scheduler: Option<SchedulerCfg>,
     #[serde(default)]
     pub monitor: Monitor,
     /// The file the scenario came from (for relative paths).
@@ -120,6 +124,11 @@ pub struct Buffers {
     pub device_packets: u32,
     /// Queue-discipline limit of switch ports, packets.
     pub switch_packets: u32,
+    /// Limit of a host NIC's queue in front of its device queue, packets
+    /// (unlimited unless given). The seed's mq senders have a 600-packet
+    /// device queue and no discipline: 595 here plus 5 device packets.
+    #[serde(default)]
+    pub host_packets: Option<u32>,
     /// When a device queue takes packets from its discipline (and a host's
     /// NIC its delayed packets): "on-room" or "on-empty" (ns-3's rule).
     #[serde(default)]
@@ -128,7 +137,7 @@ pub struct Buffers {
 
 impl Default for Buffers {
     fn default() -> Self {
-        Buffers { device_packets: 10, switch_packets: 250, service: ServiceRule::OnRoom }
+        Buffers { device_packets: 10, switch_packets: 250, host_packets: None, service: ServiceRule::OnRoom }
     }
 }
 
@@ -235,10 +244,62 @@ pub enum Workload {
         start: Dur,
         launch_end: Dur,
     },
+    /// Long-lived flows joining at given times, plus optional short flows.
+    Flows {
+        #[serde(default)]
+        long: Vec<LongCfg>,
+        #[serde(default)]
+        short: Option<ShortCfg>,
+        /// How often the long flows' throughput is sampled.
+        #[serde(default = "twenty_ms")]
+        throughput_interval: Dur,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LongCfg {
+    pub src: u32,
+    pub dst: u32,
+    #[serde(default = "zero")]
+    pub start: Dur,
+    /// Scheduler class.
+    #[serde(default)]
+    pub class: u8,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShortCfg {
+    pub count: u32,
+    pub bytes: u64,
+    /// Flow i leaves from `sources[i % len]`.
+    pub sources: Vec<u32>,
+    pub dst: u32,
+    #[serde(default = "zero")]
+    pub start: Dur,
+    pub end: Dur,
+    /// Each flow draws a scheduler class uniformly below this.
+    #[serde(default = "one_u32")]
+    pub classes: u32,
+}
+
+/// A port scheduler as written in a scenario; each class gets the `[aqm]`
+/// discipline with `buffers.switch_packets` of room.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+pub enum SchedulerCfg {
+    Dwrr { quanta: Vec<u32> },
+    Strict { classes: u32 },
+    Wfq { weights: Vec<u32> },
 }
 
 fn zero() -> Dur {
     Dur(0)
+}
+
+fn twenty_ms() -> Dur {
+    Dur(20_000_000)
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -320,7 +381,7 @@ impl Scenario {
                 _ => fail(format!("{field} {msg}")),
             }
         })?;
-        let Workload::Poisson { cdf, .. } = &scenario.workload;
+        let Workload::Poisson { cdf, .. } = &scenario.workload else { return Ok(scenario) };
         let cdf_path = path.parent().unwrap_or(Path::new(".")).join(cdf);
         let loaded = Cdf::load(&cdf_path).map_err(|e| {
             let line = line_of(text, "workload.cdf").map_or(String::new(), |l| format!("line {l}: "));
@@ -381,14 +442,95 @@ impl Scenario {
         }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
         positive("end", self.end.0 as f64)?;
-        let Workload::Poisson { load, start, launch_end, .. } = &self.workload;
-        if !(*load > 0.0 && *load < 1.0) {
-            return bad("workload.load", format!("= {load}: must be above 0 and below 1"));
+        let classes = self.scheduler_classes();
+        if let Some(n) = classes {
+            if n == 0 || n > 255 {
+                return bad("scheduler", format!("has {n} classes: give 1 to 255"));
+            }
         }
-        if launch_end.0 <= start.0 {
-            return bad("workload.launch_end", "must be after workload.start".into());
+        match &self.scheduler {
+            Some(SchedulerCfg::Dwrr { quanta: v }) | Some(SchedulerCfg::Wfq { weights: v }) if v.contains(&0) => {
+                return bad(
+                    if matches!(self.scheduler, Some(SchedulerCfg::Dwrr { .. })) {
+                        "scheduler.quanta"
+                    } else {
+                        "scheduler.weights"
+                    },
+                    "must all be above 0".into(),
+                );
+            }
+            _ => {}
+        }
+        match &self.workload {
+            Workload::Poisson { load, start, launch_end, .. } => {
+                if !(*load > 0.0 && *load < 1.0) {
+                    return bad("workload.load", format!("= {load}: must be above 0 and below 1"));
+                }
+                if launch_end.0 <= start.0 {
+                    return bad("workload.launch_end", "must be after workload.start".into());
+                }
+            }
+            Workload::Flows { long, short, throughput_interval } => {
+                positive("workload.throughput_interval", throughput_interval.0 as f64)?;
+                let hosts = self.shape().0.hosts();
+                let class_ok = |c: u32| classes.map_or(c == 0, |n| c < n as u32);
+                for (i, l) in long.iter().enumerate() {
+                    if l.src >= hosts || l.dst >= hosts || l.src == l.dst {
+                        return bad(
+                            "workload.long.src",
+                            format!("= {} / dst = {}: hosts are 0 to {} and differ", l.src, l.dst, hosts - 1),
+                        );
+                    }
+                    if !class_ok(l.class as u32) {
+                        return bad(
+                            &format!("workload.long[{i}].class"),
+                            format!("= {}: the scheduler has no such class", l.class),
+                        );
+                    }
+                }
+                if let Some(s) = short {
+                    if s.sources.is_empty()
+                        || s.sources.iter().chain([&s.dst]).any(|&h| h >= hosts)
+                        || s.sources.contains(&s.dst)
+                    {
+                        return bad(
+                            "workload.short.sources",
+                            format!("must be non-empty hosts below {hosts}, other than dst"),
+                        );
+                    }
+                    if s.end.0 <= s.start.0 {
+                        return bad("workload.short.end", "must be after start".into());
+                    }
+                    if s.classes == 0 || !class_ok(s.classes - 1) {
+                        return bad(
+                            "workload.short.classes",
+                            format!("= {}: the scheduler has fewer classes", s.classes),
+                        );
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Classes of the port scheduler, if there is one.
+    fn scheduler_classes(&self) -> Option<usize> {
+        self.scheduler.as_ref().map(|s| match s {
+            SchedulerCfg::Dwrr { quanta } => quanta.len(),
+            SchedulerCfg::Strict { classes } => *classes as usize,
+            SchedulerCfg::Wfq { weights } => weights.len(),
+        })
+    }
+
+    /// The port scheduler and its number of classes.
+    pub fn scheduler(&self) -> Option<(Policy, usize)> {
+        let n = self.scheduler_classes()?;
+        let policy = match self.scheduler.as_ref()? {
+            SchedulerCfg::Dwrr { quanta } => Policy::Dwrr { quanta: quanta.clone() },
+            SchedulerCfg::Strict { .. } => Policy::Strict,
+            SchedulerCfg::Wfq { weights } => Policy::Wfq { weights: weights.clone() },
+        };
+        Some((policy, n))
     }
 
     /// The topology to build and its link delay.
@@ -430,15 +572,32 @@ impl Scenario {
         }
     }
 
-    /// The Poisson workload with its CDF loaded.
-    pub fn poisson(&self) -> Poisson {
-        let Workload::Poisson { load, start, launch_end, .. } = &self.workload;
-        Poisson {
+    /// The Poisson workload with its CDF loaded, if that is the workload.
+    pub fn poisson(&self) -> Option<Poisson> {
+        let Workload::Poisson { load, start, launch_end, .. } = &self.workload else { return None };
+        Some(Poisson {
             cdf: self.cdf.clone().expect("loaded with the scenario"),
             load: *load,
             start: start.0,
             launch_end: launch_end.0,
-        }
+        })
+    }
+
+    /// The fixed flows and their throughput sampling interval, if that is
+    /// the workload.
+    pub fn fixed(&self) -> Option<(Fixed, Nanos)> {
+        let Workload::Flows { long, short, throughput_interval } = &self.workload else { return None };
+        let long = long.iter().map(|l| LongFlow { src: l.src, dst: l.dst, start: l.start.0, prio: l.class }).collect();
+        let short = short.as_ref().map(|s| ShortFlows {
+            count: s.count,
+            bytes: s.bytes,
+            sources: s.sources.clone(),
+            dst: s.dst,
+            start: s.start.0,
+            end: s.end.0,
+            classes: s.classes,
+        });
+        Some((Fixed { long, short }, throughput_interval.0))
     }
 }
 
@@ -500,7 +659,7 @@ mod tests {
     #[test]
     fn set_overrides_fields_and_names_itself_in_errors() {
         let s = parse(&base(), &["workload.load=0.4", "aqm.threshold=30us"]).unwrap();
-        let Workload::Poisson { load, .. } = s.workload;
+        let Workload::Poisson { load, .. } = s.workload else { panic!("a Poisson workload") };
         assert_eq!(load, 0.4);
         assert!(matches!(s.aqm, Aqm::EcnSharp { threshold: Dur(30_000), .. }));
         let err = parse(&base(), &["workload.load=2"]).unwrap_err();
@@ -508,5 +667,23 @@ mod tests {
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
         assert!(err.contains("--set") && err.contains("treshold"), "{err}");
         assert!(parse(&base(), &["nonsense"]).unwrap_err().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn mq_scenario_loads_and_checks_classes_and_hosts() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/fabric/mq-tcn.toml"))
+            .unwrap();
+        let s = parse(&text, &[]).unwrap();
+        assert_eq!(s.scheduler(), Some((Policy::Dwrr { quanta: vec![3000, 1500, 1500] }, 3)));
+        let (fixed, every) = s.fixed().unwrap();
+        assert_eq!((fixed.long.len(), fixed.long[2].start, fixed.long[2].prio, every), (3, 200_000_000, 2, 20_000_000));
+        assert!(s.poisson().is_none() && s.cdf.is_none());
+        let err = parse(&text.replace("class = 2 }", "class = 3 }"), &[]).unwrap_err();
+        assert!(err.contains("workload.long[2].class = 3"), "{err}");
+        let err = parse(&text, &["workload.short.classes=4"]).unwrap_err();
+        assert!(err.contains("--set workload.short.classes"), "{err}");
+        let err = parse(&text, &["scheduler.quanta=[1500, 0, 1500]"]).unwrap_err();
+        assert!(err.contains("scheduler.quanta"), "{err}");
+        assert!(parse(&text, &["workload.short.dst=6"]).unwrap_err().contains("workload.short.sources"));
     }
 }

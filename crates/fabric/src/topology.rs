@@ -31,6 +31,17 @@ pub enum Shape {
     Dumbbell { left: u32, right: u32, host_gbps: f64, bottleneck_gbps: f64 },
 }
 
+impl Shape {
+    /// Number of hosts.
+    pub fn hosts(&self) -> u32 {
+        match self {
+            Shape::LeafSpine { leaves, hosts_per_leaf, .. } => leaves * hosts_per_leaf,
+            Shape::Star { hosts, .. } => *hosts,
+            Shape::Dumbbell { left, right, .. } => left + right,
+        }
+    }
+}
+
 /// Where a port's link ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {

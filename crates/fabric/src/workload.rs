@@ -30,6 +30,8 @@ pub struct FlowSpec {
     pub start: Nanos,
     /// Index into the host delay classes.
     pub class: u8,
+    /// Scheduler class at switch ports (0 without a scheduler).
+    pub prio: u8,
 }
 
 /// Poisson flow arrivals at a load.
@@ -69,9 +71,59 @@ impl Poisson {
                 let dst = dests[rng.below(dests.len() as u64) as usize];
                 let bytes = self.cdf.sample(rng);
                 let class = rng.below(classes.max(1) as u64) as u8;
-                out.push(FlowSpec { src, dst, bytes, start: t as Nanos, class });
+                out.push(FlowSpec { src, dst, bytes, start: t as Nanos, class, prio: 0 });
                 t += exp_ns(rng, rate);
             }
+        }
+    }
+}
+
+/// A long-lived flow: it sends from `start` until the run ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LongFlow {
+    pub src: u32,
+    pub dst: u32,
+    pub start: Nanos,
+    /// Scheduler class of its packets.
+    pub prio: u8,
+}
+
+/// `count` short flows of `bytes` each, as the seed's mq program draws them:
+/// flow i leaves from `sources[i % len]`, starts at a uniform time in
+/// `[start, end)` and takes a uniform scheduler class below `classes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShortFlows {
+    pub count: u32,
+    pub bytes: u64,
+    pub sources: Vec<u32>,
+    pub dst: u32,
+    pub start: Nanos,
+    pub end: Nanos,
+    pub classes: u32,
+}
+
+/// Long-lived flows joining at given times, then short flows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fixed {
+    pub long: Vec<LongFlow>,
+    pub short: Option<ShortFlows>,
+}
+
+impl Fixed {
+    /// Every flow into `out`: the long ones first (flow i is long flow i),
+    /// each sized to outlast a run ending at `end` on `fabric`'s host links.
+    pub fn generate(&self, fabric: &Fabric, end: Nanos, rng: &mut Rng, out: &mut Vec<FlowSpec>) {
+        // More than the host link can carry before the end: never completes.
+        let endless = (fabric.host_bps as u128 * end as u128 / 8_000_000_000) as u64 + 1_000_000;
+        for l in &self.long {
+            out.push(FlowSpec { src: l.src, dst: l.dst, bytes: endless, start: l.start, class: 0, prio: l.prio });
+        }
+        let Some(s) = &self.short else { return };
+        for i in 0..s.count as usize {
+            let start = s.start + (rng.unit() * (s.end - s.start) as f64) as Nanos;
+            let prio = rng.below(s.classes.max(1) as u64) as u8;
+            let src = s.sources[i % s.sources.len()];
+            out.push(FlowSpec { src, dst: s.dst, bytes: s.bytes, start, class: 0, prio });
         }
     }
 }
@@ -100,5 +152,32 @@ mod tests {
         assert!((1300..1500).contains(&flows.len()), "{}", flows.len());
         assert!(flows.iter().all(|f| fabric.rack[f.src as usize] != fabric.rack[f.dst as usize]));
         assert!(flows.iter().all(|f| f.start < 200_000_000 && f.class < 5));
+    }
+
+    #[test]
+    fn fixed_flows_put_long_ones_first_and_draw_the_short_ones() {
+        let fabric = Fabric::build(&Shape::Star { hosts: 4, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let w = Fixed {
+            long: vec![LongFlow { src: 0, dst: 3, start: 0, prio: 0 }, LongFlow { src: 1, dst: 3, start: 5, prio: 1 }],
+            short: Some(ShortFlows {
+                count: 50,
+                bytes: 28_000,
+                sources: vec![1, 2],
+                dst: 3,
+                start: 100,
+                end: 1_000_000,
+                classes: 3,
+            }),
+        };
+        let mut flows = Vec::new();
+        w.generate(&fabric, 400_000_000, &mut Rng::new(1), &mut flows);
+        assert_eq!(flows.len(), 52);
+        // 10 Gb/s for 0.4 s is 500 MB: the long flows cannot finish.
+        assert!(flows[..2].iter().all(|f| f.bytes > 500_000_000));
+        assert_eq!((flows[1].start, flows[1].prio), (5, 1));
+        let short = &flows[2..];
+        assert!(short.iter().all(|f| f.bytes == 28_000 && (100..1_000_000).contains(&f.start) && f.prio < 3));
+        assert_eq!(short.iter().filter(|f| f.src == 1).count(), 25);
+        assert!((0..3).all(|c| short.iter().any(|f| f.prio == c)));
     }
 }

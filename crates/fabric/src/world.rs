@@ -23,6 +23,7 @@ use fulcrum_des::{Model, Queue};
 
 use crate::packet::{Kind, Nanos, Packet};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
+use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
 use crate::topology::{End, Fabric};
 use crate::workload::FlowSpec;
@@ -40,7 +41,13 @@ pub struct ModelConfig {
     pub device_packets: u32,
     /// Queue discipline limit of switch ports (packets).
     pub switch_limit: u32,
+    /// Limit of hosts' NIC queues without a marking discipline (packets).
+    pub host_limit: u32,
     pub marking: Marking,
+    /// Scheduler of every switch port and its number of classes (each
+    /// class a discipline of `switch_limit` packets and `marking`); None:
+    /// one discipline per port.
+    pub scheduler: Option<(Policy, usize)>,
     /// Host delay of each class; data segments use the flow's class.
     pub delay_classes: Vec<Nanos>,
     /// Class of the packets without application data (SYN, SYN-ACK, ACK):
@@ -92,10 +99,12 @@ pub enum Ev {
     Timer(u32),
     /// Sample every port's backlog.
     Sample,
+    /// Sample the watched flows' throughput.
+    Throughput,
 }
 
 struct Port {
-    qdisc: Qdisc,
+    qdisc: Scheduler,
     device: VecDeque<Packet>,
     busy_until: Nanos,
     tx_armed: bool,
@@ -143,6 +152,14 @@ pub struct World {
     sample_every: Nanos,
     backlog_sum: Vec<u64>,
     pub samples: u64,
+    /// Flows whose throughput is sampled, how often, and the bytes each had
+    /// delivered at the previous sample.
+    watched: Vec<u32>,
+    watch_every: Nanos,
+    watched_rx: Vec<u64>,
+    /// Throughput samples: (time, Gb/s of each watched flow over the
+    /// interval ending then).
+    pub throughput: Vec<(Nanos, Vec<f64>)>,
     /// Time of the event being handled.
     now: Nanos,
 }
@@ -170,10 +187,16 @@ impl World {
                 let plain = delayed
                     || (matches!(p.from, End::Host(_))
                         && (cfg.delay_classes.is_empty() || cfg.delay_at == DelayAt::Nic));
-                let qdisc = if plain {
-                    Qdisc::new(u32::MAX, Marking::DropTail)
-                } else {
-                    Qdisc::new(cfg.switch_limit, cfg.marking)
+                let qdisc = match &cfg.scheduler {
+                    _ if plain => {
+                        let limit = if matches!(p.from, End::Host(_)) { cfg.host_limit } else { u32::MAX };
+                        Scheduler::fifo(Qdisc::new(limit, Marking::DropTail))
+                    }
+                    None => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
+                    Some((policy, n)) => Scheduler::new(
+                        policy.clone(),
+                        (0..*n).map(|_| Qdisc::new(cfg.switch_limit, cfg.marking)).collect(),
+                    ),
                 };
                 Port {
                     qdisc,
@@ -215,12 +238,52 @@ impl World {
             .collect();
         queue.schedule(0, Ev::Sample);
         let backlog_sum = vec![0; fabric.ports.len()];
-        World { cfg, fabric, ports, delay_fifo, flows, data_packets: 0, sample_every, backlog_sum, samples: 0, now: 0 }
+        World {
+            cfg,
+            fabric,
+            ports,
+            delay_fifo,
+            flows,
+            data_packets: 0,
+            sample_every,
+            backlog_sum,
+            samples: 0,
+            watched: Vec::new(),
+            watch_every: 0,
+            watched_rx: Vec::new(),
+            throughput: Vec::new(),
+            now: 0,
+        }
+    }
+
+    /// Sample the throughput of `flows` every `every` from time 0 on, as
+    /// the original's mq program does: the bytes the receiver delivered in
+    /// order during the interval, over the interval.
+    pub fn watch_throughput(&mut self, flows: Vec<u32>, every: Nanos, queue: &mut Queue<Ev>) {
+        self.watched_rx = vec![0; flows.len()];
+        self.watched = flows;
+        self.watch_every = every;
+        queue.schedule(0, Ev::Throughput);
+    }
+
+    fn sample_throughput(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+        let mss = self.cfg.tcp.mss as u64;
+        let secs = self.watch_every as f64 / 1e9;
+        let gbps = (0..self.watched.len())
+            .map(|i| {
+                let flow = &self.flows[self.watched[i] as usize];
+                let rx = (flow.receiver.next as u64 * mss).min(flow.spec.bytes);
+                let delta = rx - std::mem::replace(&mut self.watched_rx[i], rx);
+                delta as f64 * 8.0 / secs / 1e9
+            })
+            .collect();
+        self.throughput.push((now, gbps));
+        q.schedule(now + self.watch_every, Ev::Throughput);
     }
 
     /// Marking and drop counters of `port`'s discipline.
     pub fn queue_stats(&self, port: u32) -> QueueStats {
-        self.ports[port as usize].qdisc.stats
+        self.ports[port as usize].qdisc.stats()
     }
 
     /// Largest backlog `port` held (discipline plus device queue, packets).
@@ -263,7 +326,8 @@ impl World {
     }
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
-        if !self.ports[i].qdisc.enqueue(now, p) {
+        let class = self.flows[p.flow as usize].spec.prio as usize;
+        if !self.ports[i].qdisc.enqueue(now, class, p) {
             return;
         }
         self.service(now, i, q);
@@ -304,7 +368,7 @@ impl World {
         let port = &mut self.ports[i];
         while port.device.len() < cap {
             match port.qdisc.dequeue(now) {
-                Some(p) => port.device.push_back(p),
+                Some((_, p)) => port.device.push_back(p),
                 None => break,
             }
         }
@@ -560,6 +624,7 @@ impl Model for World {
             Ev::Start(f) => self.start(now, f as usize, q),
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),
+            Ev::Throughput => self.sample_throughput(now, q),
         }
     }
 
@@ -583,14 +648,16 @@ mod tests {
             header: 52,
             device_packets: 10,
             switch_limit: 250,
+            host_limit: u32::MAX,
             marking: Marking::Tcn { threshold: 70_000 },
+            scheduler: None,
             delay_classes: classes,
             control_class: 0,
             salt: 1,
             service,
             delay_at: DelayAt::SwitchPort,
         };
-        let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0 };
+        let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0, prio: 0 };
         let mut q = Queue::new();
         let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
         fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
