@@ -10,7 +10,8 @@
 //!   senders), ECN# splits the line by the quanta in both shared phases and
 //!   both its small-flow average and p99 are below TCN's.
 //!
-//! What does not (DOCNOTES-fabric2.md has the figures): with 600-packet NIC
+//! What does not (docs/fabric.md, "Reproduction: the mq experiment", has
+//! the figures): with 600-packet NIC
 //! queues a long flow's slow start overflows its NIC and NewReno recovery
 //! of the burst of losses leaves it near zero for tens of milliseconds, so
 //! the two-flow phase does not split 2:1 under either discipline.
