@@ -117,14 +117,9 @@ impl PeakEwma {
 
     #[inline]
     fn cost_of(&mut self, slot: usize, now: Nanos) -> f64 {
-        let estimate = self.table.state[slot].read(now, self.tau);
-        cost(
-            estimate,
-            self.table.active[slot],
-            self.table.weight(slot),
-            self.table.state[slot].measured,
-            self.unmeasured_penalty,
-        )
+        let s = self.table.slot_mut(slot);
+        let estimate = s.state.read(now, self.tau);
+        cost(estimate, s.active, s.weight, s.state.measured, self.unmeasured_penalty)
     }
 }
 
@@ -156,7 +151,7 @@ impl Balancer for PeakEwma {
             Outcome::Success { latency } => latency,
             Outcome::Failure { latency } => latency.max(self.failure_penalty),
         };
-        self.table.state[slot].update(now, sample as f64, self.tau);
+        self.table.slot_mut(slot).state.update(now, sample as f64, self.tau);
     }
 
     fn on_cancel(&mut self, ticket: Ticket) {
@@ -173,14 +168,11 @@ impl Balancer for PeakEwma {
     }
 
     fn loads(&self, now: Nanos) -> Vec<EndpointLoad> {
-        (0..self.table.len())
-            .map(|s| {
-                let est = &self.table.state[s];
-                EndpointLoad {
-                    id: self.table.endpoints()[s].id,
-                    active: self.table.active[s],
-                    latency_estimate: Some(est.rtt * est.decay(now, self.tau)),
-                }
+        (self.table.endpoints().iter().zip(self.table.slots()))
+            .map(|(e, s)| EndpointLoad {
+                id: e.id,
+                active: s.active,
+                latency_estimate: Some(s.state.rtt * s.state.decay(now, self.tau)),
             })
             .collect()
     }
