@@ -15,6 +15,7 @@ pub(crate) struct EndpointTable<S> {
     slots: Vec<Slot<S>>,
     /// Sum of the slots' `active`.
     pub(crate) total_active: u64,
+    /// Starts at 1: a ticket's incarnation is never zero.
     next_incarnation: u64,
     slot_of: HashMap<EndpointId, usize>,
 }
@@ -59,7 +60,7 @@ impl<S> EndpointTable<S> {
             endpoints: Vec::new(),
             slots: Vec::new(),
             total_active: 0,
-            next_incarnation: 0,
+            next_incarnation: 1,
             slot_of: HashMap::new(),
         };
         table.replace(endpoints, fresh)?;
@@ -144,7 +145,8 @@ impl<S> EndpointTable<S> {
         let s = &mut self.slots[slot];
         s.active += 1;
         self.total_active += 1;
-        Ticket { endpoint: s.id, slot: slot as u32, incarnation: s.incarnation }
+        let incarnation = std::num::NonZeroU64::new(s.incarnation).expect("incarnations start at 1");
+        Ticket { endpoint: s.id, slot: slot as u32, incarnation }
     }
 
     /// Settle a ticket: the slot it refers to now, or `None` when its
@@ -155,10 +157,10 @@ impl<S> EndpointTable<S> {
         // An incarnation belongs to one membership of one id, so a match
         // at the ticket's slot proves it without reading the id.
         let slot = match self.slots.get(fast) {
-            Some(s) if s.incarnation == ticket.incarnation => fast,
+            Some(s) if s.incarnation == ticket.incarnation.get() => fast,
             _ => {
                 let slot = *self.slot_of.get(&ticket.endpoint)?;
-                if self.slots[slot].incarnation != ticket.incarnation {
+                if self.slots[slot].incarnation != ticket.incarnation.get() {
                     return None;
                 }
                 slot
