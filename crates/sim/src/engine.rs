@@ -127,21 +127,26 @@ enum Failing {
     Refuse,
 }
 
+/// Fields in the order a try reaching the server reads them, aligned to a
+/// cache line: with 1,000 servers picked at random, the busy count, the
+/// failure mode and the cold start fill the first line, the service time
+/// and its random stream the second, the rest the third and fourth.
+#[repr(C, align(64))]
 struct ServerState {
-    service: Dist,
-    original: Dist,
-    failing: Option<Failing>,
-    /// When the current failure or slow-down began (for time to ejection).
-    failing_since: Option<Nanos>,
-    limit: u32,
     busy: u32,
+    limit: u32,
+    failing: Option<Failing>,
+    cold: Option<Cold>,
+    /// When it last joined (the start for servers joined from the start).
+    joined_at: Nanos,
+    service: Dist,
+    rng: Rng,
     /// Waiting tries: (request, generation, attempt).
     queue: VecDeque<(u32, u32, u8)>,
     joined: bool,
-    /// When it last joined (the start for servers joined from the start).
-    joined_at: Nanos,
-    cold: Option<Cold>,
-    rng: Rng,
+    original: Dist,
+    /// When the current failure or slow-down began (for time to ejection).
+    failing_since: Option<Nanos>,
 }
 
 impl ServerState {
