@@ -70,7 +70,7 @@ enum Ev {
     /// A request reached its balancer.
     AtLb { req: u32, gen: u32 },
     /// A try of a request reached its server.
-    AtServer { req: u32, gen: u32, attempt: u8 },
+    AtServer { req: u32, gen: u32, attempt: u8, server: u32 },
     /// A server finished serving (or failing) a try.
     Done { req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, frees: bool },
     /// A response reached the balancer.
@@ -191,6 +191,10 @@ pub struct Engine<'a> {
     ready: Vec<Option<Nanos>>,
     zero_client_hop: bool,
     zero_server_hop: bool,
+    /// Whether a try can be given up before its server answers (a
+    /// timeout); without one, a try reaching its server is always the
+    /// request's current one and its slot need not be read.
+    abandons: bool,
     out: RawRun,
     completed: u64,
     progress: Option<&'a AtomicU64>,
@@ -277,6 +281,7 @@ impl<'a> Engine<'a> {
             ready,
             zero_client_hop: scenario.network.client_lb.is_zero(),
             zero_server_hop: scenario.network.lb_server.is_zero(),
+            abandons: scenario.balancers.timeout.is_some() || scenario.resilience.per_try_timeout().is_some(),
             out: RawRun {
                 latency: {
                     let mut r = Recorder::new(scenario.metrics.exact);
@@ -396,7 +401,7 @@ impl<'a> Engine<'a> {
                 }
             }
             Ev::AtLb { req, gen } => self.at_balancer(req, gen, q),
-            Ev::AtServer { req, gen, attempt } => self.at_server(req, gen, attempt, q),
+            Ev::AtServer { req, gen, attempt, server } => self.at_server(req, gen, attempt, server, q),
             Ev::Done { req, gen, attempt, server, res, frees } => {
                 if frees {
                     self.release(server, q);
@@ -530,7 +535,7 @@ impl<'a> Engine<'a> {
         if let Some(t) = self.scenario.resilience.per_try_timeout() {
             q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
         }
-        self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt }, q);
+        self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt, server }, q);
     }
 
     /// A pick for a retry: with `different_endpoint`, one avoiding the
@@ -643,12 +648,13 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, q: &mut Queue<Ev>) {
-        let r = &self.requests[req as usize];
-        if r.gen != gen || r.attempt != attempt {
-            return;
+    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Queue<Ev>) {
+        if self.abandons {
+            let r = &self.requests[req as usize];
+            if r.gen != gen || r.attempt != attempt {
+                return;
+            }
         }
-        let server = r.server;
         let now = self.now;
         let s = &mut self.servers[server as usize];
         match &s.failing {
