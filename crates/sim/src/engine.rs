@@ -93,7 +93,9 @@ enum Ev {
 struct Request {
     gen: u32,
     client: u32,
-    server: u32,
+    /// The client's balancer, copied here so that the hops of a request
+    /// need not read its client's state (one more cache miss each).
+    balancer: u32,
     measured: bool,
     /// Tries made before the current one.
     attempt: u8,
@@ -408,7 +410,7 @@ impl<'a> Engine<'a> {
                 }
                 let r = &self.requests[req as usize];
                 if r.gen == gen && r.attempt == attempt {
-                    let b = self.clients[r.client as usize].balancer;
+                    let b = r.balancer;
                     self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
                 }
             }
@@ -455,7 +457,7 @@ impl<'a> Engine<'a> {
         let request = Request {
             gen: 0,
             client,
-            server: u32::MAX,
+            balancer: self.clients[client as usize].balancer,
             ticket: None,
             sent: self.now,
             at_lb: 0,
@@ -494,7 +496,7 @@ impl<'a> Engine<'a> {
     /// A request arrives at its balancer: its first try.
     fn at_balancer(&mut self, req: u32, gen: u32, q: &mut Queue<Ev>) {
         if !self.guards.is_empty() {
-            let b = self.clients[self.requests[req as usize].client as usize].balancer as usize;
+            let b = self.requests[req as usize].balancer as usize;
             if let Some(budget) = &mut self.guards[b].budget {
                 budget.deposit(self.now);
             }
@@ -505,8 +507,7 @@ impl<'a> Engine<'a> {
     /// Pick an endpoint for the request's current try and send it there.
     fn forward(&mut self, req: u32, gen: u32, q: &mut Queue<Ev>) {
         let r = &self.requests[req as usize];
-        let (client, key, attempt) = (r.client, self.key(r), r.attempt);
-        let b = self.clients[client as usize].balancer;
+        let (key, attempt, b) = (self.key(r), r.attempt, r.balancer);
         let picked = if attempt == 0 {
             self.balancers[b as usize].pick(self.now, key)
         } else {
@@ -520,7 +521,6 @@ impl<'a> Engine<'a> {
         };
         let server = ticket.endpoint().0 as u32;
         let r = &mut self.requests[req as usize];
-        r.server = server;
         r.ticket = Some(ticket);
         r.at_lb = self.now;
         if r.measured {
@@ -572,17 +572,17 @@ impl<'a> Engine<'a> {
         let Some(ticket) = r.ticket.take() else { return };
         let latency = self.now - r.at_lb;
         r.at_lb = latency;
-        let (client, server, measured) = (r.client, r.server, r.measured);
+        let (client, b, measured) = (r.client, r.balancer as usize, r.measured);
+        let server = ticket.endpoint().0 as u32;
         let ok = res == TryResult::Ok;
         let outcome = if ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
-        let b = self.clients[client as usize].balancer as usize;
         self.balancers[b].on_complete(ticket, self.now, outcome);
         if !self.guards.is_empty() {
             if let Some(ejected) = self.guards[b].record(server, self.now, res) {
                 self.note_ejection(ejected);
                 self.apply_guard(b);
             }
-            if !ok && !overall && self.retry(req, b, res, measured) {
+            if !ok && !overall && self.retry(req, b, server, res, measured) {
                 self.forward(req, gen, q);
                 return;
             }
@@ -592,7 +592,7 @@ impl<'a> Engine<'a> {
 
     /// Whether the failed try of `req` is retried (the budget permitting);
     /// if so the request is ready for its next try.
-    fn retry(&mut self, req: u32, b: usize, res: TryResult, measured: bool) -> bool {
+    fn retry(&mut self, req: u32, b: usize, server: u32, res: TryResult, measured: bool) -> bool {
         let Some(retries) = &self.scenario.resilience.retries else { return false };
         let r = &self.requests[req as usize];
         if !res.retried_by(retries) || u32::from(r.attempt) + 1 >= retries.attempts {
@@ -609,7 +609,7 @@ impl<'a> Engine<'a> {
         self.stats.retries += u64::from(measured);
         let r = &mut self.requests[req as usize];
         r.attempt += 1;
-        let (slot, server) = (req as usize, r.server);
+        let slot = req as usize;
         if self.tried.len() <= slot {
             self.tried.resize_with(slot + 1, Vec::new);
         }
@@ -701,7 +701,7 @@ impl<'a> Engine<'a> {
         if let Some(ticket) = r.ticket.take() {
             // Answered without reaching a server's response (cannot happen
             // today, but a ticket must never leak).
-            let b = self.clients[r.client as usize].balancer as usize;
+            let b = r.balancer as usize;
             self.balancers[b].on_cancel(ticket);
         }
         let r = &mut self.requests[req as usize];
