@@ -111,8 +111,11 @@ impl<E> Queue<E> {
     /// `None`, and the queue is unchanged.
     #[inline]
     pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
-        if self.due.is_empty() && !self.refill(until) {
-            return None;
+        if self.due.is_empty() {
+            // The first event due is handed over without a trip through `due`.
+            let ev = self.refill(until)?;
+            self.len -= 1;
+            return Some((self.last, ev));
         }
         if self.last > until {
             return None;
@@ -127,8 +130,9 @@ impl<E> Queue<E> {
     /// work the next [`Queue::pop`] would do anyway); events may still be
     /// scheduled at any time not before the last one popped.
     pub fn peek_time(&mut self) -> Option<Nanos> {
-        if self.due.is_empty() && !self.refill(Nanos::MAX) {
-            return None;
+        if self.due.is_empty() {
+            let ev = self.refill(Nanos::MAX)?;
+            self.due.push_front(ev);
         }
         Some(self.last)
     }
@@ -147,40 +151,49 @@ impl<E> Queue<E> {
 
     /// Move the events of the lowest non-empty bucket down, making its
     /// smallest time the new `last`, unless that time is after `until`.
-    /// Returns whether events are now due at `last`. Only called with
-    /// `due` empty, so the events moved there keep their order.
-    fn refill(&mut self, until: Nanos) -> bool {
-        let Some(w) = self.occupied.iter().position(|&word| word != 0) else { return false };
+    /// Returns the first event due at `last` (the others wait in `due`),
+    /// or `None` with the queue unchanged. Only called with `due` empty,
+    /// so the events moved there keep their order.
+    fn refill(&mut self, until: Nanos) -> Option<E> {
+        let w = self.occupied.iter().position(|&word| word != 0)?;
         let b = w * 64 + self.occupied[w].trailing_zeros() as usize;
         if let [(t, _)] = self.buckets[b][..] {
             // One event (the common case near the clock): due now.
             if t > until {
-                return false;
+                return None;
             }
             let (_, ev) = self.buckets[b].pop().expect("one event");
             self.occupied[w] &= !(1 << (b % 64));
             self.last = t;
-            self.due.push_back(ev);
-            return true;
+            return Some(ev);
         }
         let mut events = std::mem::take(&mut self.buckets[b]);
         let min = events.iter().map(|&(t, _)| t).min().expect("an occupied bucket has events");
         if min > until {
             self.buckets[b] = events;
-            return false;
+            return None;
         }
         self.occupied[w] &= !(1 << (b % 64));
         self.last = min;
         if b < DIGITS {
             // Position 0: the digit fixes the whole key, so every event
             // here is due now.
-            self.due.extend(events.drain(..).map(|(_, ev)| ev));
+            let first = {
+                let mut due = events.drain(..).map(|(_, ev)| ev);
+                let first = due.next();
+                self.due.extend(due);
+                first
+            };
             self.buckets[b] = events;
-            return true;
+            return first;
         }
+        let mut first = None;
         for (t, ev) in events.drain(..) {
             if t == min {
-                self.due.push_back(ev);
+                match first {
+                    None => first = Some(ev),
+                    Some(_) => self.due.push_back(ev),
+                }
             } else {
                 let to = bucket(t, min);
                 self.buckets[to].push((t, ev));
@@ -189,7 +202,7 @@ impl<E> Queue<E> {
         }
         // Keep the allocation for the next time this bucket fills.
         self.buckets[b] = events;
-        true
+        first
     }
 }
 
