@@ -35,7 +35,7 @@ impl BoundedLoad {
     pub(crate) fn admits<S>(&self, table: &EndpointTable<S>, slot: usize, total_weight: f64) -> bool {
         let share = table.weight(slot) / total_weight;
         let capacity = (self.factor * (table.total_active + 1) as f64 * share).ceil();
-        (table.active[slot] as f64) < capacity
+        (table.active(slot) as f64) < capacity
     }
 }
 

@@ -303,8 +303,8 @@ pub(crate) fn plain_loads<S>(table: &EndpointTable<S>) -> Vec<EndpointLoad> {
     table
         .endpoints()
         .iter()
-        .zip(&table.active)
-        .map(|(e, &active)| EndpointLoad { id: e.id, active, latency_estimate: None })
+        .zip(table.slots())
+        .map(|(e, s)| EndpointLoad { id: e.id, active: s.active, latency_estimate: None })
         .collect()
 }
 

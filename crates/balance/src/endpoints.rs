@@ -9,18 +9,34 @@ use crate::{BuildError, Endpoint, EndpointId, Ticket};
 /// The endpoint set of one balancer with per-endpoint state `S`.
 #[derive(Debug, Clone)]
 pub(crate) struct EndpointTable<S> {
+    /// The set as given, for names and listings (not read on the hot path).
     endpoints: Vec<Endpoint>,
-    /// Requests picked and not yet settled, per slot.
-    pub(crate) active: Vec<u32>,
-    /// Sum of `active`.
+    /// Per slot, everything a pick or a settlement reads, in one record.
+    slots: Vec<Slot<S>>,
+    /// Sum of the slots' `active`.
     pub(crate) total_active: u64,
-    /// Algorithm-specific state per slot.
-    pub(crate) state: Vec<S>,
-    /// Bumped whenever an endpoint (re-)enters the set, so that a ticket from
-    /// an earlier membership of the same id is recognised as stale.
-    incarnation: Vec<u64>,
+    /// Starts at 1: a ticket's incarnation is never zero.
     next_incarnation: u64,
     slot_of: HashMap<EndpointId, usize>,
+}
+
+/// One endpoint's hot fields. They sit together, aligned to a cache line,
+/// because a balancer with many endpoints reaches them at a random slot:
+/// kept in separate arrays, every pick and settlement missed the cache once
+/// per array. With Peak-EWMA's estimate the record is exactly 64 bytes.
+#[derive(Debug, Clone)]
+#[repr(C, align(64))]
+pub(crate) struct Slot<S> {
+    id: EndpointId,
+    /// Set whenever the endpoint (re-)enters the set, never reused within a
+    /// table, so a ticket from an earlier membership is recognised as stale
+    /// and a matching one proves its slot.
+    incarnation: u64,
+    pub(crate) weight: f64,
+    /// Requests picked and not yet settled.
+    pub(crate) active: u32,
+    /// Algorithm-specific state.
+    pub(crate) state: S,
 }
 
 /// Check an endpoint list: weights finite and positive, ids unique.
@@ -42,11 +58,9 @@ impl<S> EndpointTable<S> {
     pub(crate) fn new(endpoints: &[Endpoint], fresh: impl FnMut(&Endpoint) -> S) -> Result<Self, BuildError> {
         let mut table = EndpointTable {
             endpoints: Vec::new(),
-            active: Vec::new(),
+            slots: Vec::new(),
             total_active: 0,
-            state: Vec::new(),
-            incarnation: Vec::new(),
-            next_incarnation: 0,
+            next_incarnation: 1,
             slot_of: HashMap::new(),
         };
         table.replace(endpoints, fresh)?;
@@ -60,32 +74,28 @@ impl<S> EndpointTable<S> {
         mut fresh: impl FnMut(&Endpoint) -> S,
     ) -> Result<(), BuildError> {
         validate(endpoints)?;
-        let mut old_state: Vec<Option<S>> = std::mem::take(&mut self.state).into_iter().map(Some).collect();
-        let mut active = Vec::with_capacity(endpoints.len());
-        let mut state = Vec::with_capacity(endpoints.len());
-        let mut incarnation = Vec::with_capacity(endpoints.len());
+        let mut old: Vec<Option<Slot<S>>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
+        let mut slots = Vec::with_capacity(endpoints.len());
         let mut slot_of = HashMap::with_capacity(endpoints.len());
         for (slot, e) in endpoints.iter().enumerate() {
             slot_of.insert(e.id, slot);
-            match self.slot_of.get(&e.id).and_then(|&old| old_state[old].take().map(|s| (old, s))) {
-                Some((old, s)) => {
-                    active.push(self.active[old]);
-                    state.push(s);
-                    incarnation.push(self.incarnation[old]);
-                }
+            match self.slot_of.get(&e.id).and_then(|&o| old[o].take()) {
+                Some(kept) => slots.push(Slot { weight: e.weight, ..kept }),
                 None => {
-                    active.push(0);
-                    state.push(fresh(e));
-                    incarnation.push(self.next_incarnation);
+                    slots.push(Slot {
+                        id: e.id,
+                        incarnation: self.next_incarnation,
+                        weight: e.weight,
+                        active: 0,
+                        state: fresh(e),
+                    });
                     self.next_incarnation += 1;
                 }
             }
         }
-        self.total_active = active.iter().map(|&a| a as u64).sum();
+        self.total_active = slots.iter().map(|s| s.active as u64).sum();
         self.endpoints = endpoints.to_vec();
-        self.active = active;
-        self.state = state;
-        self.incarnation = incarnation;
+        self.slots = slots;
         self.slot_of = slot_of;
         Ok(())
     }
@@ -95,15 +105,33 @@ impl<S> EndpointTable<S> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.endpoints.len()
+        self.slots.len()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.endpoints.is_empty()
+        self.slots.is_empty()
     }
 
+    #[inline]
     pub(crate) fn weight(&self, slot: usize) -> f64 {
-        self.endpoints[slot].weight
+        self.slots[slot].weight
+    }
+
+    /// Requests picked from `slot` and not yet settled.
+    #[inline]
+    pub(crate) fn active(&self, slot: usize) -> u32 {
+        self.slots[slot].active
+    }
+
+    /// The hot record of `slot`: its in-flight count, weight and state.
+    #[inline]
+    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot<S> {
+        &mut self.slots[slot]
+    }
+
+    /// Per slot, in endpoint order.
+    pub(crate) fn slots(&self) -> &[Slot<S>] {
+        &self.slots
     }
 
     /// True when every endpoint has the same weight.
@@ -114,9 +142,11 @@ impl<S> EndpointTable<S> {
     /// Record a pick of `slot` and return its ticket.
     #[inline]
     pub(crate) fn issue(&mut self, slot: usize) -> Ticket {
-        self.active[slot] += 1;
+        let s = &mut self.slots[slot];
+        s.active += 1;
         self.total_active += 1;
-        Ticket { endpoint: self.endpoints[slot].id, slot: slot as u32, incarnation: self.incarnation[slot] }
+        let incarnation = std::num::NonZeroU64::new(s.incarnation).expect("incarnations start at 1");
+        Ticket { endpoint: s.id, slot: slot as u32, incarnation }
     }
 
     /// Settle a ticket: the slot it refers to now, or `None` when its
@@ -124,15 +154,23 @@ impl<S> EndpointTable<S> {
     #[inline]
     pub(crate) fn settle(&mut self, ticket: &Ticket) -> Option<usize> {
         let fast = ticket.slot as usize;
-        let slot = if self.endpoints.get(fast).map(|e| e.id) == Some(ticket.endpoint) {
-            fast
-        } else {
-            *self.slot_of.get(&ticket.endpoint)?
+        // An incarnation belongs to one membership of one id, so a match
+        // at the ticket's slot proves it without reading the id.
+        let slot = match self.slots.get(fast) {
+            Some(s) if s.incarnation == ticket.incarnation.get() => fast,
+            _ => {
+                let slot = *self.slot_of.get(&ticket.endpoint)?;
+                if self.slots[slot].incarnation != ticket.incarnation.get() {
+                    return None;
+                }
+                slot
+            }
         };
-        if self.incarnation[slot] != ticket.incarnation || self.active[slot] == 0 {
+        let s = &mut self.slots[slot];
+        if s.active == 0 {
             return None;
         }
-        self.active[slot] -= 1;
+        s.active -= 1;
         self.total_active -= 1;
         Some(slot)
     }
@@ -151,8 +189,8 @@ mod tests {
         let mut t = EndpointTable::new(&eps(&[1, 2, 3]), |e| e.id.0 * 10).unwrap();
         let ticket = t.issue(1);
         t.replace(&eps(&[3, 2, 4]), |e| e.id.0 * 100).unwrap();
-        assert_eq!(t.state, vec![30, 20, 400]);
-        assert_eq!(t.active, vec![0, 1, 0]);
+        assert_eq!(t.slots().iter().map(|s| s.state).collect::<Vec<_>>(), vec![30, 20, 400]);
+        assert_eq!(t.slots().iter().map(|s| s.active).collect::<Vec<_>>(), vec![0, 1, 0]);
         assert_eq!(t.settle(&ticket), Some(1));
         assert_eq!(t.total_active, 0);
     }
@@ -165,7 +203,7 @@ mod tests {
         t.replace(&eps(&[1, 2]), |_| ()).unwrap();
         let fresh = t.issue(0);
         assert_eq!(t.settle(&ticket), None);
-        assert_eq!(t.active, vec![1, 0]);
+        assert_eq!(t.slots().iter().map(|s| s.active).collect::<Vec<_>>(), vec![1, 0]);
         assert_eq!(t.settle(&fresh), Some(0));
     }
 

@@ -95,13 +95,14 @@ impl LeastRequest {
 
     fn least_of_choices(&mut self) -> usize {
         let n = self.table.len();
-        let active = &self.table.active;
+        let table = &self.table;
+        let active = |slot: usize| table.active(slot);
         if n == 1 || self.choices == 1 {
             return self.rng.below(n as u64) as usize;
         }
         if self.choices == 2 {
             let (a, b) = two_distinct(&mut self.rng, n);
-            return match active[a].cmp(&active[b]) {
+            return match active(a).cmp(&active(b)) {
                 std::cmp::Ordering::Less => a,
                 std::cmp::Ordering::Greater => b,
                 // The draw order is random, so taking the first is a fair coin.
@@ -112,10 +113,10 @@ impl LeastRequest {
         let mut best = self.scratch[0];
         let mut ties = 1;
         for &c in &self.scratch[1..] {
-            if active[c] < active[best] {
+            if active(c) < active(best) {
                 best = c;
                 ties = 1;
-            } else if active[c] == active[best] {
+            } else if active(c) == active(best) {
                 // Reservoir sampling keeps each tied candidate with equal chance.
                 ties += 1;
                 if self.rng.below(ties) == 0 {
@@ -128,7 +129,7 @@ impl LeastRequest {
 }
 
 fn effective_weight(table: &EndpointTable<()>, slot: usize, bias: f64) -> f64 {
-    let load = table.active[slot] as f64 + 1.0;
+    let load = table.active(slot) as f64 + 1.0;
     let w = table.weight(slot);
     if bias == 1.0 {
         w / load

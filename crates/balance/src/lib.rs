@@ -95,7 +95,9 @@ impl Endpoint {
 pub struct Ticket {
     endpoint: EndpointId,
     slot: u32,
-    incarnation: u64,
+    /// Never zero, so that an `Option<Ticket>` takes no more room than a
+    /// ticket (the simulator keeps one per request in flight).
+    incarnation: std::num::NonZeroU64,
 }
 
 impl Ticket {

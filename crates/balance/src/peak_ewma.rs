@@ -150,19 +150,15 @@ impl PeakEwma {
 
     #[inline]
     fn cost_of(&mut self, slot: usize, now: Nanos) -> f64 {
-        let estimate = self.table.state[slot].read(now, self.tau);
-        if self.cold_start == ColdStart::FirstSample && !self.table.state[slot].measured && self.table.active[slot] == 0
-        {
+        let cold_start = self.cold_start;
+        let penalty = self.unmeasured_penalty;
+        let s = self.table.slot_mut(slot);
+        let estimate = s.state.read(now, self.tau);
+        if cold_start == ColdStart::FirstSample && !s.state.measured && s.active == 0 {
             // Probe it: its first sample will say what it costs.
             return 0.0;
         }
-        cost(
-            estimate,
-            self.table.active[slot],
-            self.table.weight(slot),
-            self.table.state[slot].measured,
-            self.unmeasured_penalty,
-        )
+        cost(estimate, s.active, s.weight, s.state.measured, penalty)
     }
 }
 
@@ -194,7 +190,8 @@ impl Balancer for PeakEwma {
             Outcome::Success { latency } => latency,
             Outcome::Failure { latency } => latency.max(self.failure_penalty),
         };
-        self.table.state[slot].update(now, sample as f64, self.tau, self.cold_start);
+        let (tau, cold_start) = (self.tau, self.cold_start);
+        self.table.slot_mut(slot).state.update(now, sample as f64, tau, cold_start);
     }
 
     fn on_cancel(&mut self, ticket: Ticket) {
@@ -211,14 +208,11 @@ impl Balancer for PeakEwma {
     }
 
     fn loads(&self, now: Nanos) -> Vec<EndpointLoad> {
-        (0..self.table.len())
-            .map(|s| {
-                let est = &self.table.state[s];
-                EndpointLoad {
-                    id: self.table.endpoints()[s].id,
-                    active: self.table.active[s],
-                    latency_estimate: Some(est.rtt * est.decay(now, self.tau)),
-                }
+        (self.table.endpoints().iter().zip(self.table.slots()))
+            .map(|(e, s)| EndpointLoad {
+                id: e.id,
+                active: s.active,
+                latency_estimate: Some(s.state.rtt * s.state.decay(now, self.tau)),
             })
             .collect()
     }

@@ -5,20 +5,25 @@
 //! last key popped, `last`, and files every pending key `k > last` by the
 //! highest position where `k` and `last` differ; events due exactly at
 //! `last` wait in a separate FIFO, `due`. This one compares keys in digits
-//! of 4 bits (radix 16): the bucket of `k` is (highest differing digit
-//! position, `k`'s digit there), 16 × 16 buckets. Buckets in index order
-//! hold increasing keys, so the smallest pending key is in the lowest
-//! non-empty bucket (found with a 256-bit occupancy mask). When `due` runs
-//! dry, that bucket is emptied: its smallest key becomes `last`, and each
-//! of its events moves to `due` or to a bucket of a lower position. An
-//! event therefore moves at most 16 times, fewer when it is scheduled a
-//! short time ahead of the clock, as most simulator events are; each move
-//! is a sequential append instead of a binary heap's `log n` scattered
-//! swaps. Binary digits (64 buckets) move events up to 64 times: in
+//! of 6 bits (radix 64): the bucket of `k` is (highest differing digit
+//! position, `k`'s digit there), 11 positions (the top one 4 bits wide) ×
+//! 64 values, one 64-bit occupancy word per position. Buckets in index
+//! order hold increasing keys, so the smallest pending key is in the lowest
+//! non-empty bucket. When `due` runs dry, that bucket is emptied: its
+//! smallest key becomes `last`, and each of its events moves to `due` or to
+//! a bucket of a lower position (a position-0 bucket holds a single key and
+//! goes to `due` whole; a bucket holding one event, common near the clock,
+//! hands it over without the scan and the move). An event therefore moves at most 11 times, fewer
+//! when it is scheduled a short time ahead of the clock, as most simulator
+//! events are (100 µs ahead starts at position 2); each move is a
+//! sequential append instead of a binary heap's `log n` scattered swaps.
+//! Binary digits move events up to 64 times, 4-bit digits up to 16: in
 //! `perf` profiles of the request simulator on fleet-1000, the queue's
 //! share of the time fell from about 31 % with binary digits to 21 % with
-//! radix 16 (`docs/lab-core.md`, "The queue: a radix-16 heap"; the queue
-//! alone is measured against a binary heap by `benches/queue.rs`).
+//! radix 16; radix 64 then cut the whole run's instructions by 6 % under
+//! cachegrind, and radix 256 (2,048 buckets) did worse than radix 64
+//! (`docs/lab-core.md`, "The queue"; the queue alone is measured against
+//! a binary heap by `benches/queue.rs`).
 //!
 //! Order among equal times: every bucket is appended to and emptied in
 //! order, and all events with the same key always sit in the same bucket
@@ -35,14 +40,16 @@ use std::collections::VecDeque;
 
 use fulcrum_balance::Nanos;
 
-/// Keys are compared in digits of this many bits (radix 16).
-const DIGIT_BITS: u32 = 4;
+/// Keys are compared in digits of this many bits (radix 64).
+const DIGIT_BITS: u32 = 6;
 /// Digit values per position.
 const DIGITS: usize = 1 << DIGIT_BITS;
-/// One bucket per (digit position, digit value): 16 positions × 16 values.
-const BUCKETS: usize = 64 / DIGIT_BITS as usize * DIGITS;
+/// Digit positions in a 64-bit key (the top one is partial).
+const POSITIONS: usize = 64_usize.div_ceil(DIGIT_BITS as usize);
+/// One bucket per (digit position, digit value).
+const BUCKETS: usize = POSITIONS * DIGITS;
 /// Words of the occupancy bitmap.
-const WORDS: usize = BUCKETS / 64;
+const WORDS: usize = BUCKETS.div_ceil(64);
 
 /// Pending events of type `E`, popped in (time, scheduling order).
 pub struct Queue<E> {
@@ -50,7 +57,7 @@ pub struct Queue<E> {
     last: Nanos,
     /// Events due exactly at `last`, in scheduling order.
     due: VecDeque<E>,
-    /// `buckets[16·p + v]` holds events whose time first differs from
+    /// `buckets[64·p + v]` holds events whose time first differs from
     /// `last` at digit position `p`, where its digit is `v`.
     buckets: Vec<Vec<(Nanos, E)>>,
     /// Bit `i` (of word `i / 64`) set when `buckets[i]` is not empty.
@@ -104,8 +111,11 @@ impl<E> Queue<E> {
     /// `None`, and the queue is unchanged.
     #[inline]
     pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
-        if self.due.is_empty() && !self.refill(until) {
-            return None;
+        if self.due.is_empty() {
+            // The first event due is handed over without a trip through `due`.
+            let ev = self.refill(until)?;
+            self.len -= 1;
+            return Some((self.last, ev));
         }
         if self.last > until {
             return None;
@@ -120,8 +130,9 @@ impl<E> Queue<E> {
     /// work the next [`Queue::pop`] would do anyway); events may still be
     /// scheduled at any time not before the last one popped.
     pub fn peek_time(&mut self) -> Option<Nanos> {
-        if self.due.is_empty() && !self.refill(Nanos::MAX) {
-            return None;
+        if self.due.is_empty() {
+            let ev = self.refill(Nanos::MAX)?;
+            self.due.push_front(ev);
         }
         Some(self.last)
     }
@@ -140,22 +151,49 @@ impl<E> Queue<E> {
 
     /// Move the events of the lowest non-empty bucket down, making its
     /// smallest time the new `last`, unless that time is after `until`.
-    /// Returns whether events are now due at `last`. Only called with
-    /// `due` empty, so the events moved there keep their order.
-    fn refill(&mut self, until: Nanos) -> bool {
-        let Some(w) = self.occupied.iter().position(|&word| word != 0) else { return false };
+    /// Returns the first event due at `last` (the others wait in `due`),
+    /// or `None` with the queue unchanged. Only called with `due` empty,
+    /// so the events moved there keep their order.
+    fn refill(&mut self, until: Nanos) -> Option<E> {
+        let w = self.occupied.iter().position(|&word| word != 0)?;
         let b = w * 64 + self.occupied[w].trailing_zeros() as usize;
+        if let [(t, _)] = self.buckets[b][..] {
+            // One event (the common case near the clock): due now.
+            if t > until {
+                return None;
+            }
+            let (_, ev) = self.buckets[b].pop().expect("one event");
+            self.occupied[w] &= !(1 << (b % 64));
+            self.last = t;
+            return Some(ev);
+        }
         let mut events = std::mem::take(&mut self.buckets[b]);
         let min = events.iter().map(|&(t, _)| t).min().expect("an occupied bucket has events");
         if min > until {
             self.buckets[b] = events;
-            return false;
+            return None;
         }
         self.occupied[w] &= !(1 << (b % 64));
         self.last = min;
+        if b < DIGITS {
+            // Position 0: the digit fixes the whole key, so every event
+            // here is due now.
+            let first = {
+                let mut due = events.drain(..).map(|(_, ev)| ev);
+                let first = due.next();
+                self.due.extend(due);
+                first
+            };
+            self.buckets[b] = events;
+            return first;
+        }
+        let mut first = None;
         for (t, ev) in events.drain(..) {
             if t == min {
-                self.due.push_back(ev);
+                match first {
+                    None => first = Some(ev),
+                    Some(_) => self.due.push_back(ev),
+                }
             } else {
                 let to = bucket(t, min);
                 self.buckets[to].push((t, ev));
@@ -164,7 +202,7 @@ impl<E> Queue<E> {
         }
         // Keep the allocation for the next time this bucket fills.
         self.buckets[b] = events;
-        true
+        first
     }
 }
 

@@ -46,6 +46,18 @@ impl ShareSeries {
         self.buckets[t][server] += 1;
     }
 
+    /// Requests per server over the whole run: merging buckets keeps every
+    /// count, so the column sums are exactly what was recorded.
+    pub fn totals(&self) -> Vec<u64> {
+        let mut totals = vec![0; self.servers];
+        for bucket in &self.buckets {
+            for (t, n) in totals.iter_mut().zip(bucket) {
+                *t += n;
+            }
+        }
+        totals
+    }
+
     fn coarsen(&mut self) {
         self.interval *= 2;
         let old = std::mem::take(&mut self.buckets);
@@ -75,5 +87,6 @@ mod tests {
         let total: u64 = s.buckets.iter().flatten().sum();
         assert_eq!(total, 10_000);
         assert_eq!(s.interval, 32);
+        assert_eq!(s.totals(), vec![5_000, 5_000]);
     }
 }
