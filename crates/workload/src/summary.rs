@@ -145,19 +145,26 @@ impl Summary {
         let n = samples.len() as f64;
         let mean = samples.iter().map(|&x| x as f64).sum::<f64>() / n;
         let var = samples.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
-        let p = |q| percentile(samples, q) / MS;
+        let (min, max) = (samples[0] as f64, samples[samples.len() - 1] as f64);
+        Summary::from_nanos(min, mean, max, var.sqrt(), |q| percentile(samples, q), Method::Exact)
+    }
+
+    /// A summary from figures in nanoseconds, its quantiles read from
+    /// `quantile` (p in [0, 1] → nanoseconds), whichever method made them.
+    fn from_nanos(min: f64, avg: f64, max: f64, stddev: f64, quantile: impl Fn(f64) -> f64, method: Method) -> Summary {
+        let p = |q| quantile(q) / MS;
         Summary {
-            min: samples[0] as f64 / MS,
-            avg: mean / MS,
+            min: min / MS,
+            avg: avg / MS,
             p50: p(0.5),
             p75: p(0.75),
             p90: p(0.9),
             p95: p(0.95),
             p99: p(0.99),
             p999: p(0.999),
-            max: samples[samples.len() - 1] as f64 / MS,
-            stddev: var.sqrt() / MS,
-            method: Method::Exact,
+            max: max / MS,
+            stddev: stddev / MS,
+            method,
         }
     }
 
@@ -263,20 +270,10 @@ impl Folded {
         if self.count == 0 {
             return Summary { method: Method::Hdr, ..Summary::default() };
         }
-        let p = |q| self.quantile(q) / MS;
-        Summary {
-            min: self.min as f64 / MS,
-            avg: self.sum as f64 / self.count as f64 / MS,
-            p50: p(0.5),
-            p75: p(0.75),
-            p90: p(0.9),
-            p95: p(0.95),
-            p99: p(0.99),
-            p999: p(0.999),
-            max: self.max as f64 / MS,
-            stddev: (self.m2 / self.count as f64).max(0.0).sqrt() / MS,
-            method: Method::Hdr,
-        }
+        let (min, max) = (self.min as f64, self.max as f64);
+        let avg = self.sum as f64 / self.count as f64;
+        let stddev = (self.m2 / self.count as f64).max(0.0).sqrt();
+        Summary::from_nanos(min, avg, max, stddev, |q| self.quantile(q), Method::Hdr)
     }
 
     /// CDF points by bucket, thinned as [`cdf_points`] thins samples: a
