@@ -8,22 +8,12 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use common::{app_config, get, send, Fulcrum};
+use common::{app_config, get, send, Fulcrum, KillOnDrop};
 
 fn peer() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tools/grpc_peer.py")
-}
-
-/// The gRPC server, killed (by PID) on drop.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// One call through `target`: "ok <reply>" or "status <CODE> <details>".
@@ -48,7 +38,7 @@ fn metric(f: &Fulcrum, name: &str) -> u64 {
 fn grpc_calls_keep_their_trailers_status_and_deadline_through_the_proxy() {
     let mut child = Command::new("python3").arg(peer()).arg("server").stdout(Stdio::piped()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
+    let server = KillOnDrop(child);
     let mut first = String::new();
     BufReader::new(stdout).read_line(&mut first).unwrap();
     let port: u16 = first

@@ -7,6 +7,8 @@
 //! connections working and sends new connections only to the rest. Needs
 //! root and the BPF toolchain; skipped with a message otherwise.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::answer_with_name;
 use fulcrum_xdp::netns::{skip_bpf_test, Netns};
 
 const VIP: &str = "10.202.1.1";
@@ -81,22 +84,13 @@ impl Topology {
                 match listener.accept() {
                     Ok((conn, _)) => {
                         conn.set_nonblocking(false).unwrap();
-                        std::thread::spawn(move || answer(conn, name));
+                        std::thread::spawn(move || answer_with_name(conn, name));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
         }));
         ready_rx.recv().unwrap();
-    }
-}
-
-fn answer(conn: TcpStream, name: &str) {
-    let mut writer = conn.try_clone().unwrap();
-    for line in BufReader::new(conn).lines() {
-        if line.is_err() || writeln!(writer, "{name}").is_err() {
-            return;
-        }
     }
 }
 

@@ -16,6 +16,8 @@
 //! model of `fulcrum lb simulate` (`fulcrum_xdp::fleet`). Needs root, the BPF toolchain and BIRD 2; skipped with a reason
 //! otherwise (a failure under FULCRUM_REQUIRE_BPF).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -27,6 +29,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::answer_with_name;
 use fulcrum_xdp::fleet;
 use fulcrum_xdp::flow::Flow;
 use fulcrum_xdp::netns::{skip_bpf_test, Netns};
@@ -239,7 +242,7 @@ impl Fleet {
                     Ok((conn, _)) => {
                         conn.set_nonblocking(false).unwrap();
                         let name = name.clone();
-                        std::thread::spawn(move || answer(conn, &name));
+                        std::thread::spawn(move || answer_with_name(conn, &name));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -272,15 +275,6 @@ impl Fleet {
             }
             assert!(start.elapsed() < Duration::from_secs(60), "the router has next hops {hops:?}, want {n}");
             std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-fn answer(conn: TcpStream, name: &str) {
-    let mut writer = conn.try_clone().unwrap();
-    for line in BufReader::new(conn).lines() {
-        if line.is_err() || writeln!(writer, "{name}").is_err() {
-            return;
         }
     }
 }

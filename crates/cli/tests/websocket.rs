@@ -8,25 +8,15 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 
-use common::{app_config, get, Fulcrum};
+use common::{app_config, get, Fulcrum, KillOnDrop};
 
 fn peer_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tools/ws_peer.py")
 }
 
-/// A child process killed (by PID) on drop.
-struct Peer(Child);
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn python(args: &[&str]) -> Peer {
+fn python(args: &[&str]) -> KillOnDrop {
     let child = Command::new("python3")
         .arg(peer_script())
         .args(args)
@@ -34,7 +24,7 @@ fn python(args: &[&str]) -> Peer {
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3 (with the websockets package: scripts/test installs it)");
-    Peer(child)
+    KillOnDrop(child)
 }
 
 fn line(out: &mut BufReader<ChildStdout>) -> String {

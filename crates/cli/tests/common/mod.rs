@@ -177,3 +177,26 @@ pub fn closed_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
 }
+
+/// A helper process (a third-party peer, a routing daemon) killed by PID and
+/// reaped on drop, so a failing test leaves nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A backend's side of one connection in the XDP tests: every line read is
+/// answered with the backend's `name`, so the client sees which backend it
+/// reached; ends when the client closes.
+pub fn answer_with_name(conn: TcpStream, name: &str) {
+    let mut writer = conn.try_clone().unwrap();
+    for line in BufReader::new(conn).lines() {
+        if line.is_err() || writeln!(writer, "{name}").is_err() {
+            return;
+        }
+    }
+}
