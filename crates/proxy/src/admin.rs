@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics` (Prometheus text format), `/status`
-//! (JSON) and `/healthz`.
+//! (JSON), `/healthz`, and the runtime API under `/clusters`
+//! ([`crate::runtime`]).
 //!
 //! Counters come from the shared [`EndpointStats`](crate::metrics::EndpointStats);
 //! active counts and latency estimates are read from every worker's balancer,
@@ -43,11 +44,16 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 impl Admin {
     /// Answer one admin request.
     pub async fn handle(&self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-        Ok(match req.uri().path() {
+        let path = req.uri().path();
+        if path == "/clusters" || path.starts_with("/clusters/") {
+            let clusters = self.clusters.borrow().clone();
+            return Ok(crate::runtime::handle(&clusters, || self.epoch.now(), req).await);
+        }
+        Ok(match path {
             "/metrics" => text(StatusCode::OK, "text/plain; version=0.0.4", self.metrics()),
             "/status" => text(StatusCode::OK, "application/json", self.status()),
             "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
-            _ => text(StatusCode::NOT_FOUND, "text/plain", "try /metrics, /status or /healthz\n".into()),
+            _ => text(StatusCode::NOT_FOUND, "text/plain", "try /metrics, /status, /healthz or /clusters\n".into()),
         })
     }
 
@@ -174,55 +180,7 @@ impl Admin {
     /// The clusters, endpoints and their counters as JSON.
     pub fn status(&self) -> String {
         let now = self.epoch.now();
-        let clusters: Vec<_> = self
-            .clusters
-            .borrow()
-            .iter()
-            .map(|c| {
-                let resolved = c.current();
-                let loads = c.worker_loads(now);
-                let endpoints: Vec<_> = resolved
-                    .all
-                    .iter()
-                    .filter_map(|e| {
-                        let u = resolved.upstream(e.id)?;
-                        let per_worker: Vec<_> = loads
-                            .iter()
-                            .map(|w| {
-                                let l = w.iter().find(|l| l.id == e.id);
-                                json!({
-                                    "active": l.map_or(0, |l| l.active),
-                                    "latency_estimate_ms": l.and_then(|l| l.latency_estimate).map(|v| v / 1e6),
-                                })
-                            })
-                            .collect();
-                        let (ejected, healthy) = c.health_of(e.id);
-                        let routed = resolved.endpoints.iter().find(|r| r.id == e.id);
-                        Some(json!({
-                            "address": e.name,
-                            "weight": e.weight,
-                            "effective_weight": routed.map(|r| r.weight),
-                            "healthy": healthy,
-                            "ejected": ejected,
-                            "requests": u.stats.requests.load(Relaxed),
-                            "errors": u.stats.errors.load(Relaxed),
-                            "in_flight": u.stats.in_flight.load(Relaxed),
-                            "workers": per_worker,
-                        }))
-                    })
-                    .collect();
-                json!({
-                    "name": c.config.name,
-                    "algorithm": c.config.algorithm,
-                    "panic": resolved.panic,
-                    "ejections": c.counters.ejections.load(Relaxed),
-                    "retries": c.counters.retries.load(Relaxed),
-                    "retries_denied": c.counters.retries_denied.load(Relaxed),
-                    "overflows": c.counters.overflows.load(Relaxed),
-                    "endpoints": endpoints,
-                })
-            })
-            .collect();
+        let clusters: Vec<_> = self.clusters.borrow().iter().map(|c| crate::runtime::cluster_json(c, now)).collect();
         let local: serde_json::Map<String, serde_json::Value> =
             self.stats.local_responses().iter().map(|(code, n)| (code.to_string(), json!(n))).collect();
         let mut s = serde_json::to_string_pretty(&json!({ "clusters": clusters, "local_responses": local }))

@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, watch};
 use crate::clock::Epoch;
 use crate::config::Cluster;
 use crate::metrics::EndpointStats;
+use crate::overrides::{ChangeError, FileEndpoints, Overrides};
 
 /// One upstream address with its counters.
 #[derive(Debug, Clone)]
@@ -61,6 +62,9 @@ pub struct Resolved {
     upstreams: Vec<Option<Upstream>>,
     /// Too few endpoints are healthy, so all are used.
     pub panic: bool,
+    /// Counts the sets published, so that the runtime API can wait until
+    /// every worker's balancer has the one its change made.
+    pub generation: u64,
 }
 
 impl Resolved {
@@ -82,6 +86,10 @@ pub struct Membership {
     /// Upstream of each member, by endpoint id (ids are small and dense).
     upstreams: Vec<Option<Upstream>>,
     started: bool,
+    /// The addresses the file's endpoints resolved to, with their weights.
+    file: Vec<(Vec<SocketAddr>, f64)>,
+    /// Runtime changes over `file`, until the next reload.
+    overrides: Overrides,
 }
 
 /// What a cluster's [`ClusterHealth`] is made of.
@@ -102,17 +110,24 @@ impl Membership {
     pub fn new(config: &Cluster, now: Nanos) -> Membership {
         let health = ClusterHealth::new(health_config(config), &[], now)
             .unwrap_or_else(|e| unreachable!("validated slow start rejected: {e}"));
-        Membership { health, upstreams: Vec::new(), started: false }
+        Membership { health, upstreams: Vec::new(), started: false, file: Vec::new(), overrides: Overrides::default() }
     }
 
     /// The same members, health and ejections under `config` (a reload):
-    /// endpoints resolved from now on ramp.
+    /// endpoints resolved from now on ramp. Runtime changes are dropped: the
+    /// file is the truth again.
     pub fn reconfigured(&self, config: &Cluster, now: Nanos) -> Membership {
         let health = self
             .health
             .reconfigured(health_config(config), now)
             .unwrap_or_else(|e| unreachable!("validated slow start rejected: {e}"));
-        Membership { health, upstreams: self.upstreams.clone(), started: true }
+        Membership {
+            health,
+            upstreams: self.upstreams.clone(),
+            started: true,
+            file: Vec::new(),
+            overrides: Overrides::default(),
+        }
     }
 
     /// Make the members exactly `members` at `now`, keeping the state of
@@ -167,6 +182,12 @@ impl Membership {
         }
     }
 
+    /// Whether the runtime API has `id` draining.
+    pub fn is_drained(&self, id: EndpointId) -> bool {
+        let upstream = self.upstreams.get(id.0 as usize).and_then(Option::as_ref);
+        upstream.is_some_and(|u| self.overrides.is_drained(u.addr))
+    }
+
     fn name(&self, id: EndpointId) -> String {
         self.health.members().find(|e| e.id == id).map_or_else(|| format!("#{}", id.0), |e| e.name.clone())
     }
@@ -188,8 +209,9 @@ pub struct SharedCluster {
     /// Request results on their way to the outlier detector.
     results: mpsc::UnboundedSender<(EndpointId, RequestResult)>,
     results_rx: Mutex<Option<mpsc::UnboundedReceiver<(EndpointId, RequestResult)>>>,
-    /// Each worker's balancer, for the admin listener.
-    balancers: Mutex<Vec<SharedBalancer>>,
+    /// Each worker's balancer, for the admin listener, with the generation
+    /// of the endpoint set it was last given.
+    balancers: Mutex<Vec<(SharedBalancer, Arc<AtomicU64>)>>,
     /// Counters that outlive a reload.
     pub counters: Arc<ClusterCounters>,
     /// Upstream connections open and waiting, over all workers.
@@ -301,26 +323,63 @@ impl SharedCluster {
     }
 
     /// Make the members exactly `addrs` (per configured endpoint: its
-    /// addresses and weight), keeping the health of those that remain.
+    /// addresses and weight) with the runtime changes over them, keeping the
+    /// health of those that remain.
     fn set_addresses(&self, addrs: Vec<(Vec<SocketAddr>, f64)>) {
+        let mut membership = lock(&self.membership);
+        membership.file = addrs;
+        self.rebuild(&mut membership);
+    }
+
+    /// Make the members what the file's addresses and the runtime changes
+    /// say, and publish the set.
+    fn rebuild(&self, membership: &mut Membership) {
         let now = self.epoch.now();
         let mut registry = lock(&self.registry);
-        let mut members: Vec<(Endpoint, Upstream)> = Vec::new();
-        for (found, weight) in addrs {
-            for addr in found {
-                if members.iter().any(|(_, u)| u.addr == addr) {
-                    continue;
-                }
+        let members = membership
+            .overrides
+            .apply(&membership.file)
+            .into_iter()
+            .map(|(addr, weight)| {
                 let next_id = EndpointId(registry.len() as u64);
                 let (id, stats) = registry.entry(addr).or_insert_with(|| (next_id, Arc::default())).clone();
                 let authority = addr.to_string().parse().expect("a socket address is a valid authority");
-                members.push((Endpoint { id, weight, name: addr.to_string() }, Upstream { addr, authority, stats }));
-            }
-        }
+                (Endpoint { id, weight, name: addr.to_string() }, Upstream { addr, authority, stats })
+            })
+            .collect();
         drop(registry);
-        let mut membership = lock(&self.membership);
         membership.set_members(members, now);
-        self.publish(&mut membership);
+        self.publish(membership);
+    }
+
+    /// Apply a runtime change (drain, weight, add, remove: see
+    /// [`Overrides`]) and publish the resulting set; it lasts until the next
+    /// reload. Wait for [`SharedCluster::applied`] to know every worker has it.
+    pub fn change(
+        &self,
+        f: impl FnOnce(&mut Overrides, &FileEndpoints) -> Result<(), ChangeError>,
+    ) -> Result<(), ChangeError> {
+        let mut membership = lock(&self.membership);
+        let m = &mut *membership;
+        f(&mut m.overrides, &m.file)?;
+        self.rebuild(&mut membership);
+        Ok(())
+    }
+
+    /// Wait, up to `limit`, until every worker's balancer has the endpoint
+    /// set in force; whether they all had it in time.
+    pub async fn applied(&self, limit: Duration) -> bool {
+        let target = self.current().generation;
+        let start = tokio::time::Instant::now();
+        loop {
+            if lock(&self.balancers).iter().all(|(_, seen)| seen.load(Relaxed) >= target) {
+                return true;
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// Publish the routable set of `membership` if it changed, with the
@@ -328,7 +387,9 @@ impl SharedCluster {
     fn publish(&self, membership: &mut Membership) {
         let now = self.epoch.now();
         self.request_limit.store(membership.request_limit(self.config.max_requests, now), Relaxed);
-        let set = membership.routable(now).clone();
+        let mut set = membership.routable(now).clone();
+        // Draining endpoints stay members, but no balancer is given them.
+        set.endpoints.retain(|e| !membership.is_drained(e.id));
         let all: Vec<Endpoint> = membership.health.members().cloned().collect();
         if set.panic != self.panic.swap(set.panic, Relaxed) {
             let healthy = membership.health.healthy_count();
@@ -342,13 +403,17 @@ impl SharedCluster {
                 self.log(format_args!("panic over: {healthy} of {} endpoints healthy", all.len()));
             }
         }
-        let resolved =
-            Resolved { endpoints: set.endpoints, all, upstreams: membership.upstreams.clone(), panic: set.panic };
         self.current.send_if_modified(|current| {
-            if current.endpoints == resolved.endpoints && current.all == resolved.all {
+            if current.endpoints == set.endpoints && current.all == all {
                 return false;
             }
-            *current = Arc::new(resolved);
+            *current = Arc::new(Resolved {
+                endpoints: set.endpoints,
+                all,
+                upstreams: membership.upstreams.clone(),
+                panic: set.panic,
+                generation: current.generation + 1,
+            });
             true
         });
     }
@@ -360,7 +425,7 @@ impl SharedCluster {
 
     /// Per-worker loads (active counts and latency estimates) as of `now`.
     pub fn worker_loads(&self, now: Nanos) -> Vec<Vec<EndpointLoad>> {
-        lock(&self.balancers).iter().map(|b| lock(b).loads(now)).collect()
+        lock(&self.balancers).iter().map(|(b, _)| lock(b).loads(now)).collect()
     }
 
     /// Whether the outlier detector has `id` ejected, and whether active
@@ -368,6 +433,11 @@ impl SharedCluster {
     pub fn health_of(&self, id: EndpointId) -> (bool, bool) {
         let m = lock(&self.membership);
         (m.health.is_ejected(id), m.health.is_healthy(id))
+    }
+
+    /// Whether the runtime API has `id` draining.
+    pub fn is_drained(&self, id: EndpointId) -> bool {
+        lock(&self.membership).is_drained(id)
     }
 
     /// Record an active health check of `id`: `passed` or not. Flips the
@@ -432,6 +502,8 @@ pub struct WorkerCluster {
     balancer: SharedBalancer,
     /// The endpoint set the balancer was last given.
     resolved: Mutex<Arc<Resolved>>,
+    /// That set's generation, for [`SharedCluster::applied`].
+    applied: Arc<AtomicU64>,
     /// This worker's retry budget (`None`: retries are not limited).
     budget: Mutex<Option<RetryBudget>>,
 }
@@ -474,7 +546,8 @@ impl WorkerCluster {
                     .unwrap_or_else(|e| unreachable!("validated algorithm failed to build: {e}")),
             )),
         };
-        lock(&shared.balancers).push(balancer.clone());
+        let applied = Arc::new(AtomicU64::new(resolved.generation));
+        lock(&shared.balancers).push((balancer.clone(), applied.clone()));
         let budget =
             match previous {
                 Some(p) if p.shared.config.retries.budget == shared.config.retries.budget => lock(&p.budget).clone(),
@@ -482,13 +555,22 @@ impl WorkerCluster {
                     RetryBudget::new(b).unwrap_or_else(|e| unreachable!("validated retry budget rejected: {e}"))
                 }),
             };
-        Arc::new(WorkerCluster { shared, balancer, resolved: Mutex::new(resolved), budget: Mutex::new(budget) })
+        Arc::new(WorkerCluster {
+            shared,
+            balancer,
+            resolved: Mutex::new(resolved),
+            applied,
+            budget: Mutex::new(budget),
+        })
     }
 
     /// Apply endpoint-set changes to this worker's balancer until the
     /// cluster is replaced or gone. Run it as a task on the worker's runtime.
     pub async fn follow_endpoints(this: std::sync::Weak<Self>) {
         let Some(mut rx) = this.upgrade().map(|w| w.shared.current.subscribe()) else { return };
+        // A set published between this worker's build and now would be
+        // missed otherwise; giving the same set twice changes nothing.
+        rx.mark_changed();
         while rx.changed().await.is_ok() {
             let Some(me) = this.upgrade() else { return };
             let next = rx.borrow_and_update().clone();
@@ -497,6 +579,7 @@ impl WorkerCluster {
                 me.shared.log(format_args!("endpoint update rejected: {e}"));
                 continue;
             }
+            me.applied.store(next.generation, Relaxed);
             *lock(&me.resolved) = next;
         }
     }
