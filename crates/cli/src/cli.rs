@@ -27,6 +27,8 @@ enum Command {
     Serve(crate::serve::Args),
     /// Make a running `fulcrum serve --config` re-read its file (SIGHUP).
     Reload(crate::serve::ReloadArgs),
+    /// Talk to a running proxy's runtime API: list, drain, undrain, weigh, add, remove endpoints.
+    Ctl(crate::ctl::Args),
     /// Start test upstreams: service-time distribution, status mix, body size.
     Backend(crate::backend::Args),
     /// Send HTTP load (open loop without coordinated omission, closed loop, clients) and report.
@@ -50,6 +52,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Fabric(args) => crate::fabric::run(args),
         Command::Serve(args) => crate::serve::run(args),
         Command::Reload(args) => crate::serve::reload(args),
+        Command::Ctl(args) => crate::ctl::run(args),
         Command::Backend(args) => crate::backend::run(args),
         Command::Load(args) => crate::load::run(args),
         Command::Lb(args) => crate::lb::run(args),

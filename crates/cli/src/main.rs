@@ -5,6 +5,7 @@ mod algorithms;
 mod backend;
 mod bird;
 mod cli;
+mod ctl;
 mod demo;
 mod fabric;
 mod lb;

@@ -17,6 +17,7 @@ pub mod body;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod ctl;
 pub mod error;
 pub mod grpc;
 pub mod h1;
