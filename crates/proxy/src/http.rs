@@ -519,6 +519,15 @@ impl HttpService {
             self.stats.bad_request.fetch_add(1, Relaxed);
             return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
         };
+        // The tunnel's upstream connection is not pooled, but it counts
+        // against the cluster's `max_connections` like any other.
+        let slot = tokio::time::timeout(config.request_timeout, cluster.shared.connections.acquire()).await;
+        let Ok(Some(slot)) = slot else {
+            cluster.cancel(pick);
+            cluster.shared.counters.overflows.fetch_add(1, Relaxed);
+            self.stats.unavailable.fetch_add(1, Relaxed);
+            return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n");
+        };
         let sent = Instant::now();
         let addr = pick.upstream.addr;
         let answer = async {
@@ -538,7 +547,7 @@ impl HttpService {
                     latency,
                     result: RequestResult::Success,
                 };
-                tokio::spawn(tunnel(client, stream, early, completion));
+                tokio::spawn(tunnel(client, stream, early, completion, slot));
                 let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
                 *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
                 *response.headers_mut() = headers;
@@ -661,12 +670,15 @@ fn rewrite(
 
 /// Join the client's upgraded connection and the upstream's until either
 /// side closes (each direction's end is passed on as a half-close), then
-/// report the pick. The client side keeps the listener's idle timeout.
+/// report the pick. The client side keeps the listener's idle timeout and
+/// connection permit; `slot` is the upstream connection's place in the
+/// cluster's `max_connections`, given back when the tunnel closes.
 async fn tunnel(
     client: hyper::upgrade::OnUpgrade,
     mut upstream: tokio::net::TcpStream,
     early: Bytes,
     done: Completion,
+    slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     use tokio::io::AsyncWriteExt;
     let joined = async {
@@ -676,6 +688,7 @@ async fn tunnel(
     };
     // A tunnel that ends in a reset is still a tunnel the upstream served.
     let _ = joined.await;
+    drop(slot);
     done.finish(true);
 }
 

@@ -393,7 +393,6 @@ impl Accept {
             let limits = limits.clone();
             let stats = service.stats.clone();
             tokio::spawn(async move {
-                let _permit = permit;
                 let active = Arc::new(AtomicUsize::new(0));
                 let counter = active.clone();
                 let peer = Arc::new(crate::http::Peer::new(peer));
@@ -412,14 +411,14 @@ impl Accept {
                 // and those answers are counted.
                 let served = match tls {
                     None => {
-                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
+                        let io = IdleTimeout::new(stream, limits.idle_timeout, active, permit);
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
                         watcher.watch(conn.into_owned()).await
                     }
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
-                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
+                        let io = IdleTimeout::new(stream, limits.idle_timeout, active, permit);
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
                         watcher.watch(conn.into_owned()).await
                     }
@@ -465,17 +464,20 @@ impl Drop for ActiveGuard {
 /// A connection that fails its reads once it has been idle — no bytes in
 /// either direction and no request in flight — for `limit`, so that hyper
 /// closes it. hyper has a header-read timeout but no idle timeout between
-/// requests.
+/// requests. It holds the connection's `max_connections` permit: after an
+/// upgrade hyper hands this IO to the tunnel, which thereby keeps both the
+/// idle timeout and its place in the limit until it closes.
 struct IdleTimeout<IO> {
     io: IO,
     limit: Duration,
     deadline: Pin<Box<Sleep>>,
     active: Arc<AtomicUsize>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl<IO> IdleTimeout<IO> {
-    fn new(io: IO, limit: Duration, active: Arc<AtomicUsize>) -> Self {
-        IdleTimeout { io, limit, deadline: Box::pin(tokio::time::sleep(limit)), active }
+    fn new(io: IO, limit: Duration, active: Arc<AtomicUsize>, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        IdleTimeout { io, limit, deadline: Box::pin(tokio::time::sleep(limit)), active, _permit: permit }
     }
 
     fn touch(&mut self) {

@@ -61,7 +61,7 @@ impl ConnectionLimit {
 
     /// A permit for one connection: at once, after a wait, or `None` when
     /// `max_pending` requests already wait.
-    async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
+    pub async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
         if let Ok(p) = self.permits.clone().try_acquire_owned() {
             return Some(p);
         }
