@@ -34,7 +34,8 @@ pub struct Args {
     /// header:NAME or cookie:NAME (a request without it gets a random key).
     #[arg(long, default_value = "source-ip", value_parser = parse_hash_key)]
     hash_key: HashKey,
-    /// Admin listener (/metrics, /status, /healthz); overrides the file's.
+    /// Admin listener (/metrics, /status, /healthz, and the runtime API that `fulcrum ctl` calls; bind
+    /// it to loopback: reaching it is all the authentication there is); overrides the file's.
     #[arg(long)]
     admin: Option<SocketAddr>,
     /// Worker threads (default: the file's, else one per core).
@@ -122,6 +123,14 @@ pub fn run(args: Args) -> Result<(), Failure> {
         eprintln!("fulcrum: listening on {addr} ({workers} workers)");
     }
     if let Some(admin) = proxy.admin_addr() {
+        // The runtime API has no login: reaching the address is the right to
+        // drain and remove endpoints.
+        if !admin.ip().is_loopback() {
+            eprintln!(
+                "fulcrum: warning: the admin listener on {admin} is not on loopback; anyone who can reach it can \
+                 change endpoints (fulcrum ctl)"
+            );
+        }
         eprintln!("fulcrum: admin on http://{admin}/metrics");
     }
     signals.wait(|| match load(&args) {
