@@ -68,11 +68,12 @@ fn listed(admin: SocketAddr) -> Vec<(String, f64, bool)> {
 
 #[test]
 fn drain_weight_add_and_remove_change_where_requests_go_until_a_reload() {
-    // Backend "0" answers after 300 ms, so a request to it can be caught in flight.
-    let delays = [300, 0, 0, 0].map(Duration::from_millis);
+    // Backend "4" answers after 2 s, so a request to it can be caught in
+    // flight; it is only added for that.
+    let delays = [0, 0, 0, 0, 2000].map(Duration::from_millis);
     let b = Backends::start(BackendsConfig::fixed_delays(&delays)).unwrap();
     let addrs = b.addrs();
-    let (a0, a1, a2, a3) = (addrs[0], addrs[1], addrs[2], addrs[3]);
+    let (a0, a1, a2, a3, a4) = (addrs[0], addrs[1], addrs[2], addrs[3], addrs[4]);
     // Two workers, each with its own balancer: every change must reach both.
     let config = app_config(&toml_list(&addrs[..3]), "workers = 2", "", "algorithm = { kind = \"round-robin\" }");
     let f = Fulcrum::serve("runtime-api", &config);
@@ -89,19 +90,24 @@ fn drain_weight_add_and_remove_change_where_requests_go_until_a_reload() {
     assert_eq!(count(&drained, "1"), 0, "{drained:?}");
     assert!(count(&drained, "0") > 0 && count(&drained, "2") > 0, "{drained:?}");
 
-    // With "2" drained too only the slow "0" is left; a request in flight
-    // to it when it is drained still finishes, and then nothing is left: 503.
-    assert_eq!(api(admin, "POST", &format!("/clusters/app/endpoints/{a2}/drain"), "").0, 200);
+    // With the file's three drained and the slow "4" added, it takes the
+    // next request; drained while that request is in flight, it still
+    // answers it, and then nothing is left: 503.
+    for a in [a0, a2] {
+        assert_eq!(api(admin, "POST", &format!("/clusters/app/endpoints/{a}/drain"), "").0, 200);
+    }
+    assert_eq!(api(admin, "POST", "/clusters/app/endpoints", &format!(r#"{{"address": "{a4}"}}"#)).0, 201);
     let in_flight = std::thread::spawn(move || get(proxy, "app", "/", ""));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while api(admin, "GET", &format!("/clusters/app/endpoints/{a0}"), "").1["in_flight"] != 1 {
-        assert!(std::time::Instant::now() < deadline, "the request never reached backend 0");
+    while api(admin, "GET", &format!("/clusters/app/endpoints/{a4}"), "").1["in_flight"] != 1 {
+        assert!(!in_flight.is_finished() && std::time::Instant::now() < deadline, "never seen in flight to 4");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(api(admin, "POST", &format!("/clusters/app/endpoints/{a0}/drain"), "").0, 200);
+    assert_eq!(api(admin, "POST", &format!("/clusters/app/endpoints/{a4}/drain"), "").0, 200);
     let finished = in_flight.join().unwrap();
-    assert_eq!((finished.status, finished.header(BACKEND_HEADER)), (200, Some("0")), "{finished:?}");
+    assert_eq!((finished.status, finished.header(BACKEND_HEADER)), (200, Some("4")), "{finished:?}");
     assert_eq!(get(proxy, "app", "/", "").status, 503, "every endpoint draining");
+    assert_eq!(api(admin, "DELETE", &format!("/clusters/app/endpoints/{a4}"), "").0, 200);
     for a in [a0, a1, a2] {
         assert_eq!(api(admin, "POST", &format!("/clusters/app/endpoints/{a}/undrain"), "").0, 200);
     }
