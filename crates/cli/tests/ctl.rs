@@ -73,6 +73,7 @@ fn ctl_lists_drains_and_reports_errors() {
         (vec!["endpoints", "nope"], "no cluster \"nope\""),
         (vec!["weight", "app", &a1, "0"], "0 is not a weight > 0"),
         (vec!["add", "app", &a1], "is already an endpoint"),
+        (vec!["endpoints", "a b"], "\"/clusters/a b/endpoints\" cannot be part of a request path"),
     ] {
         let o = ctl(admin, &args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -43,6 +43,9 @@ pub enum CtlError {
         /// The API's error message.
         message: String,
     },
+    /// A cluster name that cannot be part of a URL path.
+    #[error("{0:?} cannot be part of a request path (is it the cluster's name?)")]
+    BadPath(String),
     /// Something answered that is not the runtime API.
     #[error("{addr} answered {status} without the runtime API's JSON (is it a fulcrum admin listener?)")]
     NotTheApi {
@@ -56,7 +59,11 @@ pub enum CtlError {
 impl CtlError {
     /// Whether the user's input was at fault (the API said 4xx).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, CtlError::Refused { status, .. } if status.is_client_error())
+        match self {
+            CtlError::Refused { status, .. } => status.is_client_error(),
+            CtlError::BadPath(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -71,6 +78,7 @@ pub async fn call(admin: SocketAddr, method: Method, path: &str, body: Option<Va
 
 async fn exchange(admin: SocketAddr, method: Method, path: &str, body: Option<Value>) -> Result<Value, CtlError> {
     let no_answer = |e: &dyn std::fmt::Display| CtlError::NoAnswer { addr: admin, message: e.to_string() };
+    let uri: http::Uri = path.parse().map_err(|_| CtlError::BadPath(path.to_string()))?;
     let stream =
         tokio::net::TcpStream::connect(admin).await.map_err(|source| CtlError::Unreachable { addr: admin, source })?;
     let (mut sender, conn) =
@@ -79,7 +87,7 @@ async fn exchange(admin: SocketAddr, method: Method, path: &str, body: Option<Va
     let body = body.map_or_else(Bytes::new, |v| Bytes::from(v.to_string()));
     let req = Request::builder()
         .method(method)
-        .uri(path)
+        .uri(uri)
         .header(header::HOST, admin.to_string())
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))
