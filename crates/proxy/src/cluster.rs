@@ -256,7 +256,11 @@ impl SharedCluster {
         let (results, results_rx) = mpsc::unbounded_channel();
         let (registry, membership, counters) = match previous {
             Some(p) => {
-                (lock(&p.registry).clone(), lock(&p.membership).reconfigured(&config, epoch.now()), p.counters.clone())
+                // One lock at a time: a runtime change holds the membership
+                // while it takes the registry.
+                let registry = lock(&p.registry).clone();
+                let membership = lock(&p.membership).reconfigured(&config, epoch.now());
+                (registry, membership, p.counters.clone())
             }
             None => (HashMap::new(), Membership::new(&config, epoch.now()), Arc::default()),
         };
