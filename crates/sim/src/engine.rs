@@ -434,11 +434,18 @@ impl<'a> Engine<'a> {
                 if frees {
                     self.release(server, q);
                 }
-                let r = &self.requests[req as usize];
-                if r.gen == gen && r.attempt == attempt {
-                    let b = r.balancer;
-                    self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
+                // Without a timeout no try is given up, so the answer is
+                // the request's current try's (as at the server), and the
+                // slot is read only when it may not be, or for the
+                // balancer that names a first-contact pair.
+                if self.abandons {
+                    let r = &self.requests[req as usize];
+                    if r.gen != gen || r.attempt != attempt {
+                        return;
+                    }
                 }
+                let b = if self.ready.is_empty() { 0 } else { self.requests[req as usize].balancer };
+                self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
             }
             Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false, q),
             // The balancer gives up: the try fails, and a late response finds
@@ -707,9 +714,12 @@ impl<'a> Engine<'a> {
         let s = &mut self.servers[server as usize];
         s.busy -= 1;
         while let Some((req, gen, attempt)) = s.queue.pop_front() {
-            let r = &self.requests[req as usize];
-            if r.gen != gen || r.attempt != attempt {
-                continue;
+            // Only a timeout can have given a waiting try up.
+            if self.abandons {
+                let r = &self.requests[req as usize];
+                if r.gen != gen || r.attempt != attempt {
+                    continue;
+                }
             }
             s.busy += 1;
             let t = now + s.service_time(now);
