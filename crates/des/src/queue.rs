@@ -194,33 +194,33 @@ impl<E> Queue<E> {
     #[inline]
     pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
         let Some((lane, at, seq)) = self.lane_front() else { return self.pop_heap(until) };
-        if self.due.is_empty() {
-            if at > until {
+        match self.due.front() {
+            None if at > until => {
                 // Only the heap can have an event due by `until`.
                 return self.pop_heap(until);
             }
-            self.advance(at);
-        }
-        // `due` now holds the heap's events at `last` ≤ `at`, if any.
-        match self.due.front() {
+            None => {
+                if let Some(first) = self.heap_before(at, seq) {
+                    self.len -= 1;
+                    return Some(first);
+                }
+            }
+            // `due` holds the heap's earliest events, at `last` ≤ `at`.
             Some(&(s, _)) if self.last < at || s < seq => {
                 if self.last > until {
                     return None;
                 }
                 let (_, ev) = self.due.pop_front().expect("a front");
                 self.len -= 1;
-                Some((self.last, ev))
+                return Some((self.last, ev));
             }
-            _ => {
-                if at > until {
-                    return None;
-                }
-                let e = self.lanes[lane].events.pop_front().expect("a front");
-                self.last = at;
-                self.len -= 1;
-                Some((at, e.ev))
-            }
+            Some(_) if at > until => return None,
+            Some(_) => {}
         }
+        let e = self.lanes[lane].events.pop_front().expect("a front");
+        self.last = at;
+        self.len -= 1;
+        Some((at, e.ev))
     }
 
     /// The time of the earliest pending event.
@@ -307,26 +307,43 @@ impl<E> Queue<E> {
         Some((self.last, ev))
     }
 
-    /// Move the heap's origin to `to` (not before `last`, `due` empty), or
-    /// to the heap's earliest time if that is before `to`; events at the new
-    /// origin go to `due`. Only the lowest bucket can hold keys at or below
-    /// `to`, and only when `to` falls in its key range: then its events are
-    /// re-filed around the new origin, each to a lower position. Any other
-    /// bucket holds keys that differ from `to` at the same digit as from
-    /// `last`, so it stays valid as it is.
+    /// With `due` empty, a lane's front at (`at`, `seq`): the heap's
+    /// earliest event if it comes first, handed over; otherwise `None`, with
+    /// the heap's origin moved to `at` for the lane's event. Only the lowest
+    /// bucket can hold keys at or below `at`, and only when `at` falls in its
+    /// key range: then its events are re-filed around the new origin (the
+    /// earlier of `at` and their smallest time), each to a lower position,
+    /// those at the origin to `due`. Any other bucket holds keys that differ
+    /// from the new origin at the same digit as from `last`, so it stays
+    /// valid as it is.
     #[inline]
-    fn advance(&mut self, to: Nanos) {
+    fn heap_before(&mut self, at: Nanos, seq: u64) -> Option<(Nanos, E)> {
         let Some(b) = self.lowest() else {
-            self.last = to;
-            return;
+            self.last = at;
+            return None;
         };
-        if to < floor(b, self.last) {
-            self.last = to;
-            return;
+        if at < floor(b, self.last) {
+            self.last = at;
+            return None;
         }
         self.occupied[b / 64] &= !(1 << (b % 64));
+        if let [Entry { at: t, seq: s, .. }] = self.buckets[b][..] {
+            // One event (common near the clock): no scan, no trip through `due`.
+            let e = self.buckets[b].pop().expect("one event");
+            if (t, s) < (at, seq) {
+                self.last = t;
+                return Some((t, e.ev));
+            }
+            self.last = at;
+            if t == at {
+                self.due.push_back((s, e.ev));
+            } else {
+                self.file(e);
+            }
+            return None;
+        }
         let mut events = std::mem::take(&mut self.buckets[b]);
-        let origin = events.iter().map(|e| e.at).min().expect("an occupied bucket has events").min(to);
+        let origin = events.iter().map(|e| e.at).min().expect("an occupied bucket has events").min(at);
         self.last = origin;
         for e in events.drain(..) {
             if e.at == origin {
@@ -337,6 +354,10 @@ impl<E> Queue<E> {
         }
         // Keep the allocation for the next time this bucket fills.
         self.buckets[b] = events;
+        match self.due.front() {
+            Some(&(s, _)) if origin < at || s < seq => self.due.pop_front().map(|(_, ev)| (origin, ev)),
+            _ => None,
+        }
     }
 
     /// Move the events of the lowest non-empty bucket down, making its
