@@ -172,7 +172,8 @@ impl<E> Queue<E> {
     /// time would put it, but filed once instead of moved through the heap.
     ///
     /// # Panics
-    /// If `lane` was not made by this queue, or the time overflows.
+    /// If the time overflows, or `lane` is beyond this queue's lanes (a
+    /// handle from another queue is a bug the queue cannot always see).
     #[inline]
     pub fn schedule_lane(&mut self, lane: Lane, ev: E) {
         let seq = self.next_seq();
@@ -226,11 +227,9 @@ impl<E> Queue<E> {
     /// The time of the earliest pending event.
     pub fn peek_time(&self) -> Option<Nanos> {
         let heap = if self.due.is_empty() {
-            let w = self.occupied.iter().position(|&word| word != 0);
-            w.map(|w| {
-                let b = w * 64 + self.occupied[w].trailing_zeros() as usize;
-                self.buckets[b].iter().map(|e| e.at).min().expect("an occupied bucket has events")
-            })
+            let earliest =
+                |b: usize| self.buckets[b].iter().map(|e| e.at).min().expect("an occupied bucket has events");
+            self.lowest().map(earliest)
         } else {
             Some(self.last)
         };
