@@ -4,6 +4,9 @@
 //! Compares the crate's radix heap (`fulcrum_des::Queue`) with a binary
 //! heap keyed by (time, sequence number), the structure the request
 //! simulator used before. Payloads are 16 bytes, like a simulator's event.
+//! A constant increment (every event 1 ms after the one that scheduled it,
+//! a hop of fixed latency) also runs the queue with a lane for that delay
+//! (`Queue::schedule_lane`), which files each event once in a FIFO.
 //!
 //!   cargo bench -p fulcrum-des --bench queue
 
@@ -12,7 +15,7 @@ use std::collections::BinaryHeap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fulcrum_des::{Nanos, Queue, Rng};
+use fulcrum_des::{Lane, Nanos, Queue, Rng};
 
 type Payload = [u32; 4];
 
@@ -20,6 +23,10 @@ type Payload = [u32; 4];
 trait Pending {
     fn schedule(&mut self, at: Nanos, ev: Payload);
     fn pop(&mut self) -> Option<(Nanos, Payload)>;
+    /// Schedule `ev` `delay` after `now`, the time of the last pop.
+    fn schedule_after(&mut self, now: Nanos, delay: Nanos, ev: Payload) {
+        self.schedule(now + delay, ev);
+    }
 }
 
 impl Pending for Queue<Payload> {
@@ -28,6 +35,37 @@ impl Pending for Queue<Payload> {
     }
     fn pop(&mut self) -> Option<(Nanos, Payload)> {
         Queue::pop(self)
+    }
+}
+
+/// The queue with a lane for the constant increment: events scheduled
+/// `MEAN` ahead go to the lane, the others (the initial fill) to the heap.
+struct Laned {
+    queue: Queue<Payload>,
+    lane: Lane,
+}
+
+impl Default for Laned {
+    fn default() -> Self {
+        let mut queue = Queue::new();
+        let lane = queue.lane(MEAN as Nanos);
+        Laned { queue, lane }
+    }
+}
+
+impl Pending for Laned {
+    fn schedule(&mut self, at: Nanos, ev: Payload) {
+        self.queue.schedule(at, ev)
+    }
+    fn pop(&mut self) -> Option<(Nanos, Payload)> {
+        self.queue.pop()
+    }
+    fn schedule_after(&mut self, now: Nanos, delay: Nanos, ev: Payload) {
+        if delay == self.queue.lane_delay(self.lane) {
+            self.queue.schedule_lane(self.lane, ev);
+        } else {
+            self.queue.schedule(now + delay, ev);
+        }
     }
 }
 
@@ -78,6 +116,8 @@ const MEAN: f64 = 1e6;
 enum Increment {
     Exponential,
     Uniform,
+    /// Always `MEAN`: a hop of fixed latency.
+    Constant,
 }
 
 impl Increment {
@@ -85,6 +125,7 @@ impl Increment {
         match self {
             Increment::Exponential => "exponential",
             Increment::Uniform => "uniform",
+            Increment::Constant => "constant",
         }
     }
 
@@ -93,19 +134,26 @@ impl Increment {
         match self {
             Increment::Exponential => (-MEAN * (1.0 - rng.unit()).ln()) as Nanos,
             Increment::Uniform => rng.below(2 * MEAN as u64),
+            Increment::Constant => MEAN as Nanos,
         }
     }
 }
 
 fn hold<P: Pending>(set: &mut P, rng: &mut Rng, inc: Increment) {
     let (now, ev) = set.pop().expect("the set stays full");
-    set.schedule(now + inc.draw(rng), black_box(ev));
+    set.schedule_after(now, inc.draw(rng), black_box(ev));
 }
 
 fn filled<P: Pending + Default>(n: u32, rng: &mut Rng, inc: Increment) -> P {
     let mut set = P::default();
     for i in 0..n {
-        set.schedule(inc.draw(rng), [i; 4]);
+        // A constant increment keeps the initial times' spread: spread them
+        // over one increment.
+        let at = match inc {
+            Increment::Constant => rng.below(MEAN as u64),
+            _ => inc.draw(rng),
+        };
+        set.schedule(at, [i; 4]);
     }
     // Reach the steady state before measuring.
     for _ in 0..2 * n {
@@ -124,9 +172,12 @@ fn bench_one<P: Pending + Default>(c: &mut Criterion, name: &str, n: u32, inc: I
 }
 
 fn bench(c: &mut Criterion) {
-    for inc in [Increment::Exponential, Increment::Uniform] {
+    for inc in [Increment::Exponential, Increment::Uniform, Increment::Constant] {
         for n in [1_000, 100_000, 1_000_000] {
             bench_one::<Queue<Payload>>(c, "radix-heap", n, inc);
+            if matches!(inc, Increment::Constant) {
+                bench_one::<Laned>(c, "radix-heap-lane", n, inc);
+            }
             bench_one::<Heap>(c, "binary-heap", n, inc);
         }
     }

@@ -13,7 +13,10 @@
 //! algorithms for the shortest path problem", J. ACM 37(2), 1990), which
 //! needs exactly the property a simulator's clock has: keys are integers and
 //! never smaller than the last one popped. `benches/queue.rs` measures it
-//! against a binary heap keyed by (time, sequence number).
+//! against a binary heap keyed by (time, sequence number). Events due a
+//! constant delay after they are scheduled (a network hop of fixed
+//! latency) can skip the heap: a [`Lane`] per delay is a FIFO merged with
+//! it at pop time, in the same order.
 //!
 //! No clocks, no threads, no I/O: the only shared state is the optional
 //! progress counter that [`run`] advances in coarse steps.
@@ -23,6 +26,6 @@ mod run;
 mod streams;
 
 pub use fulcrum_balance::{Nanos, Rng};
-pub use queue::Queue;
+pub use queue::{Lane, Queue};
 pub use run::{run, Model, Ran, PROGRESS_EVENTS};
 pub use streams::Streams;

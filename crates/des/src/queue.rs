@@ -1,5 +1,6 @@
-//! The pending-event set: a radix heap over integer nanoseconds with
-//! first-in, first-out order among events at the same time.
+//! The pending-event set: a radix heap over integer nanoseconds, plus
+//! first-in, first-out lanes for events scheduled a constant delay ahead,
+//! with first-in, first-out order among events at the same time.
 //!
 //! A radix heap (Ahuja, Mehlhorn, Orlin and Tarjan, J. ACM 1990) keeps the
 //! last key popped, `last`, and files every pending key `k > last` by the
@@ -25,11 +26,34 @@
 //! (`docs/lab-core.md`, "The queue"; the queue alone is measured against
 //! a binary heap by `benches/queue.rs`).
 //!
-//! Order among equal times: every bucket is appended to and emptied in
-//! order, and all events with the same key always sit in the same bucket
-//! (their bucket depends only on the key and `last`), so events due at the
-//! same time leave in the order they were scheduled: the order a sequence
-//! number tie-break gives, without storing one.
+//! Lanes (the "pipe" of packet simulators such as htsim: a link of fixed
+//! latency is a FIFO of packets in flight): a [`Lane`] is registered with
+//! a constant delay `d`, and [`Queue::schedule_lane`] files an event at
+//! `now + d` at the back of that lane's ring buffer. The clock never goes
+//! back, so a lane's events are due in the order they were scheduled and
+//! its front is its earliest: an event is filed once, with no bucket
+//! moves. A pop takes the earliest of the lanes' fronts and the heap's.
+//! Before a lane's front is handed over, the heap's origin `last` moves
+//! to its time, which keeps the invariant that `last` is the clock: the
+//! heap's lowest bucket is re-filed only when that time falls in its key
+//! range (each of its events then moves to a lower position, as a refill
+//! would have moved it), otherwise no bucket changes.
+//!
+//! Order among equal times, the deterministic tie-break: events at the
+//! same time leave in the order they were scheduled, as a sequence-number
+//! tie-break would order them. Inside the heap it needs no number: every
+//! bucket is appended to and emptied in order, and all events with the
+//! same key always sit in the same bucket (their bucket depends only on
+//! the key and `last`). Inside a lane the order is the lane's. Between the
+//! heap and the lanes, and between lanes, equal times cannot be ruled
+//! out: two events handled at the same instant can schedule one into each
+//! (a 100 µs hop and a service time that ends 100 µs later), and with
+//! random service times in nanoseconds such ties happen thousands of
+//! times in a long run. So every event carries its sequence number (8
+//! bytes, taken from a counter at scheduling), and ties between the heap's
+//! earliest and the lanes' fronts go to the smaller number. That keeps
+//! the pop order exactly that of the heap alone, which a property test
+//! checks for random interleavings of lane and heap events.
 //!
 //! The price is the radix heap's precondition: an event may not be
 //! scheduled before the time of the last event popped. A simulator's clock
@@ -51,17 +75,40 @@ const BUCKETS: usize = POSITIONS * DIGITS;
 /// Words of the occupancy bitmap.
 const WORDS: usize = BUCKETS.div_ceil(64);
 
+/// A pending event: its time, its scheduling order and itself.
+struct Entry<E> {
+    at: Nanos,
+    seq: u64,
+    ev: E,
+}
+
+/// A lane registered on a queue (see [`Queue::lane`]): events scheduled
+/// on it are due a constant delay after the time they are scheduled.
+/// A handle is only meaningful on the queue that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lane(u32);
+
+/// One lane's events, due in the order they were scheduled.
+struct LaneEvents<E> {
+    delay: Nanos,
+    events: VecDeque<Entry<E>>,
+}
+
 /// Pending events of type `E`, popped in (time, scheduling order).
 pub struct Queue<E> {
-    /// The time of the last event popped (0 before the first).
+    /// The time of the last event popped (0 before the first): the clock,
+    /// and the heap's origin.
     last: Nanos,
-    /// Events due exactly at `last`, in scheduling order.
-    due: VecDeque<E>,
+    /// The sequence number of the next event scheduled.
+    seq: u64,
+    /// Heap events due exactly at `last`, in scheduling order.
+    due: VecDeque<(u64, E)>,
     /// `buckets[64·p + v]` holds events whose time first differs from
     /// `last` at digit position `p`, where its digit is `v`.
-    buckets: Vec<Vec<(Nanos, E)>>,
+    buckets: Vec<Vec<Entry<E>>>,
     /// Bit `i` (of word `i / 64`) set when `buckets[i]` is not empty.
     occupied: [u64; WORDS],
+    lanes: Vec<LaneEvents<E>>,
     len: usize,
 }
 
@@ -76,11 +123,32 @@ impl<E> Queue<E> {
     pub fn new() -> Self {
         Queue {
             last: 0,
+            seq: 0,
             due: VecDeque::new(),
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
             occupied: [0; WORDS],
+            lanes: Vec::new(),
             len: 0,
         }
+    }
+
+    /// The lane for events due `delay` after they are scheduled, made on
+    /// first use: every call with the same delay returns the same lane (one
+    /// FIFO per delay keeps the lanes few, and the pop's scan short).
+    pub fn lane(&mut self, delay: Nanos) -> Lane {
+        let i = match self.lanes.iter().position(|l| l.delay == delay) {
+            Some(i) => i,
+            None => {
+                self.lanes.push(LaneEvents { delay, events: VecDeque::new() });
+                self.lanes.len() - 1
+            }
+        };
+        Lane(u32::try_from(i).expect("fewer than 2^32 lanes"))
+    }
+
+    /// The delay `lane` was made with.
+    pub fn lane_delay(&self, lane: Lane) -> Nanos {
+        self.lanes[lane.0 as usize].delay
     }
 
     /// Schedule `ev` at time `at`.
@@ -91,13 +159,28 @@ impl<E> Queue<E> {
     pub fn schedule(&mut self, at: Nanos, ev: E) {
         assert!(at >= self.last, "event scheduled at {at} ns, before the last event popped ({} ns)", self.last);
         self.len += 1;
+        let seq = self.next_seq();
         if at == self.last {
-            self.due.push_back(ev);
+            self.due.push_back((seq, ev));
         } else {
-            let b = bucket(at, self.last);
-            self.buckets[b].push((at, ev));
-            self.occupied[b / 64] |= 1 << (b % 64);
+            self.file(Entry { at, seq, ev });
         }
+    }
+
+    /// Schedule `ev` on `lane`: at the time of the last event popped plus
+    /// the lane's delay, in the same order as [`Queue::schedule`] at that
+    /// time would put it, but filed once instead of moved through the heap.
+    ///
+    /// # Panics
+    /// If the time overflows, or `lane` is beyond this queue's lanes (a
+    /// handle from another queue is a bug the queue cannot always see).
+    #[inline]
+    pub fn schedule_lane(&mut self, lane: Lane, ev: E) {
+        let seq = self.next_seq();
+        let lane = &mut self.lanes[lane.0 as usize];
+        let at = self.last.checked_add(lane.delay).expect("a lane's event is due before the end of time");
+        lane.events.push_back(Entry { at, seq, ev });
+        self.len += 1;
     }
 
     /// The earliest event, if any: events at the same time in the order
@@ -111,30 +194,50 @@ impl<E> Queue<E> {
     /// `None`, and the queue is unchanged.
     #[inline]
     pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
-        if self.due.is_empty() {
-            // The first event due is handed over without a trip through `due`.
-            let ev = self.refill(until)?;
-            self.len -= 1;
-            return Some((self.last, ev));
+        let Some((lane, at, seq)) = self.lane_front() else { return self.pop_heap(until) };
+        match self.due.front() {
+            None if at > until => {
+                // Only the heap can have an event due by `until`.
+                return self.pop_heap(until);
+            }
+            None => {
+                if let Some(first) = self.heap_before(at, seq) {
+                    self.len -= 1;
+                    return Some(first);
+                }
+            }
+            // `due` holds the heap's earliest events, at `last` ≤ `at`.
+            Some(&(s, _)) if self.last < at || s < seq => {
+                if self.last > until {
+                    return None;
+                }
+                let (_, ev) = self.due.pop_front().expect("a front");
+                self.len -= 1;
+                return Some((self.last, ev));
+            }
+            Some(_) if at > until => return None,
+            Some(_) => {}
         }
-        if self.last > until {
-            return None;
-        }
-        let ev = self.due.pop_front()?;
+        let e = self.lanes[lane].events.pop_front().expect("a front");
+        self.last = at;
         self.len -= 1;
-        Some((self.last, ev))
+        Some((at, e.ev))
     }
 
-    /// The time of the earliest pending event. It takes `&mut self` because
-    /// finding it may advance the heap's internal origin to that time (the
-    /// work the next [`Queue::pop`] would do anyway); events may still be
-    /// scheduled at any time not before the last one popped.
-    pub fn peek_time(&mut self) -> Option<Nanos> {
-        if self.due.is_empty() {
-            let ev = self.refill(Nanos::MAX)?;
-            self.due.push_front(ev);
+    /// The time of the earliest pending event.
+    pub fn peek_time(&self) -> Option<Nanos> {
+        let heap = if self.due.is_empty() {
+            let earliest =
+                |b: usize| self.buckets[b].iter().map(|e| e.at).min().expect("an occupied bucket has events");
+            self.lowest().map(earliest)
+        } else {
+            Some(self.last)
+        };
+        let lane = self.lane_front().map(|(_, at, _)| at);
+        match (heap, lane) {
+            (Some(h), Some(l)) => Some(h.min(l)),
+            (h, l) => h.or(l),
         }
-        Some(self.last)
     }
 
     /// Pending events.
@@ -149,26 +252,133 @@ impl<E> Queue<E> {
         self.len == 0
     }
 
+    #[inline]
+    fn next_seq(&mut self) -> u64 {
+        let seq = self.seq;
+        self.seq += 1;
+        seq
+    }
+
+    /// File an event later than `last` in its bucket.
+    #[inline]
+    fn file(&mut self, e: Entry<E>) {
+        let b = bucket(e.at, self.last);
+        self.buckets[b].push(e);
+        self.occupied[b / 64] |= 1 << (b % 64);
+    }
+
+    /// The lane front first in (time, sequence) order: lane, time, sequence.
+    #[inline]
+    fn lane_front(&self) -> Option<(usize, Nanos, u64)> {
+        let mut best: Option<(usize, Nanos, u64)> = None;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            if let Some(e) = lane.events.front() {
+                if best.is_none_or(|(_, at, seq)| (e.at, e.seq) < (at, seq)) {
+                    best = Some((i, e.at, e.seq));
+                }
+            }
+        }
+        best
+    }
+
+    /// The lowest non-empty bucket, if any.
+    #[inline]
+    fn lowest(&self) -> Option<usize> {
+        let w = self.occupied.iter().position(|&word| word != 0)?;
+        Some(w * 64 + self.occupied[w].trailing_zeros() as usize)
+    }
+
+    /// The heap's earliest event if it is due at or before `until`
+    /// (lanes aside).
+    #[inline]
+    fn pop_heap(&mut self, until: Nanos) -> Option<(Nanos, E)> {
+        if self.due.is_empty() {
+            // The first event due is handed over without a trip through `due`.
+            let ev = self.refill(until)?;
+            self.len -= 1;
+            return Some((self.last, ev));
+        }
+        if self.last > until {
+            return None;
+        }
+        let (_, ev) = self.due.pop_front()?;
+        self.len -= 1;
+        Some((self.last, ev))
+    }
+
+    /// With `due` empty, a lane's front at (`at`, `seq`): the heap's
+    /// earliest event if it comes first, handed over; otherwise `None`, with
+    /// the heap's origin moved to `at` for the lane's event. Only the lowest
+    /// bucket can hold keys at or below `at`, and only when `at` falls in its
+    /// key range: then its events are re-filed around the new origin (the
+    /// earlier of `at` and their smallest time), each to a lower position,
+    /// those at the origin to `due`. Any other bucket holds keys that differ
+    /// from the new origin at the same digit as from `last`, so it stays
+    /// valid as it is.
+    #[inline]
+    fn heap_before(&mut self, at: Nanos, seq: u64) -> Option<(Nanos, E)> {
+        let Some(b) = self.lowest() else {
+            self.last = at;
+            return None;
+        };
+        if at < floor(b, self.last) {
+            self.last = at;
+            return None;
+        }
+        self.occupied[b / 64] &= !(1 << (b % 64));
+        if let [Entry { at: t, seq: s, .. }] = self.buckets[b][..] {
+            // One event (common near the clock): no scan, no trip through `due`.
+            let e = self.buckets[b].pop().expect("one event");
+            if (t, s) < (at, seq) {
+                self.last = t;
+                return Some((t, e.ev));
+            }
+            self.last = at;
+            if t == at {
+                self.due.push_back((s, e.ev));
+            } else {
+                self.file(e);
+            }
+            return None;
+        }
+        let mut events = std::mem::take(&mut self.buckets[b]);
+        let origin = events.iter().map(|e| e.at).min().expect("an occupied bucket has events").min(at);
+        self.last = origin;
+        for e in events.drain(..) {
+            if e.at == origin {
+                self.due.push_back((e.seq, e.ev));
+            } else {
+                self.file(e);
+            }
+        }
+        // Keep the allocation for the next time this bucket fills.
+        self.buckets[b] = events;
+        match self.due.front() {
+            Some(&(s, _)) if origin < at || s < seq => self.due.pop_front().map(|(_, ev)| (origin, ev)),
+            _ => None,
+        }
+    }
+
     /// Move the events of the lowest non-empty bucket down, making its
     /// smallest time the new `last`, unless that time is after `until`.
     /// Returns the first event due at `last` (the others wait in `due`),
     /// or `None` with the queue unchanged. Only called with `due` empty,
     /// so the events moved there keep their order.
     fn refill(&mut self, until: Nanos) -> Option<E> {
-        let w = self.occupied.iter().position(|&word| word != 0)?;
-        let b = w * 64 + self.occupied[w].trailing_zeros() as usize;
-        if let [(t, _)] = self.buckets[b][..] {
+        let b = self.lowest()?;
+        let w = b / 64;
+        if let [Entry { at: t, .. }] = self.buckets[b][..] {
             // One event (the common case near the clock): due now.
             if t > until {
                 return None;
             }
-            let (_, ev) = self.buckets[b].pop().expect("one event");
+            let e = self.buckets[b].pop().expect("one event");
             self.occupied[w] &= !(1 << (b % 64));
             self.last = t;
-            return Some(ev);
+            return Some(e.ev);
         }
         let mut events = std::mem::take(&mut self.buckets[b]);
-        let min = events.iter().map(|&(t, _)| t).min().expect("an occupied bucket has events");
+        let min = events.iter().map(|e| e.at).min().expect("an occupied bucket has events");
         if min > until {
             self.buckets[b] = events;
             return None;
@@ -179,25 +389,23 @@ impl<E> Queue<E> {
             // Position 0: the digit fixes the whole key, so every event
             // here is due now.
             let first = {
-                let mut due = events.drain(..).map(|(_, ev)| ev);
+                let mut due = events.drain(..).map(|e| (e.seq, e.ev));
                 let first = due.next();
                 self.due.extend(due);
                 first
             };
             self.buckets[b] = events;
-            return first;
+            return first.map(|(_, ev)| ev);
         }
         let mut first = None;
-        for (t, ev) in events.drain(..) {
-            if t == min {
+        for e in events.drain(..) {
+            if e.at == min {
                 match first {
-                    None => first = Some(ev),
-                    Some(_) => self.due.push_back(ev),
+                    None => first = Some(e.ev),
+                    Some(_) => self.due.push_back((e.seq, e.ev)),
                 }
             } else {
-                let to = bucket(t, min);
-                self.buckets[to].push((t, ev));
-                self.occupied[to / 64] |= 1 << (to % 64);
+                self.file(e);
             }
         }
         // Keep the allocation for the next time this bucket fills.
@@ -215,6 +423,16 @@ fn bucket(at: Nanos, last: Nanos) -> usize {
     let position = (63 - (at ^ last).leading_zeros()) / DIGIT_BITS;
     let digit = (at >> (position * DIGIT_BITS)) as usize & (DIGITS - 1);
     position as usize * DIGITS + digit
+}
+
+/// The smallest key bucket `b` can hold while the origin is `last`: the
+/// digits of `last` above the bucket's position, its digit there, zeros
+/// below.
+#[inline]
+fn floor(b: usize, last: Nanos) -> Nanos {
+    let shift = (b / DIGITS) as u32 * DIGIT_BITS;
+    let above = last.checked_shr(shift + DIGIT_BITS).unwrap_or(0).checked_shl(shift + DIGIT_BITS).unwrap_or(0);
+    above | ((b % DIGITS) as Nanos) << shift
 }
 
 #[cfg(test)]
@@ -284,13 +502,77 @@ mod tests {
         q.schedule(9, ());
     }
 
+    #[test]
+    fn lane_events_leave_in_time_then_scheduling_order_with_the_heap() {
+        let mut q = Queue::new();
+        let hop = q.lane(100);
+        assert_eq!(q.lane(100), hop, "one lane per delay");
+        let slow = q.lane(250);
+        assert_eq!(q.lane_delay(slow), 250);
+        q.schedule(100, 'a'); // heap, 100
+        q.schedule_lane(hop, 'b'); // lane, 100: after 'a'
+        q.schedule(250, 'c'); // heap, 250
+        q.schedule_lane(slow, 'd'); // lane, 250: after 'c'
+        q.schedule(100, 'e'); // heap, 100: after 'b'
+        assert_eq!(q.len(), 5);
+        assert_eq!(q.peek_time(), Some(100));
+        assert_eq!(q.pop(), Some((100, 'a')));
+        q.schedule_lane(hop, 'f'); // lane, 200
+        q.schedule(200, 'g'); // heap, 200: after 'f'
+        q.schedule_lane(slow, 'h'); // lane, 350
+        let got: Vec<(Nanos, char)> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(got, [(100, 'b'), (100, 'e'), (200, 'f'), (200, 'g'), (250, 'c'), (250, 'd'), (350, 'h')]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_lane_event_before_the_heaps_lowest_bucket_leaves_it_valid() {
+        let mut q = Queue::new();
+        let lane = q.lane(10);
+        // Several events in one bucket far ahead, and one just after the lane's.
+        for (i, t) in [5_000u64, 4_100, 4_700, 11].into_iter().enumerate() {
+            q.schedule(t, i);
+        }
+        q.schedule_lane(lane, 9);
+        assert_eq!(q.pop(), Some((10, 9)));
+        q.schedule_lane(lane, 8); // at 20
+        assert_eq!(q.pop_until(15), Some((11, 3)));
+        assert_eq!(q.pop_until(15), None);
+        assert_eq!(q.peek_time(), Some(20));
+        assert_eq!(q.pop(), Some((20, 8)));
+        q.schedule(4_100, 7);
+        let got: Vec<(Nanos, usize)> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(got, [(4_100, 1), (4_100, 7), (4_700, 2), (5_000, 0)]);
+    }
+
+    #[test]
+    fn pop_until_leaves_a_later_lane_event() {
+        let mut q = Queue::new();
+        let lane = q.lane(50);
+        q.schedule_lane(lane, 1);
+        q.schedule(30, 2);
+        assert_eq!(q.pop_until(40), Some((30, 2)));
+        assert_eq!(q.pop_until(40), None);
+        // Scheduling between the stop and the lane's event still works.
+        q.schedule(45, 3);
+        assert_eq!(q.pop(), Some((45, 3)));
+        assert_eq!(q.pop(), Some((50, 1)));
+        assert_eq!(q.pop(), None);
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         /// Schedule at now + delta.
         Schedule(u64),
+        /// Schedule on lane `i` of [`DELAYS`].
+        Lane(usize),
         Pop,
         PopUntil(u64),
     }
+
+    /// Lane delays of the property test: zero, short ones that collide with
+    /// the heap's small deltas, and long ones across high digit positions.
+    const DELAYS: [u64; 5] = [0, 1, 3, 100_000, 1 << 40];
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
@@ -305,41 +587,78 @@ mod tests {
         ]
     }
 
+    /// The same, with lane events among them.
+    fn op_with_lanes() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => op(),
+            2 => (0..DELAYS.len()).prop_map(Op::Lane),
+        ]
+    }
+
+    /// Run `ops` on the queue and on a binary heap keyed by (time,
+    /// sequence number), asserting they pop the same events.
+    fn check_against_a_binary_heap(ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let mut q = Queue::new();
+        let lanes: Vec<Lane> = DELAYS.iter().map(|&d| q.lane(d)).collect();
+        let mut reference = BinaryHeap::new();
+        let (mut now, mut seq) = (0u64, 0u64);
+        for op in ops {
+            match op {
+                Op::Schedule(d) => {
+                    seq += 1;
+                    q.schedule(now.saturating_add(d), seq);
+                    reference.push(Reverse((now.saturating_add(d), seq)));
+                }
+                Op::Lane(i) => {
+                    if now.checked_add(DELAYS[i]).is_none() {
+                        continue;
+                    }
+                    seq += 1;
+                    q.schedule_lane(lanes[i], seq);
+                    reference.push(Reverse((now + DELAYS[i], seq)));
+                }
+                Op::Pop => {
+                    let want = reference.pop().map(|Reverse(x)| x);
+                    prop_assert_eq!(q.pop(), want);
+                    if let Some((t, _)) = want {
+                        now = t;
+                    }
+                }
+                Op::PopUntil(d) => {
+                    let until = now.saturating_add(d);
+                    let want = match reference.peek() {
+                        Some(&Reverse((t, _))) if t <= until => reference.pop().map(|Reverse(x)| x),
+                        _ => None,
+                    };
+                    prop_assert_eq!(q.pop_until(until), want);
+                    if let Some((t, _)) = want {
+                        now = t;
+                    }
+                }
+            }
+            prop_assert_eq!(q.len(), reference.len());
+            prop_assert_eq!(q.peek_time(), reference.peek().map(|&Reverse((t, _))| t));
+        }
+        let rest: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
+        let want: Vec<_> = std::iter::from_fn(|| reference.pop().map(|Reverse(x)| x)).collect();
+        prop_assert_eq!(rest, want);
+        Ok(())
+    }
+
     proptest! {
         /// The radix heap pops exactly what a binary heap keyed by
         /// (time, sequence number) pops, for any sequence of operations.
         #[test]
         fn matches_a_binary_heap(ops in proptest::collection::vec(op(), 0..400)) {
-            let mut q = Queue::new();
-            let mut reference = BinaryHeap::new();
-            let (mut now, mut seq) = (0u64, 0u64);
-            for op in ops {
-                match op {
-                    Op::Schedule(d) => {
-                        seq += 1;
-                        q.schedule(now.saturating_add(d), seq);
-                        reference.push(Reverse((now.saturating_add(d), seq)));
-                    }
-                    Op::Pop => {
-                        let want = reference.pop().map(|Reverse(x)| x);
-                        prop_assert_eq!(q.pop(), want);
-                        if let Some((t, _)) = want { now = t; }
-                    }
-                    Op::PopUntil(d) => {
-                        let until = now.saturating_add(d);
-                        let want = match reference.peek() {
-                            Some(&Reverse((t, _))) if t <= until => reference.pop().map(|Reverse(x)| x),
-                            _ => None,
-                        };
-                        prop_assert_eq!(q.pop_until(until), want);
-                        if let Some((t, _)) = want { now = t; }
-                    }
-                }
-                prop_assert_eq!(q.len(), reference.len());
-            }
-            let rest: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
-            let want: Vec<_> = std::iter::from_fn(|| reference.pop().map(|Reverse(x)| x)).collect();
-            prop_assert_eq!(rest, want);
+            check_against_a_binary_heap(ops)?;
+        }
+
+        /// With lanes too: the lanes and the heap together pop exactly the
+        /// sequence the heap alone (or a binary heap) pops when every event
+        /// is scheduled at its time.
+        #[test]
+        fn lanes_match_a_binary_heap(ops in proptest::collection::vec(op_with_lanes(), 0..400)) {
+            check_against_a_binary_heap(ops)?;
         }
     }
 }

@@ -9,7 +9,11 @@
 //! delay (later messages on that directed pair wait until it has passed, as
 //! packets wait for address resolution). A hop that takes no time is handled
 //! at once instead of through the queue, which is what makes closed-loop
-//! scenarios cost about one queue operation per request.
+//! scenarios cost about one queue operation per request. A hop of fixed
+//! latency (and no first-contact delay) goes on the queue's lane for that
+//! delay ([`fulcrum_des::Lane`]): its messages arrive in the order they
+//! were sent, so they are filed once in a FIFO instead of moving through
+//! the radix heap, in the same order as through the heap.
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -28,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 use fulcrum_balance::{
     pick_avoiding, AlgorithmConfig, Balancer, BuildError, Endpoint, EndpointId, Nanos, Outcome, Rng, Ticket,
 };
-use fulcrum_des::{Model, Queue};
+use fulcrum_des::{Lane, Model, Queue};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
@@ -191,6 +195,11 @@ pub struct Engine<'a> {
     /// Time each directed pair may next send (first contact resolved), or
     /// `None` before first contact. Empty when there is no first-contact delay.
     ready: Vec<Option<Nanos>>,
+    /// The queue's lanes for the client ↔ balancer and balancer ↔ server
+    /// hops, when the hop's latency is fixed, not zero, and there is no
+    /// first-contact delay (every message then takes the same time).
+    client_lane: Option<Lane>,
+    server_lane: Option<Lane>,
     zero_client_hop: bool,
     zero_server_hop: bool,
     /// Whether a try can be given up before its server answers (a
@@ -268,10 +277,17 @@ impl<'a> Engine<'a> {
         } else {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
+        let mut initial = Queue::new();
+        let net = &scenario.network;
+        let mut hop_lane = |latency: &Dist| match latency {
+            Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
+            _ => None,
+        };
+        let (client_lane, server_lane) = (hop_lane(&net.client_lb), hop_lane(&net.lb_server));
         let mut engine = Engine {
             scenario,
             now: 0,
-            initial: Queue::new(),
+            initial,
             requests: Vec::new(),
             tried: Vec::new(),
             free: Vec::new(),
@@ -281,6 +297,8 @@ impl<'a> Engine<'a> {
             workload,
             network,
             ready,
+            client_lane,
+            server_lane,
             zero_client_hop: scenario.network.client_lb.is_zero(),
             zero_server_hop: scenario.network.lb_server.is_zero(),
             abandons: scenario.balancers.timeout.is_some() || scenario.resilience.per_try_timeout().is_some(),
@@ -346,6 +364,11 @@ impl<'a> Engine<'a> {
     #[inline]
     fn send(&mut self, pair: Pair, ev: Ev, q: &mut Queue<Ev>) {
         let client_hop = matches!(pair, Pair::ClientLb(_) | Pair::LbClient(_));
+        if let Some(lane) = if client_hop { self.client_lane } else { self.server_lane } {
+            // Due at now + the fixed latency, like the general path below.
+            q.schedule_lane(lane, ev);
+            return;
+        }
         let latency = if client_hop { &self.scenario.network.client_lb } else { &self.scenario.network.lb_server };
         let mut at = self.now;
         if !self.ready.is_empty() {
@@ -411,11 +434,18 @@ impl<'a> Engine<'a> {
                 if frees {
                     self.release(server, q);
                 }
-                let r = &self.requests[req as usize];
-                if r.gen == gen && r.attempt == attempt {
-                    let b = r.balancer;
-                    self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
+                // Without a timeout no try is given up, so the answer is
+                // the request's current try's (as at the server), and the
+                // slot is read only when it may not be, or for the
+                // balancer that names a first-contact pair.
+                if self.abandons {
+                    let r = &self.requests[req as usize];
+                    if r.gen != gen || r.attempt != attempt {
+                        return;
+                    }
                 }
+                let b = if self.ready.is_empty() { 0 } else { self.requests[req as usize].balancer };
+                self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
             }
             Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false, q),
             // The balancer gives up: the try fails, and a late response finds
@@ -684,9 +714,12 @@ impl<'a> Engine<'a> {
         let s = &mut self.servers[server as usize];
         s.busy -= 1;
         while let Some((req, gen, attempt)) = s.queue.pop_front() {
-            let r = &self.requests[req as usize];
-            if r.gen != gen || r.attempt != attempt {
-                continue;
+            // Only a timeout can have given a waiting try up.
+            if self.abandons {
+                let r = &self.requests[req as usize];
+                if r.gen != gen || r.attempt != attempt {
+                    continue;
+                }
             }
             s.busy += 1;
             let t = now + s.service_time(now);
