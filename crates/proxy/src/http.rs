@@ -43,15 +43,15 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty, Full};
-use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
+use crate::body::{idempotent, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
 use crate::h1::UpgradeAnswer;
+use crate::h1_conn::{ClientUpgrade, LeanUpgrade};
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
@@ -293,7 +293,7 @@ fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
 
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a response.
-    pub async fn handle(&self, peer: &Peer, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+    pub async fn handle(&self, peer: &Peer, req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
@@ -322,7 +322,7 @@ impl HttpService {
         max_body: u64,
         config: &Cluster,
         peer: &Peer,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<Prepared, Refusal> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
         let grpc_timeout = crate::grpc::timeout(req.headers());
@@ -491,7 +491,7 @@ impl HttpService {
         &self,
         cluster: &Arc<WorkerCluster>,
         peer: &Peer,
-        mut req: Request<Incoming>,
+        mut req: Request<RequestBody>,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer.addr);
@@ -502,7 +502,10 @@ impl HttpService {
                 return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
             }
         };
-        let client = hyper::upgrade::on(&mut req);
+        let client = match req.extensions_mut().remove::<LeanUpgrade>().and_then(|u| u.take()) {
+            Some(lean) => ClientUpgrade::Lean(lean),
+            None => ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
+        };
         let (mut parts, _) = req.into_parts();
         let protocol = parts.headers.get(header::UPGRADE).cloned();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
@@ -662,16 +665,13 @@ fn rewrite(
 /// Join the client's upgraded connection and the upstream's until either
 /// side closes (each direction's end is passed on as a half-close), then
 /// report the pick. The client side keeps the listener's idle timeout.
-async fn tunnel(
-    client: hyper::upgrade::OnUpgrade,
-    mut upstream: tokio::net::TcpStream,
-    early: Bytes,
-    done: Completion,
-) {
+async fn tunnel(client: ClientUpgrade, mut upstream: tokio::net::TcpStream, early: Bytes, done: Completion) {
     use tokio::io::AsyncWriteExt;
     let joined = async {
-        let mut client = hyper_util::rt::TokioIo::new(client.await.ok()?);
-        client.write_all(&early).await.ok()?;
+        let mut client = client.connection().await?;
+        upstream.write_all(&client.early).await.ok()?;
+        client.io.write_all(&early).await.ok()?;
+        let mut client = client.io;
         tokio::io::copy_bidirectional(&mut client, &mut upstream).await.ok()
     };
     // A tunnel that ends in a reset is still a tunnel the upstream served.

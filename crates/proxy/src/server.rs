@@ -27,6 +27,7 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use http_body_util::Either;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -40,7 +41,9 @@ use tokio::time::{Instant, Sleep};
 use crate::admin::Admin;
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
-use crate::config::{Config, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
+use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
+use crate::h1_conn::{Io, Rewind};
+use crate::h1_server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
@@ -224,6 +227,7 @@ impl Proxy {
                 && a.tls == b.tls
                 && a.max_header_bytes == b.max_header_bytes
                 && a.limits == b.limits
+                && a.http1_server == b.http1_server
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -291,6 +295,9 @@ impl Worker {
             }
         });
         let graceful = Arc::new(GracefulShutdown::new());
+        // hyper's connections are watched by `graceful`, the lean server's
+        // by receivers of `alive`, which each of them holds.
+        let (alive, alive_rx) = watch::channel(());
         let mut accept_loops = Vec::new();
         for (index, ((socket, tls), permits)) in self.sockets.into_iter().zip(self.tls).zip(self.permits).enumerate() {
             let listener = self.routing.borrow().listeners[index].clone();
@@ -307,6 +314,7 @@ impl Worker {
                 stats: self.stats.clone(),
                 stopped: self.stopped.clone(),
                 graceful: graceful.clone(),
+                alive: alive_rx.clone(),
             };
             let service = Arc::new(HttpService {
                 listener: index,
@@ -324,8 +332,9 @@ impl Worker {
             let _ = a.await;
         }
         let drain = self.stopped.borrow().unwrap_or(DEFAULT_DRAIN);
+        drop(alive_rx);
         if let Ok(graceful) = Arc::try_unwrap(graceful) {
-            let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+            let _ = tokio::time::timeout(drain, async { tokio::join!(graceful.shutdown(), alive.closed()) }).await;
         }
     }
 }
@@ -337,6 +346,8 @@ struct Accept {
     stats: Arc<ProxyStats>,
     stopped: watch::Receiver<Stop>,
     graceful: Arc<GracefulShutdown>,
+    /// Held by every lean connection: the worker's drain waits until none is.
+    alive: watch::Receiver<()>,
 }
 
 impl Accept {
@@ -384,49 +395,46 @@ impl Accept {
             .max_concurrent_streams(1024)
             .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
         let builder = Arc::new(builder);
+        let lean = (listener.http1_server == Http1Server::Lean).then(|| {
+            Arc::new(ServerLimits {
+                max_header_bytes: listener.max_header_bytes,
+                max_headers: limits.max_headers,
+                header_read_timeout: limits.header_read_timeout,
+                idle_timeout: limits.idle_timeout,
+            })
+        });
         while let Some((stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
             let tls = tls.clone();
             let watcher = self.graceful.watcher();
+            let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
-            let stats = service.stats.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                let active = Arc::new(AtomicUsize::new(0));
-                let counter = active.clone();
                 let peer = Arc::new(crate::http::Peer::new(peer));
-                let svc = service_fn(move |req| {
-                    let service = service.clone();
-                    let peer = peer.clone();
-                    let guard = ActiveGuard::new(counter.clone());
-                    async move {
-                        let response = service.handle(&peer, req).await;
-                        drop(guard);
-                        response
-                    }
-                });
-                // Connection errors (malformed requests, resets) are the
-                // client's; hyper has already answered what can be answered,
-                // and those answers are counted.
-                let served = match tls {
-                    None => {
-                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                        watcher.watch(conn.into_owned()).await
-                    }
+                let io: Box<dyn Io> = match tls {
+                    None => Box::new(stream),
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
-                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                        watcher.watch(conn.into_owned()).await
+                        Box::new(stream)
                     }
                 };
-                if let Err(e) = served {
-                    stats.count_connection_error(&*e);
-                }
+                // HTTP/1.1 goes to the lean server unless hyper's is
+                // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
+                let io = match lean {
+                    Some(lean) if !io.alpn_h2() => {
+                        let _alive = alive;
+                        match crate::h1_server::serve(io, service.clone(), peer.clone(), &lean, stopped).await {
+                            Served::Done => return,
+                            Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
+                        }
+                    }
+                    _ => io,
+                };
+                serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher).await;
             });
         }
     }
@@ -443,6 +451,38 @@ impl Accept {
                 crate::tcp::proxy(cluster, epoch, stream, peer).await;
             });
         }
+    }
+}
+
+/// Serve `io` with hyper's server until the connection ends.
+async fn serve_hyper(
+    io: Box<dyn Io>,
+    builder: &auto::Builder<TokioExecutor>,
+    service: Arc<HttpService>,
+    peer: Arc<crate::http::Peer>,
+    idle: Duration,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    let stats = service.stats.clone();
+    let active = Arc::new(AtomicUsize::new(0));
+    let counter = active.clone();
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let service = service.clone();
+        let peer = peer.clone();
+        let guard = ActiveGuard::new(counter.clone());
+        async move {
+            let response = service.handle(&peer, req.map(Either::Left)).await;
+            drop(guard);
+            response
+        }
+    });
+    // Connection errors (malformed requests, resets) are the client's;
+    // hyper has already answered what can be answered, and those answers
+    // are counted.
+    let io = IdleTimeout::new(io, idle, active);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    if let Err(e) = watcher.watch(conn.into_owned()).await {
+        stats.count_connection_error(&*e);
     }
 }
 
