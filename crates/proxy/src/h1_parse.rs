@@ -323,7 +323,7 @@ impl Chunked {
                     Some(line) if line.is_empty() => Chunk::Done,
                     Some(line) => {
                         self.trailers += line.len() + 2;
-                        if self.trailers > MAX_TRAILERS || !line.iter().all(|&b| field_octet(b)) {
+                        if self.trailers > MAX_TRAILERS || !field_line(&line) {
                             return Err(Malformed);
                         }
                         Chunk::Trailers
@@ -372,6 +372,14 @@ fn chunk_size(line: &[u8]) -> Option<(u64, usize)> {
         return None;
     }
     Some((size, ext.len()))
+}
+
+/// A trailer field line: a token, a colon, and a value of field octets
+/// (so no obs-fold, no whitespace before the colon).
+fn field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else { return false };
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    colon > 0 && line[..colon].iter().all(token) && line[colon + 1..].iter().all(|&b| field_octet(b))
 }
 
 /// A visible octet, space or tab: what a field line or extension may hold.
@@ -492,6 +500,8 @@ mod tests {
             b"0x4\r\n",
             b"4\rX\r\n",
             b"0\r\nX: a\rb\r\n\r\n",
+            b"0\r\nX: 1\r\n 2\r\n\r\n",
+            b"0\r\nX : 1\r\n\r\n",
         ] {
             let mut read = BytesMut::from(bad);
             let mut state = Chunked::default();
