@@ -236,6 +236,51 @@ fn status_line(status: StatusCode) -> Vec<u8> {
     out
 }
 
+/// The current time as an IMF-fixdate (RFC 9110 §5.6.7), formatted once a
+/// second per worker thread.
+fn date_now() -> [u8; 29] {
+    thread_local! {
+        static CACHE: std::cell::Cell<(u64, [u8; 29])> = const { std::cell::Cell::new((u64::MAX, [0; 29])) };
+    }
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    CACHE.with(|cache| {
+        let (at, text) = cache.get();
+        if at == secs {
+            return text;
+        }
+        let text = imf_fixdate(secs);
+        cache.set((secs, text));
+        text
+    })
+}
+
+/// `secs` after the Unix epoch as `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn imf_fixdate(secs: u64) -> [u8; 29] {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let days = secs / 86_400;
+    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    // The civil date of a day count (Howard Hinnant's days_from_civil, inverted).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let text = format!(
+        "{}, {day:02} {} {year:04} {h:02}:{m:02}:{s:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize]
+    );
+    let mut out = [b' '; 29];
+    let n = text.len().min(29);
+    out[..n].copy_from_slice(&text.as_bytes()[..n]);
+    out
+}
+
 /// How a response body is delimited on the client connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Out {
@@ -286,6 +331,12 @@ fn encode_head(
         }
         (Out::Chunked, _) => head.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         _ => {}
+    }
+    if !headers.contains_key(header::DATE) {
+        // RFC 9110 §6.6.1: a proxy adds the Date an upstream left out.
+        head.extend_from_slice(b"date: ");
+        head.extend_from_slice(&date_now());
+        head.extend_from_slice(b"\r\n");
     }
     if status == StatusCode::SWITCHING_PROTOCOLS {
         head.extend_from_slice(b"connection: upgrade\r\n");
@@ -408,10 +459,11 @@ mod tests {
     #[test]
     fn responses_are_delimited_as_rfc_9112_says() {
         let (head, out) = head_of(StatusCode::OK, Some(7), Method::GET, Version::HTTP_11, true);
-        assert_eq!(head, "HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 7\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 7\r\ndate: "), "{head}");
+        assert!(head.ends_with(" GMT\r\n\r\n"), "{head}");
         assert_eq!(out, Out::Length);
         let (head, out) = head_of(StatusCode::OK, None, Method::GET, Version::HTTP_11, true);
-        assert_eq!(head, "HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\ndate: "), "{head}");
         assert_eq!(out, Out::Chunked);
         let (head, out) = head_of(StatusCode::OK, None, Method::GET, Version::HTTP_10, true);
         assert!(head.ends_with("connection: close\r\n\r\n"));
@@ -425,6 +477,14 @@ mod tests {
         assert!(head.ends_with("connection: keep-alive\r\n\r\n"));
         let (head, _) = head_of(StatusCode::OK, Some(7), Method::GET, Version::HTTP_11, false);
         assert!(head.ends_with("connection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn dates_are_imf_fixdates() {
+        assert_eq!(&imf_fixdate(784_111_777), b"Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(&imf_fixdate(0), b"Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(&imf_fixdate(951_782_400), b"Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(&imf_fixdate(1_795_478_399), b"Mon, 23 Nov 2026 23:59:59 GMT");
     }
 
     #[test]

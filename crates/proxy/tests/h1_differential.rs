@@ -28,7 +28,7 @@ const SENTINEL: &[u8] = b"GET /sentinel HTTP/1.1\r\nHost: app.test\r\nConnection
 /// What the upstream received: one line per request.
 type Records = Arc<Mutex<Vec<String>>>;
 
-/// An upstream that records each request it gets and answers 200 "ok".
+/// An upstream that records each request it gets and answers 200 with its target.
 fn recording_upstream() -> (SocketAddr, Records) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -95,7 +95,10 @@ fn serve_upstream(mut stream: TcpStream, records: Records) {
             headers.join("; "),
             String::from_utf8_lossy(&body)
         ));
-        if stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").is_err() {
+        // The body names the request, so that order can be checked.
+        let target = head.uri.to_string();
+        let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{target}", target.len());
+        if stream.write_all(answer.as_bytes()).is_err() {
             return;
         }
     }
@@ -103,6 +106,11 @@ fn serve_upstream(mut stream: TcpStream, records: Records) {
 
 /// A proxy with `server` in front of a fresh recording upstream.
 fn proxy(server: Http1Server) -> (Proxy, Records) {
+    proxy_with(server, |_| {})
+}
+
+/// [`proxy`], its listener's limits changed by `limits`.
+fn proxy_with(server: Http1Server, limits: impl FnOnce(&mut fulcrum_proxy::config::Limits)) -> (Proxy, Records) {
     let (upstream, records) = recording_upstream();
     let mut config = Config::quick(
         "127.0.0.1:0".parse().unwrap(),
@@ -112,11 +120,23 @@ fn proxy(server: Http1Server) -> (Proxy, Records) {
     .unwrap();
     config.workers = 1;
     config.listeners[0].http1_server = server;
+    limits(&mut config.listeners[0].limits);
     (Proxy::start(config).unwrap(), records)
 }
 
 /// The statuses the client got for `request` followed by the sentinel.
 fn statuses(addr: SocketAddr, request: &[u8]) -> Vec<u16> {
+    let got = exchange(addr, request);
+    got.windows(13)
+        .filter(|w| {
+            (w.starts_with(b"HTTP/1.1 ") || w.starts_with(b"HTTP/1.0 ")) && w[9..12].iter().all(u8::is_ascii_digit)
+        })
+        .map(|w| std::str::from_utf8(&w[9..12]).unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Everything the client got for `request` followed by the sentinel.
+fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let mut wire = request.to_vec();
@@ -133,12 +153,7 @@ fn statuses(addr: SocketAddr, request: &[u8]) -> Vec<u16> {
             Err(_) => break,
         }
     }
-    got.windows(13)
-        .filter(|w| {
-            (w.starts_with(b"HTTP/1.1 ") || w.starts_with(b"HTTP/1.0 ")) && w[9..12].iter().all(u8::is_ascii_digit)
-        })
-        .map(|w| std::str::from_utf8(&w[9..12]).unwrap().parse().unwrap())
-        .collect()
+    got
 }
 
 /// One server's answer to one case.
@@ -524,4 +539,79 @@ fn the_lean_server_and_hyper_agree_on_the_corpus() {
     assert!(disagreements.is_empty(), "{} disagreements:\n{}", disagreements.len(), disagreements.join("\n"));
     lean.shutdown(Duration::from_secs(1));
     hyper.shutdown(Duration::from_secs(1));
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_on_both_servers() {
+    for server in [Http1Server::Lean, Http1Server::Hyper] {
+        let (proxy, _records) = proxy(server);
+        let post = req("POST", "/2", "Transfer-Encoding: chunked\r\n", "3\r\nabc\r\n0\r\n\r\n");
+        let pipeline = [&req("GET", "/1", "", "")[..], &post, &req("HEAD", "/3", "", ""), &req("GET", "/4", "", "")];
+        let got = String::from_utf8(exchange(proxy.listen_addrs()[0], &pipeline.concat())).unwrap();
+        let order: Vec<usize> = ["\r\n\r\n/1", "\r\n\r\n/2", "\r\n\r\n/4", "\r\n\r\n/sentinel"]
+            .iter()
+            .map(|body| got.find(body).unwrap_or_else(|| panic!("{server:?}: no {body:?} in {got:?}")))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{server:?}: {got:?}");
+        // The HEAD answer has its length but no body.
+        assert_eq!(got.matches("HTTP/1.1 200 OK").count(), 5, "{server:?}: {got:?}");
+        assert_eq!(got.matches("\r\n\r\nHTTP/1.1").count(), 1, "{server:?}: {got:?}");
+        assert_eq!(got.matches("date: ").count(), 5, "{server:?}: {got:?}");
+        proxy.shutdown(Duration::from_secs(1));
+    }
+}
+
+/// Whether the proxy closes `stream` within 10 s (the limits under test are
+/// far shorter; the margin is for a loaded machine).
+fn closed_within_10s(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn idle_and_header_read_timeouts_hold_on_both_servers() {
+    for server in [Http1Server::Lean, Http1Server::Hyper] {
+        let (proxy, _records) = proxy_with(server, |limits| {
+            limits.idle_timeout = Duration::from_millis(300);
+            limits.header_read_timeout = Duration::from_millis(300);
+        });
+        let addr = proxy.listen_addrs()[0];
+        // Idle after an answered request.
+        let mut idle = TcpStream::connect(addr).unwrap();
+        idle.write_all(&req("GET", "/", "", "")).unwrap();
+        assert!(closed_within_10s(&mut idle), "{server:?}: an idle connection stayed open");
+        // Half a head.
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: app.test\r\nX-Slow: ").unwrap();
+        assert!(closed_within_10s(&mut slow), "{server:?}: a half head stayed open");
+        proxy.shutdown(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn connections_past_max_connections_are_closed_on_both_servers() {
+    for server in [Http1Server::Lean, Http1Server::Hyper] {
+        let (proxy, _records) = proxy_with(server, |limits| limits.max_connections = 2);
+        let addr = proxy.listen_addrs()[0];
+        // A third connection is closed at once, before a request; once one
+        // of the two closes, a new one is served.
+        let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut third = TcpStream::connect(addr).unwrap();
+        assert!(closed_within_10s(&mut third), "{server:?}: a connection past the limit was kept");
+        drop(held);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(statuses(addr, b""), [200], "{server:?}");
+        proxy.shutdown(Duration::from_secs(1));
+    }
 }
