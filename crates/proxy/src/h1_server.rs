@@ -29,7 +29,7 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::Poll;
@@ -42,7 +42,7 @@ use http_body::Body as _;
 use http_body_util::{BodyExt, Either};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::h1_conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
 use crate::h1_parse::{parse_request, HeadError, RequestHead};
@@ -95,9 +95,10 @@ pub async fn serve(
     mut stopped: watch::Receiver<Stop>,
 ) -> Served {
     let conn = Inbound::new(io);
+    let mut timer = Timer::new(limits);
     let mut first = true;
     loop {
-        let head = match next_head(&conn, limits, &mut stopped, first).await {
+        let head = match next_head(&conn, limits, &mut timer, &mut stopped, first).await {
             Next::Head(head) => head,
             Next::Close => return Served::Done,
             Next::Http2 => {
@@ -129,7 +130,9 @@ pub async fn serve(
                 }
                 return Served::Done;
             }
-            (Ok(true), _) if lock(&conn).body.is_done() && stopped.borrow().is_none() => {}
+            (Ok(true), _) if lock(&conn).body.is_done() && stopped.borrow().is_none() => {
+                timer.last_active = Instant::now();
+            }
             _ => {
                 let _ = Writer(conn.clone()).shutdown().await;
                 return Served::Done;
@@ -161,27 +164,82 @@ fn request(
     (req, upgraded, keep_alive)
 }
 
-/// Wait for the next request head: up to `idle_timeout` for its first byte
-/// (or until the proxy stops), then up to `header_read_timeout` for the rest.
-async fn next_head(conn: &Shared, limits: &ServerLimits, stopped: &mut watch::Receiver<Stop>, first: bool) -> Next {
-    if lock(conn).read.is_empty() {
-        let idle = tokio::time::timeout(limits.idle_timeout, fill(conn));
-        tokio::select! {
-            biased;
-            got = idle => match got {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return Next::Close,
-            },
-            _ = stopping(stopped) => return Next::Close,
+/// The connection's one timer, for both the idle and the header-read limit.
+///
+/// A timer armed and dropped per request costs clock reads and timer-wheel
+/// updates on every request. This one stays armed: a request only notes
+/// when it ended (`last_active`), and when the timer fires it is moved to
+/// the deadline that really applies — `last_active + idle_timeout`, or the
+/// head's first byte plus `header_read_timeout` — and closes the
+/// connection only if that deadline has passed.
+struct Timer {
+    sleep: Pin<Box<Sleep>>,
+    /// When the connection last finished a response (or opened).
+    last_active: Instant,
+    /// When the head being read began, if it came in more than one read.
+    head_started: Option<Instant>,
+}
+
+impl Timer {
+    fn new(limits: &ServerLimits) -> Self {
+        let now = Instant::now();
+        Timer {
+            sleep: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
+            last_active: now,
+            head_started: None,
         }
     }
-    let deadline = Instant::now() + limits.header_read_timeout;
+
+    /// The deadline in force.
+    fn deadline(&self, limits: &ServerLimits) -> Instant {
+        match self.head_started {
+            Some(started) => started + limits.header_read_timeout,
+            None => self.last_active + limits.idle_timeout,
+        }
+    }
+
+    /// A head began and did not arrive whole: its time starts now.
+    fn start_head(&mut self, limits: &ServerLimits) {
+        if self.head_started.is_none() {
+            self.head_started = Some(Instant::now());
+            let deadline = self.deadline(limits);
+            if deadline < self.sleep.deadline() {
+                self.sleep.as_mut().reset(deadline);
+            }
+        }
+    }
+
+    /// The timer fired: whether the deadline in force has passed (if not,
+    /// the timer is moved to it).
+    fn expired(&mut self, limits: &ServerLimits) -> bool {
+        let deadline = self.deadline(limits);
+        if deadline <= Instant::now() {
+            return true;
+        }
+        self.sleep.as_mut().reset(deadline);
+        false
+    }
+}
+
+/// Wait for the next request head: up to `idle_timeout` for its first byte
+/// (or until the proxy stops), then up to `header_read_timeout` for the rest.
+async fn next_head(
+    conn: &Shared,
+    limits: &ServerLimits,
+    timer: &mut Timer,
+    stopped: &mut watch::Receiver<Stop>,
+    first: bool,
+) -> Next {
+    timer.head_started = None;
     loop {
         {
             let mut inbound = lock(conn);
             let read = &inbound.read;
-            if first && read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
+            if read.is_empty() {
+                // Nothing of a head yet: the idle limit applies.
+            } else if first && read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
                 // Maybe the HTTP/2 preface: wait for all of it.
+                timer.start_head(limits);
             } else if first && read.starts_with(H2_PREFACE) {
                 return Next::Http2;
             } else {
@@ -190,15 +248,22 @@ async fn next_head(conn: &Shared, limits: &ServerLimits, stopped: &mut watch::Re
                         bytes::Buf::advance(&mut inbound.read, head.len);
                         return Next::Head(head);
                     }
-                    Ok(None) => {}
+                    Ok(None) => timer.start_head(limits),
                     Err(e) => return Next::Refuse(e),
                 }
             }
         }
-        match tokio::time::timeout_at(deadline, fill(conn)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            // A head cut short: nothing can be answered.
-            _ => return Next::Close,
+        tokio::select! {
+            biased;
+            got = fill(conn) => match got {
+                Ok(n) if n > 0 => {}
+                // The client left (a head cut short cannot be answered).
+                _ => return Next::Close,
+            },
+            () = timer.sleep.as_mut() => if timer.expired(limits) {
+                return Next::Close;
+            },
+            () = stopping(stopped) => return Next::Close,
         }
     }
 }
