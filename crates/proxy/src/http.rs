@@ -252,10 +252,13 @@ async fn send_try(
     pool: &Arc<UpstreamPool>,
     addr: SocketAddr,
     upstream_req: Request<UpstreamBody>,
-    timeout: Duration,
+    deadline: Instant,
     req: &mut Prepared,
 ) -> Try {
-    match tokio::time::timeout(timeout, pool.send(addr, upstream_req)).await {
+    // The deadline comes from a clock read the caller made anyway, and the
+    // send future stays where it is pinned rather than moving into the wrapper.
+    let send = std::pin::pin!(pool.send(addr, upstream_req));
+    match tokio::time::timeout_at(deadline.into(), send).await {
         Err(_) => Try::Timeout,
         Ok(Err(SendFailure::Overflow)) => Try::Overflow,
         Ok(Err(SendFailure::ConnectFailure(unsent))) => {
@@ -362,11 +365,14 @@ impl HttpService {
         let config = &cluster.shared.config;
         let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
         let per_try = config.retries.per_try_timeout.unwrap_or(timeout).min(timeout);
-        let deadline = Instant::now() + timeout;
+        // One clock read serves the deadline, the budget, the pick and the
+        // first try's send time; a retry reads the clock again.
+        let mut sent = Instant::now();
+        let deadline = sent + timeout;
         let mut tried = Vec::new();
-        cluster.deposit(self.epoch.now());
+        cluster.deposit(self.epoch.at(sent));
         loop {
-            let pick = match cluster.pick(self.epoch.now(), req.key, &tried) {
+            let pick = match cluster.pick(self.epoch.at(sent), req.key, &tried) {
                 Ok(p) => p,
                 Err(NoPick::Empty) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
@@ -385,9 +391,8 @@ impl HttpService {
                     return local(status, message);
                 }
             };
-            let sent = Instant::now();
-            let timeout = per_try.min(deadline.saturating_duration_since(sent));
-            let outcome = send_try(pool, pick.upstream.addr, upstream_req, timeout, &mut req).await;
+            let outcome =
+                send_try(pool, pick.upstream.addr, upstream_req, (sent + per_try).min(deadline), &mut req).await;
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let (failure, result) = classify(&outcome, config.grpc_status_failure);
             // The policy says which failures it retries; a request that was
@@ -400,6 +405,7 @@ impl HttpService {
                 && cluster.may_retry(self.epoch.now());
             if retry {
                 cluster.complete(pick, self.epoch.now(), latency, result);
+                sent = Instant::now();
                 continue;
             }
             return self.answer(cluster, pick, outcome, (latency, result), &req.fault);
