@@ -10,7 +10,8 @@
 //! the client side asks for it. `bench/proxy-instructions` counts what that
 //! saves per request.
 //!
-//! Framing follows RFC 9112. A request keeps the client's `Content-Length`
+//! Framing follows RFC 9112 (the chunked decoder is the lean server's,
+//! [`h1_parse::Chunked`](crate::h1_parse::Chunked)). A request keeps the client's `Content-Length`
 //! or, when its length is unknown, goes out chunked. A response is delimited
 //! (§6.3) by nothing for `HEAD`, 204 and 304; by chunked transfer coding; by
 //! `Content-Length` (differing values are an error); or else by the

@@ -134,7 +134,7 @@ pub async fn serve(
                 timer.last_active = Instant::now();
             }
             _ => {
-                let _ = Writer(conn.clone()).shutdown().await;
+                let _ = tokio::time::timeout(limits.idle_timeout, Writer(conn.clone()).shutdown()).await;
                 return Served::Done;
             }
         }
@@ -270,21 +270,21 @@ async fn next_head(
 
 /// Answer a head that cannot be served, and count it.
 async fn refuse(conn: &Shared, service: &HttpService, e: HeadError, idle: Duration) {
-    let (status, text): (_, &[u8]) = match e {
+    let (status, text) = match e {
         HeadError::TooLarge => {
             service.stats.header_too_large.fetch_add(1, Relaxed);
-            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, b"fulcrum: request head too large\n")
+            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "fulcrum: request head too large\n".to_string())
         }
-        HeadError::Bad(_) => {
+        HeadError::Bad(why) => {
             service.stats.bad_request.fetch_add(1, Relaxed);
-            (StatusCode::BAD_REQUEST, b"fulcrum: malformed request\n")
+            (StatusCode::BAD_REQUEST, format!("fulcrum: {why}\n"))
         }
     };
     let mut out = status_line(status);
     out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\ncontent-length: ");
     out.extend_from_slice(text.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(text);
+    out.extend_from_slice(text.as_bytes());
     let mut writer = Writer(conn.clone());
     let _ = send(&mut writer, &out, idle).await;
     let _ = tokio::time::timeout(idle, writer.shutdown()).await;
