@@ -332,3 +332,68 @@ impl AsyncWrite for Writer {
 pub async fn fill(conn: &Shared) -> io::Result<usize> {
     poll_fn(|cx| lock(conn).poll_fill(cx)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    impl Io for tokio::io::DuplexStream {}
+
+    /// A connection whose client end is returned, with `framing` started.
+    fn conn(framing: Framing, expect: bool) -> (Shared, tokio::io::DuplexStream) {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        let shared = Inbound::new(Box::new(ours));
+        lock(&shared).start_body(framing, expect);
+        (shared, theirs)
+    }
+
+    #[tokio::test]
+    async fn bodies_read_their_framing_and_leave_the_next_request() {
+        let (shared, mut client) = conn(Framing::Chunked, false);
+        client.write_all(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\nGET /next").await.unwrap();
+        let body = H1Body::new(shared.clone(), Framing::Chunked).collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"abcde");
+        assert!(lock(&shared).body.is_done());
+        assert_eq!(&lock(&shared).read[..], b"GET /next");
+
+        let (shared, mut client) = conn(Framing::Length(4), false);
+        client.write_all(b"wxyzGET").await.unwrap();
+        let body = H1Body::new(shared.clone(), Framing::Length(4));
+        assert_eq!(body.size_hint().exact(), Some(4));
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"wxyz");
+        assert_eq!(&lock(&shared).read[..], b"GET");
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_or_malformed_breaks_the_connection() {
+        let (shared, mut client) = conn(Framing::Length(10), false);
+        client.write_all(b"abc").await.unwrap();
+        drop(client);
+        assert!(H1Body::new(shared.clone(), Framing::Length(10)).collect().await.is_err());
+        assert_eq!(lock(&shared).body, BodyState::Broken);
+        let (shared, mut client) = conn(Framing::Chunked, false);
+        client.write_all(b"zz\r\n").await.unwrap();
+        assert!(H1Body::new(shared.clone(), Framing::Chunked).collect().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn expect_100_continue_is_answered_when_the_body_is_first_read() {
+        let (shared, mut client) = conn(Framing::Length(2), true);
+        let mut body = H1Body::new(shared.clone(), Framing::Length(2));
+        // Nothing is sent before the body is asked for.
+        let mut interim = vec![0u8; CONTINUE.len()];
+        let read = tokio::time::timeout(std::time::Duration::from_millis(50), client.read(&mut interim)).await;
+        assert!(read.is_err(), "sent before the body was read");
+        let reader = tokio::spawn(async move { body.frame().await.map(|f| f.map(|f| f.into_data().ok())) });
+        client.read_exact(&mut interim).await.unwrap();
+        assert_eq!(interim, CONTINUE);
+        client.write_all(b"ok").await.unwrap();
+        let first = reader.await.unwrap().unwrap().unwrap().unwrap();
+        assert_eq!(&first[..], b"ok");
+        // A body of no bytes asks for nothing.
+        let (shared, _client) = conn(Framing::Length(0), true);
+        assert_eq!(lock(&shared).continue_left, 0);
+    }
+}
