@@ -97,7 +97,9 @@ pub enum HeadError {
 pub fn parse_request(buf: &[u8], max_bytes: usize, max_headers: usize) -> Result<Option<RequestHead>, HeadError> {
     let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
     let parsed = match parse_into(buf, &mut few[..FEW_HEADERS.min(max_headers)], max_bytes) {
-        Err(HeadError::TooLarge) if max_headers > FEW_HEADERS && few_were_too_few(buf) => {
+        // Too many fields for the few slots (or a head over the limit,
+        // which the second parse finds again): parse with all of them.
+        Err(HeadError::TooLarge) if max_headers > FEW_HEADERS => {
             parse_into(buf, &mut vec![httparse::EMPTY_HEADER; max_headers], max_bytes)
         }
         parsed => parsed,
@@ -106,13 +108,6 @@ pub fn parse_request(buf: &[u8], max_bytes: usize, max_headers: usize) -> Result
         return Err(HeadError::TooLarge);
     }
     Ok(parsed)
-}
-
-/// Whether the 16-slot parse failed for lack of slots (rather than a
-/// larger-than-allowed head, which is not worth parsing again).
-fn few_were_too_few(buf: &[u8]) -> bool {
-    let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
-    matches!(httparse::Request::new(&mut few).parse(buf), Err(httparse::Error::TooManyHeaders))
 }
 
 fn parse_into<'b>(
