@@ -14,6 +14,12 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 
+use crate::h1_conn::H1Body;
+
+/// A client's request body as a server path reads it: hyper's (HTTP/2, and
+/// HTTP/1.1 when hyper's server is chosen) or the lean HTTP/1.1 server's.
+pub type RequestBody = Either<Incoming, H1Body>;
+
 /// What is sent upstream: the client's streamed body, or nothing (which
 /// can be sent again on a retry).
 pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
@@ -55,14 +61,14 @@ impl ClientFault {
 /// while they stream).
 #[derive(Debug)]
 pub struct LimitedBody {
-    inner: Incoming,
+    inner: RequestBody,
     left: u64,
     fault: Arc<ClientFault>,
 }
 
 impl LimitedBody {
     /// `inner`, cut off past `max` bytes; `fault` records why it ended early.
-    pub fn new(inner: Incoming, max: u64, fault: Arc<ClientFault>) -> Self {
+    pub fn new(inner: RequestBody, max: u64, fault: Arc<ClientFault>) -> Self {
         LimitedBody { inner, left: max, fault }
     }
 }
@@ -71,8 +77,8 @@ impl LimitedBody {
 #[derive(Debug, thiserror::Error)]
 pub enum LimitedBodyError {
     /// The client's body broke.
-    #[error(transparent)]
-    Client(#[from] hyper::Error),
+    #[error("client request body: {0}")]
+    Client(Box<dyn std::error::Error + Send + Sync>),
     /// The body outgrew the limit.
     #[error("request body over max_body_bytes")]
     TooLarge,
@@ -98,7 +104,7 @@ impl Body for LimitedBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 self.fault.set(Fault::Broken);
-                Poll::Ready(Some(Err(e.into())))
+                Poll::Ready(Some(Err(LimitedBodyError::Client(e))))
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,

@@ -20,7 +20,13 @@ impl Epoch {
 
     /// Nanoseconds since the epoch.
     pub fn now(&self) -> Nanos {
-        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.at(Instant::now())
+    }
+
+    /// `instant` in nanoseconds since the epoch, for a caller that has read
+    /// the clock already.
+    pub fn at(&self, instant: Instant) -> Nanos {
+        u64::try_from(instant.saturating_duration_since(self.0).as_nanos()).unwrap_or(u64::MAX)
     }
 }
 

@@ -75,6 +75,20 @@ pub struct Listener {
     pub max_header_bytes: usize,
     /// Protection against slow or greedy clients.
     pub limits: Limits,
+    /// Which server speaks HTTP/1.1 to clients.
+    pub http1_server: Http1Server,
+}
+
+/// Which server speaks HTTP/1.1 to an HTTP listener's clients (HTTP/2 is
+/// always hyper's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http1Server {
+    /// The lean server of `h1_server`: one parse per head, one write per response.
+    #[default]
+    Lean,
+    /// hyper's server, as before the lean one (kept for one release, to compare).
+    Hyper,
 }
 
 /// Limits a listener enforces on its clients.
@@ -292,6 +306,8 @@ struct RawListener {
     cluster: Option<Spanned<String>>,
     max_header_bytes: Option<Spanned<usize>>,
     limits: Option<Spanned<Limits>>,
+    #[serde(default)]
+    http1_server: Http1Server,
 }
 
 fn default_protocol() -> ListenerProtocol {
@@ -464,6 +480,7 @@ impl Config {
                 cluster: None,
                 max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
                 limits: Limits::default(),
+                http1_server: Http1Server::default(),
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
@@ -760,7 +777,17 @@ impl RawListener {
             }
             None => Limits::default(),
         };
-        Ok(Listener { listen, protocol: self.protocol, tls: self.tls, routes, cluster, max_header_bytes, limits })
+        let http1_server = self.http1_server;
+        Ok(Listener {
+            listen,
+            protocol: self.protocol,
+            tls: self.tls,
+            routes,
+            cluster,
+            max_header_bytes,
+            limits,
+            http1_server,
+        })
     }
 
     /// An HTTP listener's routes: at least one, each with an absolute path

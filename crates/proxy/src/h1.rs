@@ -10,7 +10,8 @@
 //! the client side asks for it. `bench/proxy-instructions` counts what that
 //! saves per request.
 //!
-//! Framing follows RFC 9112. A request keeps the client's `Content-Length`
+//! Framing follows RFC 9112 (the chunked decoder is the lean server's,
+//! [`h1_parse::Chunked`](crate::h1_parse::Chunked)). A request keeps the client's `Content-Length`
 //! or, when its length is unknown, goes out chunked. A response is delimited
 //! (§6.3) by nothing for `HEAD`, 204 and 304; by chunked transfer coding; by
 //! `Content-Length` (differing values are an error); or else by the
@@ -39,6 +40,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::{idempotent, LimitedBody, UpstreamBody};
+use crate::h1_parse::{Chunk, Chunked};
 
 /// A response head larger than this breaks the protocol.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -46,8 +48,6 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_HEADERS: usize = 100;
 /// Room made in the read buffer before each read.
 const READ_CHUNK: usize = 8 * 1024;
-/// A chunk-size or trailer line longer than this breaks the protocol.
-const MAX_LINE: usize = 4 * 1024;
 
 /// An open HTTP/1.1 connection to an upstream, between exchanges.
 pub struct Connection {
@@ -412,7 +412,7 @@ fn framing(method: &Method, status: StatusCode, delimiters: Delimiters) -> Optio
     }
     Some(match (delimiters.chunked, delimiters.length) {
         // Transfer-Encoding wins over Content-Length.
-        (Some(true), _) => BodyState::Chunked(Chunk::Size),
+        (Some(true), _) => BodyState::Chunked(Chunked::default()),
         (Some(false), _) | (None, None) => BodyState::UntilClose,
         (None, Some(length)) => BodyState::Length(length.ok()?),
     })
@@ -423,25 +423,12 @@ fn framing(method: &Method, status: StatusCode, delimiters: Delimiters) -> Optio
 enum BodyState {
     /// This many bytes are still to come.
     Length(u64),
-    /// Chunked transfer coding, at this point of a chunk.
-    Chunked(Chunk),
+    /// Chunked transfer coding, decoded as it is read.
+    Chunked(Chunked),
     /// Everything until the upstream closes.
     UntilClose,
     /// The body has ended.
     Done,
-}
-
-/// Where a chunked body stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// A chunk-size line is next.
-    Size,
-    /// This many bytes of chunk data are still to come.
-    Data(u64),
-    /// The CRLF after a chunk's data is next.
-    DataEnd,
-    /// Trailer lines, up to an empty one, are next.
-    Trailers,
 }
 
 /// The error a [`ResponseBody`] ends with.
@@ -492,64 +479,20 @@ impl<L: GiveBack> ResponseBody<L> {
         conn.read.split_to(n).freeze()
     }
 
-    /// Take one line (without its CRLF) from the read buffer, if a whole one is there.
-    fn line(&mut self) -> Result<Option<BytesMut>, ResponseBodyError> {
-        let read = &mut self.conn.as_mut().expect("a body being read has its connection").read;
-        match read.windows(2).position(|w| w == b"\r\n") {
-            Some(end) => {
-                let line = read.split_to(end);
-                read.advance(2);
-                Ok(Some(line))
-            }
-            None if read.len() > MAX_LINE => Err(ResponseBodyError::Malformed),
-            None => Ok(None),
-        }
-    }
-
     /// Advance a chunked body over what the buffer holds: a data frame, the
     /// end (`None`), or `Pending` if more must be read first.
-    fn step_chunked(&mut self, mut chunk: Chunk) -> Result<Poll<Option<Bytes>>, ResponseBodyError> {
-        loop {
-            chunk = match chunk {
-                Chunk::Size => {
-                    let Some(line) = self.line()? else { return Ok(Poll::Pending) };
-                    let digits = line[..].split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-                    let size = std::str::from_utf8(digits)
-                        .ok()
-                        .and_then(|d| u64::from_str_radix(d, 16).ok())
-                        .ok_or(ResponseBodyError::Malformed)?;
-                    if size == 0 {
-                        Chunk::Trailers
-                    } else {
-                        Chunk::Data(size)
-                    }
-                }
-                Chunk::Data(left) => {
-                    if self.conn.as_ref().is_some_and(|c| c.read.is_empty()) {
-                        return Ok(Poll::Pending);
-                    }
-                    let data = self.take(left);
-                    let left = left - data.len() as u64;
-                    self.state = BodyState::Chunked(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) });
-                    return Ok(Poll::Ready(Some(data)));
-                }
-                Chunk::DataEnd => match self.line()? {
-                    None => return Ok(Poll::Pending),
-                    Some(line) if line.is_empty() => Chunk::Size,
-                    Some(_) => return Err(ResponseBodyError::Malformed),
-                },
-                Chunk::Trailers => match self.line()? {
-                    None => return Ok(Poll::Pending),
-                    Some(line) if line.is_empty() => {
-                        self.finish();
-                        return Ok(Poll::Ready(None));
-                    }
-                    // Trailers are not forwarded.
-                    Some(_) => Chunk::Trailers,
-                },
-            };
-            self.state = BodyState::Chunked(chunk);
-        }
+    fn step_chunked(&mut self, mut chunked: Chunked) -> Result<Poll<Option<Bytes>>, ResponseBodyError> {
+        let read = &mut self.conn.as_mut().expect("a body being read has its connection").read;
+        let data = chunked.step(read).map_err(|_| ResponseBodyError::Malformed)?;
+        self.state = BodyState::Chunked(chunked);
+        Ok(match data {
+            Some(data) => Poll::Ready(Some(data)),
+            None if chunked.at == Chunk::Done => {
+                self.finish();
+                Poll::Ready(None)
+            }
+            None => Poll::Pending,
+        })
     }
 }
 
@@ -636,7 +579,7 @@ mod tests {
         assert_eq!(framing_of(get(), &format!("{ok}\r\ncontent-length: -1")), None);
         // Transfer-Encoding wins over Content-Length; chunked must be the final coding.
         let te = format!("{ok}\r\ntransfer-encoding: gzip, Chunked\r\ncontent-length: 5");
-        assert_eq!(framing_of(get(), &te), Some(BodyState::Chunked(Chunk::Size)));
+        assert_eq!(framing_of(get(), &te), Some(BodyState::Chunked(Chunked::default())));
         let te = format!("{ok}\r\ntransfer-encoding: chunked, gzip");
         assert_eq!(framing_of(get(), &te), Some(BodyState::UntilClose));
         assert_eq!(framing_of(get(), ok), Some(BodyState::UntilClose));

@@ -43,15 +43,15 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty, Full};
-use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
+use crate::body::{idempotent, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
 use crate::h1::UpgradeAnswer;
+use crate::h1_conn::{ClientUpgrade, LeanUpgrade};
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
@@ -252,10 +252,13 @@ async fn send_try(
     pool: &Arc<UpstreamPool>,
     addr: SocketAddr,
     upstream_req: Request<UpstreamBody>,
-    timeout: Duration,
+    deadline: Instant,
     req: &mut Prepared,
 ) -> Try {
-    match tokio::time::timeout(timeout, pool.send(addr, upstream_req)).await {
+    // The deadline comes from a clock read the caller made anyway, and the
+    // send future stays where it is pinned rather than moving into the wrapper.
+    let send = std::pin::pin!(pool.send(addr, upstream_req));
+    match tokio::time::timeout_at(deadline.into(), send).await {
         Err(_) => Try::Timeout,
         Ok(Err(SendFailure::Overflow)) => Try::Overflow,
         Ok(Err(SendFailure::ConnectFailure(unsent))) => {
@@ -293,7 +296,7 @@ fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
 
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a response.
-    pub async fn handle(&self, peer: &Peer, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+    pub async fn handle(&self, peer: &Peer, req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let listener = &routing.listeners[self.listener];
@@ -322,7 +325,7 @@ impl HttpService {
         max_body: u64,
         config: &Cluster,
         peer: &Peer,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<Prepared, Refusal> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
         let grpc_timeout = crate::grpc::timeout(req.headers());
@@ -362,11 +365,14 @@ impl HttpService {
         let config = &cluster.shared.config;
         let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
         let per_try = config.retries.per_try_timeout.unwrap_or(timeout).min(timeout);
-        let deadline = Instant::now() + timeout;
+        // One clock read serves the deadline, the budget, the pick and the
+        // first try's send time; a retry reads the clock again.
+        let mut sent = Instant::now();
+        let deadline = sent + timeout;
         let mut tried = Vec::new();
-        cluster.deposit(self.epoch.now());
+        cluster.deposit(self.epoch.at(sent));
         loop {
-            let pick = match cluster.pick(self.epoch.now(), req.key, &tried) {
+            let pick = match cluster.pick(self.epoch.at(sent), req.key, &tried) {
                 Ok(p) => p,
                 Err(NoPick::Empty) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
@@ -385,9 +391,8 @@ impl HttpService {
                     return local(status, message);
                 }
             };
-            let sent = Instant::now();
-            let timeout = per_try.min(deadline.saturating_duration_since(sent));
-            let outcome = send_try(pool, pick.upstream.addr, upstream_req, timeout, &mut req).await;
+            let outcome =
+                send_try(pool, pick.upstream.addr, upstream_req, (sent + per_try).min(deadline), &mut req).await;
             let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let (failure, result) = classify(&outcome, config.grpc_status_failure);
             // The policy says which failures it retries; a request that was
@@ -400,6 +405,7 @@ impl HttpService {
                 && cluster.may_retry(self.epoch.now());
             if retry {
                 cluster.complete(pick, self.epoch.now(), latency, result);
+                sent = Instant::now();
                 continue;
             }
             return self.answer(cluster, pick, outcome, (latency, result), &req.fault);
@@ -491,7 +497,7 @@ impl HttpService {
         &self,
         cluster: &Arc<WorkerCluster>,
         peer: &Peer,
-        mut req: Request<Incoming>,
+        mut req: Request<RequestBody>,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer.addr);
@@ -502,7 +508,10 @@ impl HttpService {
                 return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
             }
         };
-        let client = hyper::upgrade::on(&mut req);
+        let client = match req.extensions_mut().remove::<LeanUpgrade>().and_then(|u| u.take()) {
+            Some(lean) => ClientUpgrade::Lean(lean),
+            None => ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
+        };
         let (mut parts, _) = req.into_parts();
         let protocol = parts.headers.get(header::UPGRADE).cloned();
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
@@ -674,7 +683,7 @@ fn rewrite(
 /// connection permit; `slot` is the upstream connection's place in the
 /// cluster's `max_connections`, given back when the tunnel closes.
 async fn tunnel(
-    client: hyper::upgrade::OnUpgrade,
+    client: ClientUpgrade,
     mut upstream: tokio::net::TcpStream,
     early: Bytes,
     done: Completion,
@@ -682,8 +691,10 @@ async fn tunnel(
 ) {
     use tokio::io::AsyncWriteExt;
     let joined = async {
-        let mut client = hyper_util::rt::TokioIo::new(client.await.ok()?);
-        client.write_all(&early).await.ok()?;
+        let mut client = client.connection().await?;
+        upstream.write_all(&client.early).await.ok()?;
+        client.io.write_all(&early).await.ok()?;
+        let mut client = client.io;
         tokio::io::copy_bidirectional(&mut client, &mut upstream).await.ok()
     };
     // A tunnel that ends in a reset is still a tunnel the upstream served.

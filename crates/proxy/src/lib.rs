@@ -14,6 +14,7 @@
 
 pub mod admin;
 pub mod body;
+pub mod client_io;
 pub mod clock;
 pub mod cluster;
 pub mod config;
@@ -21,6 +22,9 @@ pub mod ctl;
 pub mod error;
 pub mod grpc;
 pub mod h1;
+pub mod h1_conn;
+pub mod h1_parse;
+pub mod h1_server;
 mod health;
 pub mod http;
 pub mod metrics;

@@ -18,29 +18,28 @@
 //! is unchanged. [`Proxy::shutdown`] stops accepting, lets connections
 //! finish their requests (up to a drain timeout) and joins every thread.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use http_body_util::Either;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
-use tokio::time::{Instant, Sleep};
 
 use crate::admin::Admin;
+use crate::client_io::{Counted, IdleTimeout};
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
-use crate::config::{Config, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
+use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
+use crate::h1_conn::{Io, Rewind};
+use crate::h1_server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
@@ -224,6 +223,7 @@ impl Proxy {
                 && a.tls == b.tls
                 && a.max_header_bytes == b.max_header_bytes
                 && a.limits == b.limits
+                && a.http1_server == b.http1_server
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -291,6 +291,9 @@ impl Worker {
             }
         });
         let graceful = Arc::new(GracefulShutdown::new());
+        // hyper's connections are watched by `graceful`, the lean server's
+        // by receivers of `alive`, which each of them holds.
+        let (alive, alive_rx) = watch::channel(());
         let mut accept_loops = Vec::new();
         for (index, ((socket, tls), permits)) in self.sockets.into_iter().zip(self.tls).zip(self.permits).enumerate() {
             let listener = self.routing.borrow().listeners[index].clone();
@@ -307,6 +310,7 @@ impl Worker {
                 stats: self.stats.clone(),
                 stopped: self.stopped.clone(),
                 graceful: graceful.clone(),
+                alive: alive_rx.clone(),
             };
             let service = Arc::new(HttpService {
                 listener: index,
@@ -324,8 +328,9 @@ impl Worker {
             let _ = a.await;
         }
         let drain = self.stopped.borrow().unwrap_or(DEFAULT_DRAIN);
+        drop(alive_rx);
         if let Ok(graceful) = Arc::try_unwrap(graceful) {
-            let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+            let _ = tokio::time::timeout(drain, async { tokio::join!(graceful.shutdown(), alive.closed()) }).await;
         }
     }
 }
@@ -337,6 +342,8 @@ struct Accept {
     stats: Arc<ProxyStats>,
     stopped: watch::Receiver<Stop>,
     graceful: Arc<GracefulShutdown>,
+    /// Held by every lean connection: the worker's drain waits until none is.
+    alive: watch::Receiver<()>,
 }
 
 impl Accept {
@@ -384,48 +391,45 @@ impl Accept {
             .max_concurrent_streams(1024)
             .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
         let builder = Arc::new(builder);
+        let lean = (listener.http1_server == Http1Server::Lean).then(|| {
+            Arc::new(ServerLimits {
+                max_header_bytes: listener.max_header_bytes,
+                max_headers: limits.max_headers,
+                header_read_timeout: limits.header_read_timeout,
+                idle_timeout: limits.idle_timeout,
+            })
+        });
         while let Some((stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
             let tls = tls.clone();
             let watcher = self.graceful.watcher();
+            let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
-            let stats = service.stats.clone();
             tokio::spawn(async move {
-                let active = Arc::new(AtomicUsize::new(0));
-                let counter = active.clone();
                 let peer = Arc::new(crate::http::Peer::new(peer));
-                let svc = service_fn(move |req| {
-                    let service = service.clone();
-                    let peer = peer.clone();
-                    let guard = ActiveGuard::new(counter.clone());
-                    async move {
-                        let response = service.handle(&peer, req).await;
-                        drop(guard);
-                        response
-                    }
-                });
-                // Connection errors (malformed requests, resets) are the
-                // client's; hyper has already answered what can be answered,
-                // and those answers are counted.
-                let served = match tls {
-                    None => {
-                        let io = IdleTimeout::new(stream, limits.idle_timeout, active, permit);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                        watcher.watch(conn.into_owned()).await
-                    }
+                let io: Box<dyn Io> = match tls {
+                    None => Box::new(Counted::new(stream, permit)),
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
-                        let io = IdleTimeout::new(stream, limits.idle_timeout, active, permit);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                        watcher.watch(conn.into_owned()).await
+                        Box::new(Counted::new(stream, permit))
                     }
                 };
-                if let Err(e) = served {
-                    stats.count_connection_error(&*e);
-                }
+                // HTTP/1.1 goes to the lean server unless hyper's is
+                // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
+                let io = match lean {
+                    Some(lean) if !io.alpn_h2() => {
+                        let _alive = alive;
+                        match crate::h1_server::serve(io, service.clone(), peer.clone(), &lean, stopped).await {
+                            Served::Done => return,
+                            Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
+                        }
+                    }
+                    _ => io,
+                };
+                serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher).await;
             });
         }
     }
@@ -445,6 +449,38 @@ impl Accept {
     }
 }
 
+/// Serve `io` with hyper's server until the connection ends.
+async fn serve_hyper(
+    io: Box<dyn Io>,
+    builder: &auto::Builder<TokioExecutor>,
+    service: Arc<HttpService>,
+    peer: Arc<crate::http::Peer>,
+    idle: Duration,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    let stats = service.stats.clone();
+    let active = Arc::new(AtomicUsize::new(0));
+    let counter = active.clone();
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let service = service.clone();
+        let peer = peer.clone();
+        let guard = ActiveGuard::new(counter.clone());
+        async move {
+            let response = service.handle(&peer, req.map(Either::Left)).await;
+            drop(guard);
+            response
+        }
+    });
+    // Connection errors (malformed requests, resets) are the client's;
+    // hyper has already answered what can be answered, and those answers
+    // are counted.
+    let io = IdleTimeout::new(io, idle, active);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    if let Err(e) = watcher.watch(conn.into_owned()).await {
+        stats.count_connection_error(&*e);
+    }
+}
+
 /// Counts a request in flight on its connection while it lives.
 struct ActiveGuard(Arc<AtomicUsize>);
 
@@ -458,88 +494,6 @@ impl ActiveGuard {
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Relaxed);
-    }
-}
-
-/// A connection that fails its reads once it has been idle — no bytes in
-/// either direction and no request in flight — for `limit`, so that hyper
-/// closes it. hyper has a header-read timeout but no idle timeout between
-/// requests. It holds the connection's `max_connections` permit: after an
-/// upgrade hyper hands this IO to the tunnel, which thereby keeps both the
-/// idle timeout and its place in the limit until it closes.
-struct IdleTimeout<IO> {
-    io: IO,
-    limit: Duration,
-    deadline: Pin<Box<Sleep>>,
-    active: Arc<AtomicUsize>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl<IO> IdleTimeout<IO> {
-    fn new(io: IO, limit: Duration, active: Arc<AtomicUsize>, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
-        IdleTimeout { io, limit, deadline: Box::pin(tokio::time::sleep(limit)), active, _permit: permit }
-    }
-
-    fn touch(&mut self) {
-        self.deadline.as_mut().reset(Instant::now() + self.limit);
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for IdleTimeout<IO> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        match Pin::new(&mut self.io).poll_read(cx, buf) {
-            Poll::Ready(r) => {
-                if buf.filled().len() > before {
-                    self.touch();
-                }
-                Poll::Ready(r)
-            }
-            Poll::Pending => {
-                if self.active.load(Relaxed) > 0 {
-                    self.touch();
-                    return Poll::Pending;
-                }
-                match self.deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-        }
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<IO> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
     }
 }
 

@@ -1,0 +1,159 @@
+//! Wrappers that stay with a client connection wherever it goes — the
+//! server that reads its requests, or, after an `Upgrade`, the tunnel that
+//! joins it to an upstream: [`Counted`] holds the connection's place in the
+//! listener's `max_connections`, [`IdleTimeout`] closes it once idle.
+//! Because they wrap the connection itself, an upgraded tunnel keeps both
+//! until it closes, whichever HTTP/1.1 server handed it over.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+
+use crate::h1_conn::Io;
+
+/// A client connection with its `max_connections` permit, given back when
+/// the connection is dropped.
+pub struct Counted<IO> {
+    io: IO,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<IO> Counted<IO> {
+    /// `io`, holding `permit` while it lives.
+    pub fn new(io: IO, permit: OwnedSemaphorePermit) -> Self {
+        Counted { io, _permit: permit }
+    }
+}
+
+impl<IO: Io> Io for Counted<IO> {
+    fn alpn_h2(&self) -> bool {
+        self.io.alpn_h2()
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// A connection that fails its reads once it has been idle — no bytes in
+/// either direction and no request in flight — for `limit`, so that hyper
+/// closes it. hyper has a header-read timeout but no idle timeout between
+/// requests; the lean server has its own timer for requests, and wraps a
+/// connection in this one only when it hands it to a tunnel. `active`
+/// counts requests in flight (always zero for a tunnel).
+pub struct IdleTimeout<IO> {
+    io: IO,
+    limit: Duration,
+    deadline: Pin<Box<Sleep>>,
+    active: Arc<AtomicUsize>,
+}
+
+impl<IO> IdleTimeout<IO> {
+    /// `io`, failing its reads after `limit` idle with `active` at zero.
+    pub fn new(io: IO, limit: Duration, active: Arc<AtomicUsize>) -> Self {
+        IdleTimeout { io, limit, deadline: Box::pin(tokio::time::sleep(limit)), active }
+    }
+
+    fn touch(&mut self) {
+        self.deadline.as_mut().reset(Instant::now() + self.limit);
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for IdleTimeout<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    self.touch();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                if self.active.load(Relaxed) > 0 {
+                    self.touch();
+                    return Poll::Pending;
+                }
+                match self.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO: Io> Io for IdleTimeout<IO> {
+    fn alpn_h2(&self) -> bool {
+        self.io.alpn_h2()
+    }
+}
