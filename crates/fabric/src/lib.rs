@@ -17,6 +17,7 @@
 //!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
+//! - [`ports`]: port names people write ("switch 0 -> host 5").
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
 //!   ([`fulcrum_workload::Cdf`]).
 //! - [`world`]: the event-driven model tying them together.
@@ -26,6 +27,7 @@
 
 pub mod metrics;
 pub mod packet;
+pub mod ports;
 pub mod qdisc;
 pub mod report;
 pub mod scenario;
@@ -56,7 +58,9 @@ const STREAM_ECMP: u64 = 1;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct QueueSummary {
     /// "host-nic" (host → switch), "to-host" (switch → host) or "fabric"
-    /// (switch → switch).
+    /// (switch → switch), over every port of the group; or one port's name
+    /// ("switch 0 -> host 16") for a port `monitor.queue_ports` names, whose
+    /// figures are then its queue discipline's sampled length.
     pub port: String,
     /// Mean sampled backlog per port of the group (packets).
     pub mean_packets: f64,
@@ -64,6 +68,18 @@ pub struct QueueSummary {
     pub max_packets: u32,
     pub marks: u64,
     pub drops: u64,
+}
+
+/// The queue length of one chosen port over time (`monitor.queue_ports`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueSeries {
+    /// The port's name, e.g. "switch 0 -> host 16".
+    pub port: String,
+    /// Time between samples (ns); sample k is taken at k × this.
+    pub interval_ns: u64,
+    /// Packets in the port's queue discipline at each sample (device
+    /// queue and delay stage left out).
+    pub packets: Vec<u32>,
 }
 
 /// What one run produced.
@@ -82,6 +98,8 @@ pub struct Outcome {
     /// Long flows' throughput samples: (time ns, Gb/s of each long flow
     /// over the interval ending then); empty without long flows.
     pub throughput: Vec<(u64, Vec<f64>)>,
+    /// Queue length over time of each port `monitor.queue_ports` names.
+    pub queue_series: Vec<QueueSeries>,
 }
 
 /// Run `scenario` once with `seed`; `progress`, if given, counts simulated
@@ -121,19 +139,49 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
             world.watch_throughput((0..fixed.long.len() as u32).collect(), *every, &mut queue);
         }
     }
+    let watched = scenario.monitor.queue_port_ids.clone();
+    if !watched.is_empty() {
+        world.watch_queues(watched.clone());
+    }
     let ran = fulcrum_des::run(&mut world, &mut queue, scenario.end.0, progress);
     let flows = records(&world);
+    let queue_series: Vec<QueueSeries> = watched
+        .iter()
+        .zip(std::mem::take(&mut world.queue_series))
+        .map(|(&port, packets)| QueueSeries {
+            port: ports::name(&world.fabric, &shape, port),
+            interval_ns: scenario.monitor.interval.0,
+            packets,
+        })
+        .collect();
+    let mut queues = queue_summaries(&world);
+    queues.extend(watched.iter().zip(&queue_series).map(|(&port, s)| port_summary(&world, port, s)));
     Outcome {
         seed,
         fct: metrics::summarise(&flows),
         buckets: metrics::buckets(&flows),
-        queues: queue_summaries(&world),
+        queues,
         simulated_ns: scenario.end.0,
         events: ran.events,
         data_packets: world.data_packets,
         unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
         flows,
         throughput: std::mem::take(&mut world.throughput),
+        queue_series,
+    }
+}
+
+/// The figures of one watched port: its sampled queue-discipline length
+/// (mean and largest sample) and its marks and drops.
+fn port_summary(world: &World, port: u32, series: &QueueSeries) -> QueueSummary {
+    let stats = world.queue_stats(port);
+    let n = series.packets.len().max(1) as f64;
+    QueueSummary {
+        port: series.port.clone(),
+        mean_packets: series.packets.iter().map(|&p| p as f64).sum::<f64>() / n,
+        max_packets: series.packets.iter().copied().max().unwrap_or(0),
+        marks: stats.marks,
+        drops: stats.drops,
     }
 }
 

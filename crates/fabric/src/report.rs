@@ -9,7 +9,15 @@
 //! [{"seed", "fct_ms"}]], "buckets": [{"size", "flows", "avg_ms", "p99_ms",
 //! "avg_slowdown"}], "queues": [{"port", "mean_packets", "max_packets",
 //! "marks", "drops"}], "unfinished_flows", "data_packets",
-//! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"]}`
+//! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"],
+//! ["queue_series"]}`
+//!
+//! With `monitor.queue_ports`, `queues` also has one entry per named port
+//! (its name as `port`; the mean and largest sample of its queue
+//! discipline's length, its marks and drops), and `queue_series` is
+//! `[{"port", "interval_us", "packets": [p0, p1, …]}, …]`: the port's
+//! queue-discipline length at times 0, interval, 2 × interval, … (with
+//! `--runs`, the mean over the runs).
 //!
 //! With long-lived flows (`workload.kind = "flows"`), `throughput_gbps` is
 //! `[[t, [g0, g1, …]], …]`: at each sample time t (seconds, every
@@ -23,7 +31,9 @@
 //!
 //! `--csv DIR` writes `flows.csv` (one row per flow and seed: id, hosts,
 //! size, start, FCT, whether it completed, IP bytes sent, slowdown) and
-//! `queues.csv` (one row per port group and seed).
+//! `queues.csv` (one row per port group, or named port, and seed), and with
+//! named ports `queue_series.csv` (seed, port, t_ns, packets: one row per
+//! sample).
 //!
 //! With several runs every figure is the mean over the runs (seeds `seed`,
 //! `seed + 1`, …) and `ci95_ms` holds the 95 % half-interval of each FCT
@@ -75,6 +85,16 @@ struct Json<'a> {
     wall_seconds: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     throughput_gbps: Vec<(f64, Vec<f64>)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    queue_series: Vec<SeriesJson>,
+}
+
+/// One watched port's queue length over time, mean over the runs.
+#[derive(Serialize)]
+struct SeriesJson {
+    port: String,
+    interval_us: f64,
+    packets: Vec<f64>,
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -140,6 +160,22 @@ impl Report<'_> {
             .collect()
     }
 
+    /// Each watched port's queue length at each sample, the mean over the
+    /// runs (they sample at the same times): (name, interval ns, packets).
+    fn queue_series(&self) -> Vec<(String, u64, Vec<f64>)> {
+        let first = &self.outcomes[0].queue_series;
+        (0..first.len())
+            .map(|i| {
+                let packets = (0..first[i].packets.len())
+                    .map(|k| {
+                        mean(self.outcomes.iter().map(|o| o.queue_series[i].packets.get(k).map_or(0.0, |&p| p as f64)))
+                    })
+                    .collect();
+                (first[i].port.clone(), first[i].interval_ns, packets)
+            })
+            .collect()
+    }
+
     /// The report as one JSON line (with a trailing newline).
     pub fn json(&self) -> String {
         let many = self.outcomes.len() > 1;
@@ -162,6 +198,11 @@ impl Report<'_> {
             events: per(|o| o.events as f64),
             wall_seconds: self.wall_seconds,
             throughput_gbps: self.throughput(),
+            queue_series: self
+                .queue_series()
+                .into_iter()
+                .map(|(port, every, packets)| SeriesJson { port, interval_us: every as f64 / 1e3, packets })
+                .collect(),
         };
         let mut s = serde_json::to_string(&json).expect("plain data serialises");
         s.push('\n');
@@ -220,7 +261,8 @@ impl Report<'_> {
         out
     }
 
-    /// Write `flows.csv` and `queues.csv` into `dir` (created if missing).
+    /// Write `flows.csv` and `queues.csv` into `dir` (created if missing),
+    /// and `queue_series.csv` when ports are watched.
     pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let mut flows = String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown\n");
@@ -240,6 +282,17 @@ impl Report<'_> {
                     o.seed, q.port, q.mean_packets, q.max_packets, q.marks, q.drops
                 );
             }
+        }
+        if self.outcomes.iter().any(|o| !o.queue_series.is_empty()) {
+            let mut series = String::from("seed,port,t_ns,packets\n");
+            for o in self.outcomes {
+                for s in &o.queue_series {
+                    for (k, p) in s.packets.iter().enumerate() {
+                        let _ = writeln!(series, "{},{},{},{p}", o.seed, s.port, k as u64 * s.interval_ns);
+                    }
+                }
+            }
+            std::fs::write(dir.join("queue_series.csv"), series)?;
         }
         std::fs::write(dir.join("flows.csv"), flows)?;
         std::fs::write(dir.join("queues.csv"), queues)

@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::packet::Nanos;
+use crate::ports;
 use crate::qdisc::Marking;
 use crate::sched::Policy;
 use crate::tcp::TcpConfig;
-use crate::topology::Shape;
+use crate::topology::{Fabric, Shape};
 use crate::workload::{Fixed, LongFlow, Poisson, ShortFlows};
 use crate::world::{DelayAt, Service};
 use fulcrum_workload::Cdf;
@@ -298,6 +299,10 @@ fn zero() -> Dur {
     Dur(0)
 }
 
+fn hundred_us() -> Dur {
+    Dur(100_000)
+}
+
 fn twenty_ms() -> Dur {
     Dur(20_000_000)
 }
@@ -305,13 +310,21 @@ fn twenty_ms() -> Dur {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Monitor {
-    /// How often queue lengths are sampled.
+    /// How often queue lengths are sampled (100 µs unless given).
+    #[serde(default = "hundred_us")]
     pub interval: Dur,
+    /// Ports whose queue length is recorded at every sample, by name
+    /// ("switch 0 -> host 16", "leaf 0 -> spine 1": [`crate::ports`]).
+    #[serde(default)]
+    pub queue_ports: Vec<String>,
+    /// `queue_ports` resolved to port indices when the scenario is loaded.
+    #[serde(skip)]
+    pub queue_port_ids: Vec<u32>,
 }
 
 impl Default for Monitor {
     fn default() -> Self {
-        Monitor { interval: Dur(100_000) }
+        Monitor { interval: hundred_us(), queue_ports: Vec::new(), queue_port_ids: Vec::new() }
     }
 }
 
@@ -379,6 +392,15 @@ impl Scenario {
                 Some(line) if !overridden => fail(format!("line {line}: {field} {msg}")),
                 _ if overridden => fail(format!("--set {field}: {msg}")),
                 _ => fail(format!("{field} {msg}")),
+            }
+        })?;
+        scenario.monitor.queue_port_ids = scenario.resolve_queue_ports().map_err(|msg| {
+            let field = "monitor.queue_ports";
+            match line_of(text, field) {
+                Some(line) if !sets.iter().any(|s| s.starts_with(field)) => {
+                    fail(format!("line {line}: {field}: {msg}"))
+                }
+                _ => fail(format!("{field}: {msg}")),
             }
         })?;
         let Workload::Poisson { cdf, .. } = &scenario.workload else { return Ok(scenario) };
@@ -511,6 +533,16 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// The ports `monitor.queue_ports` names, in order.
+    fn resolve_queue_ports(&self) -> Result<Vec<u32>, String> {
+        if self.monitor.queue_ports.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (shape, delay) = self.shape();
+        let fabric = Fabric::build(&shape, delay);
+        self.monitor.queue_ports.iter().map(|name| ports::resolve(name, &fabric, &shape)).collect()
     }
 
     /// Classes of the port scheduler, if there is one.
@@ -685,5 +717,19 @@ mod tests {
         let err = parse(&text, &["scheduler.quanta=[1500, 0, 1500]"]).unwrap_err();
         assert!(err.contains("scheduler.quanta"), "{err}");
         assert!(parse(&text, &["workload.short.dst=6"]).unwrap_err().contains("workload.short.sources"));
+    }
+
+    #[test]
+    fn queue_ports_resolve_by_name_and_errors_name_the_field() {
+        let text = base()
+            + "\n[monitor]\ninterval = \"100us\"\nqueue_ports = [\"leaf 0 -> spine 1\", \"leaf 3 -> host 31\"]\n";
+        let s = parse(&text, &[]).unwrap();
+        assert_eq!(s.monitor.queue_port_ids.len(), 2);
+        let bad = text.replace("leaf 3 -> host 31", "leaf 3 -> host 30 -> x");
+        assert!(parse(&bad, &[]).unwrap_err().contains("monitor.queue_ports"));
+        let err = parse(&text.replace("host 31", "host 32"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("monitor.queue_ports") && err.contains("no host 32"), "{err}");
+        let err = parse(&base(), &["monitor.queue_ports=[\"leaf 0 -> leaf 1\"]"]).unwrap_err();
+        assert!(err.contains("monitor.queue_ports") && err.contains("no link"), "{err}");
     }
 }

@@ -152,6 +152,10 @@ pub struct World {
     sample_every: Nanos,
     backlog_sum: Vec<u64>,
     pub samples: u64,
+    /// Ports whose queue-discipline length is recorded at every sample, and
+    /// the recorded lengths (one list per watched port).
+    watched_ports: Vec<u32>,
+    pub queue_series: Vec<Vec<u32>>,
     /// Flows whose throughput is sampled, how often, and the bytes each had
     /// delivered at the previous sample.
     watched: Vec<u32>,
@@ -248,6 +252,8 @@ impl World {
             sample_every,
             backlog_sum,
             samples: 0,
+            watched_ports: Vec::new(),
+            queue_series: Vec::new(),
             watched: Vec::new(),
             watch_every: 0,
             watched_rx: Vec::new(),
@@ -264,6 +270,14 @@ impl World {
         self.watched = flows;
         self.watch_every = every;
         queue.schedule(0, Ev::Throughput);
+    }
+
+    /// Record the length of `ports`' queue disciplines (packets, device
+    /// queue and delay stage left out, as the seed's queue-track program
+    /// samples `QueueDisc::GetNPackets`) at every backlog sample.
+    pub fn watch_queues(&mut self, ports: Vec<u32>) {
+        self.queue_series = vec![Vec::new(); ports.len()];
+        self.watched_ports = ports;
     }
 
     fn sample_throughput(&mut self, now: Nanos, q: &mut Queue<Ev>) {
@@ -306,6 +320,9 @@ impl World {
     fn sample(&mut self, now: Nanos, q: &mut Queue<Ev>) {
         for i in 0..self.ports.len() {
             self.backlog_sum[i] += self.backlog(i as u32) as u64;
+        }
+        for (series, &port) in self.queue_series.iter_mut().zip(&self.watched_ports) {
+            series.push(self.ports[port as usize].qdisc.len() as u32);
         }
         self.samples += 1;
         q.schedule(now + self.sample_every, Ev::Sample);
