@@ -24,9 +24,11 @@
 //! - [`metrics`]: flow completion times and their summaries.
 //! - [`scenario`]: the TOML scenario format.
 //! - [`report`]: tables and JSON lines.
+//! - [`plot`]: the SVG figures of `--plot`.
 
 pub mod metrics;
 pub mod packet;
+pub mod plot;
 pub mod ports;
 pub mod qdisc;
 pub mod report;

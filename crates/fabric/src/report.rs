@@ -26,8 +26,7 @@
 //! the same samples as `Flow: i, throughput (Gbps): x` lines, as the seed's
 //! mq program does.
 //!
-//! `--plot FILE.svg` draws the FCT distribution (CDF, log-scale time) of
-//! each flow-size bucket, all runs pooled.
+//! `--plot FILE.svg` draws the figures of [`crate::plot`].
 //!
 //! `--csv DIR` writes `flows.csv` (one row per flow and seed: id, hosts,
 //! size, start, FCT, whether it completed, IP bytes sent, slowdown) and
@@ -43,10 +42,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use fulcrum_workload::interval::mean_ci95;
-use fulcrum_workload::plot::{color, Axis, Chart, Scale, Series};
 use serde::Serialize;
 
-use crate::metrics::{bucket_of, Bucket, FctSummary, BUCKET_LABELS};
+use crate::metrics::{Bucket, FctSummary};
 use crate::{Outcome, QueueSummary};
 
 /// Runs of one scenario, in seed order.
@@ -148,7 +146,7 @@ impl Report<'_> {
 
     /// Long flows' throughput samples, (seconds, Gb/s of each long flow),
     /// averaged over the runs (they sample at the same times).
-    fn throughput(&self) -> Vec<(f64, Vec<f64>)> {
+    pub(crate) fn throughput(&self) -> Vec<(f64, Vec<f64>)> {
         let first = &self.outcomes[0].throughput;
         (0..first.len())
             .map(|k| {
@@ -162,7 +160,7 @@ impl Report<'_> {
 
     /// Each watched port's queue length at each sample, the mean over the
     /// runs (they sample at the same times): (name, interval ns, packets).
-    fn queue_series(&self) -> Vec<(String, u64, Vec<f64>)> {
+    pub(crate) fn queue_series(&self) -> Vec<(String, u64, Vec<f64>)> {
         let first = &self.outcomes[0].queue_series;
         (0..first.len())
             .map(|i| {
@@ -296,41 +294,5 @@ impl Report<'_> {
         }
         std::fs::write(dir.join("flows.csv"), flows)?;
         std::fs::write(dir.join("queues.csv"), queues)
-    }
-
-    /// The FCT CDF of each size bucket as an SVG page.
-    pub fn plot_svg(&self) -> String {
-        let mut fct: Vec<Vec<f64>> = vec![Vec::new(); BUCKET_LABELS.len()];
-        for f in self.outcomes.iter().flat_map(|o| &o.flows) {
-            fct[bucket_of(f.bytes)].push(f.fct_ns as f64 / 1e6);
-        }
-        let scale = Scale::log_decades(fct.iter().flatten().copied());
-        let series = fct
-            .iter_mut()
-            .zip(BUCKET_LABELS)
-            .enumerate()
-            .filter(|(_, (v, _))| !v.is_empty())
-            .map(|(i, (v, label))| {
-                v.sort_by(f64::total_cmp);
-                let n = v.len();
-                let step = n.div_ceil(400).max(1);
-                let mut points: Vec<(f64, f64)> =
-                    (0..n).step_by(step).map(|k| (v[k], (k + 1) as f64 / n as f64)).collect();
-                points.push((v[n - 1], 1.0));
-                Series { name: format!("{label} B ({n})"), color: color(i), width: 2.0, points }
-            })
-            .collect();
-        let chart = Chart {
-            title: format!("{}: flow completion time by flow size", self.scenario),
-            title_size: 15.0,
-            x: Axis { scale, ticks: scale.decade_ticks(), label: "FCT (ms)".into() },
-            y: Axis {
-                scale: Scale::Linear { lo: 0.0, hi: 1.0 },
-                ticks: (0..=4).map(|k| (k as f64 / 4.0, format!("{}", k as f64 / 4.0))).collect(),
-                label: "fraction of flows".into(),
-            },
-            series,
-        };
-        chart.svg(900.0, 500.0)
     }
 }

@@ -71,3 +71,17 @@ fn without_named_ports_nothing_changes() {
     let report = Report { scenario: &s.name, sets: &[], outcomes: std::slice::from_ref(&o), wall_seconds: 0.0 };
     assert!(!report.json().contains("queue_series"));
 }
+
+#[test]
+fn the_plot_has_a_queue_panel_and_a_throughput_panel() {
+    let s = scenario();
+    let outcomes = fulcrum_fabric::run_many(&s, 1, 1, 1, None);
+    let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let svg = report.plot_svg();
+    assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+    assert!(svg.contains("height=\"1500\""), "three panels of 500 px");
+    assert!(svg.contains("queue length, sampled every 100 µs") && svg.contains("switch 0 -&gt; host 5"));
+    assert!(svg.contains("long flows' throughput over each interval"));
+    assert!(svg.contains("long flow 0") && svg.contains("throughput (Gb/s)"));
+    assert!(svg.matches("<polyline").count() >= 6, "one bucket, two ports, three flows");
+}
