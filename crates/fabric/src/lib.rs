@@ -120,12 +120,16 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     if let Some((fixed, _)) = &fixed {
         fixed.generate(&fabric, scenario.end.0, &mut rng, &mut specs);
     }
+    if let Some(incast) = scenario.incast() {
+        incast.generate(classes.len(), &mut rng, &mut specs);
+    }
     let cfg = ModelConfig {
         tcp: scenario.tcp_config(),
         header: scenario.tcp.header_bytes,
         device_packets: scenario.buffers.device_packets,
         switch_limit: scenario.buffers.switch_packets,
         host_limit: scenario.buffers.host_packets.unwrap_or(u32::MAX),
+        nic_marking: scenario.buffers.host_aqm,
         marking: scenario.marking(),
         scheduler: scenario.scheduler(),
         delay_classes: classes,

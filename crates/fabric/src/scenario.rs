@@ -22,7 +22,7 @@ use crate::qdisc::Marking;
 use crate::sched::Policy;
 use crate::tcp::TcpConfig;
 use crate::topology::{Fabric, Shape};
-use crate::workload::{Fixed, LongFlow, Poisson, ShortFlows};
+use crate::workload::{Fixed, Incast, LongFlow, Poisson, ShortFlows};
 use crate::world::{DelayAt, Service};
 use fulcrum_workload::Cdf;
 
@@ -130,6 +130,11 @@ pub struct Buffers {
     /// device queue and no discipline: 595 here plus 5 device packets.
     #[serde(default)]
     pub host_packets: Option<u32>,
+    /// Whether hosts' NIC queues (those without a delay stage) mark by the
+    /// `[aqm]` rule too, as the seed's queue-track program installs its
+    /// discipline on both ends of every link (default false: drop-tail).
+    #[serde(default)]
+    pub host_aqm: bool,
     /// When a device queue takes packets from its discipline (and a host's
     /// NIC its delayed packets): "on-room" or "on-empty" (ns-3's rule).
     #[serde(default)]
@@ -138,7 +143,13 @@ pub struct Buffers {
 
 impl Default for Buffers {
     fn default() -> Self {
-        Buffers { device_packets: 10, switch_packets: 250, host_packets: None, service: ServiceRule::OnRoom }
+        Buffers {
+            device_packets: 10,
+            switch_packets: 250,
+            host_packets: None,
+            host_aqm: false,
+            service: ServiceRule::OnRoom,
+        }
     }
 }
 
@@ -244,6 +255,15 @@ pub enum Workload {
         #[serde(default = "zero")]
         start: Dur,
         launch_end: Dur,
+        /// Hosts that start flows (default: all).
+        #[serde(default)]
+        sources: Vec<u32>,
+        /// Hosts the flows go to (default: hosts of other racks); when
+        /// given, `load` is relative to their links.
+        #[serde(default)]
+        destinations: Vec<u32>,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
     },
     /// Long-lived flows joining at given times, plus optional short flows.
     Flows {
@@ -254,7 +274,28 @@ pub enum Workload {
         /// How often the long flows' throughput is sampled.
         #[serde(default = "twenty_ms")]
         throughput_interval: Dur,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
     },
+}
+
+/// All-to-one bursts (`[workload.incast]`), with any workload kind.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncastCfg {
+    /// Senders: the first `fan_in` hosts other than the receiver.
+    pub fan_in: u32,
+    pub receiver: u32,
+    /// Payload of each sender's flow per burst.
+    pub bytes: u64,
+    /// When given (and larger), sizes are uniform in [bytes, bytes_max].
+    #[serde(default)]
+    pub bytes_max: Option<u64>,
+    /// Time of the first burst (default: one interval).
+    #[serde(default)]
+    pub start: Option<Dur>,
+    pub interval: Dur,
+    pub bursts: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -483,18 +524,40 @@ impl Scenario {
             }
             _ => {}
         }
+        let hosts = self.shape().0.hosts();
+        if let Some(i) = self.incast_cfg() {
+            if i.receiver >= hosts {
+                return bad("workload.incast.receiver", format!("= {}: hosts are 0 to {}", i.receiver, hosts - 1));
+            }
+            if i.fan_in == 0 || i.fan_in >= hosts {
+                return bad("workload.incast.fan_in", format!("= {}: must be 1 to {}", i.fan_in, hosts - 1));
+            }
+            positive("workload.incast.bytes", i.bytes as f64)?;
+            positive("workload.incast.interval", i.interval.0 as f64)?;
+            positive("workload.incast.bursts", i.bursts as f64)?;
+            if i.bytes_max.is_some_and(|m| m < i.bytes) {
+                return bad("workload.incast.bytes_max", "must be at least workload.incast.bytes".into());
+            }
+        }
         match &self.workload {
-            Workload::Poisson { load, start, launch_end, .. } => {
+            Workload::Poisson { load, start, launch_end, sources, destinations, .. } => {
                 if !(*load > 0.0 && *load < 1.0) {
                     return bad("workload.load", format!("= {load}: must be above 0 and below 1"));
                 }
                 if launch_end.0 <= start.0 {
                     return bad("workload.launch_end", "must be after workload.start".into());
                 }
+                for (field, list) in [("workload.sources", sources), ("workload.destinations", destinations)] {
+                    if let Some(h) = list.iter().find(|&&h| h >= hosts) {
+                        return bad(field, format!("has host {h}: hosts are 0 to {}", hosts - 1));
+                    }
+                }
+                if destinations.len() == 1 && sources.iter().all(|&s| s == destinations[0]) {
+                    return bad("workload.sources", "must have a host other than the one destination".into());
+                }
             }
-            Workload::Flows { long, short, throughput_interval } => {
+            Workload::Flows { long, short, throughput_interval, .. } => {
                 positive("workload.throughput_interval", throughput_interval.0 as f64)?;
-                let hosts = self.shape().0.hosts();
                 let class_ok = |c: u32| classes.map_or(c == 0, |n| c < n as u32);
                 for (i, l) in long.iter().enumerate() {
                     if l.src >= hosts || l.dst >= hosts || l.src == l.dst {
@@ -606,19 +669,43 @@ impl Scenario {
 
     /// The Poisson workload with its CDF loaded, if that is the workload.
     pub fn poisson(&self) -> Option<Poisson> {
-        let Workload::Poisson { load, start, launch_end, .. } = &self.workload else { return None };
+        let Workload::Poisson { load, start, launch_end, sources, destinations, .. } = &self.workload else {
+            return None;
+        };
         Some(Poisson {
             cdf: self.cdf.clone().expect("loaded with the scenario"),
             load: *load,
             start: start.0,
             launch_end: launch_end.0,
+            sources: sources.clone(),
+            destinations: destinations.clone(),
+        })
+    }
+
+    fn incast_cfg(&self) -> Option<&IncastCfg> {
+        match &self.workload {
+            Workload::Poisson { incast, .. } | Workload::Flows { incast, .. } => incast.as_ref(),
+        }
+    }
+
+    /// The incast bursts, if the workload has them.
+    pub fn incast(&self) -> Option<Incast> {
+        let i = self.incast_cfg()?;
+        Some(Incast {
+            fan_in: i.fan_in,
+            receiver: i.receiver,
+            bytes: i.bytes,
+            bytes_max: i.bytes_max.unwrap_or(i.bytes),
+            start: i.start.map_or(i.interval.0, |d| d.0),
+            interval: i.interval.0,
+            bursts: i.bursts,
         })
     }
 
     /// The fixed flows and their throughput sampling interval, if that is
     /// the workload.
     pub fn fixed(&self) -> Option<(Fixed, Nanos)> {
-        let Workload::Flows { long, short, throughput_interval } = &self.workload else { return None };
+        let Workload::Flows { long, short, throughput_interval, .. } = &self.workload else { return None };
         let long = long.iter().map(|l| LongFlow { src: l.src, dst: l.dst, start: l.start.0, prio: l.class }).collect();
         let short = short.as_ref().map(|s| ShortFlows {
             count: s.count,
@@ -731,5 +818,31 @@ mod tests {
         assert!(err.contains("line") && err.contains("monitor.queue_ports") && err.contains("no host 32"), "{err}");
         let err = parse(&base(), &["monitor.queue_ports=[\"leaf 0 -> leaf 1\"]"]).unwrap_err();
         assert!(err.contains("monitor.queue_ports") && err.contains("no link"), "{err}");
+    }
+
+    #[test]
+    fn queue_track_loads_and_checks_destinations_and_incast() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scenarios/fabric/queue-track-ecnsharp.toml"
+        ))
+        .unwrap();
+        let s = parse(&text, &[]).unwrap();
+        let p = s.poisson().unwrap();
+        assert_eq!((p.sources.len(), p.destinations.as_slice()), (16, &[16][..]));
+        let i = s.incast().unwrap();
+        assert_eq!(
+            (i.fan_in, i.receiver, i.bytes, i.bytes_max, i.start, i.bursts),
+            (16, 16, 3000, 60_000, 100_000_000, 10)
+        );
+        assert!(s.buffers.host_aqm);
+        let err = parse(&text.replace("destinations = [16]", "destinations = [17]"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("workload.destinations") && err.contains("host 17"), "{err}");
+        let err = parse(&text, &["workload.incast.receiver=20"]).unwrap_err();
+        assert!(err.contains("--set workload.incast.receiver"), "{err}");
+        let err = parse(&text.replace("fan_in = 16", "fan_in = 17"), &[]).unwrap_err();
+        assert!(err.contains("workload.incast.fan_in = 17"), "{err}");
+        let err = parse(&text.replace("bytes_max = 60000", "bytes_max = 60"), &[]).unwrap_err();
+        assert!(err.contains("workload.incast.bytes_max"), "{err}");
     }
 }

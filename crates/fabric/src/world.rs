@@ -43,6 +43,10 @@ pub struct ModelConfig {
     pub switch_limit: u32,
     /// Limit of hosts' NIC queues without a marking discipline (packets).
     pub host_limit: u32,
+    /// Hosts' NICs without a delay stage run `marking` too (with
+    /// `host_limit`), as the seed's queue-track program installs its queue
+    /// discipline on both ends of every link.
+    pub nic_marking: bool,
     pub marking: Marking,
     /// Scheduler of every switch port and its number of classes (each
     /// class a discipline of `switch_limit` packets and `marking`); None:
@@ -193,8 +197,10 @@ impl World {
                         && (cfg.delay_classes.is_empty() || cfg.delay_at == DelayAt::Nic));
                 let qdisc = match &cfg.scheduler {
                     _ if plain => {
-                        let limit = if matches!(p.from, End::Host(_)) { cfg.host_limit } else { u32::MAX };
-                        Scheduler::fifo(Qdisc::new(limit, Marking::DropTail))
+                        let host = matches!(p.from, End::Host(_));
+                        let limit = if host { cfg.host_limit } else { u32::MAX };
+                        let marking = if host && !delayed && cfg.nic_marking { cfg.marking } else { Marking::DropTail };
+                        Scheduler::fifo(Qdisc::new(limit, marking))
                     }
                     None => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
                     Some((policy, n)) => Scheduler::new(
@@ -666,6 +672,7 @@ mod tests {
             device_packets: 10,
             switch_limit: 250,
             host_limit: u32::MAX,
+            nic_marking: false,
             marking: Marking::Tcn { threshold: 70_000 },
             scheduler: None,
             delay_classes: classes,
