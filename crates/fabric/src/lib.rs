@@ -1,6 +1,7 @@
 //! A packet-level simulator of datacenter fabrics: leaf-spine, star and
 //! dumbbell topologies of hosts and switches, TCP NewReno and DCTCP, and
-//! ECN-marking queue disciplines (RED with DCTCP's threshold K, TCN, ECN#).
+//! ECN-marking queue disciplines (RED with DCTCP's threshold K, TCN, ECN#,
+//! CoDel).
 //!
 //! It answers the questions the ns3-ecn-sharp simulator
 //! (github.com/snowzjx/ns3-ecn-sharp; Zhang, Bai and Chen, "Enabling ECN for
@@ -13,6 +14,7 @@
 //!
 //! - [`packet`]: the packet value.
 //! - [`qdisc`]: queue disciplines and their marking rules.
+//! - [`codel`]: CoDel's marking state machine (RFC 8289, ns-3's arithmetic).
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
 //!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
@@ -26,6 +28,7 @@
 //! - [`report`]: tables and JSON lines.
 //! - [`plot`]: the SVG figures of `--plot`.
 
+pub mod codel;
 pub mod metrics;
 pub mod packet;
 pub mod plot;

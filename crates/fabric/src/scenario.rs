@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::codel;
 use crate::packet::Nanos;
 use crate::ports;
 use crate::qdisc::Marking;
@@ -205,9 +206,25 @@ impl Default for Tcp {
 #[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
 pub enum Aqm {
     DropTail,
-    Red { k: u32 },
-    Tcn { threshold: Dur },
-    EcnSharp { threshold: Dur, target: Dur, interval: Dur },
+    Red {
+        k: u32,
+    },
+    Tcn {
+        threshold: Dur,
+    },
+    EcnSharp {
+        threshold: Dur,
+        target: Dur,
+        interval: Dur,
+    },
+    /// CoDel marking (RFC 8289 as ns-3 implements it); `min_bytes` 1500
+    /// unless given.
+    Codel {
+        target: Dur,
+        interval: Dur,
+        #[serde(default)]
+        min_bytes: Option<u64>,
+    },
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -503,6 +520,12 @@ impl Scenario {
         if self.hosts.delay_classes.len() > 255 {
             return bad("hosts.delay_classes", "has more than 255 classes".into());
         }
+        if let Aqm::Codel { interval, .. } = self.aqm {
+            // CoDel counts time in 1024 ns units.
+            if interval.0 < 1024 {
+                return bad("aqm.interval", "must be at least 1024ns".into());
+            }
+        }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
         positive("end", self.end.0 as f64)?;
         let classes = self.scheduler_classes();
@@ -664,6 +687,11 @@ impl Scenario {
             Aqm::EcnSharp { threshold, target, interval } => {
                 Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
             }
+            Aqm::Codel { target, interval, min_bytes } => Marking::CoDel(codel::Params {
+                target: target.0,
+                interval: interval.0,
+                min_bytes: min_bytes.unwrap_or(1500),
+            }),
         }
     }
 
@@ -844,5 +872,15 @@ mod tests {
         assert!(err.contains("workload.incast.fan_in = 17"), "{err}");
         let err = parse(&text.replace("bytes_max = 60000", "bytes_max = 60"), &[]).unwrap_err();
         assert!(err.contains("workload.incast.bytes_max"), "{err}");
+    }
+
+    #[test]
+    fn codel_is_selectable() {
+        let text = base();
+        let s = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"150us\"}"]).unwrap();
+        let want = codel::Params { target: 10_000, interval: 150_000, min_bytes: 1500 };
+        assert_eq!(s.marking(), Marking::CoDel(want));
+        let err = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"1us\"}"]).unwrap_err();
+        assert!(err.contains("aqm.interval"), "{err}");
     }
 }
