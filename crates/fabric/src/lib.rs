@@ -21,7 +21,9 @@
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
 //! - [`ports`]: port names people write ("switch 0 -> host 5").
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
-//!   ([`fulcrum_workload::Cdf`]).
+//!   ([`fulcrum_workload::Cdf`]); long-lived and short flows, permutations,
+//!   incast bursts.
+//! - [`flowlist`]: explicit flow lists from CSV files.
 //! - [`world`]: the event-driven model tying them together.
 //! - [`metrics`]: flow completion times and their summaries.
 //! - [`scenario`]: the TOML scenario format.
@@ -29,6 +31,7 @@
 //! - [`plot`]: the SVG figures of `--plot`.
 
 pub mod codel;
+pub mod flowlist;
 pub mod metrics;
 pub mod packet;
 pub mod plot;
@@ -119,10 +122,13 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     if let Some(poisson) = scenario.poisson() {
         poisson.generate(&fabric, classes.len(), &mut rng, &mut specs);
     }
-    let fixed = scenario.fixed();
-    if let Some((fixed, _)) = &fixed {
+    if let Some((fixed, _)) = scenario.fixed() {
         fixed.generate(&fabric, scenario.end.0, &mut rng, &mut specs);
     }
+    if let Some(perm) = scenario.permutation() {
+        perm.generate(&fabric, scenario.end.0, classes.len(), &mut rng, &mut specs);
+    }
+    specs.extend_from_slice(&scenario.flow_list);
     if let Some(incast) = scenario.incast() {
         incast.generate(classes.len(), &mut rng, &mut specs);
     }
@@ -143,10 +149,8 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     };
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
-    if let Some((fixed, every)) = &fixed {
-        if !fixed.long.is_empty() {
-            world.watch_throughput((0..fixed.long.len() as u32).collect(), *every, &mut queue);
-        }
+    if let Some((long, every)) = scenario.long_flows() {
+        world.watch_throughput((0..long).collect(), every, &mut queue);
     }
     let watched = scenario.monitor.queue_port_ids.clone();
     if !watched.is_empty() {

@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::codel;
+use crate::flowlist;
 use crate::packet::Nanos;
 use crate::ports;
 use crate::qdisc::Marking;
 use crate::sched::Policy;
 use crate::tcp::TcpConfig;
 use crate::topology::{Fabric, Shape};
-use crate::workload::{Fixed, Incast, LongFlow, Poisson, ShortFlows};
+use crate::workload::{Fixed, FlowSpec, Incast, LongFlow, Permutation, Poisson, ShortFlows};
 use crate::world::{DelayAt, Service};
 use fulcrum_workload::Cdf;
 
@@ -79,6 +80,9 @@ pub struct Scenario {
     pub path: PathBuf,
     #[serde(skip)]
     pub cdf: Option<Cdf>,
+    /// The flows of a `list` workload, read with the scenario.
+    #[serde(skip)]
+    pub flow_list: Vec<FlowSpec>,
 }
 
 fn one() -> u64 {
@@ -294,6 +298,26 @@ pub enum Workload {
         #[serde(default)]
         incast: Option<IncastCfg>,
     },
+    /// Every host sends to one other host (a random cyclic permutation).
+    Permutation {
+        /// Payload of each flow; none: long-lived flows.
+        #[serde(default)]
+        bytes: Option<u64>,
+        #[serde(default = "zero")]
+        start: Dur,
+        /// How often long-lived flows' throughput is sampled.
+        #[serde(default = "twenty_ms")]
+        throughput_interval: Dur,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
+    },
+    /// Flows listed in a CSV file (`start,src,dst,bytes[,class]`).
+    List {
+        /// The CSV file, relative to the scenario file.
+        file: PathBuf,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
+    },
 }
 
 /// All-to-one bursts (`[workload.incast]`), with any workload kind.
@@ -461,6 +485,16 @@ impl Scenario {
                 _ => fail(format!("{field}: {msg}")),
             }
         })?;
+        if let Workload::List { file, .. } = &scenario.workload {
+            let list_path = path.parent().unwrap_or(Path::new(".")).join(file);
+            let hosts = scenario.shape().0.hosts();
+            let classes = scenario.scheduler_classes().unwrap_or(1) as u32;
+            let text = std::fs::read_to_string(&list_path).map_err(|e| {
+                let line = line_of(text, "workload.file").map_or(String::new(), |l| format!("line {l}: "));
+                fail(format!("{line}workload.file: {}: {e}", list_path.display()))
+            })?;
+            scenario.flow_list = flowlist::parse(&text, &list_path, hosts, classes).map_err(ScenarioError)?;
+        }
         let Workload::Poisson { cdf, .. } = &scenario.workload else { return Ok(scenario) };
         let cdf_path = path.parent().unwrap_or(Path::new(".")).join(cdf);
         let loaded = Cdf::load(&cdf_path).map_err(|e| {
@@ -579,6 +613,16 @@ impl Scenario {
                     return bad("workload.sources", "must have a host other than the one destination".into());
                 }
             }
+            Workload::Permutation { bytes, throughput_interval, .. } => {
+                positive("workload.throughput_interval", throughput_interval.0 as f64)?;
+                if *bytes == Some(0) {
+                    return bad("workload.bytes", "= 0: must be above 0".into());
+                }
+                if hosts < 2 {
+                    return bad("topology", "a permutation needs at least 2 hosts".into());
+                }
+            }
+            Workload::List { .. } => {}
             Workload::Flows { long, short, throughput_interval, .. } => {
                 positive("workload.throughput_interval", throughput_interval.0 as f64)?;
                 let class_ok = |c: u32| classes.map_or(c == 0, |n| c < n as u32);
@@ -712,7 +756,10 @@ impl Scenario {
 
     fn incast_cfg(&self) -> Option<&IncastCfg> {
         match &self.workload {
-            Workload::Poisson { incast, .. } | Workload::Flows { incast, .. } => incast.as_ref(),
+            Workload::Poisson { incast, .. }
+            | Workload::Flows { incast, .. }
+            | Workload::Permutation { incast, .. }
+            | Workload::List { incast, .. } => incast.as_ref(),
         }
     }
 
@@ -728,6 +775,26 @@ impl Scenario {
             interval: i.interval.0,
             bursts: i.bursts,
         })
+    }
+
+    /// The permutation workload, if that is the workload.
+    pub fn permutation(&self) -> Option<Permutation> {
+        let Workload::Permutation { bytes, start, .. } = &self.workload else { return None };
+        Some(Permutation { bytes: *bytes, start: start.0 })
+    }
+
+    /// How many long-lived flows lead the flow list (flows 0, 1, …) and
+    /// how often their throughput is sampled.
+    pub fn long_flows(&self) -> Option<(u32, Nanos)> {
+        match &self.workload {
+            Workload::Flows { long, throughput_interval, .. } if !long.is_empty() => {
+                Some((long.len() as u32, throughput_interval.0))
+            }
+            Workload::Permutation { bytes: None, throughput_interval, .. } => {
+                Some((self.shape().0.hosts(), throughput_interval.0))
+            }
+            _ => None,
+        }
     }
 
     /// The fixed flows and their throughput sampling interval, if that is

@@ -22,6 +22,11 @@
 //! 10 Gb/s receiver at load 0.9) — and each flow's destination is uniform
 //! over the destinations other than its source.
 //!
+//! [`Permutation`] pairs every host with one other host (a random cyclic
+//! permutation, so every host sends to one host and receives from one),
+//! each pair a long-lived flow or a flow of a given size; explicit lists
+//! come from a CSV file ([`crate::flowlist`]).
+//!
 //! [`Incast`] adds all-to-one bursts at a fixed interval, as queue-track's
 //! periodic incasts: at each burst every sender starts one flow to the
 //! receiver, of a fixed size or uniform in a range.
@@ -190,6 +195,35 @@ impl Incast {
     }
 }
 
+/// Every host sends one flow to another, all starting at `start`: the
+/// destinations form a random cyclic permutation of the hosts (Sattolo's
+/// algorithm), so no host sends to itself and each receives one flow.
+/// `bytes` None: long-lived flows, sized to outlast the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permutation {
+    pub bytes: Option<u64>,
+    pub start: Nanos,
+}
+
+impl Permutation {
+    /// The flows into `out`, flow i from host i; each draws a delay class
+    /// uniformly below `classes`.
+    pub fn generate(&self, fabric: &Fabric, end: Nanos, classes: usize, rng: &mut Rng, out: &mut Vec<FlowSpec>) {
+        let n = fabric.hosts as usize;
+        let mut dst: Vec<u32> = (0..fabric.hosts).collect();
+        for i in (1..n).rev() {
+            let j = rng.below(i as u64) as usize;
+            dst.swap(i, j);
+        }
+        let endless = (fabric.host_bps as u128 * end as u128 / 8_000_000_000) as u64 + 1_000_000;
+        for (src, &dst) in dst.iter().enumerate() {
+            let class = rng.below(classes.max(1) as u64) as u8;
+            let bytes = self.bytes.unwrap_or(endless);
+            out.push(FlowSpec { src: src as u32, dst, bytes, start: self.start, class, prio: 0 });
+        }
+    }
+}
+
 /// An exponential interval (ns) at `rate` per second.
 fn exp_ns(rng: &mut Rng, rate: f64) -> f64 {
     -(1.0 - rng.unit()).ln() / rate * 1e9
@@ -281,5 +315,32 @@ mod tests {
         let mut flows = Vec::new();
         fixed.generate(1, &mut Rng::new(2), &mut flows);
         assert!(flows.iter().all(|f| f.bytes == 3000));
+    }
+
+    #[test]
+    fn permutation_pairs_every_host_with_another() {
+        let fabric = Fabric::build(&Shape::Star { hosts: 9, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..20 {
+            let mut flows = Vec::new();
+            Permutation { bytes: Some(5000), start: 7 }.generate(
+                &fabric,
+                1_000_000,
+                1,
+                &mut Rng::new(seed),
+                &mut flows,
+            );
+            assert_eq!(flows.len(), 9);
+            assert!(flows.iter().enumerate().all(|(i, f)| f.src == i as u32 && f.dst != f.src));
+            assert!(flows.iter().all(|f| f.bytes == 5000 && f.start == 7));
+            let mut dsts: Vec<u32> = flows.iter().map(|f| f.dst).collect();
+            seen.insert(dsts.clone());
+            dsts.sort_unstable();
+            assert_eq!(dsts, (0..9).collect::<Vec<_>>(), "each host receives one flow");
+        }
+        assert!(seen.len() > 15, "seeds draw different permutations");
+        let mut flows = Vec::new();
+        Permutation { bytes: None, start: 0 }.generate(&fabric, 400_000_000, 1, &mut Rng::new(1), &mut flows);
+        assert!(flows.iter().all(|f| f.bytes > 500_000_000), "long-lived flows outlast the run");
     }
 }
