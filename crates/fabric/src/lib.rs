@@ -141,6 +141,8 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         nic_marking: scenario.buffers.host_aqm,
         marking: scenario.marking(),
         scheduler: scenario.scheduler(),
+        class_marking: scenario.class_markings(),
+        scheduler_ports: scenario.scheduler_port_ids.clone(),
         delay_classes: classes,
         control_class: scenario.hosts.control_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),

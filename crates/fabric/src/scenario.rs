@@ -23,7 +23,7 @@ use crate::ports;
 use crate::qdisc::Marking;
 use crate::sched::Policy;
 use crate::tcp::TcpConfig;
-use crate::topology::{Fabric, Shape};
+use crate::topology::{End, Fabric, Shape};
 use crate::workload::{Fixed, FlowSpec, Incast, LongFlow, Permutation, Poisson, ShortFlows};
 use crate::world::{DelayAt, Service};
 use fulcrum_workload::Cdf;
@@ -80,6 +80,9 @@ pub struct Scenario {
     pub path: PathBuf,
     #[serde(skip)]
     pub cdf: Option<Cdf>,
+    /// `scheduler.ports` resolved when loaded; None: every switch port.
+    #[serde(skip)]
+    pub scheduler_port_ids: Option<Vec<u32>>,
     /// The flows of a `list` workload, read with the scenario.
     #[serde(skip)]
     pub flow_list: Vec<FlowSpec>,
@@ -368,13 +371,44 @@ pub struct ShortCfg {
 }
 
 /// A port scheduler as written in a scenario; each class gets the `[aqm]`
-/// discipline with `buffers.switch_packets` of room.
+/// discipline (or its own from `aqm`) with `buffers.switch_packets` of
+/// room, on every switch port (or only on `ports`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
 pub enum SchedulerCfg {
-    Dwrr { quanta: Vec<u32> },
-    Strict { classes: u32 },
-    Wfq { weights: Vec<u32> },
+    Dwrr {
+        quanta: Vec<u32>,
+        #[serde(default)]
+        ports: Vec<String>,
+        #[serde(default)]
+        aqm: Vec<Aqm>,
+    },
+    Strict {
+        classes: u32,
+        #[serde(default)]
+        ports: Vec<String>,
+        #[serde(default)]
+        aqm: Vec<Aqm>,
+    },
+    Wfq {
+        weights: Vec<u32>,
+        #[serde(default)]
+        ports: Vec<String>,
+        #[serde(default)]
+        aqm: Vec<Aqm>,
+    },
+}
+
+impl SchedulerCfg {
+    /// The ports it is limited to (empty: every switch port) and the
+    /// per-class disciplines (empty: `[aqm]` for every class).
+    fn extras(&self) -> (&[String], &[Aqm]) {
+        match self {
+            SchedulerCfg::Dwrr { ports, aqm, .. }
+            | SchedulerCfg::Strict { ports, aqm, .. }
+            | SchedulerCfg::Wfq { ports, aqm, .. } => (ports, aqm),
+        }
+    }
 }
 
 fn zero() -> Dur {
@@ -485,6 +519,15 @@ impl Scenario {
                 _ => fail(format!("{field}: {msg}")),
             }
         })?;
+        scenario.scheduler_port_ids = scenario.resolve_scheduler_ports().map_err(|msg| {
+            let field = "scheduler.ports";
+            match line_of(text, field) {
+                Some(line) if !sets.iter().any(|s| s.starts_with(field)) => {
+                    fail(format!("line {line}: {field}: {msg}"))
+                }
+                _ => fail(format!("{field}: {msg}")),
+            }
+        })?;
         if let Workload::List { file, .. } = &scenario.workload {
             let list_path = path.parent().unwrap_or(Path::new(".")).join(file);
             let hosts = scenario.shape().0.hosts();
@@ -554,10 +597,13 @@ impl Scenario {
         if self.hosts.delay_classes.len() > 255 {
             return bad("hosts.delay_classes", "has more than 255 classes".into());
         }
-        if let Aqm::Codel { interval, .. } = self.aqm {
+        let class_aqm = self.scheduler.as_ref().map_or(&[][..], |s| s.extras().1);
+        for (field, aqm) in
+            std::iter::once(("aqm.interval", &self.aqm)).chain(class_aqm.iter().map(|a| ("scheduler.aqm", a)))
+        {
             // CoDel counts time in 1024 ns units.
-            if interval.0 < 1024 {
-                return bad("aqm.interval", "must be at least 1024ns".into());
+            if matches!(aqm, Aqm::Codel { interval, .. } if interval.0 < 1024) {
+                return bad(field, "CoDel's interval must be at least 1024ns".into());
             }
         }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
@@ -567,9 +613,14 @@ impl Scenario {
             if n == 0 || n > 255 {
                 return bad("scheduler", format!("has {n} classes: give 1 to 255"));
             }
+            if !class_aqm.is_empty() && class_aqm.len() != n {
+                return bad("scheduler.aqm", format!("has {} disciplines for {n} classes", class_aqm.len()));
+            }
         }
         match &self.scheduler {
-            Some(SchedulerCfg::Dwrr { quanta: v }) | Some(SchedulerCfg::Wfq { weights: v }) if v.contains(&0) => {
+            Some(SchedulerCfg::Dwrr { quanta: v, .. }) | Some(SchedulerCfg::Wfq { weights: v, .. })
+                if v.contains(&0) =>
+            {
                 return bad(
                     if matches!(self.scheduler, Some(SchedulerCfg::Dwrr { .. })) {
                         "scheduler.quanta"
@@ -665,6 +716,25 @@ impl Scenario {
         Ok(())
     }
 
+    /// The switch ports `scheduler.ports` names; None: every switch port.
+    fn resolve_scheduler_ports(&self) -> Result<Option<Vec<u32>>, String> {
+        let names = self.scheduler.as_ref().map_or(&[][..], |s| s.extras().0);
+        if names.is_empty() {
+            return Ok(None);
+        }
+        let (shape, delay) = self.shape();
+        let fabric = Fabric::build(&shape, delay);
+        let mut ids = Vec::new();
+        for name in names {
+            let port = ports::resolve(name, &fabric, &shape)?;
+            if matches!(fabric.ports[port as usize].from, End::Host(_)) {
+                return Err(format!("{name:?}: a host's NIC has no scheduler; name a switch port"));
+            }
+            ids.push(port);
+        }
+        Ok(Some(ids))
+    }
+
     /// The ports `monitor.queue_ports` names, in order.
     fn resolve_queue_ports(&self) -> Result<Vec<u32>, String> {
         if self.monitor.queue_ports.is_empty() {
@@ -678,9 +748,9 @@ impl Scenario {
     /// Classes of the port scheduler, if there is one.
     fn scheduler_classes(&self) -> Option<usize> {
         self.scheduler.as_ref().map(|s| match s {
-            SchedulerCfg::Dwrr { quanta } => quanta.len(),
-            SchedulerCfg::Strict { classes } => *classes as usize,
-            SchedulerCfg::Wfq { weights } => weights.len(),
+            SchedulerCfg::Dwrr { quanta, .. } => quanta.len(),
+            SchedulerCfg::Strict { classes, .. } => *classes as usize,
+            SchedulerCfg::Wfq { weights, .. } => weights.len(),
         })
     }
 
@@ -688,9 +758,9 @@ impl Scenario {
     pub fn scheduler(&self) -> Option<(Policy, usize)> {
         let n = self.scheduler_classes()?;
         let policy = match self.scheduler.as_ref()? {
-            SchedulerCfg::Dwrr { quanta } => Policy::Dwrr { quanta: quanta.clone() },
+            SchedulerCfg::Dwrr { quanta, .. } => Policy::Dwrr { quanta: quanta.clone() },
             SchedulerCfg::Strict { .. } => Policy::Strict,
-            SchedulerCfg::Wfq { weights } => Policy::Wfq { weights: weights.clone() },
+            SchedulerCfg::Wfq { weights, .. } => Policy::Wfq { weights: weights.clone() },
         };
         Some((policy, n))
     }
@@ -724,18 +794,16 @@ impl Scenario {
     }
 
     pub fn marking(&self) -> Marking {
-        match self.aqm {
-            Aqm::DropTail => Marking::DropTail,
-            Aqm::Red { k } => Marking::Red { k },
-            Aqm::Tcn { threshold } => Marking::Tcn { threshold: threshold.0 },
-            Aqm::EcnSharp { threshold, target, interval } => {
-                Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
-            }
-            Aqm::Codel { target, interval, min_bytes } => Marking::CoDel(codel::Params {
-                target: target.0,
-                interval: interval.0,
-                min_bytes: min_bytes.unwrap_or(1500),
-            }),
+        marking_of(&self.aqm)
+    }
+
+    /// The discipline of each scheduler class: `scheduler.aqm` when given,
+    /// else `[aqm]` for every class; empty without a scheduler.
+    pub fn class_markings(&self) -> Vec<Marking> {
+        let Some(n) = self.scheduler_classes() else { return Vec::new() };
+        match self.scheduler.as_ref().map(|s| s.extras().1) {
+            Some(list) if !list.is_empty() => list.iter().map(marking_of).collect(),
+            _ => vec![self.marking(); n],
         }
     }
 
@@ -812,6 +880,23 @@ impl Scenario {
             classes: s.classes,
         });
         Some((Fixed { long, short }, throughput_interval.0))
+    }
+}
+
+/// The marking rule an `[aqm]` table describes.
+fn marking_of(aqm: &Aqm) -> Marking {
+    match *aqm {
+        Aqm::DropTail => Marking::DropTail,
+        Aqm::Red { k } => Marking::Red { k },
+        Aqm::Tcn { threshold } => Marking::Tcn { threshold: threshold.0 },
+        Aqm::EcnSharp { threshold, target, interval } => {
+            Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
+        }
+        Aqm::Codel { target, interval, min_bytes } => Marking::CoDel(codel::Params {
+            target: target.0,
+            interval: interval.0,
+            min_bytes: min_bytes.unwrap_or(1500),
+        }),
     }
 }
 
@@ -949,5 +1034,26 @@ mod tests {
         assert_eq!(s.marking(), Marking::CoDel(want));
         let err = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"1us\"}"]).unwrap_err();
         assert!(err.contains("aqm.interval"), "{err}");
+    }
+
+    #[test]
+    fn scheduler_classes_take_their_own_aqm_and_chosen_ports() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/fabric/mq-tcn.toml"))
+            .unwrap();
+        let s = parse(&text, &[]).unwrap();
+        assert_eq!(s.class_markings(), vec![Marking::Tcn { threshold: 150_000 }; 3]);
+        assert_eq!(s.scheduler_port_ids, None);
+        let aqm = "scheduler.aqm=[{kind=\"drop-tail\"}, {kind=\"red\", k=40}, {kind=\"tcn\", threshold=\"50us\"}]";
+        let s = parse(&text, &[aqm, "scheduler.ports=[\"switch 0 -> host 5\"]"]).unwrap();
+        assert_eq!(s.class_markings(), [Marking::DropTail, Marking::Red { k: 40 }, Marking::Tcn { threshold: 50_000 }]);
+        assert_eq!(s.scheduler_port_ids.as_ref().map(Vec::len), Some(1));
+        let err = parse(&text, &["scheduler.aqm=[{kind=\"drop-tail\"}]"]).unwrap_err();
+        assert!(err.contains("scheduler.aqm") && err.contains("1 disciplines for 3 classes"), "{err}");
+        let err = parse(&text, &["scheduler.ports=[\"host 0 -> switch 0\"]"]).unwrap_err();
+        assert!(err.contains("scheduler.ports") && err.contains("switch port"), "{err}");
+        let err = parse(&text, &["scheduler.ports=[\"switch 0 -> host 9\"]"]).unwrap_err();
+        assert!(err.contains("scheduler.ports") && err.contains("no host 9"), "{err}");
+        let codel = "scheduler.aqm=[{kind=\"codel\", target=\"1us\", interval=\"1us\"}, {kind=\"drop-tail\"}, {kind=\"drop-tail\"}]";
+        assert!(parse(&text, &[codel]).unwrap_err().contains("scheduler.aqm"));
     }
 }

@@ -52,6 +52,10 @@ pub struct ModelConfig {
     /// class a discipline of `switch_limit` packets and `marking`); None:
     /// one discipline per port.
     pub scheduler: Option<(Policy, usize)>,
+    /// Each scheduler class's marking rule (one per class); empty: `marking`.
+    pub class_marking: Vec<Marking>,
+    /// The switch ports that get the scheduler; None: every switch port.
+    pub scheduler_ports: Option<Vec<u32>>,
     /// Host delay of each class; data segments use the flow's class.
     pub delay_classes: Vec<Nanos>,
     /// Class of the packets without application data (SYN, SYN-ACK, ACK):
@@ -184,7 +188,9 @@ impl World {
         let ports = fabric
             .ports
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
+                let scheduled = cfg.scheduler_ports.as_ref().is_none_or(|ports| ports.contains(&(i as u32)));
                 let delayed = !cfg.delay_classes.is_empty()
                     && match cfg.delay_at {
                         DelayAt::Nic => matches!(p.from, End::Host(_)),
@@ -202,11 +208,15 @@ impl World {
                         let marking = if host && !delayed && cfg.nic_marking { cfg.marking } else { Marking::DropTail };
                         Scheduler::fifo(Qdisc::new(limit, marking))
                     }
-                    None => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
-                    Some((policy, n)) => Scheduler::new(
+                    Some((policy, n)) if scheduled => Scheduler::new(
                         policy.clone(),
-                        (0..*n).map(|_| Qdisc::new(cfg.switch_limit, cfg.marking)).collect(),
+                        (0..*n)
+                            .map(|c| {
+                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).copied().unwrap_or(cfg.marking))
+                            })
+                            .collect(),
                     ),
+                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
                 };
                 Port {
                     qdisc,
@@ -675,6 +685,8 @@ mod tests {
             nic_marking: false,
             marking: Marking::Tcn { threshold: 70_000 },
             scheduler: None,
+            class_marking: Vec::new(),
+            scheduler_ports: None,
             delay_classes: classes,
             control_class: 0,
             salt: 1,
