@@ -48,9 +48,9 @@ pub struct ModelConfig {
     /// discipline on both ends of every link.
     pub nic_marking: bool,
     pub marking: Marking,
-    /// Scheduler of every switch port and its number of classes (each
-    /// class a discipline of `switch_limit` packets and `marking`); None:
-    /// one discipline per port.
+    /// Scheduler of the switch ports (all, or `scheduler_ports`) and its
+    /// number of classes (each class a discipline of `switch_limit` packets
+    /// and its `class_marking`); None: one discipline per port.
     pub scheduler: Option<(Policy, usize)>,
     /// Each scheduler class's marking rule (one per class); empty: `marking`.
     pub class_marking: Vec<Marking>,
