@@ -49,11 +49,14 @@ pub struct Args {
     #[arg(long)]
     json: bool,
 
-    /// Also write flows.csv (one row per flow) and queues.csv into this directory.
+    /// Also write flows.csv (one row per flow) and queues.csv into this directory
+    /// (and queue_series.csv when the scenario names monitor.queue_ports).
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
 
-    /// Also draw the FCT distribution of each flow-size bucket into this SVG file.
+    /// Also draw the FCT distribution of each flow-size bucket into this SVG file,
+    /// with panels of queue length (monitor.queue_ports) and long flows' throughput
+    /// over time when the run has them.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 

@@ -1,6 +1,7 @@
 //! A packet-level simulator of datacenter fabrics: leaf-spine, star and
 //! dumbbell topologies of hosts and switches, TCP NewReno and DCTCP, and
-//! ECN-marking queue disciplines (RED with DCTCP's threshold K, TCN, ECN#).
+//! ECN-marking queue disciplines (RED with DCTCP's threshold K, TCN, ECN#,
+//! CoDel).
 //!
 //! It answers the questions the ns3-ecn-sharp simulator
 //! (github.com/snowzjx/ns3-ecn-sharp; Zhang, Bai and Chen, "Enabling ECN for
@@ -13,19 +14,28 @@
 //!
 //! - [`packet`]: the packet value.
 //! - [`qdisc`]: queue disciplines and their marking rules.
+//! - [`codel`]: CoDel's marking state machine (RFC 8289, ns-3's arithmetic).
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
 //!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
+//! - [`ports`]: port names people write ("switch 0 -> host 5").
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
-//!   ([`fulcrum_workload::Cdf`]).
+//!   ([`fulcrum_workload::Cdf`]); long-lived and short flows, permutations,
+//!   incast bursts.
+//! - [`flowlist`]: explicit flow lists from CSV files.
 //! - [`world`]: the event-driven model tying them together.
 //! - [`metrics`]: flow completion times and their summaries.
 //! - [`scenario`]: the TOML scenario format.
 //! - [`report`]: tables and JSON lines.
+//! - [`plot`]: the SVG figures of `--plot`.
 
+pub mod codel;
+pub mod flowlist;
 pub mod metrics;
 pub mod packet;
+pub mod plot;
+pub mod ports;
 pub mod qdisc;
 pub mod report;
 pub mod scenario;
@@ -56,7 +66,9 @@ const STREAM_ECMP: u64 = 1;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct QueueSummary {
     /// "host-nic" (host → switch), "to-host" (switch → host) or "fabric"
-    /// (switch → switch).
+    /// (switch → switch), over every port of the group; or one port's name
+    /// ("switch 0 -> host 16") for a port `monitor.queue_ports` names, whose
+    /// figures are then its queue discipline's sampled length.
     pub port: String,
     /// Mean sampled backlog per port of the group (packets).
     pub mean_packets: f64,
@@ -64,6 +76,18 @@ pub struct QueueSummary {
     pub max_packets: u32,
     pub marks: u64,
     pub drops: u64,
+}
+
+/// The queue length of one chosen port over time (`monitor.queue_ports`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueSeries {
+    /// The port's name, e.g. "switch 0 -> host 16".
+    pub port: String,
+    /// Time between samples (ns); sample k is taken at k × this.
+    pub interval_ns: u64,
+    /// Packets in the port's queue discipline at each sample (device
+    /// queue and delay stage left out).
+    pub packets: Vec<u32>,
 }
 
 /// What one run produced.
@@ -82,6 +106,8 @@ pub struct Outcome {
     /// Long flows' throughput samples: (time ns, Gb/s of each long flow
     /// over the interval ending then); empty without long flows.
     pub throughput: Vec<(u64, Vec<f64>)>,
+    /// Queue length over time of each port `monitor.queue_ports` names.
+    pub queue_series: Vec<QueueSeries>,
 }
 
 /// Run `scenario` once with `seed`; `progress`, if given, counts simulated
@@ -96,9 +122,15 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     if let Some(poisson) = scenario.poisson() {
         poisson.generate(&fabric, classes.len(), &mut rng, &mut specs);
     }
-    let fixed = scenario.fixed();
-    if let Some((fixed, _)) = &fixed {
+    if let Some((fixed, _)) = scenario.fixed() {
         fixed.generate(&fabric, scenario.end.0, &mut rng, &mut specs);
+    }
+    if let Some(perm) = scenario.permutation() {
+        perm.generate(&fabric, scenario.end.0, classes.len(), &mut rng, &mut specs);
+    }
+    specs.extend_from_slice(&scenario.flow_list);
+    if let Some(incast) = scenario.incast() {
+        incast.generate(classes.len(), &mut rng, &mut specs);
     }
     let cfg = ModelConfig {
         tcp: scenario.tcp_config(),
@@ -106,8 +138,11 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         device_packets: scenario.buffers.device_packets,
         switch_limit: scenario.buffers.switch_packets,
         host_limit: scenario.buffers.host_packets.unwrap_or(u32::MAX),
+        nic_marking: scenario.buffers.host_aqm,
         marking: scenario.marking(),
         scheduler: scenario.scheduler(),
+        class_marking: scenario.class_markings(),
+        scheduler_ports: scenario.scheduler_port_ids.clone(),
         delay_classes: classes,
         control_class: scenario.hosts.control_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),
@@ -116,24 +151,52 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     };
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
-    if let Some((fixed, every)) = &fixed {
-        if !fixed.long.is_empty() {
-            world.watch_throughput((0..fixed.long.len() as u32).collect(), *every, &mut queue);
-        }
+    if let Some((long, every)) = scenario.long_flows() {
+        world.watch_throughput((0..long).collect(), every, &mut queue);
+    }
+    let watched = scenario.monitor.queue_port_ids.clone();
+    if !watched.is_empty() {
+        world.watch_queues(watched.clone());
     }
     let ran = fulcrum_des::run(&mut world, &mut queue, scenario.end.0, progress);
     let flows = records(&world);
+    let queue_series: Vec<QueueSeries> = watched
+        .iter()
+        .zip(std::mem::take(&mut world.queue_series))
+        .map(|(&port, packets)| QueueSeries {
+            port: ports::name(&world.fabric, &shape, port),
+            interval_ns: scenario.monitor.interval.0,
+            packets,
+        })
+        .collect();
+    let mut queues = queue_summaries(&world);
+    queues.extend(watched.iter().zip(&queue_series).map(|(&port, s)| port_summary(&world, port, s)));
     Outcome {
         seed,
         fct: metrics::summarise(&flows),
         buckets: metrics::buckets(&flows),
-        queues: queue_summaries(&world),
+        queues,
         simulated_ns: scenario.end.0,
         events: ran.events,
         data_packets: world.data_packets,
         unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
         flows,
         throughput: std::mem::take(&mut world.throughput),
+        queue_series,
+    }
+}
+
+/// The figures of one watched port: its sampled queue-discipline length
+/// (mean and largest sample) and its marks and drops.
+fn port_summary(world: &World, port: u32, series: &QueueSeries) -> QueueSummary {
+    let stats = world.queue_stats(port);
+    let n = series.packets.len().max(1) as f64;
+    QueueSummary {
+        port: series.port.clone(),
+        mean_packets: series.packets.iter().map(|&p| p as f64).sum::<f64>() / n,
+        max_packets: series.packets.iter().copied().max().unwrap_or(0),
+        marks: stats.marks,
+        drops: stats.drops,
     }
 }
 

@@ -23,12 +23,16 @@
 //!      the state, and one at or after the due time is marked, the count grows
 //!      by one and the next mark is due `interval / √count` later.
 //!
+//! - **CoDel** with ECN marking (RFC 8289, as ns-3 implements it): see
+//!   [`crate::codel`].
+//!
 //! Packets that are not ECN-capable (handshakes and pure ACKs) are never
 //! marked and never dropped for marking, only for lack of room, as in the
 //! original. The limit counts packets.
 
 use std::collections::VecDeque;
 
+use crate::codel::{self, CoDel};
 use crate::packet::{Nanos, Packet};
 
 /// The marking rule of one queue.
@@ -49,6 +53,8 @@ pub enum Marking {
         target: Nanos,
         interval: Nanos,
     },
+    /// CoDel marking instead of dropping.
+    CoDel(codel::Params),
 }
 
 /// ECN#'s persistent-marking state.
@@ -76,13 +82,24 @@ pub struct Qdisc {
     limit: u32,
     marking: Marking,
     state: Persistent,
+    codel: CoDel,
+    /// Wire bytes queued (CoDel's `min_bytes` rule reads it).
+    bytes: u64,
     pub stats: QueueStats,
 }
 
 impl Qdisc {
     /// A queue holding at most `limit` packets.
     pub fn new(limit: u32, marking: Marking) -> Self {
-        Qdisc { fifo: VecDeque::new(), limit, marking, state: Persistent::default(), stats: QueueStats::default() }
+        Qdisc {
+            fifo: VecDeque::new(),
+            limit,
+            marking,
+            state: Persistent::default(),
+            codel: CoDel::default(),
+            bytes: 0,
+            stats: QueueStats::default(),
+        }
     }
 
     /// Packets waiting.
@@ -113,6 +130,7 @@ impl Qdisc {
             }
         }
         p.enqueued = now;
+        self.bytes += p.wire as u64;
         self.fifo.push_back(p);
         self.stats.enqueued += 1;
         true
@@ -120,9 +138,14 @@ impl Qdisc {
 
     /// Take the head packet, marking it if the rule says so.
     pub fn dequeue(&mut self, now: Nanos) -> Option<Packet> {
-        let mut p = self.fifo.pop_front()?;
+        let Some(mut p) = self.fifo.pop_front() else {
+            self.codel.on_empty();
+            return None;
+        };
+        self.bytes -= p.wire as u64;
         let sojourn = now - p.enqueued;
         let mark = match self.marking {
+            Marking::CoDel(params) => self.codel.on_dequeue(&params, now, sojourn, self.bytes, p.ect),
             Marking::DropTail | Marking::Red { .. } => false,
             Marking::Tcn { threshold } => sojourn > threshold,
             Marking::EcnSharp { threshold, target, interval } => {
@@ -260,5 +283,41 @@ mod tests {
         q.enqueue(0, data(1));
         assert!(!q.dequeue(70).unwrap().ce);
         assert!(q.dequeue(71).unwrap().ce);
+    }
+
+    #[test]
+    fn codel_marks_a_standing_queue_but_not_its_last_packet() {
+        let params = codel::Params { target: 10_240, interval: 102_400, min_bytes: 1500 };
+        let mut q = Qdisc::new(1000, Marking::CoDel(params));
+        // A standing queue of 20 packets, one in and one out every 1024 ns,
+        // so each waits 20 units; the marks are the state machine's own.
+        let mut alone = CoDel::default();
+        let mut marked = Vec::new();
+        for t in 0..20u64 {
+            q.enqueue(t * 1024, data(t as u32));
+        }
+        for t in 20..420u64 {
+            let now = t * 1024;
+            q.enqueue(now, data(t as u32));
+            let p = q.dequeue(now).unwrap();
+            assert_eq!(now - p.enqueued, 20 * 1024);
+            // What it leaves behind: 20 packets of 1454 wire bytes.
+            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true), p.ce);
+            if p.ce {
+                marked.push(t);
+            }
+        }
+        assert_eq!(marked.len() as u64, q.stats.marks);
+        assert!(marked.len() >= 5, "{marked:?}");
+        // Drain it: the last packets leave fewer than 1500 bytes behind.
+        let mut q = Qdisc::new(10, Marking::CoDel(params));
+        q.enqueue(0, data(0));
+        assert!((1..300).all(|t| {
+            let ok = !q.dequeue(t * 1024).unwrap().ce;
+            q.enqueue(t * 1024, data(t as u32));
+            ok
+        }));
+        while q.dequeue(400 * 1024).is_some() {}
+        assert!(q.dequeue(401 * 1024).is_none(), "an empty queue ends the marking state");
     }
 }

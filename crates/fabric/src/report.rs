@@ -9,7 +9,15 @@
 //! [{"seed", "fct_ms"}]], "buckets": [{"size", "flows", "avg_ms", "p99_ms",
 //! "avg_slowdown"}], "queues": [{"port", "mean_packets", "max_packets",
 //! "marks", "drops"}], "unfinished_flows", "data_packets",
-//! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"]}`
+//! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"],
+//! ["queue_series"]}`
+//!
+//! With `monitor.queue_ports`, `queues` also has one entry per named port
+//! (its name as `port`; the mean and largest sample of its queue
+//! discipline's length, its marks and drops), and `queue_series` is
+//! `[{"port", "interval_us", "packets": [p0, p1, …]}, …]`: the port's
+//! queue-discipline length at times 0, interval, 2 × interval, … (with
+//! `--runs`, the mean over the runs).
 //!
 //! With long-lived flows (`workload.kind = "flows"`), `throughput_gbps` is
 //! `[[t, [g0, g1, …]], …]`: at each sample time t (seconds, every
@@ -18,12 +26,13 @@
 //! the same samples as `Flow: i, throughput (Gbps): x` lines, as the seed's
 //! mq program does.
 //!
-//! `--plot FILE.svg` draws the FCT distribution (CDF, log-scale time) of
-//! each flow-size bucket, all runs pooled.
+//! `--plot FILE.svg` draws the figures of [`crate::plot`].
 //!
 //! `--csv DIR` writes `flows.csv` (one row per flow and seed: id, hosts,
 //! size, start, FCT, whether it completed, IP bytes sent, slowdown) and
-//! `queues.csv` (one row per port group and seed).
+//! `queues.csv` (one row per port group, or named port, and seed), and with
+//! named ports `queue_series.csv` (seed, port, t_ns, packets: one row per
+//! sample).
 //!
 //! With several runs every figure is the mean over the runs (seeds `seed`,
 //! `seed + 1`, …) and `ci95_ms` holds the 95 % half-interval of each FCT
@@ -33,10 +42,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use fulcrum_workload::interval::mean_ci95;
-use fulcrum_workload::plot::{color, Axis, Chart, Scale, Series};
 use serde::Serialize;
 
-use crate::metrics::{bucket_of, Bucket, FctSummary, BUCKET_LABELS};
+use crate::metrics::{Bucket, FctSummary};
 use crate::{Outcome, QueueSummary};
 
 /// Runs of one scenario, in seed order.
@@ -75,6 +83,16 @@ struct Json<'a> {
     wall_seconds: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     throughput_gbps: Vec<(f64, Vec<f64>)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    queue_series: Vec<SeriesJson>,
+}
+
+/// One watched port's queue length over time, mean over the runs.
+#[derive(Serialize)]
+struct SeriesJson {
+    port: String,
+    interval_us: f64,
+    packets: Vec<f64>,
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -128,7 +146,7 @@ impl Report<'_> {
 
     /// Long flows' throughput samples, (seconds, Gb/s of each long flow),
     /// averaged over the runs (they sample at the same times).
-    fn throughput(&self) -> Vec<(f64, Vec<f64>)> {
+    pub(crate) fn throughput(&self) -> Vec<(f64, Vec<f64>)> {
         let first = &self.outcomes[0].throughput;
         (0..first.len())
             .map(|k| {
@@ -136,6 +154,22 @@ impl Report<'_> {
                     .map(|f| mean(self.outcomes.iter().map(|o| o.throughput.get(k).map_or(0.0, |s| s.1[f]))))
                     .collect();
                 (first[k].0 as f64 / 1e9, flows)
+            })
+            .collect()
+    }
+
+    /// Each watched port's queue length at each sample, the mean over the
+    /// runs (they sample at the same times): (name, interval ns, packets).
+    pub(crate) fn queue_series(&self) -> Vec<(String, u64, Vec<f64>)> {
+        let first = &self.outcomes[0].queue_series;
+        (0..first.len())
+            .map(|i| {
+                let packets = (0..first[i].packets.len())
+                    .map(|k| {
+                        mean(self.outcomes.iter().map(|o| o.queue_series[i].packets.get(k).map_or(0.0, |&p| p as f64)))
+                    })
+                    .collect();
+                (first[i].port.clone(), first[i].interval_ns, packets)
             })
             .collect()
     }
@@ -162,6 +196,11 @@ impl Report<'_> {
             events: per(|o| o.events as f64),
             wall_seconds: self.wall_seconds,
             throughput_gbps: self.throughput(),
+            queue_series: self
+                .queue_series()
+                .into_iter()
+                .map(|(port, every, packets)| SeriesJson { port, interval_us: every as f64 / 1e3, packets })
+                .collect(),
         };
         let mut s = serde_json::to_string(&json).expect("plain data serialises");
         s.push('\n');
@@ -220,7 +259,8 @@ impl Report<'_> {
         out
     }
 
-    /// Write `flows.csv` and `queues.csv` into `dir` (created if missing).
+    /// Write `flows.csv` and `queues.csv` into `dir` (created if missing),
+    /// and `queue_series.csv` when ports are watched.
     pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let mut flows = String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown\n");
@@ -241,43 +281,18 @@ impl Report<'_> {
                 );
             }
         }
+        if self.outcomes.iter().any(|o| !o.queue_series.is_empty()) {
+            let mut series = String::from("seed,port,t_ns,packets\n");
+            for o in self.outcomes {
+                for s in &o.queue_series {
+                    for (k, p) in s.packets.iter().enumerate() {
+                        let _ = writeln!(series, "{},{},{},{p}", o.seed, s.port, k as u64 * s.interval_ns);
+                    }
+                }
+            }
+            std::fs::write(dir.join("queue_series.csv"), series)?;
+        }
         std::fs::write(dir.join("flows.csv"), flows)?;
         std::fs::write(dir.join("queues.csv"), queues)
-    }
-
-    /// The FCT CDF of each size bucket as an SVG page.
-    pub fn plot_svg(&self) -> String {
-        let mut fct: Vec<Vec<f64>> = vec![Vec::new(); BUCKET_LABELS.len()];
-        for f in self.outcomes.iter().flat_map(|o| &o.flows) {
-            fct[bucket_of(f.bytes)].push(f.fct_ns as f64 / 1e6);
-        }
-        let scale = Scale::log_decades(fct.iter().flatten().copied());
-        let series = fct
-            .iter_mut()
-            .zip(BUCKET_LABELS)
-            .enumerate()
-            .filter(|(_, (v, _))| !v.is_empty())
-            .map(|(i, (v, label))| {
-                v.sort_by(f64::total_cmp);
-                let n = v.len();
-                let step = n.div_ceil(400).max(1);
-                let mut points: Vec<(f64, f64)> =
-                    (0..n).step_by(step).map(|k| (v[k], (k + 1) as f64 / n as f64)).collect();
-                points.push((v[n - 1], 1.0));
-                Series { name: format!("{label} B ({n})"), color: color(i), width: 2.0, points }
-            })
-            .collect();
-        let chart = Chart {
-            title: format!("{}: flow completion time by flow size", self.scenario),
-            title_size: 15.0,
-            x: Axis { scale, ticks: scale.decade_ticks(), label: "FCT (ms)".into() },
-            y: Axis {
-                scale: Scale::Linear { lo: 0.0, hi: 1.0 },
-                ticks: (0..=4).map(|k| (k as f64 / 4.0, format!("{}", k as f64 / 4.0))).collect(),
-                label: "fraction of flows".into(),
-            },
-            series,
-        };
-        chart.svg(900.0, 500.0)
     }
 }

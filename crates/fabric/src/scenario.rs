@@ -16,12 +16,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::codel;
+use crate::flowlist;
 use crate::packet::Nanos;
+use crate::ports;
 use crate::qdisc::Marking;
 use crate::sched::Policy;
 use crate::tcp::TcpConfig;
-use crate::topology::Shape;
-use crate::workload::{Fixed, LongFlow, Poisson, ShortFlows};
+use crate::topology::{End, Fabric, Shape};
+use crate::workload::{Fixed, FlowSpec, Incast, LongFlow, Permutation, Poisson, ShortFlows};
 use crate::world::{DelayAt, Service};
 use fulcrum_workload::Cdf;
 
@@ -77,6 +80,12 @@ pub struct Scenario {
     pub path: PathBuf,
     #[serde(skip)]
     pub cdf: Option<Cdf>,
+    /// `scheduler.ports` resolved when loaded; None: every switch port.
+    #[serde(skip)]
+    pub scheduler_port_ids: Option<Vec<u32>>,
+    /// The flows of a `list` workload, read with the scenario.
+    #[serde(skip)]
+    pub flow_list: Vec<FlowSpec>,
 }
 
 fn one() -> u64 {
@@ -129,6 +138,11 @@ pub struct Buffers {
     /// device queue and no discipline: 595 here plus 5 device packets.
     #[serde(default)]
     pub host_packets: Option<u32>,
+    /// Whether hosts' NIC queues (those without a delay stage) mark by the
+    /// `[aqm]` rule too, as the seed's queue-track program installs its
+    /// discipline on both ends of every link (default false: drop-tail).
+    #[serde(default)]
+    pub host_aqm: bool,
     /// When a device queue takes packets from its discipline (and a host's
     /// NIC its delayed packets): "on-room" or "on-empty" (ns-3's rule).
     #[serde(default)]
@@ -137,7 +151,13 @@ pub struct Buffers {
 
 impl Default for Buffers {
     fn default() -> Self {
-        Buffers { device_packets: 10, switch_packets: 250, host_packets: None, service: ServiceRule::OnRoom }
+        Buffers {
+            device_packets: 10,
+            switch_packets: 250,
+            host_packets: None,
+            host_aqm: false,
+            service: ServiceRule::OnRoom,
+        }
     }
 }
 
@@ -193,9 +213,25 @@ impl Default for Tcp {
 #[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
 pub enum Aqm {
     DropTail,
-    Red { k: u32 },
-    Tcn { threshold: Dur },
-    EcnSharp { threshold: Dur, target: Dur, interval: Dur },
+    Red {
+        k: u32,
+    },
+    Tcn {
+        threshold: Dur,
+    },
+    EcnSharp {
+        threshold: Dur,
+        target: Dur,
+        interval: Dur,
+    },
+    /// CoDel marking (RFC 8289 as ns-3 implements it); `min_bytes` 1500
+    /// unless given.
+    Codel {
+        target: Dur,
+        interval: Dur,
+        #[serde(default)]
+        min_bytes: Option<u64>,
+    },
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -243,6 +279,15 @@ pub enum Workload {
         #[serde(default = "zero")]
         start: Dur,
         launch_end: Dur,
+        /// Hosts that start flows (default: all).
+        #[serde(default)]
+        sources: Vec<u32>,
+        /// Hosts the flows go to (default: hosts of other racks); when
+        /// given, `load` is relative to their links.
+        #[serde(default)]
+        destinations: Vec<u32>,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
     },
     /// Long-lived flows joining at given times, plus optional short flows.
     Flows {
@@ -253,7 +298,48 @@ pub enum Workload {
         /// How often the long flows' throughput is sampled.
         #[serde(default = "twenty_ms")]
         throughput_interval: Dur,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
     },
+    /// Every host sends to one other host (a random cyclic permutation).
+    Permutation {
+        /// Payload of each flow; none: long-lived flows.
+        #[serde(default)]
+        bytes: Option<u64>,
+        #[serde(default = "zero")]
+        start: Dur,
+        /// How often long-lived flows' throughput is sampled.
+        #[serde(default = "twenty_ms")]
+        throughput_interval: Dur,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
+    },
+    /// Flows listed in a CSV file (`start,src,dst,bytes[,class]`).
+    List {
+        /// The CSV file, relative to the scenario file.
+        file: PathBuf,
+        #[serde(default)]
+        incast: Option<IncastCfg>,
+    },
+}
+
+/// All-to-one bursts (`[workload.incast]`), with any workload kind.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncastCfg {
+    /// Senders: the first `fan_in` hosts other than the receiver.
+    pub fan_in: u32,
+    pub receiver: u32,
+    /// Payload of each sender's flow per burst.
+    pub bytes: u64,
+    /// When given (and larger), sizes are uniform in [bytes, bytes_max].
+    #[serde(default)]
+    pub bytes_max: Option<u64>,
+    /// Time of the first burst (default: one interval).
+    #[serde(default)]
+    pub start: Option<Dur>,
+    pub interval: Dur,
+    pub bursts: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -285,17 +371,52 @@ pub struct ShortCfg {
 }
 
 /// A port scheduler as written in a scenario; each class gets the `[aqm]`
-/// discipline with `buffers.switch_packets` of room.
+/// discipline (or its own from `aqm`) with `buffers.switch_packets` of
+/// room, on every switch port (or only on `ports`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
 pub enum SchedulerCfg {
-    Dwrr { quanta: Vec<u32> },
-    Strict { classes: u32 },
-    Wfq { weights: Vec<u32> },
+    Dwrr {
+        quanta: Vec<u32>,
+        #[serde(default)]
+        ports: Vec<String>,
+        #[serde(default)]
+        aqm: Vec<Aqm>,
+    },
+    Strict {
+        classes: u32,
+        #[serde(default)]
+        ports: Vec<String>,
+        #[serde(default)]
+        aqm: Vec<Aqm>,
+    },
+    Wfq {
+        weights: Vec<u32>,
+        #[serde(default)]
+        ports: Vec<String>,
+        #[serde(default)]
+        aqm: Vec<Aqm>,
+    },
+}
+
+impl SchedulerCfg {
+    /// The ports it is limited to (empty: every switch port) and the
+    /// per-class disciplines (empty: `[aqm]` for every class).
+    fn extras(&self) -> (&[String], &[Aqm]) {
+        match self {
+            SchedulerCfg::Dwrr { ports, aqm, .. }
+            | SchedulerCfg::Strict { ports, aqm, .. }
+            | SchedulerCfg::Wfq { ports, aqm, .. } => (ports, aqm),
+        }
+    }
 }
 
 fn zero() -> Dur {
     Dur(0)
+}
+
+fn hundred_us() -> Dur {
+    Dur(100_000)
 }
 
 fn twenty_ms() -> Dur {
@@ -305,13 +426,21 @@ fn twenty_ms() -> Dur {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Monitor {
-    /// How often queue lengths are sampled.
+    /// How often queue lengths are sampled (100 µs unless given).
+    #[serde(default = "hundred_us")]
     pub interval: Dur,
+    /// Ports whose queue length is recorded at every sample, by name
+    /// ("switch 0 -> host 16", "leaf 0 -> spine 1": [`crate::ports`]).
+    #[serde(default)]
+    pub queue_ports: Vec<String>,
+    /// `queue_ports` resolved to port indices when the scenario is loaded.
+    #[serde(skip)]
+    pub queue_port_ids: Vec<u32>,
 }
 
 impl Default for Monitor {
     fn default() -> Self {
-        Monitor { interval: Dur(100_000) }
+        Monitor { interval: hundred_us(), queue_ports: Vec::new(), queue_port_ids: Vec::new() }
     }
 }
 
@@ -381,6 +510,34 @@ impl Scenario {
                 _ => fail(format!("{field} {msg}")),
             }
         })?;
+        scenario.monitor.queue_port_ids = scenario.resolve_queue_ports().map_err(|msg| {
+            let field = "monitor.queue_ports";
+            match line_of(text, field) {
+                Some(line) if !sets.iter().any(|s| s.starts_with(field)) => {
+                    fail(format!("line {line}: {field}: {msg}"))
+                }
+                _ => fail(format!("{field}: {msg}")),
+            }
+        })?;
+        scenario.scheduler_port_ids = scenario.resolve_scheduler_ports().map_err(|msg| {
+            let field = "scheduler.ports";
+            match line_of(text, field) {
+                Some(line) if !sets.iter().any(|s| s.starts_with(field)) => {
+                    fail(format!("line {line}: {field}: {msg}"))
+                }
+                _ => fail(format!("{field}: {msg}")),
+            }
+        })?;
+        if let Workload::List { file, .. } = &scenario.workload {
+            let list_path = path.parent().unwrap_or(Path::new(".")).join(file);
+            let hosts = scenario.shape().0.hosts();
+            let classes = scenario.scheduler_classes().unwrap_or(1) as u32;
+            let text = std::fs::read_to_string(&list_path).map_err(|e| {
+                let line = line_of(text, "workload.file").map_or(String::new(), |l| format!("line {l}: "));
+                fail(format!("{line}workload.file: {}: {e}", list_path.display()))
+            })?;
+            scenario.flow_list = flowlist::parse(&text, &list_path, hosts, classes).map_err(ScenarioError)?;
+        }
         let Workload::Poisson { cdf, .. } = &scenario.workload else { return Ok(scenario) };
         let cdf_path = path.parent().unwrap_or(Path::new(".")).join(cdf);
         let loaded = Cdf::load(&cdf_path).map_err(|e| {
@@ -440,6 +597,15 @@ impl Scenario {
         if self.hosts.delay_classes.len() > 255 {
             return bad("hosts.delay_classes", "has more than 255 classes".into());
         }
+        let class_aqm = self.scheduler.as_ref().map_or(&[][..], |s| s.extras().1);
+        for (field, aqm) in
+            std::iter::once(("aqm.interval", &self.aqm)).chain(class_aqm.iter().map(|a| ("scheduler.aqm", a)))
+        {
+            // CoDel counts time in 1024 ns units.
+            if matches!(aqm, Aqm::Codel { interval, .. } if interval.0 < 1024) {
+                return bad(field, "CoDel's interval must be at least 1024ns".into());
+            }
+        }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
         positive("end", self.end.0 as f64)?;
         let classes = self.scheduler_classes();
@@ -447,9 +613,14 @@ impl Scenario {
             if n == 0 || n > 255 {
                 return bad("scheduler", format!("has {n} classes: give 1 to 255"));
             }
+            if !class_aqm.is_empty() && class_aqm.len() != n {
+                return bad("scheduler.aqm", format!("has {} disciplines for {n} classes", class_aqm.len()));
+            }
         }
         match &self.scheduler {
-            Some(SchedulerCfg::Dwrr { quanta: v }) | Some(SchedulerCfg::Wfq { weights: v }) if v.contains(&0) => {
+            Some(SchedulerCfg::Dwrr { quanta: v, .. }) | Some(SchedulerCfg::Wfq { weights: v, .. })
+                if v.contains(&0) =>
+            {
                 return bad(
                     if matches!(self.scheduler, Some(SchedulerCfg::Dwrr { .. })) {
                         "scheduler.quanta"
@@ -461,18 +632,50 @@ impl Scenario {
             }
             _ => {}
         }
+        let hosts = self.shape().0.hosts();
+        if let Some(i) = self.incast_cfg() {
+            if i.receiver >= hosts {
+                return bad("workload.incast.receiver", format!("= {}: hosts are 0 to {}", i.receiver, hosts - 1));
+            }
+            if i.fan_in == 0 || i.fan_in >= hosts {
+                return bad("workload.incast.fan_in", format!("= {}: must be 1 to {}", i.fan_in, hosts - 1));
+            }
+            positive("workload.incast.bytes", i.bytes as f64)?;
+            positive("workload.incast.interval", i.interval.0 as f64)?;
+            positive("workload.incast.bursts", i.bursts as f64)?;
+            if i.bytes_max.is_some_and(|m| m < i.bytes) {
+                return bad("workload.incast.bytes_max", "must be at least workload.incast.bytes".into());
+            }
+        }
         match &self.workload {
-            Workload::Poisson { load, start, launch_end, .. } => {
+            Workload::Poisson { load, start, launch_end, sources, destinations, .. } => {
                 if !(*load > 0.0 && *load < 1.0) {
                     return bad("workload.load", format!("= {load}: must be above 0 and below 1"));
                 }
                 if launch_end.0 <= start.0 {
                     return bad("workload.launch_end", "must be after workload.start".into());
                 }
+                for (field, list) in [("workload.sources", sources), ("workload.destinations", destinations)] {
+                    if let Some(h) = list.iter().find(|&&h| h >= hosts) {
+                        return bad(field, format!("has host {h}: hosts are 0 to {}", hosts - 1));
+                    }
+                }
+                if destinations.len() == 1 && sources.iter().all(|&s| s == destinations[0]) {
+                    return bad("workload.sources", "must have a host other than the one destination".into());
+                }
             }
-            Workload::Flows { long, short, throughput_interval } => {
+            Workload::Permutation { bytes, throughput_interval, .. } => {
                 positive("workload.throughput_interval", throughput_interval.0 as f64)?;
-                let hosts = self.shape().0.hosts();
+                if *bytes == Some(0) {
+                    return bad("workload.bytes", "= 0: must be above 0".into());
+                }
+                if hosts < 2 {
+                    return bad("topology", "a permutation needs at least 2 hosts".into());
+                }
+            }
+            Workload::List { .. } => {}
+            Workload::Flows { long, short, throughput_interval, .. } => {
+                positive("workload.throughput_interval", throughput_interval.0 as f64)?;
                 let class_ok = |c: u32| classes.map_or(c == 0, |n| c < n as u32);
                 for (i, l) in long.iter().enumerate() {
                     if l.src >= hosts || l.dst >= hosts || l.src == l.dst {
@@ -513,12 +716,41 @@ impl Scenario {
         Ok(())
     }
 
+    /// The switch ports `scheduler.ports` names; None: every switch port.
+    fn resolve_scheduler_ports(&self) -> Result<Option<Vec<u32>>, String> {
+        let names = self.scheduler.as_ref().map_or(&[][..], |s| s.extras().0);
+        if names.is_empty() {
+            return Ok(None);
+        }
+        let (shape, delay) = self.shape();
+        let fabric = Fabric::build(&shape, delay);
+        let mut ids = Vec::new();
+        for name in names {
+            let port = ports::resolve(name, &fabric, &shape)?;
+            if matches!(fabric.ports[port as usize].from, End::Host(_)) {
+                return Err(format!("{name:?}: a host's NIC has no scheduler; name a switch port"));
+            }
+            ids.push(port);
+        }
+        Ok(Some(ids))
+    }
+
+    /// The ports `monitor.queue_ports` names, in order.
+    fn resolve_queue_ports(&self) -> Result<Vec<u32>, String> {
+        if self.monitor.queue_ports.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (shape, delay) = self.shape();
+        let fabric = Fabric::build(&shape, delay);
+        self.monitor.queue_ports.iter().map(|name| ports::resolve(name, &fabric, &shape)).collect()
+    }
+
     /// Classes of the port scheduler, if there is one.
     fn scheduler_classes(&self) -> Option<usize> {
         self.scheduler.as_ref().map(|s| match s {
-            SchedulerCfg::Dwrr { quanta } => quanta.len(),
-            SchedulerCfg::Strict { classes } => *classes as usize,
-            SchedulerCfg::Wfq { weights } => weights.len(),
+            SchedulerCfg::Dwrr { quanta, .. } => quanta.len(),
+            SchedulerCfg::Strict { classes, .. } => *classes as usize,
+            SchedulerCfg::Wfq { weights, .. } => weights.len(),
         })
     }
 
@@ -526,9 +758,9 @@ impl Scenario {
     pub fn scheduler(&self) -> Option<(Policy, usize)> {
         let n = self.scheduler_classes()?;
         let policy = match self.scheduler.as_ref()? {
-            SchedulerCfg::Dwrr { quanta } => Policy::Dwrr { quanta: quanta.clone() },
+            SchedulerCfg::Dwrr { quanta, .. } => Policy::Dwrr { quanta: quanta.clone() },
             SchedulerCfg::Strict { .. } => Policy::Strict,
-            SchedulerCfg::Wfq { weights } => Policy::Wfq { weights: weights.clone() },
+            SchedulerCfg::Wfq { weights, .. } => Policy::Wfq { weights: weights.clone() },
         };
         Some((policy, n))
     }
@@ -562,31 +794,81 @@ impl Scenario {
     }
 
     pub fn marking(&self) -> Marking {
-        match self.aqm {
-            Aqm::DropTail => Marking::DropTail,
-            Aqm::Red { k } => Marking::Red { k },
-            Aqm::Tcn { threshold } => Marking::Tcn { threshold: threshold.0 },
-            Aqm::EcnSharp { threshold, target, interval } => {
-                Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
-            }
+        marking_of(&self.aqm)
+    }
+
+    /// The discipline of each scheduler class: `scheduler.aqm` when given,
+    /// else `[aqm]` for every class; empty without a scheduler.
+    pub fn class_markings(&self) -> Vec<Marking> {
+        let Some(n) = self.scheduler_classes() else { return Vec::new() };
+        match self.scheduler.as_ref().map(|s| s.extras().1) {
+            Some(list) if !list.is_empty() => list.iter().map(marking_of).collect(),
+            _ => vec![self.marking(); n],
         }
     }
 
     /// The Poisson workload with its CDF loaded, if that is the workload.
     pub fn poisson(&self) -> Option<Poisson> {
-        let Workload::Poisson { load, start, launch_end, .. } = &self.workload else { return None };
+        let Workload::Poisson { load, start, launch_end, sources, destinations, .. } = &self.workload else {
+            return None;
+        };
         Some(Poisson {
             cdf: self.cdf.clone().expect("loaded with the scenario"),
             load: *load,
             start: start.0,
             launch_end: launch_end.0,
+            sources: sources.clone(),
+            destinations: destinations.clone(),
         })
+    }
+
+    fn incast_cfg(&self) -> Option<&IncastCfg> {
+        match &self.workload {
+            Workload::Poisson { incast, .. }
+            | Workload::Flows { incast, .. }
+            | Workload::Permutation { incast, .. }
+            | Workload::List { incast, .. } => incast.as_ref(),
+        }
+    }
+
+    /// The incast bursts, if the workload has them.
+    pub fn incast(&self) -> Option<Incast> {
+        let i = self.incast_cfg()?;
+        Some(Incast {
+            fan_in: i.fan_in,
+            receiver: i.receiver,
+            bytes: i.bytes,
+            bytes_max: i.bytes_max.unwrap_or(i.bytes),
+            start: i.start.map_or(i.interval.0, |d| d.0),
+            interval: i.interval.0,
+            bursts: i.bursts,
+        })
+    }
+
+    /// The permutation workload, if that is the workload.
+    pub fn permutation(&self) -> Option<Permutation> {
+        let Workload::Permutation { bytes, start, .. } = &self.workload else { return None };
+        Some(Permutation { bytes: *bytes, start: start.0 })
+    }
+
+    /// How many long-lived flows lead the flow list (flows 0, 1, …) and
+    /// how often their throughput is sampled.
+    pub fn long_flows(&self) -> Option<(u32, Nanos)> {
+        match &self.workload {
+            Workload::Flows { long, throughput_interval, .. } if !long.is_empty() => {
+                Some((long.len() as u32, throughput_interval.0))
+            }
+            Workload::Permutation { bytes: None, throughput_interval, .. } => {
+                Some((self.shape().0.hosts(), throughput_interval.0))
+            }
+            _ => None,
+        }
     }
 
     /// The fixed flows and their throughput sampling interval, if that is
     /// the workload.
     pub fn fixed(&self) -> Option<(Fixed, Nanos)> {
-        let Workload::Flows { long, short, throughput_interval } = &self.workload else { return None };
+        let Workload::Flows { long, short, throughput_interval, .. } = &self.workload else { return None };
         let long = long.iter().map(|l| LongFlow { src: l.src, dst: l.dst, start: l.start.0, prio: l.class }).collect();
         let short = short.as_ref().map(|s| ShortFlows {
             count: s.count,
@@ -598,6 +880,23 @@ impl Scenario {
             classes: s.classes,
         });
         Some((Fixed { long, short }, throughput_interval.0))
+    }
+}
+
+/// The marking rule an `[aqm]` table describes.
+fn marking_of(aqm: &Aqm) -> Marking {
+    match *aqm {
+        Aqm::DropTail => Marking::DropTail,
+        Aqm::Red { k } => Marking::Red { k },
+        Aqm::Tcn { threshold } => Marking::Tcn { threshold: threshold.0 },
+        Aqm::EcnSharp { threshold, target, interval } => {
+            Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
+        }
+        Aqm::Codel { target, interval, min_bytes } => Marking::CoDel(codel::Params {
+            target: target.0,
+            interval: interval.0,
+            min_bytes: min_bytes.unwrap_or(1500),
+        }),
     }
 }
 
@@ -685,5 +984,76 @@ mod tests {
         let err = parse(&text, &["scheduler.quanta=[1500, 0, 1500]"]).unwrap_err();
         assert!(err.contains("scheduler.quanta"), "{err}");
         assert!(parse(&text, &["workload.short.dst=6"]).unwrap_err().contains("workload.short.sources"));
+    }
+
+    #[test]
+    fn queue_ports_resolve_by_name_and_errors_name_the_field() {
+        let text = base()
+            + "\n[monitor]\ninterval = \"100us\"\nqueue_ports = [\"leaf 0 -> spine 1\", \"leaf 3 -> host 31\"]\n";
+        let s = parse(&text, &[]).unwrap();
+        assert_eq!(s.monitor.queue_port_ids.len(), 2);
+        let bad = text.replace("leaf 3 -> host 31", "leaf 3 -> host 30 -> x");
+        assert!(parse(&bad, &[]).unwrap_err().contains("monitor.queue_ports"));
+        let err = parse(&text.replace("host 31", "host 32"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("monitor.queue_ports") && err.contains("no host 32"), "{err}");
+        let err = parse(&base(), &["monitor.queue_ports=[\"leaf 0 -> leaf 1\"]"]).unwrap_err();
+        assert!(err.contains("monitor.queue_ports") && err.contains("no link"), "{err}");
+    }
+
+    #[test]
+    fn queue_track_loads_and_checks_destinations_and_incast() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scenarios/fabric/queue-track-ecnsharp.toml"
+        ))
+        .unwrap();
+        let s = parse(&text, &[]).unwrap();
+        let p = s.poisson().unwrap();
+        assert_eq!((p.sources.len(), p.destinations.as_slice()), (16, &[16][..]));
+        let i = s.incast().unwrap();
+        assert_eq!(
+            (i.fan_in, i.receiver, i.bytes, i.bytes_max, i.start, i.bursts),
+            (16, 16, 3000, 60_000, 100_000_000, 10)
+        );
+        assert!(s.buffers.host_aqm);
+        let err = parse(&text.replace("destinations = [16]", "destinations = [17]"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("workload.destinations") && err.contains("host 17"), "{err}");
+        let err = parse(&text, &["workload.incast.receiver=20"]).unwrap_err();
+        assert!(err.contains("--set workload.incast.receiver"), "{err}");
+        let err = parse(&text.replace("fan_in = 16", "fan_in = 17"), &[]).unwrap_err();
+        assert!(err.contains("workload.incast.fan_in = 17"), "{err}");
+        let err = parse(&text.replace("bytes_max = 60000", "bytes_max = 60"), &[]).unwrap_err();
+        assert!(err.contains("workload.incast.bytes_max"), "{err}");
+    }
+
+    #[test]
+    fn codel_is_selectable() {
+        let text = base();
+        let s = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"150us\"}"]).unwrap();
+        let want = codel::Params { target: 10_000, interval: 150_000, min_bytes: 1500 };
+        assert_eq!(s.marking(), Marking::CoDel(want));
+        let err = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"1us\"}"]).unwrap_err();
+        assert!(err.contains("aqm.interval"), "{err}");
+    }
+
+    #[test]
+    fn scheduler_classes_take_their_own_aqm_and_chosen_ports() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/fabric/mq-tcn.toml"))
+            .unwrap();
+        let s = parse(&text, &[]).unwrap();
+        assert_eq!(s.class_markings(), vec![Marking::Tcn { threshold: 150_000 }; 3]);
+        assert_eq!(s.scheduler_port_ids, None);
+        let aqm = "scheduler.aqm=[{kind=\"drop-tail\"}, {kind=\"red\", k=40}, {kind=\"tcn\", threshold=\"50us\"}]";
+        let s = parse(&text, &[aqm, "scheduler.ports=[\"switch 0 -> host 5\"]"]).unwrap();
+        assert_eq!(s.class_markings(), [Marking::DropTail, Marking::Red { k: 40 }, Marking::Tcn { threshold: 50_000 }]);
+        assert_eq!(s.scheduler_port_ids.as_ref().map(Vec::len), Some(1));
+        let err = parse(&text, &["scheduler.aqm=[{kind=\"drop-tail\"}]"]).unwrap_err();
+        assert!(err.contains("scheduler.aqm") && err.contains("1 disciplines for 3 classes"), "{err}");
+        let err = parse(&text, &["scheduler.ports=[\"host 0 -> switch 0\"]"]).unwrap_err();
+        assert!(err.contains("scheduler.ports") && err.contains("switch port"), "{err}");
+        let err = parse(&text, &["scheduler.ports=[\"switch 0 -> host 9\"]"]).unwrap_err();
+        assert!(err.contains("scheduler.ports") && err.contains("no host 9"), "{err}");
+        let codel = "scheduler.aqm=[{kind=\"codel\", target=\"1us\", interval=\"1us\"}, {kind=\"drop-tail\"}, {kind=\"drop-tail\"}]";
+        assert!(parse(&text, &[codel]).unwrap_err().contains("scheduler.aqm"));
     }
 }

@@ -43,11 +43,19 @@ pub struct ModelConfig {
     pub switch_limit: u32,
     /// Limit of hosts' NIC queues without a marking discipline (packets).
     pub host_limit: u32,
+    /// Hosts' NICs without a delay stage run `marking` too (with
+    /// `host_limit`), as the seed's queue-track program installs its queue
+    /// discipline on both ends of every link.
+    pub nic_marking: bool,
     pub marking: Marking,
-    /// Scheduler of every switch port and its number of classes (each
-    /// class a discipline of `switch_limit` packets and `marking`); None:
-    /// one discipline per port.
+    /// Scheduler of the switch ports (all, or `scheduler_ports`) and its
+    /// number of classes (each class a discipline of `switch_limit` packets
+    /// and its `class_marking`); None: one discipline per port.
     pub scheduler: Option<(Policy, usize)>,
+    /// Each scheduler class's marking rule (one per class); empty: `marking`.
+    pub class_marking: Vec<Marking>,
+    /// The switch ports that get the scheduler; None: every switch port.
+    pub scheduler_ports: Option<Vec<u32>>,
     /// Host delay of each class; data segments use the flow's class.
     pub delay_classes: Vec<Nanos>,
     /// Class of the packets without application data (SYN, SYN-ACK, ACK):
@@ -152,6 +160,10 @@ pub struct World {
     sample_every: Nanos,
     backlog_sum: Vec<u64>,
     pub samples: u64,
+    /// Ports whose queue-discipline length is recorded at every sample, and
+    /// the recorded lengths (one list per watched port).
+    watched_ports: Vec<u32>,
+    pub queue_series: Vec<Vec<u32>>,
     /// Flows whose throughput is sampled, how often, and the bytes each had
     /// delivered at the previous sample.
     watched: Vec<u32>,
@@ -176,7 +188,9 @@ impl World {
         let ports = fabric
             .ports
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
+                let scheduled = cfg.scheduler_ports.as_ref().is_none_or(|ports| ports.contains(&(i as u32)));
                 let delayed = !cfg.delay_classes.is_empty()
                     && match cfg.delay_at {
                         DelayAt::Nic => matches!(p.from, End::Host(_)),
@@ -189,14 +203,20 @@ impl World {
                         && (cfg.delay_classes.is_empty() || cfg.delay_at == DelayAt::Nic));
                 let qdisc = match &cfg.scheduler {
                     _ if plain => {
-                        let limit = if matches!(p.from, End::Host(_)) { cfg.host_limit } else { u32::MAX };
-                        Scheduler::fifo(Qdisc::new(limit, Marking::DropTail))
+                        let host = matches!(p.from, End::Host(_));
+                        let limit = if host { cfg.host_limit } else { u32::MAX };
+                        let marking = if host && !delayed && cfg.nic_marking { cfg.marking } else { Marking::DropTail };
+                        Scheduler::fifo(Qdisc::new(limit, marking))
                     }
-                    None => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
-                    Some((policy, n)) => Scheduler::new(
+                    Some((policy, n)) if scheduled => Scheduler::new(
                         policy.clone(),
-                        (0..*n).map(|_| Qdisc::new(cfg.switch_limit, cfg.marking)).collect(),
+                        (0..*n)
+                            .map(|c| {
+                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).copied().unwrap_or(cfg.marking))
+                            })
+                            .collect(),
                     ),
+                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
                 };
                 Port {
                     qdisc,
@@ -248,6 +268,8 @@ impl World {
             sample_every,
             backlog_sum,
             samples: 0,
+            watched_ports: Vec::new(),
+            queue_series: Vec::new(),
             watched: Vec::new(),
             watch_every: 0,
             watched_rx: Vec::new(),
@@ -264,6 +286,14 @@ impl World {
         self.watched = flows;
         self.watch_every = every;
         queue.schedule(0, Ev::Throughput);
+    }
+
+    /// Record the length of `ports`' queue disciplines (packets, device
+    /// queue and delay stage left out, as the seed's queue-track program
+    /// samples `QueueDisc::GetNPackets`) at every backlog sample.
+    pub fn watch_queues(&mut self, ports: Vec<u32>) {
+        self.queue_series = vec![Vec::new(); ports.len()];
+        self.watched_ports = ports;
     }
 
     fn sample_throughput(&mut self, now: Nanos, q: &mut Queue<Ev>) {
@@ -306,6 +336,9 @@ impl World {
     fn sample(&mut self, now: Nanos, q: &mut Queue<Ev>) {
         for i in 0..self.ports.len() {
             self.backlog_sum[i] += self.backlog(i as u32) as u64;
+        }
+        for (series, &port) in self.queue_series.iter_mut().zip(&self.watched_ports) {
+            series.push(self.ports[port as usize].qdisc.len() as u32);
         }
         self.samples += 1;
         q.schedule(now + self.sample_every, Ev::Sample);
@@ -649,8 +682,11 @@ mod tests {
             device_packets: 10,
             switch_limit: 250,
             host_limit: u32::MAX,
+            nic_marking: false,
             marking: Marking::Tcn { threshold: 70_000 },
             scheduler: None,
+            class_marking: Vec::new(),
+            scheduler_ports: None,
             delay_classes: classes,
             control_class: 0,
             salt: 1,

@@ -94,6 +94,22 @@ impl Scale {
         }
     }
 
+    /// Linear from 0 to a round number at or above `max` (1, 2 or 5 times a
+    /// power of ten), with a tick at each of about `count` equal steps; 0 to
+    /// 1 when `max` is not above 0. Returns the scale and its ticks.
+    pub fn zero_to(max: f64, count: usize) -> (Scale, Vec<(f64, String)>) {
+        let max = if max > 0.0 && max.is_finite() { max } else { 1.0 };
+        let raw = max / count.max(1) as f64;
+        let power = 10f64.powf(raw.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * power).find(|&s| s >= raw * (1.0 - 1e-9)).unwrap_or(raw);
+        let steps = (max / step - 1e-9).ceil().max(1.0) as usize;
+        // As many decimals as the step needs (0.30000000000000004 → 0.3).
+        let decimals = (-step.log10().floor()).max(0.0) as usize;
+        let label = |v: f64| format!("{v:.decimals$}");
+        let ticks = (0..=steps).map(|k| (k as f64 * step, label(k as f64 * step))).collect();
+        (Scale::Linear { lo: 0.0, hi: steps as f64 * step }, ticks)
+    }
+
     /// A tick at every power of ten of a log scale; none for a linear one.
     pub fn decade_ticks(&self) -> Vec<(f64, String)> {
         let Scale::Log { lo, hi } = *self else {
@@ -353,6 +369,21 @@ mod tests {
         assert_eq!(ticks, ["1", "10", "100"]);
         assert_eq!(Scale::Linear { lo: 10.0, hi: 20.0 }.fraction(15.0), 0.5);
         assert!(Scale::Linear { lo: 0.0, hi: 1.0 }.decade_ticks().is_empty());
+    }
+
+    #[test]
+    fn zero_to_rounds_up_to_even_steps() {
+        let (scale, ticks) = Scale::zero_to(117.0, 6);
+        assert_eq!(scale, Scale::Linear { lo: 0.0, hi: 120.0 });
+        let labels: Vec<&str> = ticks.iter().map(|t| t.1.as_str()).collect();
+        assert_eq!(labels, ["0", "20", "40", "60", "80", "100", "120"]);
+        assert_eq!(Scale::zero_to(117.0, 5).0, Scale::Linear { lo: 0.0, hi: 150.0 }, "steps of 50");
+        let (scale, ticks) = Scale::zero_to(0.3, 3);
+        let Scale::Linear { hi, .. } = scale else { panic!("linear") };
+        assert!((hi - 0.3).abs() < 1e-12, "{hi}");
+        assert_eq!(ticks.last().unwrap().1, "0.3");
+        assert_eq!(Scale::zero_to(0.0, 4).0, Scale::Linear { lo: 0.0, hi: 1.0 });
+        assert_eq!(Scale::zero_to(10.0, 4).0, Scale::Linear { lo: 0.0, hi: 10.0 });
     }
 
     #[test]

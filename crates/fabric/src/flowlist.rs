@@ -1,0 +1,110 @@
+//! Explicit flow lists: a CSV file with one flow per line,
+//! `start,src,dst,bytes[,class]`, for replaying a trace or writing a
+//! scenario flow by flow.
+//!
+//! - `start` is a duration (`10us`, `1.5ms`) or a whole number of
+//!   nanoseconds; `src` and `dst` are host numbers; `bytes` is the payload;
+//!   `class`, optional, is the scheduler class of the flow's packets
+//!   (0 when left out).
+//! - A first line starting with `start` is a header and skipped; blank
+//!   lines and lines starting with `#` are skipped.
+//! - Every error names the file, the line and the column (1-based), e.g.
+//!   `flows.csv: line 3, column 4 (bytes): "12k" is not a whole number`.
+
+use std::path::Path;
+
+use crate::packet::Nanos;
+use crate::scenario::parse_duration;
+use crate::workload::FlowSpec;
+
+/// The columns, in order.
+const COLUMNS: [&str; 5] = ["start", "src", "dst", "bytes", "class"];
+
+/// Parse the flow list `text` read from `file` (named in errors). Hosts
+/// must be below `hosts` and differ; classes below `classes`.
+pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32) -> Result<Vec<FlowSpec>, String> {
+    let mut flows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') || (flows.is_empty() && t.starts_with("start")) {
+            continue;
+        }
+        let fail = |col: usize, msg: String| {
+            format!("{}: line {}, column {} ({}): {msg}", file.display(), i + 1, col + 1, COLUMNS[col.min(4)])
+        };
+        let cells: Vec<&str> = t.split(',').map(str::trim).collect();
+        if !(4..=5).contains(&cells.len()) {
+            return Err(fail(
+                cells.len().min(4),
+                format!("expected start,src,dst,bytes[,class]: found {} columns", cells.len()),
+            ));
+        }
+        let start: Nanos = match cells[0].parse::<u64>() {
+            Ok(ns) => ns,
+            Err(_) => parse_duration(cells[0]).map_err(|e| fail(0, e))?,
+        };
+        let number = |col: usize| -> Result<u64, String> {
+            cells[col].parse::<u64>().map_err(|_| fail(col, format!("{:?} is not a whole number", cells[col])))
+        };
+        let host = |col: usize| -> Result<u32, String> {
+            let h = number(col)?;
+            if h < hosts as u64 {
+                Ok(h as u32)
+            } else {
+                Err(fail(col, format!("there is no host {h} (hosts are 0 to {})", hosts - 1)))
+            }
+        };
+        let (src, dst) = (host(1)?, host(2)?);
+        if src == dst {
+            return Err(fail(2, format!("a flow from host {src} to itself")));
+        }
+        let bytes = number(3)?;
+        if bytes == 0 {
+            return Err(fail(3, "must be above 0".into()));
+        }
+        let class = if cells.len() == 5 { number(4)? } else { 0 };
+        if class >= classes as u64 {
+            return Err(fail(4, format!("= {class}: the scheduler has no such class")));
+        }
+        flows.push(FlowSpec { src, dst, bytes, start, class: 0, prio: class as u8 });
+    }
+    if flows.is_empty() {
+        return Err(format!("{}: no flows", file.display()));
+    }
+    Ok(flows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<Vec<FlowSpec>, String> {
+        parse(text, Path::new("flows.csv"), 4, 2)
+    }
+
+    #[test]
+    fn lines_become_flows() {
+        let f = p("start,src,dst,bytes,class\n# a comment\n0,0,1,1000\n\n1.5ms, 2, 3, 28000, 1\n2500,3,0,5\n").unwrap();
+        assert_eq!(f.len(), 3);
+        assert_eq!(f[0], FlowSpec { src: 0, dst: 1, bytes: 1000, start: 0, class: 0, prio: 0 });
+        assert_eq!((f[1].start, f[1].src, f[1].dst, f[1].bytes, f[1].prio), (1_500_000, 2, 3, 28_000, 1));
+        assert_eq!(f[2].start, 2500);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let e = p("0,0,1,1000\n0,0,1,12k\n").unwrap_err();
+        assert_eq!(e, "flows.csv: line 2, column 4 (bytes): \"12k\" is not a whole number");
+        let e = p("0,0,9,1\n").unwrap_err();
+        assert!(e.starts_with("flows.csv: line 1, column 3 (dst): there is no host 9"), "{e}");
+        let e = p("soon,0,1,1\n").unwrap_err();
+        assert!(e.starts_with("flows.csv: line 1, column 1 (start):"), "{e}");
+        let e = p("0,0,1\n").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("found 3 columns"), "{e}");
+        let e = p("0,1,1,5\n").unwrap_err();
+        assert!(e.contains("column 3") && e.contains("to itself"), "{e}");
+        let e = p("0,0,1,5,2\n").unwrap_err();
+        assert!(e.contains("column 5 (class)") && e.contains("no such class"), "{e}");
+        assert!(p("# nothing\n").unwrap_err().contains("no flows"));
+    }
+}
