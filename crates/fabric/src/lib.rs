@@ -24,6 +24,7 @@
 //! - [`scenario`]: the TOML scenario format.
 //! - [`report`]: tables and JSON lines.
 
+pub mod lb;
 pub mod metrics;
 pub mod packet;
 pub mod qdisc;

@@ -1,0 +1,382 @@
+//! CONGA: congestion-aware flowlet switching with leaf-to-leaf feedback.
+//!
+//! Reference: Alizadeh et al., "CONGA: Distributed Congestion-Aware Load
+//! Balancing for Datacenters", SIGCOMM 2014, as the ns3-ecn-sharp module
+//! `src/conga-routing` implements it (the simulator of the Hermes paper).
+//!
+//! Every switch port that CONGA watches carries a discounting rate estimator
+//! (DRE): a byte register `X` that grows by the size of each packet sent and
+//! shrinks by a factor `1 − α` every `Tdre`. `X` tracks the port's rate over
+//! about `Tdre/α`, so `X·8 ÷ (C·Tdre/α)` is the port's utilisation; the
+//! metric carried in packets is that ratio in `Q` bits (`⌊ratio·2^Q⌋`, held
+//! at `2^Q − 1`, the largest value the field holds).
+//!
+//! - The **source leaf** tags each packet with the uplink it chose (`LBTag`)
+//!   and a CE field of 0; each **spine** raises CE to its output port's metric
+//!   if that is larger; the **destination leaf** stores CE in its
+//!   congestion-from-leaf table (per source leaf and `LBTag`) and
+//!   piggybacks one entry per packet going back to that leaf, round robin,
+//!   preferring entries that changed since they were last sent. The source
+//!   leaf keeps what it hears in its congestion-to-leaf table (per
+//!   destination leaf and uplink); entries not refreshed for the aging time
+//!   (10 ms) count as 0, and from-leaf entries that old are no longer sent.
+//! - A **new flowlet** (no packet of the flow for the flowlet gap) goes to
+//!   the uplink minimising `max(local DRE metric, remote metric)`; among
+//!   ties the flow's previous uplink if it is one of them, otherwise a
+//!   uniform pick. Packets inside a flowlet follow it.
+//!
+//! Parameters and defaults as the Hermes experiment program sets them:
+//! `Tdre` 30 µs, `α` 0.2, `Q` 3 bits, flowlet gap 500 µs, aging 10 ms.
+//! Link capacities are per port, so a leaf knows which uplinks run slower
+//! (the program's `congaAwareAsym`, on by default).
+//!
+//! The DRE decays lazily: a register remembers the last `Tdre` tick it was
+//! brought to (ticks are multiples of `Tdre` from time 0) and applies the
+//! missing multiplications, each truncated to whole bytes as the original's
+//! integer register is, when it is next read or written.
+
+use std::collections::HashMap;
+
+use crate::packet::Nanos;
+
+/// CONGA's parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CongaParams {
+    /// DRE decay period.
+    pub tdre: Nanos,
+    /// DRE decay factor per period.
+    pub alpha: f64,
+    /// Bits of the quantised congestion metric.
+    pub q_bits: u32,
+    /// Idle time after which a flow's next packet starts a new flowlet.
+    pub flowlet_gap: Nanos,
+    /// Age after which a congestion-table entry no longer counts.
+    pub aging: Nanos,
+}
+
+impl Default for CongaParams {
+    fn default() -> Self {
+        CongaParams { tdre: 30_000, alpha: 0.2, q_bits: 3, flowlet_gap: 500_000, aging: 10_000_000 }
+    }
+}
+
+impl CongaParams {
+    /// The largest metric the `q_bits` field holds.
+    pub fn max_metric(&self) -> u8 {
+        ((1u32 << self.q_bits.min(8)) - 1) as u8
+    }
+
+    /// The quantised metric of a DRE register holding `bytes` on a port of
+    /// `capacity_bps`: utilisation over `Tdre/α` in `q_bits` bits.
+    pub fn quantise(&self, bytes: u64, capacity_bps: u64) -> u8 {
+        let window_s = self.tdre as f64 * 1e-9 / self.alpha;
+        let ratio = bytes as f64 * 8.0 / (capacity_bps as f64 * window_s);
+        let metric = (ratio * f64::from(1u32 << self.q_bits.min(8))).floor();
+        metric.min(f64::from(self.max_metric())) as u8
+    }
+}
+
+/// A discounting rate estimator on one port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dre {
+    bytes: u64,
+    /// The last `Tdre` tick the register was decayed to.
+    tick: u64,
+}
+
+impl Dre {
+    /// Brings the register to `now`: one truncated decay per `Tdre` tick
+    /// passed (stopping early once it reaches 0).
+    fn catch_up(&mut self, now: Nanos, tdre: Nanos, alpha: f64) {
+        let tick = now / tdre.max(1);
+        let mut steps = tick.saturating_sub(self.tick);
+        self.tick = tick;
+        while steps > 0 && self.bytes > 0 {
+            self.bytes = (self.bytes as f64 * (1.0 - alpha)) as u64;
+            steps -= 1;
+        }
+    }
+
+    /// Counts a packet of `bytes` sent at `now`, with decay period `tdre`
+    /// and factor `alpha`; returns the register after it.
+    pub fn add(&mut self, now: Nanos, bytes: u32, tdre: Nanos, alpha: f64) -> u64 {
+        self.catch_up(now, tdre, alpha);
+        self.bytes += u64::from(bytes);
+        self.bytes
+    }
+
+    /// The register at `now`.
+    pub fn value(&mut self, now: Nanos, tdre: Nanos, alpha: f64) -> u64 {
+        self.catch_up(now, tdre, alpha);
+        self.bytes
+    }
+}
+
+/// A spine's (or any transit switch's) part: a DRE per output port, whose
+/// metric raises the CE field of the packets it forwards.
+#[derive(Clone, Debug)]
+pub struct CongaSpine {
+    params: CongaParams,
+    dres: Vec<Dre>,
+    capacity_bps: Vec<u64>,
+}
+
+impl CongaSpine {
+    pub fn new(params: CongaParams, capacity_bps: Vec<u64>) -> Self {
+        CongaSpine { params, dres: vec![Dre::default(); capacity_bps.len()], capacity_bps }
+    }
+
+    /// A packet of `bytes` with CE field `ce` leaves by `port` at `now`:
+    /// returns the CE field it leaves with.
+    pub fn forward(&mut self, now: Nanos, port: usize, bytes: u32, ce: u8) -> u8 {
+        let x = self.dres[port].add(now, bytes, self.params.tdre, self.params.alpha);
+        ce.max(self.params.quantise(x, self.capacity_bps[port]))
+    }
+}
+
+/// One piggybacked feedback entry: the metric of the path that left the
+/// receiving leaf's peer by `uplink`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Feedback {
+    pub uplink: u8,
+    pub metric: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FromLeaf {
+    metric: u8,
+    changed: bool,
+    updated: Nanos,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Flowlet {
+    uplink: u8,
+    last: Nanos,
+}
+
+/// A leaf's part: uplink DREs, both congestion tables and the flowlet table.
+#[derive(Clone, Debug)]
+pub struct CongaLeaf {
+    params: CongaParams,
+    uplink_dres: Vec<Dre>,
+    uplink_bps: Vec<u64>,
+    /// `[dst_leaf][uplink]`: metric heard and when.
+    to_leaf: Vec<Vec<Option<(u8, Nanos)>>>,
+    /// `[src_leaf][uplink]`: metric seen arriving, to send back.
+    from_leaf: Vec<Vec<Option<FromLeaf>>>,
+    /// Round-robin position of the feedback, per peer leaf.
+    feedback_next: Vec<usize>,
+    flowlets: HashMap<u32, Flowlet>,
+}
+
+impl CongaLeaf {
+    /// A leaf with one uplink per entry of `uplink_bps`, in a fabric of
+    /// `leaves` leaves.
+    pub fn new(params: CongaParams, uplink_bps: Vec<u64>, leaves: usize) -> Self {
+        let n = uplink_bps.len();
+        CongaLeaf {
+            params,
+            uplink_dres: vec![Dre::default(); n],
+            uplink_bps,
+            to_leaf: vec![vec![None; n]; leaves],
+            from_leaf: vec![vec![None; n]; leaves],
+            feedback_next: vec![0; leaves],
+            flowlets: HashMap::new(),
+        }
+    }
+
+    /// The remote metric of `uplink` towards `dst_leaf`, 0 once aged.
+    fn remote(&self, now: Nanos, dst_leaf: usize, uplink: usize) -> u8 {
+        match self.to_leaf[dst_leaf][uplink] {
+            Some((m, at)) if now.saturating_sub(at) <= self.params.aging => m,
+            _ => 0,
+        }
+    }
+
+    /// The uplink for a packet of `flow` to `dst_leaf` at `now`. `draw` is a
+    /// uniform random value, used only to break ties between equally good
+    /// uplinks of a new flowlet.
+    pub fn choose(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
+        let previous = self.flowlets.get(&flow).copied();
+        if let Some(f) = previous {
+            if now.saturating_sub(f.last) <= self.params.flowlet_gap {
+                self.flowlets.insert(flow, Flowlet { uplink: f.uplink, last: now });
+                return usize::from(f.uplink);
+            }
+        }
+        let mut best = u8::MAX;
+        let mut ties: Vec<usize> = Vec::with_capacity(self.uplink_dres.len());
+        for u in 0..self.uplink_dres.len() {
+            let x = self.uplink_dres[u].value(now, self.params.tdre, self.params.alpha);
+            let local = self.params.quantise(x, self.uplink_bps[u]);
+            let degree = local.max(self.remote(now, dst_leaf, u));
+            if degree < best {
+                best = degree;
+                ties.clear();
+            }
+            if degree == best {
+                ties.push(u);
+            }
+        }
+        let uplink = match previous {
+            Some(f) if ties.contains(&usize::from(f.uplink)) => usize::from(f.uplink),
+            _ => ties[(draw % ties.len() as u64) as usize],
+        };
+        self.flowlets.insert(flow, Flowlet { uplink: uplink as u8, last: now });
+        uplink
+    }
+
+    /// A packet of `bytes` leaves by `uplink` at `now` (source leaf).
+    pub fn sent(&mut self, now: Nanos, uplink: usize, bytes: u32) {
+        self.uplink_dres[uplink].add(now, bytes, self.params.tdre, self.params.alpha);
+    }
+
+    /// The feedback to piggyback on a packet going to `dst_leaf`: round
+    /// robin over the entries this leaf holds for it, preferring one that
+    /// changed since it was last sent. `None` when it holds none.
+    pub fn feedback_for(&mut self, now: Nanos, dst_leaf: usize) -> Option<Feedback> {
+        let aging = self.params.aging;
+        let row = &mut self.from_leaf[dst_leaf];
+        let live: Vec<usize> =
+            (0..row.len()).filter(|&u| row[u].is_some_and(|e| now.saturating_sub(e.updated) <= aging)).collect();
+        if live.is_empty() {
+            return None;
+        }
+        let start = self.feedback_next[dst_leaf] % live.len();
+        self.feedback_next[dst_leaf] += 1;
+        let pick = (0..live.len())
+            .map(|i| live[(start + i) % live.len()])
+            .find(|&u| row[u].is_some_and(|e| e.changed))
+            .unwrap_or(live[start]);
+        let entry = row[pick].as_mut().expect("live entry");
+        entry.changed = false;
+        Some(Feedback { uplink: pick as u8, metric: entry.metric })
+    }
+
+    /// A packet from `src_leaf` arrives at this (destination) leaf: it left
+    /// its leaf by `lb_tag`, crossed the fabric with CE field `ce`, and may
+    /// carry feedback about this leaf's own uplinks towards `src_leaf`.
+    pub fn arrived(&mut self, now: Nanos, src_leaf: usize, lb_tag: usize, ce: u8, fb: Option<Feedback>) {
+        self.from_leaf[src_leaf][lb_tag] = Some(FromLeaf { metric: ce, changed: true, updated: now });
+        if let Some(f) = fb {
+            self.to_leaf[src_leaf][usize::from(f.uplink)] = Some((f.metric, now));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G10: u64 = 10_000_000_000;
+
+    #[test]
+    fn dre_decays_by_alpha_each_period_and_truncates() {
+        let p = CongaParams::default();
+        let mut d = Dre::default();
+        assert_eq!(d.add(0, 1500, p.tdre, p.alpha), 1500);
+        assert_eq!(d.add(10_000, 1500, p.tdre, p.alpha), 3000);
+        // Two ticks (30 µs, 60 µs): 3000 → 2400 → 1920, then + 1000.
+        assert_eq!(d.add(65_000, 1000, p.tdre, p.alpha), 2920);
+        // 90 µs: 2920·0.8 = 2336.
+        assert_eq!(d.value(90_000, p.tdre, p.alpha), 2336);
+        // A byte sequence: 1 byte decays to 0 and stays there.
+        let mut one = Dre::default();
+        one.add(0, 1, p.tdre, p.alpha);
+        assert_eq!(one.value(30_000, p.tdre, p.alpha), 0);
+        assert_eq!(one.value(10_000_000, p.tdre, p.alpha), 0);
+    }
+
+    #[test]
+    fn quantised_metric_is_utilisation_in_three_bits() {
+        let p = CongaParams::default();
+        // Window Tdre/α = 150 µs; at 10 Gb/s it holds 187 500 bytes.
+        assert_eq!(p.quantise(0, G10), 0);
+        assert_eq!(p.quantise(23_437, G10), 0); // just under 1/8
+        assert_eq!(p.quantise(23_438, G10), 1);
+        assert_eq!(p.quantise(93_751, G10), 4); // half utilised
+        assert_eq!(p.quantise(187_499, G10), 7);
+        assert_eq!(p.quantise(10_000_000, G10), 7); // held at 2^3 − 1
+                                                    // The same bytes on a 2 Gb/s link weigh five times more.
+        assert_eq!(p.quantise(23_438, G10 / 5), 5);
+    }
+
+    #[test]
+    fn dre_of_a_saturated_port_settles_near_the_window() {
+        // A 10 Gb/s port sending a 1500-byte packet every 1.2 µs: X → C·Tdre/α
+        // less the last period's decay, metric 6 or 7 (near full).
+        let p = CongaParams::default();
+        let mut d = Dre::default();
+        let mut t = 0;
+        while t < 2_000_000 {
+            d.add(t, 1500, p.tdre, p.alpha);
+            t += 1_200;
+        }
+        let m = p.quantise(d.value(t, p.tdre, p.alpha), G10);
+        assert!((6..=7).contains(&m), "{m}");
+    }
+
+    #[test]
+    fn new_flowlet_takes_the_least_congested_uplink() {
+        let p = CongaParams::default();
+        let mut leaf = CongaLeaf::new(p, vec![G10; 4], 4);
+        // Remote metrics heard from leaf 2 about uplinks 0..3: 5, 1, 3, 6.
+        for (u, m) in [5u8, 1, 3, 6].into_iter().enumerate() {
+            leaf.arrived(0, 2, 0, 0, Some(Feedback { uplink: u as u8, metric: m }));
+        }
+        assert_eq!(leaf.choose(1_000, 7, 2, 0), 1);
+        // Local load on uplink 1 (metric 4 > 3) moves the next new flowlet to 2.
+        leaf.sent(1_000, 1, 93_751);
+        assert_eq!(leaf.choose(1_000, 8, 2, 0), 2);
+        // Flow 7 is inside its flowlet: it stays on uplink 1.
+        assert_eq!(leaf.choose(400_000, 7, 2, 0), 1);
+        // After a gap longer than 500 µs it is a new flowlet: uplink 1 now
+        // holds a decayed DRE (metric 0) and remote 1: max 1 is the minimum.
+        assert_eq!(leaf.choose(901_000, 7, 2, 3), 1);
+    }
+
+    #[test]
+    fn ties_prefer_the_previous_uplink_then_the_draw() {
+        let p = CongaParams::default();
+        let mut leaf = CongaLeaf::new(p, vec![G10; 4], 2);
+        // All uplinks equal (no information): the draw picks, 6 % 4 = 2.
+        assert_eq!(leaf.choose(0, 1, 1, 6), 2);
+        // A new flowlet of the same flow, still all tied: keeps uplink 2.
+        assert_eq!(leaf.choose(1_000_000, 1, 1, 1), 2);
+        // Remote metrics age out after 10 ms and count as 0 again.
+        leaf.arrived(2_000_000, 1, 0, 0, Some(Feedback { uplink: 2, metric: 7 }));
+        assert_eq!(leaf.choose(3_000_000, 1, 1, 1), 1);
+        assert_eq!(leaf.choose(13_000_001, 1, 1, 1), 1);
+        assert_eq!(leaf.choose(14_000_000, 9, 1, 2), 2);
+    }
+
+    #[test]
+    fn feedback_round_robin_prefers_changed_entries() {
+        let p = CongaParams::default();
+        let mut leaf = CongaLeaf::new(p, vec![G10; 4], 2);
+        assert_eq!(leaf.feedback_for(0, 1), None);
+        leaf.arrived(0, 1, 0, 3, None);
+        leaf.arrived(0, 1, 2, 5, None);
+        let a = leaf.feedback_for(10, 1).unwrap();
+        let b = leaf.feedback_for(20, 1).unwrap();
+        assert_eq!((a.uplink, a.metric, b.uplink, b.metric), (0, 3, 2, 5));
+        // Nothing changed: plain round robin.
+        assert_eq!(leaf.feedback_for(30, 1).unwrap().uplink, 0);
+        // Uplink 2 is next in turn, but uplink 0 changed: 0 is sent.
+        leaf.arrived(40, 1, 0, 6, None);
+        assert_eq!(leaf.feedback_for(50, 1), Some(Feedback { uplink: 0, metric: 6 }));
+        // Entries older than the aging time are no longer sent.
+        assert_eq!(leaf.feedback_for(20_000_000, 1), None);
+    }
+
+    #[test]
+    fn spine_raises_ce_to_its_port_metric() {
+        let p = CongaParams::default();
+        let mut s = CongaSpine::new(p, vec![G10, G10 / 5]);
+        assert_eq!(s.forward(0, 0, 1500, 0), 0);
+        assert_eq!(s.forward(0, 0, 1500, 3), 3);
+        // 23 438 bytes on the 2 Gb/s port: metric 5.
+        assert_eq!(s.forward(0, 1, 23_438, 2), 5);
+    }
+}
