@@ -50,9 +50,10 @@
 //! **Probes**: every `probe_interval`, towards each other leaf, the path
 //! with the lowest delay plus up to two other paths drawn at random.
 //!
-//! Simplifications: aging is lazy (applied when a path is next looked at,
-//! from the time of its last reset rather than on a 25 µs timer), and the
-//! flow count of a forgotten flow falls when it is next seen or finishes.
+//! Simplification: path aging is lazy (applied when a path is next looked
+//! at, from the time of its last reset, rather than on a 25 µs timer);
+//! silent flows are swept out when the host routes a packet at least 25 µs
+//! after the last sweep.
 
 use std::collections::HashMap;
 
@@ -256,7 +257,13 @@ pub struct Hermes {
     /// `[dst_leaf * paths + path]`.
     table: Vec<Option<Path>>,
     flows: HashMap<u32, Flow>,
+    /// When silent flows were last swept out.
+    swept: Nanos,
 }
+
+/// Period of the sweep that forgets silent flows (the module's aging
+/// check, 25 µs).
+const SWEEP: Nanos = 25_000;
 
 /// Splits one uniform 64-bit draw into a probability and an index draw.
 fn split(draw: u64) -> (f64, u64) {
@@ -267,7 +274,7 @@ impl Hermes {
     /// A host in a fabric of `leaves` leaves with `paths` paths between any
     /// two of them.
     pub fn new(params: HermesParams, leaves: usize, paths: usize) -> Self {
-        Hermes { params, paths, table: vec![None; leaves * paths], flows: HashMap::new() }
+        Hermes { params, paths, table: vec![None; leaves * paths], flows: HashMap::new(), swept: 0 }
     }
 
     fn path(&mut self, now: Nanos, dst_leaf: usize, path: usize) -> &mut Path {
@@ -293,6 +300,9 @@ impl Hermes {
     /// The path for the next packet of `flow` to `dst_leaf` at `now`; `draw`
     /// is a uniform random value.
     pub fn route(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
+        if now.saturating_sub(self.swept) >= SWEEP {
+            self.sweep(now);
+        }
         let Some(mut f) = self.flows.get(&flow).copied() else {
             return self.start(now, flow, dst_leaf, draw);
         };
@@ -336,6 +346,20 @@ impl Hermes {
             return None;
         }
         self.select(now, f.dst_leaf, Some(f.path), pick)
+    }
+
+    /// Forgets every flow with no ACK for `forget_after` (finished flows
+    /// among them), so path flow counts stay current.
+    fn sweep(&mut self, now: Nanos) {
+        self.swept = now;
+        let limit = self.params.forget_after;
+        // Releasing only decrements counts, so the map's order is harmless.
+        let gone: Vec<(u32, Flow)> =
+            self.flows.iter().filter(|(_, f)| now.saturating_sub(f.live) >= limit).map(|(&k, &f)| (k, f)).collect();
+        for (k, f) in gone {
+            self.flows.remove(&k);
+            self.release(now, f);
+        }
     }
 
     fn start(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
@@ -658,6 +682,20 @@ mod tests {
         let again = h.route(5_000 * US, 1, 1, 0);
         assert_eq!(again, 1);
         assert_eq!(h.view(5_000 * US, 1, 0).flows, 0);
+    }
+
+    #[test]
+    fn silent_flows_are_swept_out_of_the_counts() {
+        let mut h = hermes();
+        assert_eq!(h.route(0, 1, 1, 0), 0);
+        assert_eq!(h.route(0, 2, 1, 0), 1);
+        assert_eq!(h.view(0, 1, 0).flows, 1);
+        // Flow 2 keeps hearing ACKs; flow 1 went silent (finished).
+        h.acked(900 * US, 2, echo(1, 1, 1000, false, 50 * US));
+        h.route(1_000 * US, 3, 0, 0);
+        assert_eq!((h.view(1_000 * US, 1, 0).flows, h.view(1_000 * US, 1, 1).flows), (0, 1));
+        h.finished(1_000 * US, 2);
+        assert_eq!(h.view(1_000 * US, 1, 1).flows, 0);
     }
 
     #[test]
