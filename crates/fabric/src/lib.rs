@@ -16,7 +16,10 @@
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
 //!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
-//! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
+//! - [`topology`]: leaf-spine, star and dumbbell fabrics and their
+//!   equal-cost groups.
+//! - [`lb`]: load balancing inside the fabric: the routing hook and the
+//!   schemes (ECMP, DRB, Presto, LetFlow, DRILL).
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
 //!   ([`fulcrum_workload::Cdf`]).
 //! - [`world`]: the event-driven model tying them together.
@@ -50,7 +53,8 @@ use crate::world::{ModelConfig, World, FRAMING};
 
 /// RNG stream of the workload draws.
 const STREAM_WORKLOAD: u64 = 0;
-/// RNG stream of the ECMP hashing seed.
+/// RNG stream of the ECMP hashing seed (the routing scheme's is
+/// [`lb::STREAM_ROUTING`]).
 const STREAM_ECMP: u64 = 1;
 
 /// Queue figures of one group of ports (by position in the fabric).
@@ -115,8 +119,10 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         service: scenario.buffers.service.into(),
         delay_at: scenario.hosts.delay_at.into(),
     };
+    let scheme = lb::build(&scenario.routing(), &fabric, &streams);
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
+    world.set_routing(scheme);
     if let Some((fixed, every)) = &fixed {
         if !fixed.long.is_empty() {
             world.watch_throughput((0..fixed.long.len() as u32).collect(), *every, &mut queue);

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::lb;
 use crate::packet::Nanos;
 use crate::qdisc::Marking;
 use crate::sched::Policy;
@@ -72,6 +73,9 @@ pub struct Scenario {
     pub scheduler: Option<SchedulerCfg>,
     #[serde(default)]
     pub monitor: Monitor,
+    /// Load balancing inside the fabric; per-flow ECMP unless given.
+    #[serde(default)]
+    pub routing: Option<RoutingCfg>,
     /// The file the scenario came from (for relative paths).
     #[serde(skip)]
     pub path: PathBuf,
@@ -294,6 +298,48 @@ pub enum SchedulerCfg {
     Wfq { weights: Vec<u32> },
 }
 
+/// A load-balancing scheme as written in a scenario (`[routing]`, the
+/// `scheme` field naming it); see [`crate::lb`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "scheme", rename_all = "kebab-case")]
+pub enum RoutingCfg {
+    Ecmp {},
+    Drb {},
+    Presto {
+        /// Bytes per flowcell.
+        #[serde(default = "flowcell")]
+        flowcell: u64,
+        /// Shrink each path's flowcell with its capacity.
+        #[serde(default)]
+        weighted: bool,
+    },
+    #[serde(rename = "letflow")]
+    LetFlow {
+        #[serde(default = "flowlet_gap")]
+        flowlet_gap: Dur,
+    },
+    Drill {
+        /// Output queues sampled per packet.
+        #[serde(default = "two")]
+        d: u32,
+        /// Least-loaded ports remembered per destination.
+        #[serde(default = "one_u32")]
+        memory: u32,
+    },
+}
+
+fn flowcell() -> u64 {
+    65_536
+}
+
+fn flowlet_gap() -> Dur {
+    Dur(500_000)
+}
+
+fn two() -> u32 {
+    2
+}
+
 fn zero() -> Dur {
     Dur(0)
 }
@@ -441,6 +487,19 @@ impl Scenario {
             return bad("hosts.delay_classes", "has more than 255 classes".into());
         }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
+        match self.routing {
+            Some(RoutingCfg::Presto { flowcell, .. }) => positive("routing.flowcell", flowcell as f64)?,
+            Some(RoutingCfg::LetFlow { flowlet_gap }) => positive("routing.flowlet_gap", flowlet_gap.0 as f64)?,
+            Some(RoutingCfg::Drill { d, memory }) => {
+                if !(1..=64).contains(&d) {
+                    return bad("routing.d", format!("= {d}: sample 1 to 64 queues"));
+                }
+                if memory > 64 {
+                    return bad("routing.memory", format!("= {memory}: remember at most 64 ports"));
+                }
+            }
+            _ => {}
+        }
         positive("end", self.end.0 as f64)?;
         let classes = self.scheduler_classes();
         if let Some(n) = classes {
@@ -572,6 +631,17 @@ impl Scenario {
         }
     }
 
+    /// The load-balancing scheme and its parameters.
+    pub fn routing(&self) -> lb::Config {
+        match self.routing {
+            None | Some(RoutingCfg::Ecmp {}) => lb::Config::Ecmp,
+            Some(RoutingCfg::Drb {}) => lb::Config::Drb,
+            Some(RoutingCfg::Presto { flowcell, weighted }) => lb::Config::Presto { flowcell, weighted },
+            Some(RoutingCfg::LetFlow { flowlet_gap }) => lb::Config::LetFlow { flowlet_gap: flowlet_gap.0 },
+            Some(RoutingCfg::Drill { d, memory }) => lb::Config::Drill { d, memory },
+        }
+    }
+
     /// The Poisson workload with its CDF loaded, if that is the workload.
     pub fn poisson(&self) -> Option<Poisson> {
         let Workload::Poisson { load, start, launch_end, .. } = &self.workload else { return None };
@@ -667,6 +737,27 @@ mod tests {
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
         assert!(err.contains("--set") && err.contains("treshold"), "{err}");
         assert!(parse(&base(), &["nonsense"]).unwrap_err().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn routing_schemes_parse_with_defaults_and_checked_fields() {
+        assert_eq!(parse(&base(), &[]).unwrap().routing(), lb::Config::Ecmp);
+        let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
+        let s = parse(&with("scheme = \"letflow\""), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::LetFlow { flowlet_gap: 500_000 });
+        let s = parse(&with("scheme = \"presto\"\nweighted = true"), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Presto { flowcell: 65_536, weighted: true });
+        let s = parse(&base(), &["routing.scheme=drill"]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Drill { d: 2, memory: 1 });
+        let err = parse(&with("scheme = \"drill\"\nd = 0"), &[]).unwrap_err();
+        assert!(err.contains("x.toml: line") && err.contains("routing.d = 0"), "{err}");
+        let err = parse(&with("scheme = \"letflow\"\nflowlet_gap = \"0us\""), &[]).unwrap_err();
+        assert!(err.contains("routing.flowlet_gap"), "{err}");
+        let err = parse(&with("scheme = \"conga-lite\""), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("conga-lite"), "{err}");
+        let err = parse(&with("scheme = \"drb\"\nflowcell = 3"), &[]).unwrap_err();
+        assert!(err.contains("flowcell"), "{err}");
+        assert!(parse(&base(), &["routing.scheme=drill", "routing.d=99"]).unwrap_err().contains("--set routing.d"));
     }
 
     #[test]

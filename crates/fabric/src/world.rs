@@ -13,7 +13,10 @@
 //! facing hosts: [`DelayAt`]) hold each packet for its delay class first, in
 //! one FIFO per class, again with at most one event for the oldest.
 //!
-//! Switches forward by per-flow ECMP ([`Fabric::next_port`]). Hosts run
+//! Routing is the load-balancing scheme's ([`crate::lb`]): hosts ask it for
+//! a path for each packet they send ([`Scheme::edge_path`]), switches for
+//! an output port ([`Scheme::switch_port`], per-flow ECMP by default), and
+//! ACKs and timeouts are reported to it. Hosts run
 //! [`Sender`] and [`Receiver`]; the retransmission timer is lazy: one
 //! pending `Timer` event per flow, re-armed when it fires early.
 
@@ -21,7 +24,8 @@ use std::collections::VecDeque;
 
 use fulcrum_des::{Model, Queue};
 
-use crate::packet::{Kind, Nanos, Packet};
+use crate::lb::{EdgeCtx, Loads, Scheme, SwitchCtx};
+use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
 use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
@@ -162,6 +166,22 @@ pub struct World {
     pub throughput: Vec<(Nanos, Vec<f64>)>,
     /// Time of the event being handled.
     now: Nanos,
+    /// The load-balancing scheme.
+    routing: Box<dyn Scheme>,
+    /// Paths between racks, `rack · racks + rack` (for edge schemes).
+    rack_paths: Vec<u32>,
+    racks: u32,
+}
+
+/// Port backlogs as routing schemes read them.
+struct PortLoads<'a>(&'a [Port]);
+
+impl Loads for PortLoads<'_> {
+    #[inline]
+    fn queued(&self, port: u32) -> u32 {
+        let p = &self.0[port as usize];
+        (p.qdisc.len() + p.device.len()) as u32
+    }
 }
 
 impl World {
@@ -238,6 +258,9 @@ impl World {
             .collect();
         queue.schedule(0, Ev::Sample);
         let backlog_sum = vec![0; fabric.ports.len()];
+        let racks = fabric.racks().max(1);
+        let first_of = |r: u32| fabric.rack.iter().position(|&x| x == r).unwrap_or(0) as u32;
+        let rack_paths = (0..racks * racks).map(|i| fabric.paths(first_of(i / racks), first_of(i % racks))).collect();
         World {
             cfg,
             fabric,
@@ -253,7 +276,15 @@ impl World {
             watched_rx: Vec::new(),
             throughput: Vec::new(),
             now: 0,
+            routing: Box::new(crate::lb::Ecmp),
+            rack_paths,
+            racks,
         }
+    }
+
+    /// Route with `scheme` instead of per-flow ECMP.
+    pub fn set_routing(&mut self, scheme: Box<dyn Scheme>) {
+        self.routing = scheme;
     }
 
     /// Sample the throughput of `flows` every `every` from time 0 on, as
@@ -434,15 +465,48 @@ impl World {
         }
         match port.to {
             End::Switch(s) => {
-                let out = self.fabric.next_port(s, p.dst, p.flow, p.is_reverse(), self.cfg.salt);
+                let mut p = p;
+                let out = self.route(now, s, i as u32, &mut p);
                 self.offer(now, out, p, q);
             }
             End::Host(h) => self.deliver(now, h, p, q),
         }
     }
 
-    /// A host sends a packet through its NIC.
-    fn host_send(&mut self, now: Nanos, host: u32, p: Packet, q: &mut Queue<Ev>) {
+    /// The output port of switch `switch` for `p`, which came in on
+    /// `in_port`: the routing scheme's choice among the equal-cost group.
+    fn route(&mut self, now: Nanos, switch: u32, in_port: u32, p: &mut Packet) -> u32 {
+        let spec = &self.flows[p.flow as usize].spec;
+        let reverse = p.is_reverse();
+        let ctx = SwitchCtx {
+            now,
+            switch,
+            in_port,
+            src: if reverse { spec.dst } else { spec.src },
+            dst: p.dst,
+            reverse,
+            group: self.fabric.group(switch, p.dst),
+            fabric: &self.fabric,
+            loads: &PortLoads(&self.ports),
+            salt: self.cfg.salt,
+        };
+        self.routing.switch_port(&ctx, p)
+    }
+
+    /// A host sends a packet through its NIC, on the path the routing
+    /// scheme chooses for it.
+    fn host_send(&mut self, now: Nanos, host: u32, mut p: Packet, q: &mut Queue<Ev>) {
+        let racks = self.racks;
+        let (from, to) = (self.fabric.rack[host as usize], self.fabric.rack[p.dst as usize]);
+        let ctx = EdgeCtx {
+            now,
+            host,
+            peer: p.dst,
+            reverse: p.is_reverse(),
+            paths: self.rack_paths[(from * racks + to) as usize],
+            fabric: &self.fabric,
+        };
+        p.path = self.routing.edge_path(&ctx, &p).unwrap_or(NO_PATH);
         let port = self.fabric.host_port[host as usize];
         self.offer(now, port, p, q);
     }
@@ -488,6 +552,9 @@ impl World {
             ect: kind == Kind::Data,
             ce: false,
             ece: false,
+            path: NO_PATH,
+            echo_path: NO_PATH,
+            lb: 0,
             enqueued: now,
             echo: now,
         }
@@ -550,6 +617,7 @@ impl World {
         self.flows[f].timer_at = None;
         match self.flows[f].sender.deadline {
             Some(d) if d <= now => {
+                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32);
                 let cfg = self.cfg.tcp;
                 if self.flows[f].sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
@@ -582,6 +650,7 @@ impl World {
                 let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
                 ack.ece = p.ce;
                 ack.echo = p.echo;
+                ack.echo_path = p.path;
                 self.host_send(now, h, ack, q);
                 if closes {
                     // The sink has shut its sending side: the sender's FIN
@@ -601,6 +670,7 @@ impl World {
                 self.pump(now, f, q);
             }
             Kind::Ack => {
+                self.routing.on_ack(now, h, &p);
                 let cfg = self.cfg.tcp;
                 let sender = &mut self.flows[f].sender;
                 sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
