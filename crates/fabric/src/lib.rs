@@ -19,7 +19,8 @@
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics and their
 //!   equal-cost groups.
 //! - [`lb`]: load balancing inside the fabric: the routing hook and the
-//!   schemes (ECMP, DRB, Presto, LetFlow, DRILL).
+//!   schemes (ECMP, DRB, Presto, LetFlow, DRILL, CONGA, CLOVE-ECN,
+//!   FlowBender, Hermes).
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
 //!   ([`fulcrum_workload::Cdf`]).
 //! - [`world`]: the event-driven model tying them together.

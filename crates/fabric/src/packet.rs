@@ -54,7 +54,9 @@ pub struct Packet {
     /// reflects it, for edge schemes' per-path feedback).
     pub echo_path: u16,
     /// Scratch field of the routing scheme (e.g. CONGA's congestion extent
-    /// and feedback); 0 when the packet leaves its host.
+    /// and feedback); 0 when the packet leaves its host, except on an ACK,
+    /// where it carries the one-way delay (ns) of the data segment the ACK
+    /// answers, for schemes that sense paths by it (Hermes).
     pub lb: u32,
     /// When the queue the packet now waits in took it (for sojourn time).
     pub enqueued: Nanos,

@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::lb;
+use crate::lb::clove::CloveParams;
+use crate::lb::conga::CongaParams;
+use crate::lb::flowbender::FlowBenderParams;
+use crate::lb::hermes::HermesParams;
 use crate::packet::Nanos;
 use crate::qdisc::Marking;
 use crate::sched::Policy;
@@ -326,6 +330,49 @@ pub enum RoutingCfg {
         #[serde(default = "one_u32")]
         memory: u32,
     },
+    /// CONGA; every field defaults to `lb::conga::CongaParams::default()`.
+    Conga {
+        tdre: Option<Dur>,
+        alpha: Option<f64>,
+        q_bits: Option<u32>,
+        flowlet_gap: Option<Dur>,
+        aging: Option<Dur>,
+    },
+    /// CLOVE-ECN; defaults from `lb::clove::CloveParams::default()`.
+    Clove {
+        flowlet_gap: Option<Dur>,
+        half_rtt: Option<Dur>,
+    },
+    /// FlowBender; defaults from `lb::flowbender::FlowBenderParams::default()`.
+    #[serde(rename = "flowbender")]
+    FlowBender {
+        threshold: Option<f64>,
+        rounds: Option<u32>,
+        reroute_on_timeout: Option<bool>,
+    },
+    /// Hermes; defaults from `lb::hermes::HermesParams::default()`.
+    Hermes {
+        good_delay: Option<Dur>,
+        bad_delay: Option<Dur>,
+        ecn_low: Option<f64>,
+        ecn_min_bytes: Option<u64>,
+        window: Option<Dur>,
+        better_delay: Option<Dur>,
+        fail_timeouts: Option<u32>,
+        fail_retx: Option<f64>,
+        fail_sample_bytes: Option<u64>,
+        min_bytes: Option<u64>,
+        max_rate_gbps: Option<f64>,
+        reroute_probability: Option<f64>,
+        retry_gap: Option<Dur>,
+        flowlet_gap: Option<Dur>,
+        forget_after: Option<Dur>,
+    },
+}
+
+/// A duration the scenario may give, else its default.
+fn ns(given: Option<Dur>, default: Nanos) -> Nanos {
+    given.map_or(default, |d| d.0)
 }
 
 fn flowcell() -> u64 {
@@ -500,6 +547,7 @@ impl Scenario {
             }
             _ => {}
         }
+        self.check_sensing_schemes()?;
         positive("end", self.end.0 as f64)?;
         let classes = self.scheduler_classes();
         if let Some(n) = classes {
@@ -639,6 +687,141 @@ impl Scenario {
             Some(RoutingCfg::Presto { flowcell, weighted }) => lb::Config::Presto { flowcell, weighted },
             Some(RoutingCfg::LetFlow { flowlet_gap }) => lb::Config::LetFlow { flowlet_gap: flowlet_gap.0 },
             Some(RoutingCfg::Drill { d, memory }) => lb::Config::Drill { d, memory },
+            Some(RoutingCfg::Conga { tdre, alpha, q_bits, flowlet_gap, aging }) => {
+                let d = CongaParams::default();
+                lb::Config::Conga(CongaParams {
+                    tdre: ns(tdre, d.tdre),
+                    alpha: alpha.unwrap_or(d.alpha),
+                    q_bits: q_bits.unwrap_or(d.q_bits),
+                    flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
+                    aging: ns(aging, d.aging),
+                })
+            }
+            Some(RoutingCfg::Clove { flowlet_gap, half_rtt }) => {
+                let d = CloveParams::default();
+                lb::Config::Clove(CloveParams {
+                    flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
+                    half_rtt: ns(half_rtt, d.half_rtt),
+                })
+            }
+            Some(RoutingCfg::FlowBender { threshold, rounds, reroute_on_timeout }) => {
+                let d = FlowBenderParams::default();
+                lb::Config::FlowBender(FlowBenderParams {
+                    threshold: threshold.unwrap_or(d.threshold),
+                    rounds: rounds.unwrap_or(d.rounds),
+                    reroute_on_timeout: reroute_on_timeout.unwrap_or(d.reroute_on_timeout),
+                })
+            }
+            Some(RoutingCfg::Hermes { .. }) => lb::Config::Hermes(self.hermes_params()),
+        }
+    }
+
+    /// The fields of CONGA, CLOVE, FlowBender and Hermes, checked on the
+    /// parameters the run would use (each error names its field).
+    fn check_sensing_schemes(&self) -> Result<(), (String, String)> {
+        let bad = |field: &str, msg: String| Err((format!("routing.{field}"), msg));
+        let positive = |field: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                bad(field, format!("= {v}: must be above 0"))
+            }
+        };
+        let fraction = |field: &str, v: f64| {
+            if v > 0.0 && v < 1.0 {
+                Ok(())
+            } else {
+                bad(field, format!("= {v}: must be between 0 and 1 (exclusive)"))
+            }
+        };
+        match self.routing() {
+            lb::Config::Conga(p) => {
+                positive("tdre", p.tdre as f64)?;
+                fraction("alpha", p.alpha)?;
+                if !(1..=6).contains(&p.q_bits) {
+                    return bad("q_bits", format!("= {}: the metric field holds 1 to 6 bits", p.q_bits));
+                }
+                positive("flowlet_gap", p.flowlet_gap as f64)?;
+                positive("aging", p.aging as f64)?;
+            }
+            lb::Config::Clove(p) => {
+                positive("flowlet_gap", p.flowlet_gap as f64)?;
+                positive("half_rtt", p.half_rtt as f64)?;
+            }
+            lb::Config::FlowBender(p) => {
+                fraction("threshold", p.threshold)?;
+                positive("rounds", f64::from(p.rounds))?;
+            }
+            lb::Config::Hermes(p) => {
+                for (f, v) in [
+                    ("good_delay", p.good_delay),
+                    ("window", p.window),
+                    ("retry_gap", p.retry_gap),
+                    ("flowlet_gap", p.flowlet_gap),
+                    ("forget_after", p.forget_after),
+                    ("fail_sample_bytes", p.fail_sample_bytes),
+                    ("max_rate_gbps", p.max_rate_bps),
+                ] {
+                    positive(f, v as f64)?;
+                }
+                if p.bad_delay <= p.good_delay {
+                    return bad(
+                        "bad_delay",
+                        format!("= {} ns: must be above good_delay ({} ns)", p.bad_delay, p.good_delay),
+                    );
+                }
+                positive("fail_timeouts", f64::from(p.fail_timeouts))?;
+                fraction("ecn_low", p.ecn_low)?;
+                fraction("fail_retx", p.fail_retx)?;
+                if !(0.0..=1.0).contains(&p.reroute_probability) {
+                    return bad("reroute_probability", format!("= {}: must be within 0 and 1", p.reroute_probability));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Hermes's parameters: the scenario's, the rest at their defaults.
+    fn hermes_params(&self) -> HermesParams {
+        let d = HermesParams::default();
+        let Some(RoutingCfg::Hermes {
+            good_delay,
+            bad_delay,
+            ecn_low,
+            ecn_min_bytes,
+            window,
+            better_delay,
+            fail_timeouts,
+            fail_retx,
+            fail_sample_bytes,
+            min_bytes,
+            max_rate_gbps,
+            reroute_probability,
+            retry_gap,
+            flowlet_gap,
+            forget_after,
+        }) = self.routing
+        else {
+            return d;
+        };
+        HermesParams {
+            good_delay: ns(good_delay, d.good_delay),
+            bad_delay: ns(bad_delay, d.bad_delay),
+            ecn_low: ecn_low.unwrap_or(d.ecn_low),
+            ecn_min_bytes: ecn_min_bytes.unwrap_or(d.ecn_min_bytes),
+            window: ns(window, d.window),
+            better_delay: ns(better_delay, d.better_delay),
+            fail_timeouts: fail_timeouts.unwrap_or(d.fail_timeouts),
+            fail_retx: fail_retx.unwrap_or(d.fail_retx),
+            fail_sample_bytes: fail_sample_bytes.unwrap_or(d.fail_sample_bytes),
+            min_bytes: min_bytes.unwrap_or(d.min_bytes),
+            max_rate_bps: max_rate_gbps.map_or(d.max_rate_bps, |g| (g * 1e9) as u64),
+            reroute_probability: reroute_probability.unwrap_or(d.reroute_probability),
+            retry_gap: ns(retry_gap, d.retry_gap),
+            flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
+            forget_after: ns(forget_after, d.forget_after),
+            ..d
         }
     }
 
@@ -758,6 +941,34 @@ mod tests {
         let err = parse(&with("scheme = \"drb\"\nflowcell = 3"), &[]).unwrap_err();
         assert!(err.contains("flowcell"), "{err}");
         assert!(parse(&base(), &["routing.scheme=drill", "routing.d=99"]).unwrap_err().contains("--set routing.d"));
+    }
+
+    #[test]
+    fn sensing_schemes_parse_with_defaults_and_checked_fields() {
+        let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
+        let s = parse(&with("scheme = \"conga\""), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Conga(CongaParams::default()));
+        let s = parse(&with("scheme = \"clove\"\nhalf_rtt = \"60us\""), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Clove(CloveParams { half_rtt: 60_000, ..CloveParams::default() }));
+        let s = parse(&base(), &["routing.scheme=flowbender", "routing.reroute_on_timeout=false"]).unwrap();
+        let fb = FlowBenderParams { reroute_on_timeout: false, ..FlowBenderParams::default() };
+        assert_eq!(s.routing(), lb::Config::FlowBender(fb));
+        let s = parse(&with("scheme = \"hermes\"\nmin_bytes = 100000\nmax_rate_gbps = 2.5"), &[]).unwrap();
+        let h = HermesParams { min_bytes: 100_000, max_rate_bps: 2_500_000_000, ..HermesParams::default() };
+        assert_eq!(s.routing(), lb::Config::Hermes(h));
+        for (text, field) in [
+            ("scheme = \"conga\"\nq_bits = 7", "routing.q_bits = 7"),
+            ("scheme = \"conga\"\nalpha = 1.5", "routing.alpha = 1.5"),
+            ("scheme = \"clove\"\nflowlet_gap = \"0us\"", "routing.flowlet_gap"),
+            ("scheme = \"flowbender\"\nrounds = 0", "routing.rounds"),
+            ("scheme = \"hermes\"\nbad_delay = \"30us\"", "routing.bad_delay"),
+            ("scheme = \"hermes\"\nreroute_probability = 2.0", "routing.reroute_probability"),
+        ] {
+            let err = parse(&with(text), &[]).unwrap_err();
+            assert!(err.contains("x.toml: line") && err.contains(field), "{text}: {err}");
+        }
+        let err = parse(&with("scheme = \"clove\"\nthreshold = 0.1"), &[]).unwrap_err();
+        assert!(err.contains("threshold"), "{err}");
     }
 
     #[test]

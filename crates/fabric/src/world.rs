@@ -651,6 +651,9 @@ impl World {
                 ack.ece = p.ce;
                 ack.echo = p.echo;
                 ack.echo_path = p.path;
+                // The data's one-way delay, for schemes that sense paths
+                // by it (Hermes): the ACK's routing scratch field carries it.
+                ack.lb = u32::try_from(now - p.echo).unwrap_or(u32::MAX);
                 self.host_send(now, h, ack, q);
                 if closes {
                     // The sink has shut its sending side: the sender's FIN

@@ -20,7 +20,11 @@
 
 use std::collections::HashMap;
 
-use crate::packet::Nanos;
+use fulcrum_balance::Rng;
+
+use super::{max_paths, EdgeCtx, Scheme};
+use crate::packet::{Nanos, Packet, NO_PATH};
+use crate::topology::Fabric;
 
 /// Share of a path's weight moved to the other paths on an ECN echo.
 const CUT: f64 = 1.0 / 3.0;
@@ -130,6 +134,55 @@ impl Clove {
     }
 }
 
+/// CLOVE-ECN at every host, as a routing scheme: data packets carry the
+/// path their flowlet chose; ACKs (and the receiver's other packets) go by
+/// ECMP, as in the original, where only the sending side runs CLOVE.
+#[derive(Debug)]
+pub struct CloveScheme {
+    hosts: Vec<Clove>,
+    /// Destination rack of each flow seen, for its ACKs' feedback.
+    dst_rack: HashMap<u32, usize>,
+    rng: Rng,
+}
+
+impl CloveScheme {
+    pub fn new(params: CloveParams, fabric: &Fabric, rng: Rng) -> Self {
+        let racks = fabric.racks().max(1) as usize;
+        let paths = max_paths(fabric);
+        CloveScheme {
+            hosts: (0..fabric.hosts).map(|_| Clove::new(params, racks, paths)).collect(),
+            dst_rack: HashMap::new(),
+            rng,
+        }
+    }
+}
+
+impl Scheme for CloveScheme {
+    fn name(&self) -> &'static str {
+        "clove"
+    }
+
+    fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {
+        if ctx.reverse || ctx.paths <= 1 {
+            return None;
+        }
+        let rack = ctx.fabric.rack[ctx.peer as usize] as usize;
+        self.dst_rack.insert(pkt.flow, rack);
+        let u = self.rng.unit();
+        let path = self.hosts[ctx.host as usize].choose(ctx.now, pkt.flow, rack, u);
+        Some(path as u16)
+    }
+
+    fn on_ack(&mut self, now: Nanos, host: u32, ack: &Packet) {
+        if ack.echo_path == NO_PATH {
+            return;
+        }
+        if let Some(&rack) = self.dst_rack.get(&ack.flow) {
+            self.hosts[host as usize].acked(now, rack, usize::from(ack.echo_path), ack.ece);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +239,33 @@ mod tests {
         c.acked(0, 0, 0, true);
         assert!(close(c.weights(0), &[1.0]));
         assert_eq!(c.choose(0, 0, 0, 0.999), 0);
+    }
+
+    mod scheme {
+        use super::super::super::testing::*;
+        use super::*;
+        use crate::packet::Kind;
+
+        fn edge(f: &Fabric, now: Nanos, host: u32, peer: u32) -> EdgeCtx<'_> {
+            EdgeCtx { now, host, peer, reverse: false, paths: f.paths(host, peer), fabric: f }
+        }
+
+        #[test]
+        fn echoes_on_acks_reweight_the_senders_paths() {
+            let f = fabric();
+            let mut s = CloveScheme::new(CloveParams::default(), &f, Rng::new(5));
+            let p = s.edge_path(&edge(&f, 0, 0, 31), &data(1, 0, 31)).unwrap();
+            let mut ack = data(1, 1, 0);
+            ack.kind = Kind::Ack;
+            ack.echo_path = p;
+            ack.ece = true;
+            s.on_ack(1_000, 0, &ack);
+            let w = s.hosts[0].weights(f.rack[31] as usize);
+            assert!((w[usize::from(p)] - 2.0 / 3.0).abs() < 1e-9, "{w:?}");
+            // ACKs and packets inside a rack are not CLOVE's.
+            assert_eq!(s.edge_path(&edge(&f, 0, 0, 1), &data(2, 0, 1)), None);
+            let back = EdgeCtx { reverse: true, ..edge(&f, 0, 31, 0) };
+            assert_eq!(s.edge_path(&back, &ack), None);
+        }
     }
 }

@@ -37,7 +37,12 @@
 
 use std::collections::HashMap;
 
-use crate::packet::Nanos;
+use fulcrum_balance::Rng;
+
+use super::ecmp::hash_port;
+use super::{follow, Scheme, SwitchCtx};
+use crate::packet::{Nanos, Packet, NO_PATH};
+use crate::topology::{End, Fabric};
 
 /// CONGA's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -265,6 +270,101 @@ impl CongaLeaf {
     }
 }
 
+/// CONGA at every switch of a leaf-spine fabric, as a routing scheme.
+///
+/// The CONGA header rides in [`Packet::lb`]: bit 31 says the packet is
+/// tagged, bits 0–7 hold `LBTag` (the uplink's index in the source leaf's
+/// group), bits 8–15 CE, and bit 30 with bits 16–23 (uplink) and 24–29
+/// (metric) the piggybacked feedback.
+#[derive(Debug)]
+pub struct CongaScheme {
+    /// Leaf state by switch number (`None` for spines).
+    leaves: Vec<Option<CongaLeaf>>,
+    /// DREs of every port, for the switches that only mark (spines).
+    spine: CongaSpine,
+    rng: Rng,
+}
+
+const TAGGED: u32 = 1 << 31;
+const HAS_FB: u32 = 1 << 30;
+
+fn encode(lb_tag: usize, ce: u8, fb: Option<Feedback>) -> u32 {
+    let mut v = TAGGED | lb_tag as u32 | u32::from(ce) << 8;
+    if let Some(f) = fb {
+        v |= HAS_FB | u32::from(f.uplink) << 16 | u32::from(f.metric & 0x3f) << 24;
+    }
+    v
+}
+
+impl CongaScheme {
+    pub fn new(params: CongaParams, fabric: &Fabric, rng: Rng) -> Self {
+        let n = fabric.switches as usize;
+        let mut rack_of_switch = vec![usize::MAX; n];
+        for h in 0..fabric.hosts as usize {
+            if let End::Switch(s) = fabric.ports[fabric.host_port[h] as usize].to {
+                rack_of_switch[s as usize] = fabric.rack[h] as usize;
+            }
+        }
+        let racks = fabric.racks().max(1) as usize;
+        let leaves = (0..n)
+            .map(|s| {
+                let rack = rack_of_switch[s];
+                if rack == usize::MAX {
+                    return None;
+                }
+                // Uplinks: the group toward any host of another rack.
+                let remote = (0..fabric.hosts).find(|&h| fabric.rack[h as usize] as usize != rack);
+                let ups = remote.map(|h| fabric.group(s as u32, h).to_vec()).unwrap_or_default();
+                let bps = ups.iter().map(|&p| fabric.ports[p as usize].bps).collect();
+                Some(CongaLeaf::new(params, bps, racks))
+            })
+            .collect();
+        let all_bps = fabric.ports.iter().map(|p| p.bps).collect();
+        CongaScheme { leaves, spine: CongaSpine::new(params, all_bps), rng }
+    }
+}
+
+impl Scheme for CongaScheme {
+    fn name(&self) -> &'static str {
+        "conga"
+    }
+
+    fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {
+        if pkt.path != NO_PATH {
+            return follow(ctx, pkt.path);
+        }
+        let now = ctx.now;
+        let from_host = matches!(ctx.fabric.ports[ctx.in_port as usize].from, End::Host(_));
+        let Some(leaf) = self.leaves[ctx.switch as usize].as_mut() else {
+            // A spine: ECMP onward, CE raised to this port's metric.
+            let port = hash_port(ctx, pkt);
+            if pkt.lb & TAGGED != 0 {
+                let ce = self.spine.forward(now, port as usize, pkt.wire, (pkt.lb >> 8) as u8);
+                pkt.lb = pkt.lb & !0xff00 | u32::from(ce) << 8;
+            }
+            return port;
+        };
+        if from_host && ctx.group.len() > 1 {
+            // Source leaf: flowlet and uplink choice, header, feedback.
+            let dst_leaf = ctx.fabric.rack[ctx.dst as usize] as usize;
+            let key = pkt.flow << 1 | u32::from(ctx.reverse);
+            let uplink = leaf.choose(now, key, dst_leaf, self.rng.next_u64());
+            leaf.sent(now, uplink, pkt.wire);
+            pkt.lb = encode(uplink, 0, leaf.feedback_for(now, dst_leaf));
+            return ctx.group[uplink];
+        }
+        if pkt.lb & TAGGED != 0 && !from_host {
+            // Destination leaf: read the header, then drop it.
+            let src_leaf = ctx.fabric.rack[ctx.src as usize] as usize;
+            let fb = (pkt.lb & HAS_FB != 0)
+                .then_some(Feedback { uplink: (pkt.lb >> 16) as u8, metric: (pkt.lb >> 24 & 0x3f) as u8 });
+            leaf.arrived(now, src_leaf, (pkt.lb & 0xff) as usize, (pkt.lb >> 8) as u8, fb);
+            pkt.lb = 0;
+        }
+        hash_port(ctx, pkt)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,5 +478,89 @@ mod tests {
         assert_eq!(s.forward(0, 0, 1500, 3), 3);
         // 23 438 bytes on the 2 Gb/s port: metric 5.
         assert_eq!(s.forward(0, 1, 23_438, 2), 5);
+    }
+
+    mod scheme {
+        use super::super::super::testing::*;
+        use super::*;
+        use crate::lb::{Loads, SwitchCtx};
+
+        /// The context of `switch` forwarding `pkt`, which came in on `in_port`.
+        fn at<'a>(
+            f: &'a Fabric,
+            loads: &'a dyn Loads,
+            now: Nanos,
+            switch: u32,
+            in_port: u32,
+            src: u32,
+            dst: u32,
+        ) -> SwitchCtx<'a> {
+            SwitchCtx {
+                now,
+                switch,
+                in_port,
+                src,
+                dst,
+                reverse: src > dst,
+                group: f.group(switch, dst),
+                fabric: f,
+                loads,
+                salt: 7,
+            }
+        }
+
+        /// Carries `pkt` from host `src` to host `dst` through the fabric,
+        /// switch by switch; returns the ports taken.
+        fn cross(c: &mut CongaScheme, f: &Fabric, now: Nanos, src: u32, dst: u32, pkt: &mut Packet) -> Vec<u32> {
+            let loads = FixedLoads(vec![]);
+            let mut port = f.host_port[src as usize];
+            let mut taken = vec![];
+            while let End::Switch(s) = f.ports[port as usize].to {
+                port = c.switch_port(&at(f, &loads, now, s, port, src, dst), pkt);
+                taken.push(port);
+            }
+            taken
+        }
+
+        #[test]
+        fn congestion_travels_back_and_steers_the_next_flowlet() {
+            let f = fabric();
+            let mut c = CongaScheme::new(CongaParams::default(), &f, Rng::new(3));
+            // A burst of flow 1 from host 0 to host 31 (leaf 0 → leaf 3): one
+            // flowlet, one uplink; the spine's port fills its DRE.
+            let mut first = vec![];
+            for seq in 0..100 {
+                let mut p = data(1, seq, 31);
+                first = cross(&mut c, &f, 0, 0, 31, &mut p);
+                assert_eq!(p.lb, 0, "the destination leaf drops the header");
+            }
+            let up = f.group(0, 31).iter().position(|&p| p == first[0]).unwrap();
+            // An ACK back from host 31 carries leaf 3's feedback for leaf 0:
+            // the uplink the data took and the spine's metric (100 × 1454
+            // bytes in one 150 µs window: 6 of 7).
+            let mut ack = data(1, 100, 0);
+            ack.kind = crate::packet::Kind::Ack;
+            let mut at_leaf3 = ack;
+            let loads = FixedLoads(vec![]);
+            let leaf3 = match f.ports[f.host_port[31] as usize].to {
+                End::Switch(s) => s,
+                End::Host(_) => unreachable!(),
+            };
+            c.switch_port(&at(&f, &loads, 10_000, leaf3, f.host_port[31], 31, 0), &mut at_leaf3);
+            assert_eq!(at_leaf3.lb & HAS_FB, HAS_FB);
+            assert_eq!(((at_leaf3.lb >> 16) & 0xff) as usize, up);
+            assert_eq!((at_leaf3.lb >> 24) & 0x3f, 6);
+            cross(&mut c, &f, 10_000, 31, 0, &mut ack);
+            // 2 ms later leaf 0's own DRE has decayed to nothing, but the
+            // remote metric is fresh: new flowlets (new flows) avoid `up`.
+            for flow in 2..40 {
+                let taken = cross(&mut c, &f, 2_000_000, 0, 31, &mut data(flow, 0, 31));
+                assert_ne!(taken[0], first[0], "flow {flow}");
+            }
+            // After the 10 ms aging it counts as 0 again and is chosen.
+            let later: Vec<u32> =
+                (40..80).map(|fl| cross(&mut c, &f, 13_000_000, 0, 31, &mut data(fl, 0, 31))[0]).collect();
+            assert!(later.contains(&first[0]), "{later:?}");
+        }
     }
 }

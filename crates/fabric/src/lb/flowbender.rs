@@ -21,6 +21,13 @@
 //! Parameters and defaults as the Hermes experiment program sets them:
 //! `T` = 0.05, `N` = 1.
 
+use std::collections::HashMap;
+
+use fulcrum_balance::{HashFunction, Rng};
+
+use super::{EdgeCtx, Scheme};
+use crate::packet::{Kind, Nanos, Packet};
+
 /// FlowBender's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FlowBenderParams {
@@ -98,6 +105,72 @@ impl FlowBender {
     }
 }
 
+/// FlowBender at every sender, as a routing scheme: a flow's data packets
+/// carry the path its (flow, `V`) hash gives; ACKs go by ECMP.
+#[derive(Debug)]
+pub struct FlowBenderScheme {
+    params: FlowBenderParams,
+    flows: HashMap<u32, Tracked>,
+    salt: u64,
+}
+
+/// A flow's FlowBender state and the sequence numbers it needs.
+#[derive(Debug)]
+struct Tracked {
+    fb: FlowBender,
+    /// Next segment after the highest sent.
+    next_seq: u32,
+    /// Highest cumulative ACK seen.
+    acked: u32,
+}
+
+impl FlowBenderScheme {
+    pub fn new(params: FlowBenderParams, mut rng: Rng) -> Self {
+        FlowBenderScheme { params, flows: HashMap::new(), salt: rng.next_u64() }
+    }
+}
+
+impl Scheme for FlowBenderScheme {
+    fn name(&self) -> &'static str {
+        "flowbender"
+    }
+
+    fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {
+        if ctx.reverse || ctx.paths <= 1 {
+            return None;
+        }
+        let params = self.params;
+        let t = self.flows.entry(pkt.flow).or_insert_with(|| Tracked {
+            fb: FlowBender::new(params),
+            next_seq: 0,
+            acked: 0,
+        });
+        if pkt.kind == Kind::Data {
+            t.next_seq = t.next_seq.max(pkt.seq + 1);
+        }
+        let key = u64::from(pkt.flow) << 32 | u64::from(t.fb.v());
+        Some((HashFunction::Xxhash.hash_pair(key, self.salt) % u64::from(ctx.paths)) as u16)
+    }
+
+    fn on_ack(&mut self, _now: Nanos, _host: u32, ack: &Packet) {
+        if ack.kind != Kind::Ack {
+            return;
+        }
+        let Some(t) = self.flows.get_mut(&ack.flow) else { return };
+        // Segments newly acknowledged (a duplicate ACK counts one, as the
+        // original counts one segment for it).
+        let segments = ack.seq.saturating_sub(t.acked).max(1);
+        t.acked = t.acked.max(ack.seq);
+        t.fb.acked(segments, ack.ece, ack.seq, t.next_seq);
+    }
+
+    fn on_timeout(&mut self, _now: Nanos, _host: u32, flow: u32) {
+        if let Some(t) = self.flows.get_mut(&flow) {
+            t.fb.timed_out();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +225,38 @@ mod tests {
         let mut g = FlowBender::new(p);
         assert!(!g.timed_out());
         assert_eq!(g.v(), 0);
+    }
+
+    mod scheme {
+        use super::super::super::testing::*;
+        use super::*;
+        use crate::topology::Fabric;
+
+        fn edge(f: &Fabric, now: Nanos, host: u32, peer: u32) -> EdgeCtx<'_> {
+            EdgeCtx { now, host, peer, reverse: false, paths: f.paths(host, peer), fabric: f }
+        }
+
+        #[test]
+        fn marked_rounds_rehash_the_flow_and_timeouts_too() {
+            let f = fabric();
+            let mut s = FlowBenderScheme::new(FlowBenderParams::default(), Rng::new(5));
+            let path = |s: &mut FlowBenderScheme, seq| s.edge_path(&edge(&f, 0, 0, 31), &data(1, seq, 31)).unwrap();
+            let first: Vec<u16> = (0..10).map(|q| path(&mut s, q)).collect();
+            assert!(first.iter().all(|&p| p == first[0]), "one flow, one path: {first:?}");
+            // ACKs 1..=10 close rounds; the ACK for segment 1 closes the first
+            // (clean) round, the rest are marked: V moves when 10 arrives.
+            let mut ack = data(1, 0, 0);
+            ack.kind = Kind::Ack;
+            for seq in 1..=10 {
+                s.on_ack(0, 0, &Packet { seq, ece: seq > 1, ..ack });
+            }
+            let v: Vec<u16> = (10..20).map(|q| path(&mut s, q)).collect();
+            assert!(v.iter().all(|&p| p == v[0]));
+            s.on_timeout(0, 0, 1);
+            s.on_timeout(0, 0, 1);
+            let w = path(&mut s, 20);
+            // Golden: paths for V = 0, 1 and 3 under this salt.
+            assert_eq!((first[0], v[0], w), (2, 3, 3));
+        }
     }
 }

@@ -57,8 +57,12 @@
 
 use std::collections::HashMap;
 
+use fulcrum_balance::Rng;
+
+use super::{max_paths, EdgeCtx, Scheme};
 use crate::lb::conga::Dre;
-use crate::packet::Nanos;
+use crate::packet::{Kind, Nanos, Packet, NO_PATH};
+use crate::topology::Fabric;
 
 /// Hermes's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -504,6 +508,87 @@ impl Hermes {
     }
 }
 
+/// Hermes at every sending host, as a routing scheme: a flow's forward
+/// packets carry the path Hermes chooses; ACKs go by ECMP. Each ACK reports
+/// the one-way delay of the data it answers in [`Packet::lb`] (the
+/// receiver writes it), the ECN echo and the path ([`Packet::echo_path`]).
+#[derive(Debug)]
+pub struct HermesScheme {
+    hosts: Vec<Hermes>,
+    flows: HashMap<u32, Sending>,
+    rng: Rng,
+}
+
+/// What the adapter tracks of a flow it routes.
+#[derive(Clone, Copy, Debug)]
+struct Sending {
+    /// Destination rack.
+    rack: usize,
+    /// Next segment after the highest sent (lower ones are retransmissions).
+    next_seq: u32,
+    /// Highest cumulative ACK seen.
+    acked: u32,
+    /// Wire size of the flow's full segments.
+    segment: u32,
+}
+
+impl HermesScheme {
+    pub fn new(params: HermesParams, fabric: &Fabric, rng: Rng) -> Self {
+        let racks = fabric.racks().max(1) as usize;
+        let paths = max_paths(fabric);
+        HermesScheme {
+            hosts: (0..fabric.hosts).map(|_| Hermes::new(params, racks, paths)).collect(),
+            flows: HashMap::new(),
+            rng,
+        }
+    }
+}
+
+impl Scheme for HermesScheme {
+    fn name(&self) -> &'static str {
+        "hermes"
+    }
+
+    fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {
+        if ctx.reverse || ctx.paths <= 1 {
+            return None;
+        }
+        let rack = ctx.fabric.rack[ctx.peer as usize] as usize;
+        let s = self.flows.entry(pkt.flow).or_insert(Sending { rack, next_seq: 0, acked: 0, segment: 0 });
+        let retransmission = pkt.kind == Kind::Data && pkt.seq < s.next_seq;
+        if pkt.kind == Kind::Data {
+            s.next_seq = s.next_seq.max(pkt.seq + 1);
+            s.segment = s.segment.max(pkt.wire);
+        }
+        let h = &mut self.hosts[ctx.host as usize];
+        let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
+        h.sent(ctx.now, pkt.flow, pkt.wire, retransmission);
+        Some(path as u16)
+    }
+
+    fn on_ack(&mut self, now: Nanos, host: u32, ack: &Packet) {
+        if ack.echo_path == NO_PATH {
+            return;
+        }
+        let Some(s) = self.flows.get_mut(&ack.flow) else { return };
+        // Bytes newly acknowledged: new segments at the flow's segment size.
+        let bytes = ack.seq.saturating_sub(s.acked) * s.segment;
+        s.acked = s.acked.max(ack.seq);
+        let echo = Echo {
+            dst_leaf: s.rack,
+            path: usize::from(ack.echo_path),
+            bytes,
+            ece: ack.ece,
+            delay: Nanos::from(ack.lb),
+        };
+        self.hosts[host as usize].acked(now, ack.flow, echo);
+    }
+
+    fn on_timeout(&mut self, now: Nanos, host: u32, flow: u32) {
+        self.hosts[host as usize].timed_out(now, flow);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -711,5 +796,46 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 3);
+    }
+
+    mod scheme {
+        use super::super::super::testing::*;
+        use super::*;
+        use crate::packet::Packet;
+
+        fn edge(f: &Fabric, now: Nanos, host: u32, peer: u32) -> EdgeCtx<'_> {
+            EdgeCtx { now, host, peer, reverse: false, paths: f.paths(host, peer), fabric: f }
+        }
+
+        #[test]
+        fn acks_report_delay_and_bytes_and_retransmissions_are_seen() {
+            let f = fabric();
+            let mut s = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            let p0 = s.edge_path(&edge(&f, 0, 0, 31), &data(1, 0, 31)).unwrap();
+            for seq in 1..20 {
+                assert_eq!(s.edge_path(&edge(&f, 0, 0, 31), &data(1, seq, 31)), Some(p0));
+            }
+            // 19 ACKs of one segment each, 30 µs one-way, clean: the path
+            // turns good (19 × 1454 bytes > 14 000, delay 40 → 30 µs).
+            let mut ack = data(1, 0, 0);
+            ack.kind = Kind::Ack;
+            ack.echo_path = p0;
+            for seq in 1..20 {
+                s.on_ack(10_000, 0, &Packet { seq, lb: 30_000, ..ack });
+            }
+            let rack = f.rack[31] as usize;
+            let v = s.hosts[0].view(10_000, rack, usize::from(p0));
+            assert_eq!((v.state, v.delay), (PathState::Good, 30_000), "{v:?}");
+            // Within the rack there is one path: no choice is made.
+            assert_eq!(s.edge_path(&edge(&f, 0, 0, 1), &data(2, 0, 1)), None);
+            // Retransmitting 2 of a block of 97 segments (141 038 bytes)
+            // without marks fails the path.
+            for seq in 20..95 {
+                s.edge_path(&edge(&f, 300_000, 0, 31), &data(1, seq, 31));
+            }
+            s.edge_path(&edge(&f, 300_000, 0, 31), &data(1, 30, 31));
+            s.edge_path(&edge(&f, 300_000, 0, 31), &data(1, 31, 31));
+            assert_eq!(s.hosts[0].view(300_000, rack, usize::from(p0)).state, PathState::Failed);
+        }
     }
 }

@@ -29,7 +29,8 @@
 //! Feedback reaches edge schemes through [`Scheme::on_ack`] (an ACK arrives
 //! at the sender: ECN echo, the RTT sample `now − echo` and the path the
 //! acknowledged segment took, [`Packet::echo_path`], which the receiver
-//! copies from the data segment) and [`Scheme::on_timeout`] (a flow's
+//! copies from the data segment, and the data's one-way delay in
+//! [`Packet::lb`], which the receiver writes) and [`Scheme::on_timeout`] (a flow's
 //! retransmission timer fired). A scheme is one object per run owning the
 //! state of every host and switch; randomness comes from its own seeded
 //! stream ([`fulcrum_des::Streams`] stream [`STREAM_ROUTING`]; per-flow
@@ -55,6 +56,11 @@ pub use drb::RoundRobinPaths;
 pub use drill::Drill;
 pub use ecmp::Ecmp;
 pub use letflow::LetFlow;
+
+pub use clove::CloveScheme;
+pub use conga::CongaScheme;
+pub use flowbender::FlowBenderScheme;
+pub use hermes::HermesScheme;
 
 use fulcrum_des::Streams;
 
@@ -160,6 +166,14 @@ pub enum Config {
     /// Per packet at each switch: the shortest of `d` sampled queues and
     /// the `memory` best remembered.
     Drill { d: u32, memory: u32 },
+    /// CONGA at every switch.
+    Conga(conga::CongaParams),
+    /// CLOVE-ECN at the sending hosts.
+    Clove(clove::CloveParams),
+    /// FlowBender at the sending hosts.
+    FlowBender(flowbender::FlowBenderParams),
+    /// Hermes at the sending hosts.
+    Hermes(hermes::HermesParams),
 }
 
 impl Config {
@@ -168,6 +182,14 @@ impl Config {
     pub fn per_packet(&self) -> bool {
         matches!(self, Config::Drb | Config::Presto { .. } | Config::Drill { .. })
     }
+}
+
+/// The most paths between two hosts of `fabric` (the size of a per-host
+/// path table).
+pub fn max_paths(fabric: &Fabric) -> usize {
+    let first_of = |r: u32| fabric.rack.iter().position(|&x| x == r).unwrap_or(0) as u32;
+    let racks = fabric.racks().max(1);
+    (0..racks * racks).map(|i| fabric.paths(first_of(i / racks), first_of(i % racks))).max().unwrap_or(1) as usize
 }
 
 /// Build the scheme of `cfg` for `fabric`, with the run's `streams`.
@@ -179,6 +201,10 @@ pub fn build(cfg: &Config, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme
         Config::Presto { flowcell, weighted } => Box::new(RoundRobinPaths::presto(flowcell, weighted, fabric, rng())),
         Config::LetFlow { flowlet_gap } => Box::new(LetFlow::new(flowlet_gap, rng())),
         Config::Drill { d, memory } => Box::new(Drill::new(d, memory, rng())),
+        Config::Conga(p) => Box::new(CongaScheme::new(p, fabric, rng())),
+        Config::Clove(p) => Box::new(CloveScheme::new(p, fabric, rng())),
+        Config::FlowBender(p) => Box::new(FlowBenderScheme::new(p, rng())),
+        Config::Hermes(p) => Box::new(HermesScheme::new(p, fabric, rng())),
     }
 }
 
@@ -272,10 +298,15 @@ mod tests {
             Config::Presto { flowcell: 65536, weighted: false },
             Config::LetFlow { flowlet_gap: 500_000 },
             Config::Drill { d: 2, memory: 1 },
+            Config::Conga(conga::CongaParams::default()),
+            Config::Clove(clove::CloveParams::default()),
+            Config::FlowBender(flowbender::FlowBenderParams::default()),
+            Config::Hermes(hermes::HermesParams::default()),
         ]
         .iter()
         .map(|c| build(c, &f, &streams).name())
         .collect();
-        assert_eq!(names, ["ecmp", "drb", "presto", "letflow", "drill"]);
+        assert_eq!(names, ["ecmp", "drb", "presto", "letflow", "drill", "conga", "clove", "flowbender", "hermes"]);
+        assert_eq!(max_paths(&f), 4);
     }
 }
