@@ -27,6 +27,8 @@
 //! - [`metrics`]: flow completion times and their summaries.
 //! - [`scenario`]: the TOML scenario format.
 //! - [`report`]: tables and JSON lines.
+//! - [`sweep`]: the load-balancing sweep's figure (FCT against load,
+//!   normalised to ECMP's).
 
 pub mod faults;
 pub mod lb;
@@ -36,6 +38,7 @@ pub mod qdisc;
 pub mod report;
 pub mod scenario;
 pub mod sched;
+pub mod sweep;
 pub mod tcp;
 pub mod topology;
 pub mod workload;
