@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::faults::{BlackHole, FaultConfig, LinkFailure};
 use crate::lb;
 use crate::lb::clove::CloveParams;
 use crate::lb::conga::CongaParams;
@@ -80,6 +81,9 @@ pub struct Scenario {
     /// Load balancing inside the fabric; per-flow ECMP unless given.
     #[serde(default)]
     pub routing: Option<RoutingCfg>,
+    /// Asymmetry and failures (leaf-spine only); none unless given.
+    #[serde(default)]
+    pub faults: Option<FaultsCfg>,
     /// The file the scenario came from (for relative paths).
     #[serde(skip)]
     pub path: PathBuf,
@@ -375,6 +379,60 @@ fn ns(given: Option<Dur>, default: Nanos) -> Nanos {
     given.map_or(default, |d| d.0)
 }
 
+/// `[faults]`: see [`crate::faults`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsCfg {
+    /// `[leaf, spine]` pairs whose links run slow.
+    #[serde(default)]
+    pub slow_links: Vec<[u32; 2]>,
+    /// Share of all leaf–spine links that run slow, drawn from the seed.
+    #[serde(default)]
+    pub slow_fraction: f64,
+    /// Rate of a slow link relative to the others (1/5 by default).
+    #[serde(default = "fifth")]
+    pub slow_factor: f64,
+    /// Links that fail.
+    #[serde(default)]
+    pub fail: Vec<FailCfg>,
+    #[serde(default)]
+    pub random_drop: Option<RandomDropCfg>,
+    #[serde(default)]
+    pub black_hole: Option<BlackHoleCfg>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailCfg {
+    pub leaf: u32,
+    pub spine: u32,
+    pub at: Dur,
+    /// Delay until routes stop using the link; never unless given.
+    #[serde(default)]
+    pub detect: Option<Dur>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RandomDropCfg {
+    pub spine: u32,
+    pub rate: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlackHoleCfg {
+    pub spine: u32,
+    #[serde(default)]
+    pub src_leaf: Option<u32>,
+    #[serde(default)]
+    pub dst_leaf: Option<u32>,
+}
+
+fn fifth() -> f64 {
+    0.2
+}
+
 fn flowcell() -> u64 {
     65_536
 }
@@ -534,6 +592,7 @@ impl Scenario {
             return bad("hosts.delay_classes", "has more than 255 classes".into());
         }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
+        self.check_faults()?;
         match self.routing {
             Some(RoutingCfg::Presto { flowcell, .. }) => positive("routing.flowcell", flowcell as f64)?,
             Some(RoutingCfg::LetFlow { flowlet_gap }) => positive("routing.flowlet_gap", flowlet_gap.0 as f64)?,
@@ -618,6 +677,75 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// Range checks of `[faults]`.
+    fn check_faults(&self) -> Result<(), (String, String)> {
+        let Some(f) = &self.faults else { return Ok(()) };
+        let bad = |field: &str, msg: String| Err((format!("faults.{field}"), msg));
+        let &Topology::LeafSpine { spines, leaves, .. } = &self.topology else {
+            return Err(("faults".into(), "apply to leaf-spine topologies only".into()));
+        };
+        let range = |what: &str, field: &str, v: u32, n: u32| {
+            if v < n {
+                Ok(())
+            } else {
+                bad(field, format!("names {what} {v}: there are {n} (0 to {})", n - 1))
+            }
+        };
+        for &[leaf, spine] in &f.slow_links {
+            range("leaf", "slow_links", leaf, leaves)?;
+            range("spine", "slow_links", spine, spines)?;
+        }
+        if !(0.0..=1.0).contains(&f.slow_fraction) {
+            return bad("slow_fraction", format!("= {}: must be within [0, 1]", f.slow_fraction));
+        }
+        if !(f.slow_factor > 0.0 && f.slow_factor <= 1.0) {
+            return bad("slow_factor", format!("= {}: must be within (0, 1]", f.slow_factor));
+        }
+        for fail in &f.fail {
+            range("leaf", "fail", fail.leaf, leaves)?;
+            range("spine", "fail", fail.spine, spines)?;
+        }
+        if let Some(d) = &f.random_drop {
+            range("spine", "random_drop", d.spine, spines)?;
+            if !(d.rate > 0.0 && d.rate <= 1.0) {
+                return bad("random_drop", format!("rate = {}: must be within (0, 1]", d.rate));
+            }
+        }
+        if let Some(bh) = &f.black_hole {
+            range("spine", "black_hole", bh.spine, spines)?;
+            for leaf in [bh.src_leaf, bh.dst_leaf].into_iter().flatten() {
+                range("leaf", "black_hole", leaf, leaves)?;
+            }
+            if bh.src_leaf.is_none() && bh.dst_leaf.is_none() {
+                return bad("black_hole", "needs src_leaf, dst_leaf or both".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The faults to inject and the number of leaves they refer to.
+    pub fn faults(&self) -> Option<(FaultConfig, u32)> {
+        let f = self.faults.as_ref()?;
+        let &Topology::LeafSpine { leaves, .. } = &self.topology else { return None };
+        let cfg = FaultConfig {
+            slow_links: f.slow_links.iter().map(|&[l, s]| (l, s)).collect(),
+            slow_fraction: f.slow_fraction,
+            slow_factor: f.slow_factor,
+            failures: f
+                .fail
+                .iter()
+                .map(|x| LinkFailure { leaf: x.leaf, spine: x.spine, at: x.at.0, detect: x.detect.map(|d| d.0) })
+                .collect(),
+            random_drop: f.random_drop.as_ref().map(|d| (d.spine, d.rate)),
+            black_hole: f.black_hole.as_ref().map(|b| BlackHole {
+                spine: b.spine,
+                src_leaf: b.src_leaf,
+                dst_leaf: b.dst_leaf,
+            }),
+        };
+        Some((cfg, leaves))
     }
 
     /// Classes of the port scheduler, if there is one.
@@ -969,6 +1097,30 @@ mod tests {
         }
         let err = parse(&with("scheme = \"clove\"\nthreshold = 0.1"), &[]).unwrap_err();
         assert!(err.contains("threshold"), "{err}");
+    }
+
+    #[test]
+    fn faults_parse_and_name_their_field() {
+        let with = |extra: &str| format!("{}\n[faults]\n{extra}\n", base());
+        let text = with(concat!(
+            "slow_links = [[0, 1]]\nslow_fraction = 0.25\n",
+            "fail = [{ leaf = 2, spine = 3, at = \"10ms\", detect = \"1ms\" }]\n",
+            "random_drop = { spine = 0, rate = 0.005 }\nblack_hole = { spine = 0, src_leaf = 1 }"
+        ));
+        let (cfg, leaves) = parse(&text, &[]).unwrap().faults().unwrap();
+        assert_eq!(leaves, 4);
+        assert_eq!((cfg.slow_links, cfg.slow_fraction, cfg.slow_factor), (vec![(0, 1)], 0.25, 0.2));
+        assert_eq!(cfg.failures, [LinkFailure { leaf: 2, spine: 3, at: 10_000_000, detect: Some(1_000_000) }]);
+        assert_eq!(cfg.random_drop, Some((0, 0.005)));
+        assert_eq!(cfg.black_hole, Some(BlackHole { spine: 0, src_leaf: Some(1), dst_leaf: None }));
+        let err = parse(&with("slow_links = [[0, 4]]"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("faults.slow_links names spine 4"), "{err}");
+        let err = parse(&with("random_drop = { spine = 0, rate = 2 }"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("faults.random_drop rate = 2"), "{err}");
+        let err = parse(&with("black_hole = { spine = 0 }"), &[]).unwrap_err();
+        assert!(err.contains("faults.black_hole needs"), "{err}");
+        let err = parse(&with("slow_fraction = 0.5\nslow_factr = 0.1"), &[]).unwrap_err();
+        assert!(err.contains("slow_factr"), "{err}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::collections::VecDeque;
 
 use fulcrum_des::{Model, Queue};
 
+use crate::faults::Faults;
 use crate::lb::{EdgeCtx, Loads, Scheme, SwitchCtx};
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
@@ -171,6 +172,9 @@ pub struct World {
     /// Paths between racks, `rack · racks + rack` (for edge schemes).
     rack_paths: Vec<u32>,
     racks: u32,
+    faults: Faults,
+    /// Scratch: the ports of a group still in the routes.
+    live: Vec<u32>,
 }
 
 /// Port backlogs as routing schemes read them.
@@ -279,12 +283,25 @@ impl World {
             routing: Box::new(crate::lb::Ecmp),
             rack_paths,
             racks,
+            faults: Faults::none(),
+            live: Vec::new(),
         }
     }
 
     /// Route with `scheme` instead of per-flow ECMP.
     pub fn set_routing(&mut self, scheme: Box<dyn Scheme>) {
         self.routing = scheme;
+    }
+
+    /// Inject `faults` (bound to this fabric's ports; slow links already
+    /// applied to it).
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// Packets dropped by injected faults.
+    pub fn fault_drops(&self) -> u64 {
+        self.faults.dropped
     }
 
     /// Sample the throughput of `flows` every `every` from time 0 on, as
@@ -467,7 +484,11 @@ impl World {
             End::Switch(s) => {
                 let mut p = p;
                 let out = self.route(now, s, i as u32, &mut p);
-                self.offer(now, out, p, q);
+                let spec = &self.flows[p.flow as usize].spec;
+                let src = if p.is_reverse() { spec.dst } else { spec.src };
+                if !self.faults.drops(out, now, &p, src, &self.fabric.rack) {
+                    self.offer(now, out, p, q);
+                }
             }
             End::Host(h) => self.deliver(now, h, p, q),
         }
@@ -478,6 +499,16 @@ impl World {
     fn route(&mut self, now: Nanos, switch: u32, in_port: u32, p: &mut Packet) -> u32 {
         let spec = &self.flows[p.flow as usize].spec;
         let reverse = p.is_reverse();
+        let full = self.fabric.group(switch, p.dst);
+        let mut group = full;
+        if self.faults.may_unroute() && full.len() > 1 {
+            // Detected failures leave the routes (unless nothing is left).
+            self.live.clear();
+            self.live.extend(full.iter().filter(|&&port| self.faults.routed(port, now)));
+            if !self.live.is_empty() {
+                group = &self.live;
+            }
+        }
         let ctx = SwitchCtx {
             now,
             switch,
@@ -485,7 +516,7 @@ impl World {
             src: if reverse { spec.dst } else { spec.src },
             dst: p.dst,
             reverse,
-            group: self.fabric.group(switch, p.dst),
+            group,
             fabric: &self.fabric,
             loads: &PortLoads(&self.ports),
             salt: self.cfg.salt,
