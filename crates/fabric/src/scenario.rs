@@ -898,9 +898,10 @@ impl Scenario {
                         format!("= {} ns: must be above good_delay ({} ns)", p.bad_delay, p.good_delay),
                     );
                 }
-                positive("fail_timeouts", f64::from(p.fail_timeouts))?;
                 fraction("ecn_low", p.ecn_low)?;
-                fraction("fail_retx", p.fail_retx)?;
+                if !(0.0..1.0).contains(&p.fail_retx) {
+                    return bad("fail_retx", format!("= {}: must be at least 0 (off) and below 1", p.fail_retx));
+                }
                 if !(0.0..=1.0).contains(&p.reroute_probability) {
                     return bad("reroute_probability", format!("= {}: must be within 0 and 1", p.reroute_probability));
                 }
