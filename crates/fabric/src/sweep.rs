@@ -142,10 +142,7 @@ pub fn plot(points: &[Point]) -> Result<String, SweepError> {
                 title_size: 13.0,
                 x: Axis {
                     scale: Scale::Linear { lo, hi },
-                    ticks: (0..=4)
-                        .map(|k| lo + (hi - lo) * k as f64 / 4.0)
-                        .map(|v| (v, trim((v * 100.0).round() / 100.0)))
-                        .collect(),
+                    ticks: loads.iter().map(|&v| (v, trim(v))).collect(),
                     label: "load".into(),
                 },
                 y: Axis {
