@@ -16,6 +16,7 @@
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
 //!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
+//! - [`reseq`]: the receiver's resequencing buffer for per-packet schemes.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics and their
 //!   equal-cost groups.
 //! - [`faults`]: slow, failing, dropping and black-holing links.
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod packet;
 pub mod qdisc;
 pub mod report;
+pub mod reseq;
 pub mod scenario;
 pub mod sched;
 pub mod sweep;
@@ -138,6 +140,9 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     world.set_routing(scheme);
     if let Some(faults) = faults {
         world.set_faults(faults);
+    }
+    if let Some(timeout) = scenario.resequencing() {
+        world.set_resequencing(timeout);
     }
     if let Some((fixed, every)) = &fixed {
         if !fixed.long.is_empty() {

@@ -84,6 +84,9 @@ pub struct Scenario {
     /// Asymmetry and failures (leaf-spine only); none unless given.
     #[serde(default)]
     pub faults: Option<FaultsCfg>,
+    /// The receivers' resequencing buffer; off unless given.
+    #[serde(default)]
+    pub resequence: Option<ResequenceCfg>,
     /// The file the scenario came from (for relative paths).
     #[serde(skip)]
     pub path: PathBuf,
@@ -429,6 +432,26 @@ pub struct BlackHoleCfg {
     pub dst_leaf: Option<u32>,
 }
 
+/// `[resequence]`: see [`crate::reseq`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResequenceCfg {
+    /// On unless `false` (`--set resequence.enabled=true` switches it on).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// How long a gap may stay open before the held segments go up.
+    #[serde(default = "hundred_us")]
+    pub timeout: Dur,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn hundred_us() -> Dur {
+    Dur(100_000)
+}
+
 fn fifth() -> f64 {
     0.2
 }
@@ -593,6 +616,9 @@ impl Scenario {
         }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
         self.check_faults()?;
+        if let Some(r) = &self.resequence {
+            positive("resequence.timeout", r.timeout.0 as f64)?;
+        }
         match self.routing {
             Some(RoutingCfg::Presto { flowcell, .. }) => positive("routing.flowcell", flowcell as f64)?,
             Some(RoutingCfg::LetFlow { flowlet_gap }) => positive("routing.flowlet_gap", flowlet_gap.0 as f64)?,
@@ -805,6 +831,11 @@ impl Scenario {
                 Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
             }
         }
+    }
+
+    /// The resequencing buffer's timeout, if it is on.
+    pub fn resequencing(&self) -> Option<Nanos> {
+        self.resequence.as_ref().filter(|r| r.enabled).map(|r| r.timeout.0)
     }
 
     /// The load-balancing scheme and its parameters.
@@ -1098,6 +1129,16 @@ mod tests {
         }
         let err = parse(&with("scheme = \"clove\"\nthreshold = 0.1"), &[]).unwrap_err();
         assert!(err.contains("threshold"), "{err}");
+    }
+
+    #[test]
+    fn resequencing_is_off_unless_asked_for() {
+        assert_eq!(parse(&base(), &[]).unwrap().resequencing(), None);
+        assert_eq!(parse(&base(), &["resequence.enabled=true"]).unwrap().resequencing(), Some(100_000));
+        let s = parse(&format!("{}\n[resequence]\ntimeout = \"50us\"\n", base()), &[]).unwrap();
+        assert_eq!(s.resequencing(), Some(50_000));
+        assert_eq!(parse(&base(), &["resequence.enabled=false"]).unwrap().resequencing(), None);
+        assert!(parse(&base(), &["resequence.timeout=0us"]).unwrap_err().contains("--set resequence.timeout"));
     }
 
     #[test]

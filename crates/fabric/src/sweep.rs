@@ -108,23 +108,28 @@ pub fn normalise(points: &[Point]) -> Result<Normalised, SweepError> {
 pub fn plot(points: &[Point]) -> Result<String, SweepError> {
     let groups = normalise(points)?;
     let schemes: Vec<&String> = {
+        // ECMP first (the baseline keeps the first colour), then by name.
         let mut s: Vec<&String> = groups.values().flat_map(|g| g.keys()).collect();
-        s.sort();
+        s.sort_by_key(|name| (name.as_str() != "ecmp", name.as_str()));
         s.dedup();
         s
     };
     let (row_h, width) = (330.0, 1160.0);
     let mut svg = Svg::new(width, row_h * groups.len() as f64 + 20.0);
     for (row, ((scenario, workload), by_scheme)) in groups.iter().enumerate() {
-        let loads = by_scheme.values().flatten().map(|r| r.0);
-        let (lo, hi) = loads.fold((f64::MAX, f64::MIN), |(a, b), l| (a.min(l), b.max(l)));
+        let mut loads: Vec<f64> = by_scheme.values().flatten().map(|r| r.0).collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        let (lo, hi) = (loads[0], loads[loads.len() - 1]);
         let (lo, hi) = if hi > lo { (lo, hi) } else { (lo - 0.1, hi + 0.1) };
         for (col, (what, pick)) in [("average FCT", 1usize), ("small-flow p99 FCT", 2)].into_iter().enumerate() {
             let value = |r: &(f64, f64, f64)| if pick == 1 { r.1 } else { r.2 };
             let top = by_scheme.values().flatten().map(value).filter(|v| v.is_finite()).fold(1.0f64, f64::max);
             let top = (top * 1.1 * 4.0).ceil() / 4.0;
-            let series = by_scheme
-                .iter()
+            let mut ordered: Vec<_> = by_scheme.iter().collect();
+            ordered.sort_by_key(|(scheme, _)| schemes.iter().position(|s| s == scheme));
+            let series = ordered
+                .into_iter()
                 .map(|(scheme, rows)| Series {
                     name: if col == 1 { scheme.clone() } else { String::new() },
                     color: color(schemes.iter().position(|s| *s == scheme).unwrap_or(0)),
@@ -137,10 +142,7 @@ pub fn plot(points: &[Point]) -> Result<String, SweepError> {
                 title_size: 13.0,
                 x: Axis {
                     scale: Scale::Linear { lo, hi },
-                    ticks: (0..=4)
-                        .map(|k| lo + (hi - lo) * k as f64 / 4.0)
-                        .map(|v| (v, trim((v * 100.0).round() / 100.0)))
-                        .collect(),
+                    ticks: loads.iter().map(|&v| (v, trim(v))).collect(),
                     label: "load".into(),
                 },
                 y: Axis {

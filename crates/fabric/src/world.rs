@@ -28,6 +28,7 @@ use crate::faults::Faults;
 use crate::lb::{EdgeCtx, Loads, Scheme, SwitchCtx};
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
+use crate::reseq::Resequencer;
 use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
 use crate::topology::{End, Fabric};
@@ -106,6 +107,8 @@ pub enum Ev {
     Sample,
     /// Sample the watched flows' throughput.
     Throughput,
+    /// A flow's resequencing buffer may have to flush.
+    Reseq(u32),
 }
 
 struct Port {
@@ -143,6 +146,10 @@ pub struct Flow {
     /// IP bytes sent in the forward direction (retransmissions included).
     pub tx_bytes: u64,
     pub tx_packets: u64,
+    /// The receiver's resequencing buffer (when switched on) and its
+    /// pending flush time.
+    reseq: Resequencer,
+    reseq_at: Option<Nanos>,
 }
 
 /// The whole simulated fabric.
@@ -175,6 +182,10 @@ pub struct World {
     faults: Faults,
     /// Scratch: the ports of a group still in the routes.
     live: Vec<u32>,
+    /// Receivers resequence data segments, with this timeout.
+    reseq_timeout: Option<Nanos>,
+    /// Scratch: segments the resequencing buffer hands to TCP.
+    ready: Vec<Packet>,
 }
 
 /// Port backlogs as routing schemes read them.
@@ -257,6 +268,8 @@ impl World {
                     done: None,
                     tx_bytes: 0,
                     tx_packets: 0,
+                    reseq: Resequencer::default(),
+                    reseq_at: None,
                 }
             })
             .collect();
@@ -285,6 +298,8 @@ impl World {
             racks,
             faults: Faults::none(),
             live: Vec::new(),
+            reseq_timeout: None,
+            ready: Vec::new(),
         }
     }
 
@@ -297,6 +312,12 @@ impl World {
     /// applied to it).
     pub fn set_faults(&mut self, faults: Faults) {
         self.faults = faults;
+    }
+
+    /// Give every receiver a resequencing buffer ([`Resequencer`]) that
+    /// flushes after `timeout`.
+    pub fn set_resequencing(&mut self, timeout: Nanos) {
+        self.reseq_timeout = Some(timeout);
     }
 
     /// Packets dropped by injected faults.
@@ -660,6 +681,72 @@ impl World {
         }
     }
 
+    /// A data segment goes up to TCP at its receiver `h`, which answers.
+    fn receive_data(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let flow = &mut self.flows[p.flow as usize];
+        let src = flow.spec.src;
+        flow.last_rx = Some(now);
+        let next = flow.receiver.on_data(p.seq);
+        let closes = flow.done.is_none() && flow.receiver.complete();
+        if closes {
+            flow.done = Some(now);
+        }
+        let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
+        ack.ece = p.ce;
+        ack.echo = p.echo;
+        ack.echo_path = p.path;
+        // The data's one-way delay, for schemes that sense paths by it
+        // (Hermes): the ACK's routing scratch field carries it.
+        ack.lb = u32::try_from(now - p.echo).unwrap_or(u32::MAX);
+        self.host_send(now, h, ack, q);
+        if closes {
+            // The sink has shut its sending side: the sender's FIN
+            // (on the last segment) is answered with its own.
+            let fin = self.packet(p.flow, Kind::Fin, next, 0, src, now);
+            self.host_send(now, h, fin, q);
+        }
+    }
+
+    /// A data segment reaches receiver `h`'s resequencing buffer; what it
+    /// releases goes up to TCP, and a flush is scheduled while it holds any.
+    fn resequence(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let f = p.flow as usize;
+        let mut ready = std::mem::take(&mut self.ready);
+        self.flows[f].reseq.arrive(now, p, &mut ready);
+        self.hand_up(now, h, f, ready, q);
+    }
+
+    /// The resequencing buffer of flow `f` may be due to flush.
+    fn reseq_timer(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        if self.flows[f].reseq_at != Some(now) {
+            return; // superseded
+        }
+        self.flows[f].reseq_at = None;
+        let timeout = self.reseq_timeout.unwrap_or(0);
+        let mut ready = std::mem::take(&mut self.ready);
+        if self.flows[f].reseq.deadline(timeout).is_some_and(|d| d <= now) {
+            self.flows[f].reseq.flush(&mut ready);
+        }
+        let h = self.flows[f].spec.dst;
+        self.hand_up(now, h, f, ready, q);
+    }
+
+    /// Hand `ready` to TCP in order, then keep flow `f`'s flush timer armed.
+    fn hand_up(&mut self, now: Nanos, h: u32, f: usize, mut ready: Vec<Packet>, q: &mut Queue<Ev>) {
+        for p in ready.drain(..) {
+            self.receive_data(now, h, p, q);
+        }
+        self.ready = ready;
+        let timeout = self.reseq_timeout.unwrap_or(0);
+        let flow = &mut self.flows[f];
+        if let Some(d) = flow.reseq.deadline(timeout) {
+            if flow.reseq_at.is_none_or(|t| t > d) {
+                flow.reseq_at = Some(d);
+                q.schedule(d, Ev::Reseq(f as u32));
+            }
+        }
+    }
+
     /// A packet reaches host `h`.
     fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
         let f = p.flow as usize;
@@ -670,29 +757,8 @@ impl World {
                 let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
                 self.host_send(now, h, reply, q);
             }
-            Kind::Data => {
-                let flow = &mut self.flows[f];
-                flow.last_rx = Some(now);
-                let next = flow.receiver.on_data(p.seq);
-                let closes = flow.done.is_none() && flow.receiver.complete();
-                if closes {
-                    flow.done = Some(now);
-                }
-                let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
-                ack.ece = p.ce;
-                ack.echo = p.echo;
-                ack.echo_path = p.path;
-                // The data's one-way delay, for schemes that sense paths
-                // by it (Hermes): the ACK's routing scratch field carries it.
-                ack.lb = u32::try_from(now - p.echo).unwrap_or(u32::MAX);
-                self.host_send(now, h, ack, q);
-                if closes {
-                    // The sink has shut its sending side: the sender's FIN
-                    // (on the last segment) is answered with its own.
-                    let fin = self.packet(p.flow, Kind::Fin, next, 0, src, now);
-                    self.host_send(now, h, fin, q);
-                }
-            }
+            Kind::Data if self.reseq_timeout.is_some() => self.resequence(now, h, p, q),
+            Kind::Data => self.receive_data(now, h, p, q),
             Kind::Fin => {
                 let dst = self.flows[f].spec.dst;
                 let ack = self.packet(p.flow, Kind::FinAck, 0, 0, dst, now);
@@ -729,6 +795,7 @@ impl Model for World {
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),
             Ev::Throughput => self.sample_throughput(now, q),
+            Ev::Reseq(f) => self.reseq_timer(now, f as usize, q),
         }
     }
 

@@ -50,3 +50,17 @@ fn a_detected_failure_stops_stranding_flows() {
     assert!(silent.fault_drops > detected.fault_drops, "{} vs {}", silent.fault_drops, detected.fault_drops);
     assert!(silent.unfinished > detected.unfinished, "{} vs {}", silent.unfinished, detected.unfinished);
 }
+
+/// IP bytes sent beyond each completed flow's own (retransmissions).
+fn resent(o: &Outcome) -> u64 {
+    let wire = |bytes: u64| bytes + bytes.div_ceil(1400).max(1) * 52;
+    o.flows.iter().filter(|f| f.complete).map(|f| f.tx_bytes.saturating_sub(wire(f.bytes))).sum()
+}
+
+#[test]
+fn resequencing_spares_per_packet_schemes_spurious_retransmissions() {
+    let drb = run("lb-4x4x8-symmetric", &["routing.scheme=drb", "workload.load=0.6"]);
+    let held = run("lb-4x4x8-symmetric", &["routing.scheme=drb", "workload.load=0.6", "resequence.enabled=true"]);
+    assert_eq!(drb.flows.len(), held.flows.len());
+    assert!(resent(&held) < resent(&drb), "{} vs {} bytes resent", resent(&held), resent(&drb));
+}
