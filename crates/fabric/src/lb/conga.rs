@@ -243,17 +243,22 @@ impl CongaLeaf {
     pub fn feedback_for(&mut self, now: Nanos, dst_leaf: usize) -> Option<Feedback> {
         let aging = self.params.aging;
         let row = &mut self.from_leaf[dst_leaf];
-        let live: Vec<usize> =
-            (0..row.len()).filter(|&u| row[u].is_some_and(|e| now.saturating_sub(e.updated) <= aging)).collect();
-        if live.is_empty() {
+        let live = |e: &Option<FromLeaf>| e.is_some_and(|e| now.saturating_sub(e.updated) <= aging);
+        let count = row.iter().filter(|e| live(e)).count();
+        if count == 0 {
             return None;
         }
-        let start = self.feedback_next[dst_leaf] % live.len();
+        // The turn's entry: the k-th live one; then the first changed live
+        // entry from there on (cyclically), if any. No allocation: this runs
+        // for every packet leaving a leaf.
+        let k = self.feedback_next[dst_leaf] % count;
         self.feedback_next[dst_leaf] += 1;
-        let pick = (0..live.len())
-            .map(|i| live[(start + i) % live.len()])
-            .find(|&u| row[u].is_some_and(|e| e.changed))
-            .unwrap_or(live[start]);
+        let n = row.len();
+        let start = (0..n).filter(|&u| live(&row[u])).nth(k).expect("k < count");
+        let pick = (0..n)
+            .map(|i| (start + i) % n)
+            .find(|&u| live(&row[u]) && row[u].is_some_and(|e| e.changed))
+            .unwrap_or(start);
         let entry = row[pick].as_mut().expect("live entry");
         entry.changed = false;
         Some(Feedback { uplink: pick as u8, metric: entry.metric })
