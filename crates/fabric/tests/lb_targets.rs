@@ -126,3 +126,20 @@ fn black_hole_strands_ecmp_but_not_letflow() {
     assert!(p99("ecmp") > 40.0, "ECMP's stranded small flows: {}", p99("ecmp"));
     assert!(p99("letflow") < p99("ecmp") / 2.0, "LetFlow {} ECMP {}", p99("letflow"), p99("ecmp"));
 }
+
+#[test]
+fn sensing_schemes_are_deterministic() {
+    let path = format!("{}/../../scenarios/fabric/lb-4x4x8-asymmetric.toml", env!("CARGO_MANIFEST_DIR"));
+    for scheme in ["conga", "clove", "flowbender", "hermes"] {
+        let sets = [
+            "end=\"30ms\"".to_string(),
+            "workload.launch_end=\"20ms\"".to_string(),
+            format!("routing.scheme={scheme}"),
+        ];
+        let s = Scenario::load(Path::new(&path), &sets).unwrap();
+        let a = fulcrum_fabric::run(&s, 3, None);
+        let b = fulcrum_fabric::run(&s, 3, None);
+        assert!(a.flows.len() > 50, "{scheme}: {} flows", a.flows.len());
+        assert_eq!(a.flows, b.flows, "{scheme}: same scenario and seed, same flows");
+    }
+}
