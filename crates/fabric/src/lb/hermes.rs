@@ -49,7 +49,10 @@
 //! its first timeout, which marked the path bad).
 //!
 //! **Probes**: every `probe_interval`, towards each other leaf, the path
-//! with the lowest delay plus up to two other paths drawn at random.
+//! with the lowest delay plus up to two other paths drawn at random
+//! ([`Hermes::probe_plan`], [`Hermes::probe_reply`], [`Hermes::probe_lost`]).
+//! The simulator does not send probe packets yet (they belong to no flow),
+//! so [`HermesScheme`] senses paths through its host's own flows only.
 //!
 //! Simplification: path aging is lazy (applied when a path is next looked
 //! at, from the time of its last reset, rather than on a 25 µs timer);
