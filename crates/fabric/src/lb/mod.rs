@@ -37,6 +37,8 @@
 //! and a seed give the same decisions. Schemes know nothing of the event
 //! loop: their tests feed fixed contexts and check the choices.
 //!
+//! Per-packet schemes (DRB, Presto, DRILL) reorder a flow's packets; the
+//! receiver's resequencing buffer ([`crate::reseq`]) can hide that from TCP.
 //! Link failures ([`crate::faults`]) act below the schemes: once a failure
 //! is detected the group a switch scheme sees lacks the dead port, and a
 //! carried path whose member is dead is moved to a live one
@@ -156,14 +158,6 @@ pub enum Config {
     /// Per packet at each switch: the shortest of `d` sampled queues and
     /// the `memory` best remembered.
     Drill { d: u32, memory: u32 },
-}
-
-impl Config {
-    /// Whether the scheme may reorder a flow's packets (the resequencing
-    /// buffer is meant for these).
-    pub fn per_packet(&self) -> bool {
-        matches!(self, Config::Drb | Config::Presto { .. } | Config::Drill { .. })
-    }
 }
 
 /// Build the scheme of `cfg` for `fabric`, with the run's `streams`.
