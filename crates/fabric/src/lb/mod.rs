@@ -38,6 +38,8 @@
 //! and a seed give the same decisions. Schemes know nothing of the event
 //! loop: their tests feed fixed contexts and check the choices.
 //!
+//! Per-packet schemes (DRB, Presto, DRILL) reorder a flow's packets; the
+//! receiver's resequencing buffer ([`crate::reseq`]) can hide that from TCP.
 //! Link failures ([`crate::faults`]) act below the schemes: once a failure
 //! is detected the group a switch scheme sees lacks the dead port, and a
 //! carried path whose member is dead is moved to a live one
@@ -174,14 +176,6 @@ pub enum Config {
     FlowBender(flowbender::FlowBenderParams),
     /// Hermes at the sending hosts.
     Hermes(hermes::HermesParams),
-}
-
-impl Config {
-    /// Whether the scheme may reorder a flow's packets (the resequencing
-    /// buffer is meant for these).
-    pub fn per_packet(&self) -> bool {
-        matches!(self, Config::Drb | Config::Presto { .. } | Config::Drill { .. })
-    }
 }
 
 /// The most paths between two hosts of `fabric` (the size of a per-host
