@@ -7,7 +7,7 @@
 //! shows the share of simulated time done once a run has taken a second.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -25,12 +25,26 @@ Examples:
   fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml
   fulcrum fabric scenarios/fabric/large-scale-tcn-high.toml --runs 5 --json
   fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml --set workload.load=0.4 --set aqm.threshold=30us
+  fulcrum fabric scenarios/fabric/lb-4x4x8-asymmetric.toml --set routing.scheme=letflow
+  fulcrum fabric --plot-sweep sweep.jsonl --out sweep.svg
 
 Exit code 2 means the scenario or an option was rejected; the message names the file, line
 and field (or the --set that broke it).")]
 pub struct Args {
     /// The scenario file (TOML).
-    scenario: PathBuf,
+    #[arg(required_unless_present = "plot_sweep")]
+    scenario: Option<PathBuf>,
+
+    /// Instead of running: draw the FCT of a load-balancing sweep
+    /// (`--json` lines of runs with `--set routing.scheme=…` and
+    /// `--set workload.load=…`, e.g. from bench/fabric-sweep) against load,
+    /// normalised to ECMP's, into the SVG file given by --out.
+    #[arg(long, value_name = "RESULTS.jsonl", conflicts_with = "scenario", requires = "out")]
+    plot_sweep: Option<PathBuf>,
+
+    /// The SVG file --plot-sweep writes.
+    #[arg(long, value_name = "FILE.svg")]
+    out: Option<PathBuf>,
 
     /// Seed of the first run (default: the scenario's `seed`).
     #[arg(long)]
@@ -69,9 +83,13 @@ pub struct Args {
     progress: bool,
 }
 
-/// Load, run, report.
+/// Load, run, report (or draw a sweep's figure).
 pub fn run(args: Args) -> Result<(), Failure> {
-    let scenario = Scenario::load(&args.scenario, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
+    if let (Some(results), Some(out)) = (&args.plot_sweep, &args.out) {
+        return plot_sweep(results, out);
+    }
+    let path = args.scenario.as_ref().ok_or_else(|| Failure::input("a scenario file is needed".to_string()))?;
+    let scenario = Scenario::load(path, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
     let seed = args.seed.unwrap_or(scenario.seed);
     let threads =
         args.threads.map(|t| t as usize).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -107,4 +125,13 @@ pub fn run(args: Args) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// `--plot-sweep RESULTS --out FILE`: the sweep's figure.
+fn plot_sweep(results: &Path, out: &Path) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(results).map_err(|e| Failure::input(format!("{}: {e}", results.display())))?;
+    let bad = |e: fulcrum_fabric::sweep::SweepError| Failure::input(format!("{}: {e}", results.display()));
+    let points = fulcrum_fabric::sweep::parse(&text).map_err(bad)?;
+    let svg = fulcrum_fabric::sweep::plot(&points).map_err(bad)?;
+    std::fs::write(out, svg).map_err(|e| Failure::runtime(format!("--out {}: {e}", out.display())))
 }

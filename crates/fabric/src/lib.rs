@@ -18,8 +18,14 @@
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
 //!   disciplines.
 //! - [`tcp`]: NewReno and DCTCP state machines.
-//! - [`topology`]: leaf-spine, star and dumbbell fabrics with per-flow ECMP.
+//! - [`reseq`]: the receiver's resequencing buffer for per-packet schemes.
+//! - [`topology`]: leaf-spine, star and dumbbell fabrics and their
+//!   equal-cost groups.
 //! - [`ports`]: port names people write ("switch 0 -> host 5").
+//! - [`faults`]: slow, failing, dropping and black-holing links.
+//! - [`lb`]: load balancing inside the fabric: the routing hook and the
+//!   schemes (ECMP, DRB, Presto, LetFlow, DRILL, CONGA, CLOVE-ECN,
+//!   FlowBender, Hermes).
 //! - [`workload`]: Poisson arrivals at a load, sizes from a CDF file
 //!   ([`fulcrum_workload::Cdf`]); long-lived and short flows, permutations,
 //!   incast bursts.
@@ -29,17 +35,23 @@
 //! - [`scenario`]: the TOML scenario format.
 //! - [`report`]: tables and JSON lines.
 //! - [`plot`]: the SVG figures of `--plot`.
+//! - [`sweep`]: the load-balancing sweep's figure (FCT against load,
+//!   normalised to ECMP's).
 
 pub mod codel;
+pub mod faults;
 pub mod flowlist;
+pub mod lb;
 pub mod metrics;
 pub mod packet;
 pub mod plot;
 pub mod ports;
 pub mod qdisc;
 pub mod report;
+pub mod reseq;
 pub mod scenario;
 pub mod sched;
+pub mod sweep;
 pub mod tcp;
 pub mod topology;
 pub mod workload;
@@ -54,13 +66,17 @@ use serde::Serialize;
 pub use metrics::{Bucket, FctSummary, FlowRecord};
 pub use scenario::{Scenario, ScenarioError};
 
+use crate::faults::Faults;
 use crate::topology::{End, Fabric};
 use crate::world::{ModelConfig, World, FRAMING};
 
 /// RNG stream of the workload draws.
 const STREAM_WORKLOAD: u64 = 0;
-/// RNG stream of the ECMP hashing seed.
+/// RNG stream of the ECMP hashing seed (the routing scheme's is
+/// [`lb::STREAM_ROUTING`]).
 const STREAM_ECMP: u64 = 1;
+/// RNG stream of the faults (slow links drawn, random drops).
+const STREAM_FAULTS: u64 = 3;
 
 /// Queue figures of one group of ports (by position in the fabric).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -103,6 +119,8 @@ pub struct Outcome {
     pub data_packets: u64,
     /// Flows that had not received every byte when the run ended.
     pub unfinished: usize,
+    /// Packets dropped by injected faults (`[faults]`).
+    pub fault_drops: u64,
     /// Long flows' throughput samples: (time ns, Gb/s of each long flow
     /// over the interval ending then); empty without long flows.
     pub throughput: Vec<(u64, Vec<f64>)>,
@@ -115,7 +133,9 @@ pub struct Outcome {
 pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outcome {
     let streams = Streams::new(seed);
     let (shape, delay) = scenario.shape();
-    let fabric = Fabric::build(&shape, delay);
+    let mut fabric = Fabric::build(&shape, delay);
+    let faults =
+        scenario.faults().map(|(cfg, leaves)| Faults::new(&cfg, &mut fabric, leaves, streams.stream(STREAM_FAULTS)));
     let classes: Vec<u64> = scenario.hosts.delay_classes.iter().map(|d| d.0).collect();
     let mut specs = Vec::new();
     let mut rng = streams.stream(STREAM_WORKLOAD);
@@ -149,8 +169,16 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         service: scenario.buffers.service.into(),
         delay_at: scenario.hosts.delay_at.into(),
     };
+    let scheme = lb::build(&scenario.routing(), &fabric, &streams);
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
+    world.set_routing(scheme);
+    if let Some(faults) = faults {
+        world.set_faults(faults);
+    }
+    if let Some(timeout) = scenario.resequencing() {
+        world.set_resequencing(timeout);
+    }
     if let Some((long, every)) = scenario.long_flows() {
         world.watch_throughput((0..long).collect(), every, &mut queue);
     }
@@ -180,6 +208,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         events: ran.events,
         data_packets: world.data_packets,
         unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
+        fault_drops: world.fault_drops(),
         flows,
         throughput: std::mem::take(&mut world.throughput),
         queue_series,

@@ -7,6 +7,9 @@
 
 pub use fulcrum_balance::Nanos;
 
+/// [`Packet::path`] of a packet whose path the switches choose.
+pub const NO_PATH: u16 = u16::MAX;
+
 /// What a packet carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -44,6 +47,17 @@ pub struct Packet {
     pub ce: bool,
     /// ECN-Echo on an ACK: the segment it acknowledges arrived with CE.
     pub ece: bool,
+    /// Path chosen by an edge load-balancing scheme at the sender
+    /// ([`NO_PATH`]: the switches choose); see `crate::lb`.
+    pub path: u16,
+    /// On an ACK: the path of the data segment it answers (the receiver
+    /// reflects it, for edge schemes' per-path feedback).
+    pub echo_path: u16,
+    /// Scratch field of the routing scheme (e.g. CONGA's congestion extent
+    /// and feedback); 0 when the packet leaves its host, except on an ACK,
+    /// where it carries the one-way delay (ns) of the data segment the ACK
+    /// answers, for schemes that sense paths by it (Hermes).
+    pub lb: u32,
     /// When the queue the packet now waits in took it (for sojourn time).
     pub enqueued: Nanos,
     /// Send time of the data segment an ACK answers (the timestamp echo that

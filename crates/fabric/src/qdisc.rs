@@ -209,6 +209,9 @@ mod tests {
             ect: true,
             ce: false,
             ece: false,
+            path: crate::packet::NO_PATH,
+            echo_path: crate::packet::NO_PATH,
+            lb: 0,
             enqueued: 0,
             echo: 0,
         }

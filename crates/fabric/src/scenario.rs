@@ -17,7 +17,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::codel;
+use crate::faults::{BlackHole, FaultConfig, LinkFailure};
 use crate::flowlist;
+use crate::lb;
+use crate::lb::clove::CloveParams;
+use crate::lb::conga::CongaParams;
+use crate::lb::flowbender::FlowBenderParams;
+use crate::lb::hermes::HermesParams;
 use crate::packet::Nanos;
 use crate::ports;
 use crate::qdisc::Marking;
@@ -75,6 +81,15 @@ pub struct Scenario {
     pub scheduler: Option<SchedulerCfg>,
     #[serde(default)]
     pub monitor: Monitor,
+    /// Load balancing inside the fabric; per-flow ECMP unless given.
+    #[serde(default)]
+    pub routing: Option<RoutingCfg>,
+    /// Asymmetry and failures (leaf-spine only); none unless given.
+    #[serde(default)]
+    pub faults: Option<FaultsCfg>,
+    /// The receivers' resequencing buffer; off unless given.
+    #[serde(default)]
+    pub resequence: Option<ResequenceCfg>,
     /// The file the scenario came from (for relative paths).
     #[serde(skip)]
     pub path: PathBuf,
@@ -411,12 +426,167 @@ impl SchedulerCfg {
     }
 }
 
-fn zero() -> Dur {
-    Dur(0)
+/// A load-balancing scheme as written in a scenario (`[routing]`, the
+/// `scheme` field naming it); see [`crate::lb`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "scheme", rename_all = "kebab-case")]
+pub enum RoutingCfg {
+    Ecmp {},
+    Drb {},
+    Presto {
+        /// Bytes per flowcell.
+        #[serde(default = "flowcell")]
+        flowcell: u64,
+        /// Shrink each path's flowcell with its capacity.
+        #[serde(default)]
+        weighted: bool,
+    },
+    #[serde(rename = "letflow")]
+    LetFlow {
+        #[serde(default = "flowlet_gap")]
+        flowlet_gap: Dur,
+    },
+    Drill {
+        /// Output queues sampled per packet.
+        #[serde(default = "two")]
+        d: u32,
+        /// Least-loaded ports remembered per destination.
+        #[serde(default = "one_u32")]
+        memory: u32,
+    },
+    /// CONGA; every field defaults to `lb::conga::CongaParams::default()`.
+    Conga {
+        tdre: Option<Dur>,
+        alpha: Option<f64>,
+        q_bits: Option<u32>,
+        flowlet_gap: Option<Dur>,
+        aging: Option<Dur>,
+    },
+    /// CLOVE-ECN; defaults from `lb::clove::CloveParams::default()`.
+    Clove {
+        flowlet_gap: Option<Dur>,
+        half_rtt: Option<Dur>,
+    },
+    /// FlowBender; defaults from `lb::flowbender::FlowBenderParams::default()`.
+    #[serde(rename = "flowbender")]
+    FlowBender {
+        threshold: Option<f64>,
+        rounds: Option<u32>,
+        reroute_on_timeout: Option<bool>,
+    },
+    /// Hermes; defaults from `lb::hermes::HermesParams::default()`.
+    Hermes {
+        good_delay: Option<Dur>,
+        bad_delay: Option<Dur>,
+        ecn_low: Option<f64>,
+        ecn_min_bytes: Option<u64>,
+        window: Option<Dur>,
+        better_delay: Option<Dur>,
+        fail_timeouts: Option<u32>,
+        fail_retx: Option<f64>,
+        fail_sample_bytes: Option<u64>,
+        min_bytes: Option<u64>,
+        max_rate_gbps: Option<f64>,
+        reroute_probability: Option<f64>,
+        retry_gap: Option<Dur>,
+        flowlet_gap: Option<Dur>,
+        forget_after: Option<Dur>,
+    },
+}
+
+/// A duration the scenario may give, else its default.
+fn ns(given: Option<Dur>, default: Nanos) -> Nanos {
+    given.map_or(default, |d| d.0)
+}
+
+/// `[faults]`: see [`crate::faults`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsCfg {
+    /// `[leaf, spine]` pairs whose links run slow.
+    #[serde(default)]
+    pub slow_links: Vec<[u32; 2]>,
+    /// Share of all leaf–spine links that run slow, drawn from the seed.
+    #[serde(default)]
+    pub slow_fraction: f64,
+    /// Rate of a slow link relative to the others (1/5 by default).
+    #[serde(default = "fifth")]
+    pub slow_factor: f64,
+    /// Links that fail.
+    #[serde(default)]
+    pub fail: Vec<FailCfg>,
+    #[serde(default)]
+    pub random_drop: Option<RandomDropCfg>,
+    #[serde(default)]
+    pub black_hole: Option<BlackHoleCfg>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailCfg {
+    pub leaf: u32,
+    pub spine: u32,
+    pub at: Dur,
+    /// Delay until routes stop using the link; never unless given.
+    #[serde(default)]
+    pub detect: Option<Dur>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RandomDropCfg {
+    pub spine: u32,
+    pub rate: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlackHoleCfg {
+    pub spine: u32,
+    #[serde(default)]
+    pub src_leaf: Option<u32>,
+    #[serde(default)]
+    pub dst_leaf: Option<u32>,
+}
+
+/// `[resequence]`: see [`crate::reseq`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResequenceCfg {
+    /// On unless `false` (`--set resequence.enabled=true` switches it on).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// How long a gap may stay open before the held segments go up.
+    #[serde(default = "hundred_us")]
+    pub timeout: Dur,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn hundred_us() -> Dur {
     Dur(100_000)
+}
+
+fn fifth() -> f64 {
+    0.2
+}
+
+fn flowcell() -> u64 {
+    65_536
+}
+
+fn flowlet_gap() -> Dur {
+    Dur(500_000)
+}
+
+fn two() -> u32 {
+    2
+}
+
+fn zero() -> Dur {
+    Dur(0)
 }
 
 fn twenty_ms() -> Dur {
@@ -607,6 +777,24 @@ impl Scenario {
             }
         }
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
+        self.check_faults()?;
+        if let Some(r) = &self.resequence {
+            positive("resequence.timeout", r.timeout.0 as f64)?;
+        }
+        match self.routing {
+            Some(RoutingCfg::Presto { flowcell, .. }) => positive("routing.flowcell", flowcell as f64)?,
+            Some(RoutingCfg::LetFlow { flowlet_gap }) => positive("routing.flowlet_gap", flowlet_gap.0 as f64)?,
+            Some(RoutingCfg::Drill { d, memory }) => {
+                if !(1..=64).contains(&d) {
+                    return bad("routing.d", format!("= {d}: sample 1 to 64 queues"));
+                }
+                if memory > 64 {
+                    return bad("routing.memory", format!("= {memory}: remember at most 64 ports"));
+                }
+            }
+            _ => {}
+        }
+        self.check_sensing_schemes()?;
         positive("end", self.end.0 as f64)?;
         let classes = self.scheduler_classes();
         if let Some(n) = classes {
@@ -745,6 +933,75 @@ impl Scenario {
         self.monitor.queue_ports.iter().map(|name| ports::resolve(name, &fabric, &shape)).collect()
     }
 
+    /// Range checks of `[faults]`.
+    fn check_faults(&self) -> Result<(), (String, String)> {
+        let Some(f) = &self.faults else { return Ok(()) };
+        let bad = |field: &str, msg: String| Err((format!("faults.{field}"), msg));
+        let &Topology::LeafSpine { spines, leaves, .. } = &self.topology else {
+            return Err(("faults".into(), "apply to leaf-spine topologies only".into()));
+        };
+        let range = |what: &str, field: &str, v: u32, n: u32| {
+            if v < n {
+                Ok(())
+            } else {
+                bad(field, format!("names {what} {v}: there are {n} (0 to {})", n - 1))
+            }
+        };
+        for &[leaf, spine] in &f.slow_links {
+            range("leaf", "slow_links", leaf, leaves)?;
+            range("spine", "slow_links", spine, spines)?;
+        }
+        if !(0.0..=1.0).contains(&f.slow_fraction) {
+            return bad("slow_fraction", format!("= {}: must be within [0, 1]", f.slow_fraction));
+        }
+        if !(f.slow_factor > 0.0 && f.slow_factor <= 1.0) {
+            return bad("slow_factor", format!("= {}: must be within (0, 1]", f.slow_factor));
+        }
+        for fail in &f.fail {
+            range("leaf", "fail", fail.leaf, leaves)?;
+            range("spine", "fail", fail.spine, spines)?;
+        }
+        if let Some(d) = &f.random_drop {
+            range("spine", "random_drop", d.spine, spines)?;
+            if !(d.rate > 0.0 && d.rate <= 1.0) {
+                return bad("random_drop", format!("rate = {}: must be within (0, 1]", d.rate));
+            }
+        }
+        if let Some(bh) = &f.black_hole {
+            range("spine", "black_hole", bh.spine, spines)?;
+            for leaf in [bh.src_leaf, bh.dst_leaf].into_iter().flatten() {
+                range("leaf", "black_hole", leaf, leaves)?;
+            }
+            if bh.src_leaf.is_none() && bh.dst_leaf.is_none() {
+                return bad("black_hole", "needs src_leaf, dst_leaf or both".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The faults to inject and the number of leaves they refer to.
+    pub fn faults(&self) -> Option<(FaultConfig, u32)> {
+        let f = self.faults.as_ref()?;
+        let &Topology::LeafSpine { leaves, .. } = &self.topology else { return None };
+        let cfg = FaultConfig {
+            slow_links: f.slow_links.iter().map(|&[l, s]| (l, s)).collect(),
+            slow_fraction: f.slow_fraction,
+            slow_factor: f.slow_factor,
+            failures: f
+                .fail
+                .iter()
+                .map(|x| LinkFailure { leaf: x.leaf, spine: x.spine, at: x.at.0, detect: x.detect.map(|d| d.0) })
+                .collect(),
+            random_drop: f.random_drop.as_ref().map(|d| (d.spine, d.rate)),
+            black_hole: f.black_hole.as_ref().map(|b| BlackHole {
+                spine: b.spine,
+                src_leaf: b.src_leaf,
+                dst_leaf: b.dst_leaf,
+            }),
+        };
+        Some((cfg, leaves))
+    }
+
     /// Classes of the port scheduler, if there is one.
     fn scheduler_classes(&self) -> Option<usize> {
         self.scheduler.as_ref().map(|s| match s {
@@ -804,6 +1061,158 @@ impl Scenario {
         match self.scheduler.as_ref().map(|s| s.extras().1) {
             Some(list) if !list.is_empty() => list.iter().map(marking_of).collect(),
             _ => vec![self.marking(); n],
+        }
+    }
+
+    /// The resequencing buffer's timeout, if it is on.
+    pub fn resequencing(&self) -> Option<Nanos> {
+        self.resequence.as_ref().filter(|r| r.enabled).map(|r| r.timeout.0)
+    }
+
+    /// The load-balancing scheme and its parameters.
+    pub fn routing(&self) -> lb::Config {
+        match self.routing {
+            None | Some(RoutingCfg::Ecmp {}) => lb::Config::Ecmp,
+            Some(RoutingCfg::Drb {}) => lb::Config::Drb,
+            Some(RoutingCfg::Presto { flowcell, weighted }) => lb::Config::Presto { flowcell, weighted },
+            Some(RoutingCfg::LetFlow { flowlet_gap }) => lb::Config::LetFlow { flowlet_gap: flowlet_gap.0 },
+            Some(RoutingCfg::Drill { d, memory }) => lb::Config::Drill { d, memory },
+            Some(RoutingCfg::Conga { tdre, alpha, q_bits, flowlet_gap, aging }) => {
+                let d = CongaParams::default();
+                lb::Config::Conga(CongaParams {
+                    tdre: ns(tdre, d.tdre),
+                    alpha: alpha.unwrap_or(d.alpha),
+                    q_bits: q_bits.unwrap_or(d.q_bits),
+                    flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
+                    aging: ns(aging, d.aging),
+                })
+            }
+            Some(RoutingCfg::Clove { flowlet_gap, half_rtt }) => {
+                let d = CloveParams::default();
+                lb::Config::Clove(CloveParams {
+                    flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
+                    half_rtt: ns(half_rtt, d.half_rtt),
+                })
+            }
+            Some(RoutingCfg::FlowBender { threshold, rounds, reroute_on_timeout }) => {
+                let d = FlowBenderParams::default();
+                lb::Config::FlowBender(FlowBenderParams {
+                    threshold: threshold.unwrap_or(d.threshold),
+                    rounds: rounds.unwrap_or(d.rounds),
+                    reroute_on_timeout: reroute_on_timeout.unwrap_or(d.reroute_on_timeout),
+                })
+            }
+            Some(RoutingCfg::Hermes { .. }) => lb::Config::Hermes(self.hermes_params()),
+        }
+    }
+
+    /// The fields of CONGA, CLOVE, FlowBender and Hermes, checked on the
+    /// parameters the run would use (each error names its field).
+    fn check_sensing_schemes(&self) -> Result<(), (String, String)> {
+        let bad = |field: &str, msg: String| Err((format!("routing.{field}"), msg));
+        let positive = |field: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                bad(field, format!("= {v}: must be above 0"))
+            }
+        };
+        let fraction = |field: &str, v: f64| {
+            if v > 0.0 && v < 1.0 {
+                Ok(())
+            } else {
+                bad(field, format!("= {v}: must be between 0 and 1 (exclusive)"))
+            }
+        };
+        match self.routing() {
+            lb::Config::Conga(p) => {
+                positive("tdre", p.tdre as f64)?;
+                fraction("alpha", p.alpha)?;
+                if !(1..=6).contains(&p.q_bits) {
+                    return bad("q_bits", format!("= {}: the metric field holds 1 to 6 bits", p.q_bits));
+                }
+                positive("flowlet_gap", p.flowlet_gap as f64)?;
+                positive("aging", p.aging as f64)?;
+            }
+            lb::Config::Clove(p) => {
+                positive("flowlet_gap", p.flowlet_gap as f64)?;
+                positive("half_rtt", p.half_rtt as f64)?;
+            }
+            lb::Config::FlowBender(p) => {
+                fraction("threshold", p.threshold)?;
+                positive("rounds", f64::from(p.rounds))?;
+            }
+            lb::Config::Hermes(p) => {
+                for (f, v) in [
+                    ("good_delay", p.good_delay),
+                    ("window", p.window),
+                    ("retry_gap", p.retry_gap),
+                    ("flowlet_gap", p.flowlet_gap),
+                    ("forget_after", p.forget_after),
+                    ("fail_sample_bytes", p.fail_sample_bytes),
+                    ("max_rate_gbps", p.max_rate_bps),
+                ] {
+                    positive(f, v as f64)?;
+                }
+                if p.bad_delay <= p.good_delay {
+                    return bad(
+                        "bad_delay",
+                        format!("= {} ns: must be above good_delay ({} ns)", p.bad_delay, p.good_delay),
+                    );
+                }
+                fraction("ecn_low", p.ecn_low)?;
+                if !(0.0..1.0).contains(&p.fail_retx) {
+                    return bad("fail_retx", format!("= {}: must be at least 0 (off) and below 1", p.fail_retx));
+                }
+                if !(0.0..=1.0).contains(&p.reroute_probability) {
+                    return bad("reroute_probability", format!("= {}: must be within 0 and 1", p.reroute_probability));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Hermes's parameters: the scenario's, the rest at their defaults.
+    fn hermes_params(&self) -> HermesParams {
+        let d = HermesParams::default();
+        let Some(RoutingCfg::Hermes {
+            good_delay,
+            bad_delay,
+            ecn_low,
+            ecn_min_bytes,
+            window,
+            better_delay,
+            fail_timeouts,
+            fail_retx,
+            fail_sample_bytes,
+            min_bytes,
+            max_rate_gbps,
+            reroute_probability,
+            retry_gap,
+            flowlet_gap,
+            forget_after,
+        }) = self.routing
+        else {
+            return d;
+        };
+        HermesParams {
+            good_delay: ns(good_delay, d.good_delay),
+            bad_delay: ns(bad_delay, d.bad_delay),
+            ecn_low: ecn_low.unwrap_or(d.ecn_low),
+            ecn_min_bytes: ecn_min_bytes.unwrap_or(d.ecn_min_bytes),
+            window: ns(window, d.window),
+            better_delay: ns(better_delay, d.better_delay),
+            fail_timeouts: fail_timeouts.unwrap_or(d.fail_timeouts),
+            fail_retx: fail_retx.unwrap_or(d.fail_retx),
+            fail_sample_bytes: fail_sample_bytes.unwrap_or(d.fail_sample_bytes),
+            min_bytes: min_bytes.unwrap_or(d.min_bytes),
+            max_rate_bps: max_rate_gbps.map_or(d.max_rate_bps, |g| (g * 1e9) as u64),
+            reroute_probability: reroute_probability.unwrap_or(d.reroute_probability),
+            retry_gap: ns(retry_gap, d.retry_gap),
+            flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
+            forget_after: ns(forget_after, d.forget_after),
+            ..d
         }
     }
 
@@ -966,6 +1375,89 @@ mod tests {
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
         assert!(err.contains("--set") && err.contains("treshold"), "{err}");
         assert!(parse(&base(), &["nonsense"]).unwrap_err().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn routing_schemes_parse_with_defaults_and_checked_fields() {
+        assert_eq!(parse(&base(), &[]).unwrap().routing(), lb::Config::Ecmp);
+        let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
+        let s = parse(&with("scheme = \"letflow\""), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::LetFlow { flowlet_gap: 500_000 });
+        let s = parse(&with("scheme = \"presto\"\nweighted = true"), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Presto { flowcell: 65_536, weighted: true });
+        let s = parse(&base(), &["routing.scheme=drill"]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Drill { d: 2, memory: 1 });
+        let err = parse(&with("scheme = \"drill\"\nd = 0"), &[]).unwrap_err();
+        assert!(err.contains("x.toml: line") && err.contains("routing.d = 0"), "{err}");
+        let err = parse(&with("scheme = \"letflow\"\nflowlet_gap = \"0us\""), &[]).unwrap_err();
+        assert!(err.contains("routing.flowlet_gap"), "{err}");
+        let err = parse(&with("scheme = \"conga-lite\""), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("conga-lite"), "{err}");
+        let err = parse(&with("scheme = \"drb\"\nflowcell = 3"), &[]).unwrap_err();
+        assert!(err.contains("flowcell"), "{err}");
+        assert!(parse(&base(), &["routing.scheme=drill", "routing.d=99"]).unwrap_err().contains("--set routing.d"));
+    }
+
+    #[test]
+    fn sensing_schemes_parse_with_defaults_and_checked_fields() {
+        let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
+        let s = parse(&with("scheme = \"conga\""), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Conga(CongaParams::default()));
+        let s = parse(&with("scheme = \"clove\"\nhalf_rtt = \"60us\""), &[]).unwrap();
+        assert_eq!(s.routing(), lb::Config::Clove(CloveParams { half_rtt: 60_000, ..CloveParams::default() }));
+        let s = parse(&base(), &["routing.scheme=flowbender", "routing.reroute_on_timeout=false"]).unwrap();
+        let fb = FlowBenderParams { reroute_on_timeout: false, ..FlowBenderParams::default() };
+        assert_eq!(s.routing(), lb::Config::FlowBender(fb));
+        let s = parse(&with("scheme = \"hermes\"\nmin_bytes = 100000\nmax_rate_gbps = 2.5"), &[]).unwrap();
+        let h = HermesParams { min_bytes: 100_000, max_rate_bps: 2_500_000_000, ..HermesParams::default() };
+        assert_eq!(s.routing(), lb::Config::Hermes(h));
+        for (text, field) in [
+            ("scheme = \"conga\"\nq_bits = 7", "routing.q_bits = 7"),
+            ("scheme = \"conga\"\nalpha = 1.5", "routing.alpha = 1.5"),
+            ("scheme = \"clove\"\nflowlet_gap = \"0us\"", "routing.flowlet_gap"),
+            ("scheme = \"flowbender\"\nrounds = 0", "routing.rounds"),
+            ("scheme = \"hermes\"\nbad_delay = \"30us\"", "routing.bad_delay"),
+            ("scheme = \"hermes\"\nreroute_probability = 2.0", "routing.reroute_probability"),
+        ] {
+            let err = parse(&with(text), &[]).unwrap_err();
+            assert!(err.contains("x.toml: line") && err.contains(field), "{text}: {err}");
+        }
+        let err = parse(&with("scheme = \"clove\"\nthreshold = 0.1"), &[]).unwrap_err();
+        assert!(err.contains("threshold"), "{err}");
+    }
+
+    #[test]
+    fn resequencing_is_off_unless_asked_for() {
+        assert_eq!(parse(&base(), &[]).unwrap().resequencing(), None);
+        assert_eq!(parse(&base(), &["resequence.enabled=true"]).unwrap().resequencing(), Some(100_000));
+        let s = parse(&format!("{}\n[resequence]\ntimeout = \"50us\"\n", base()), &[]).unwrap();
+        assert_eq!(s.resequencing(), Some(50_000));
+        assert_eq!(parse(&base(), &["resequence.enabled=false"]).unwrap().resequencing(), None);
+        assert!(parse(&base(), &["resequence.timeout=0us"]).unwrap_err().contains("--set resequence.timeout"));
+    }
+
+    #[test]
+    fn faults_parse_and_name_their_field() {
+        let with = |extra: &str| format!("{}\n[faults]\n{extra}\n", base());
+        let text = with(concat!(
+            "slow_links = [[0, 1]]\nslow_fraction = 0.25\n",
+            "fail = [{ leaf = 2, spine = 3, at = \"10ms\", detect = \"1ms\" }]\n",
+            "random_drop = { spine = 0, rate = 0.005 }\nblack_hole = { spine = 0, src_leaf = 1 }"
+        ));
+        let (cfg, leaves) = parse(&text, &[]).unwrap().faults().unwrap();
+        assert_eq!(leaves, 4);
+        assert_eq!((cfg.slow_links, cfg.slow_fraction, cfg.slow_factor), (vec![(0, 1)], 0.25, 0.2));
+        assert_eq!(cfg.failures, [LinkFailure { leaf: 2, spine: 3, at: 10_000_000, detect: Some(1_000_000) }]);
+        assert_eq!(cfg.random_drop, Some((0, 0.005)));
+        assert_eq!(cfg.black_hole, Some(BlackHole { spine: 0, src_leaf: Some(1), dst_leaf: None }));
+        let err = parse(&with("slow_links = [[0, 4]]"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("faults.slow_links names spine 4"), "{err}");
+        let err = parse(&with("random_drop = { spine = 0, rate = 2 }"), &[]).unwrap_err();
+        assert!(err.contains("line") && err.contains("faults.random_drop rate = 2"), "{err}");
+        let err = parse(&with("black_hole = { spine = 0 }"), &[]).unwrap_err();
+        assert!(err.contains("faults.black_hole needs"), "{err}");
+        let err = parse(&with("slow_fraction = 0.5\nslow_factr = 0.1"), &[]).unwrap_err();
+        assert!(err.contains("slow_factr"), "{err}");
     }
 
     #[test]

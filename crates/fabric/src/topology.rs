@@ -16,8 +16,11 @@
 //! - **Dumbbell**: two switches joined by one bottleneck link, hosts split
 //!   between them (each side a rack).
 //!
-//! Link faults (a later issue) will act on ports: every link is addressable
-//! by its port index, and groups list ports, so a fault can remove one.
+//! Faults act on ports: every link is addressable by its port index, and
+//! groups list ports, so a detected failure removes one (`crate::faults`).
+//! Which member of a group a packet takes is the routing scheme's choice
+//! (`crate::lb`); [`Fabric::next_port`] is per-flow ECMP's, used for the
+//! ideal (lone-flow) path delay.
 
 use fulcrum_balance::HashFunction;
 
@@ -203,17 +206,56 @@ impl Fabric {
         b.f
     }
 
+    /// The equal-cost output ports of `switch` toward host `dst`.
+    #[inline]
+    pub fn group(&self, switch: u32, dst: u32) -> &[u32] {
+        &self.groups[self.route[(switch * self.hosts + dst) as usize] as usize]
+    }
+
     /// The output port switch `switch` uses for a packet of `flow` (its
-    /// reverse direction hashing separately) toward `dst`; `salt` is the
-    /// run's hashing seed.
+    /// reverse direction hashing separately) toward `dst` under per-flow
+    /// ECMP; `salt` is the run's hashing seed. The same hash as the ECMP
+    /// scheme's (`lb::Ecmp`).
     #[inline]
     pub fn next_port(&self, switch: u32, dst: u32, flow: u32, reverse: bool, salt: u64) -> u32 {
-        let g = &self.groups[self.route[(switch * self.hosts + dst) as usize] as usize];
+        let g = self.group(switch, dst);
         if g.len() == 1 {
             return g[0];
         }
         let key = (flow as u64) << 1 | reverse as u64 | (switch as u64) << 40;
         g[(HashFunction::Xxhash.hash_pair(key, salt) % g.len() as u64) as usize]
+    }
+
+    /// Number of paths from host `src` to host `dst`: the size of the first
+    /// equal-cost group on the way with more than one port (1 if none).
+    pub fn paths(&self, src: u32, dst: u32) -> u32 {
+        let mut port = self.host_port[src as usize];
+        while let End::Switch(s) = self.ports[port as usize].to {
+            let g = self.group(s, dst);
+            if g.len() > 1 {
+                return g.len() as u32;
+            }
+            port = g[0];
+        }
+        1
+    }
+
+    /// The ports path `path` crosses from host `src` to host `dst`: member
+    /// `path mod n` of each `n`-port group on the way.
+    pub fn path_ports(&self, src: u32, dst: u32, path: u16) -> impl Iterator<Item = u32> + '_ {
+        let first = self.host_port[src as usize];
+        std::iter::successors(Some(first), move |&port| match self.ports[port as usize].to {
+            End::Switch(s) => {
+                let g = self.group(s, dst);
+                Some(g[path as usize % g.len()])
+            }
+            End::Host(_) => None,
+        })
+    }
+
+    /// Rate of the slowest link on path `path` from `src` to `dst` (bits/s).
+    pub fn path_bps(&self, src: u32, dst: u32, path: u16) -> u64 {
+        self.path_ports(src, dst, path).map(|p| self.ports[p as usize].bps).min().unwrap_or(0)
     }
 
     /// Propagation delay from `src` to `dst` along the path `flow` takes.
@@ -267,6 +309,11 @@ mod tests {
         assert_eq!(spines.len(), 4);
         assert_eq!(f.racks(), 4);
         assert_eq!(f.path_delay(0, 31, 5, 7), 40_000);
+        assert_eq!((f.paths(0, 31), f.paths(0, 1)), (4, 1));
+        let via: Vec<u32> = f.path_ports(0, 31, 2).collect();
+        assert_eq!(via.len(), 4);
+        assert_eq!(f.ports[via[1] as usize].to, End::Switch(4 + 2), "path 2 climbs to spine 2");
+        assert_eq!(f.path_bps(0, 31, 2), 10_000_000_000);
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! facing hosts: [`DelayAt`]) hold each packet for its delay class first, in
 //! one FIFO per class, again with at most one event for the oldest.
 //!
-//! Switches forward by per-flow ECMP ([`Fabric::next_port`]). Hosts run
+//! Routing is the load-balancing scheme's ([`crate::lb`]): hosts ask it for
+//! a path for each packet they send ([`Scheme::edge_path`]), switches for
+//! an output port ([`Scheme::switch_port`], per-flow ECMP by default), and
+//! ACKs and timeouts are reported to it. Hosts run
 //! [`Sender`] and [`Receiver`]; the retransmission timer is lazy: one
 //! pending `Timer` event per flow, re-armed when it fires early.
 
@@ -21,8 +24,11 @@ use std::collections::VecDeque;
 
 use fulcrum_des::{Model, Queue};
 
-use crate::packet::{Kind, Nanos, Packet};
+use crate::faults::Faults;
+use crate::lb::{EdgeCtx, Loads, Scheme, SwitchCtx};
+use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
+use crate::reseq::Resequencer;
 use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
 use crate::topology::{End, Fabric};
@@ -109,6 +115,8 @@ pub enum Ev {
     Sample,
     /// Sample the watched flows' throughput.
     Throughput,
+    /// A flow's resequencing buffer may have to flush.
+    Reseq(u32),
 }
 
 struct Port {
@@ -146,6 +154,10 @@ pub struct Flow {
     /// IP bytes sent in the forward direction (retransmissions included).
     pub tx_bytes: u64,
     pub tx_packets: u64,
+    /// The receiver's resequencing buffer (when switched on) and its
+    /// pending flush time.
+    reseq: Resequencer,
+    reseq_at: Option<Nanos>,
 }
 
 /// The whole simulated fabric.
@@ -174,6 +186,29 @@ pub struct World {
     pub throughput: Vec<(Nanos, Vec<f64>)>,
     /// Time of the event being handled.
     now: Nanos,
+    /// The load-balancing scheme.
+    routing: Box<dyn Scheme>,
+    /// Paths between racks, `rack · racks + rack` (for edge schemes).
+    rack_paths: Vec<u32>,
+    racks: u32,
+    faults: Faults,
+    /// Scratch: the ports of a group still in the routes.
+    live: Vec<u32>,
+    /// Receivers resequence data segments, with this timeout.
+    reseq_timeout: Option<Nanos>,
+    /// Scratch: segments the resequencing buffer hands to TCP.
+    ready: Vec<Packet>,
+}
+
+/// Port backlogs as routing schemes read them.
+struct PortLoads<'a>(&'a [Port]);
+
+impl Loads for PortLoads<'_> {
+    #[inline]
+    fn queued(&self, port: u32) -> u32 {
+        let p = &self.0[port as usize];
+        (p.qdisc.len() + p.device.len()) as u32
+    }
 }
 
 impl World {
@@ -253,11 +288,16 @@ impl World {
                     done: None,
                     tx_bytes: 0,
                     tx_packets: 0,
+                    reseq: Resequencer::default(),
+                    reseq_at: None,
                 }
             })
             .collect();
         queue.schedule(0, Ev::Sample);
         let backlog_sum = vec![0; fabric.ports.len()];
+        let racks = fabric.racks().max(1);
+        let first_of = |r: u32| fabric.rack.iter().position(|&x| x == r).unwrap_or(0) as u32;
+        let rack_paths = (0..racks * racks).map(|i| fabric.paths(first_of(i / racks), first_of(i % racks))).collect();
         World {
             cfg,
             fabric,
@@ -275,7 +315,36 @@ impl World {
             watched_rx: Vec::new(),
             throughput: Vec::new(),
             now: 0,
+            routing: Box::new(crate::lb::Ecmp),
+            rack_paths,
+            racks,
+            faults: Faults::none(),
+            live: Vec::new(),
+            reseq_timeout: None,
+            ready: Vec::new(),
         }
+    }
+
+    /// Route with `scheme` instead of per-flow ECMP.
+    pub fn set_routing(&mut self, scheme: Box<dyn Scheme>) {
+        self.routing = scheme;
+    }
+
+    /// Inject `faults` (bound to this fabric's ports; slow links already
+    /// applied to it).
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// Give every receiver a resequencing buffer ([`Resequencer`]) that
+    /// flushes after `timeout`.
+    pub fn set_resequencing(&mut self, timeout: Nanos) {
+        self.reseq_timeout = Some(timeout);
+    }
+
+    /// Packets dropped by injected faults.
+    pub fn fault_drops(&self) -> u64 {
+        self.faults.dropped
     }
 
     /// Sample the throughput of `flows` every `every` from time 0 on, as
@@ -467,15 +536,62 @@ impl World {
         }
         match port.to {
             End::Switch(s) => {
-                let out = self.fabric.next_port(s, p.dst, p.flow, p.is_reverse(), self.cfg.salt);
-                self.offer(now, out, p, q);
+                let mut p = p;
+                let out = self.route(now, s, i as u32, &mut p);
+                let spec = &self.flows[p.flow as usize].spec;
+                let src = if p.is_reverse() { spec.dst } else { spec.src };
+                if !self.faults.drops(out, now, &p, src, &self.fabric.rack) {
+                    self.offer(now, out, p, q);
+                }
             }
             End::Host(h) => self.deliver(now, h, p, q),
         }
     }
 
-    /// A host sends a packet through its NIC.
-    fn host_send(&mut self, now: Nanos, host: u32, p: Packet, q: &mut Queue<Ev>) {
+    /// The output port of switch `switch` for `p`, which came in on
+    /// `in_port`: the routing scheme's choice among the equal-cost group.
+    fn route(&mut self, now: Nanos, switch: u32, in_port: u32, p: &mut Packet) -> u32 {
+        let spec = &self.flows[p.flow as usize].spec;
+        let reverse = p.is_reverse();
+        let full = self.fabric.group(switch, p.dst);
+        let mut group = full;
+        if self.faults.may_unroute() && full.len() > 1 {
+            // Detected failures leave the routes (unless nothing is left).
+            self.live.clear();
+            self.live.extend(full.iter().filter(|&&port| self.faults.routed(port, now)));
+            if !self.live.is_empty() {
+                group = &self.live;
+            }
+        }
+        let ctx = SwitchCtx {
+            now,
+            switch,
+            in_port,
+            src: if reverse { spec.dst } else { spec.src },
+            dst: p.dst,
+            reverse,
+            group,
+            fabric: &self.fabric,
+            loads: &PortLoads(&self.ports),
+            salt: self.cfg.salt,
+        };
+        self.routing.switch_port(&ctx, p)
+    }
+
+    /// A host sends a packet through its NIC, on the path the routing
+    /// scheme chooses for it.
+    fn host_send(&mut self, now: Nanos, host: u32, mut p: Packet, q: &mut Queue<Ev>) {
+        let racks = self.racks;
+        let (from, to) = (self.fabric.rack[host as usize], self.fabric.rack[p.dst as usize]);
+        let ctx = EdgeCtx {
+            now,
+            host,
+            peer: p.dst,
+            reverse: p.is_reverse(),
+            paths: self.rack_paths[(from * racks + to) as usize],
+            fabric: &self.fabric,
+        };
+        p.path = self.routing.edge_path(&ctx, &p).unwrap_or(NO_PATH);
         let port = self.fabric.host_port[host as usize];
         self.offer(now, port, p, q);
     }
@@ -521,6 +637,9 @@ impl World {
             ect: kind == Kind::Data,
             ce: false,
             ece: false,
+            path: NO_PATH,
+            echo_path: NO_PATH,
+            lb: 0,
             enqueued: now,
             echo: now,
         }
@@ -583,6 +702,7 @@ impl World {
         self.flows[f].timer_at = None;
         match self.flows[f].sender.deadline {
             Some(d) if d <= now => {
+                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32);
                 let cfg = self.cfg.tcp;
                 if self.flows[f].sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
@@ -591,6 +711,72 @@ impl World {
                 self.pump(now, f, q);
             }
             _ => self.arm_timer(f, q),
+        }
+    }
+
+    /// A data segment goes up to TCP at its receiver `h`, which answers.
+    fn receive_data(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let flow = &mut self.flows[p.flow as usize];
+        let src = flow.spec.src;
+        flow.last_rx = Some(now);
+        let next = flow.receiver.on_data(p.seq);
+        let closes = flow.done.is_none() && flow.receiver.complete();
+        if closes {
+            flow.done = Some(now);
+        }
+        let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
+        ack.ece = p.ce;
+        ack.echo = p.echo;
+        ack.echo_path = p.path;
+        // The data's one-way delay, for schemes that sense paths by it
+        // (Hermes): the ACK's routing scratch field carries it.
+        ack.lb = u32::try_from(now - p.echo).unwrap_or(u32::MAX);
+        self.host_send(now, h, ack, q);
+        if closes {
+            // The sink has shut its sending side: the sender's FIN
+            // (on the last segment) is answered with its own.
+            let fin = self.packet(p.flow, Kind::Fin, next, 0, src, now);
+            self.host_send(now, h, fin, q);
+        }
+    }
+
+    /// A data segment reaches receiver `h`'s resequencing buffer; what it
+    /// releases goes up to TCP, and a flush is scheduled while it holds any.
+    fn resequence(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let f = p.flow as usize;
+        let mut ready = std::mem::take(&mut self.ready);
+        self.flows[f].reseq.arrive(now, p, &mut ready);
+        self.hand_up(now, h, f, ready, q);
+    }
+
+    /// The resequencing buffer of flow `f` may be due to flush.
+    fn reseq_timer(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+        if self.flows[f].reseq_at != Some(now) {
+            return; // superseded
+        }
+        self.flows[f].reseq_at = None;
+        let timeout = self.reseq_timeout.unwrap_or(0);
+        let mut ready = std::mem::take(&mut self.ready);
+        if self.flows[f].reseq.deadline(timeout).is_some_and(|d| d <= now) {
+            self.flows[f].reseq.flush(&mut ready);
+        }
+        let h = self.flows[f].spec.dst;
+        self.hand_up(now, h, f, ready, q);
+    }
+
+    /// Hand `ready` to TCP in order, then keep flow `f`'s flush timer armed.
+    fn hand_up(&mut self, now: Nanos, h: u32, f: usize, mut ready: Vec<Packet>, q: &mut Queue<Ev>) {
+        for p in ready.drain(..) {
+            self.receive_data(now, h, p, q);
+        }
+        self.ready = ready;
+        let timeout = self.reseq_timeout.unwrap_or(0);
+        let flow = &mut self.flows[f];
+        if let Some(d) = flow.reseq.deadline(timeout) {
+            if flow.reseq_at.is_none_or(|t| t > d) {
+                flow.reseq_at = Some(d);
+                q.schedule(d, Ev::Reseq(f as u32));
+            }
         }
     }
 
@@ -604,25 +790,8 @@ impl World {
                 let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
                 self.host_send(now, h, reply, q);
             }
-            Kind::Data => {
-                let flow = &mut self.flows[f];
-                flow.last_rx = Some(now);
-                let next = flow.receiver.on_data(p.seq);
-                let closes = flow.done.is_none() && flow.receiver.complete();
-                if closes {
-                    flow.done = Some(now);
-                }
-                let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
-                ack.ece = p.ce;
-                ack.echo = p.echo;
-                self.host_send(now, h, ack, q);
-                if closes {
-                    // The sink has shut its sending side: the sender's FIN
-                    // (on the last segment) is answered with its own.
-                    let fin = self.packet(p.flow, Kind::Fin, next, 0, src, now);
-                    self.host_send(now, h, fin, q);
-                }
-            }
+            Kind::Data if self.reseq_timeout.is_some() => self.resequence(now, h, p, q),
+            Kind::Data => self.receive_data(now, h, p, q),
             Kind::Fin => {
                 let dst = self.flows[f].spec.dst;
                 let ack = self.packet(p.flow, Kind::FinAck, 0, 0, dst, now);
@@ -634,6 +803,7 @@ impl World {
                 self.pump(now, f, q);
             }
             Kind::Ack => {
+                self.routing.on_ack(now, h, &p);
                 let cfg = self.cfg.tcp;
                 let sender = &mut self.flows[f].sender;
                 sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
@@ -658,6 +828,7 @@ impl Model for World {
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),
             Ev::Throughput => self.sample_throughput(now, q),
+            Ev::Reseq(f) => self.reseq_timer(now, f as usize, q),
         }
     }
 

@@ -1,0 +1,306 @@
+//! Load balancing inside the fabric: the routing hook every scheme plugs
+//! into, and the schemes themselves, one file each.
+//!
+//! The comparison follows the Hermes paper (Zhang et al., "Resilient
+//! datacenter load balancing in the wild", SIGCOMM 2017) and its simulator
+//! (github.com/snowzjx/ns3-ecn-sharp, experiment program in
+//! snowzjx/ns3-load-balance `examples/load-balance/`), which places each
+//! scheme at one of two decision points:
+//!
+//! - **Edge schemes** (Presto, DRB, CLOVE, FlowBender, Hermes) decide at the
+//!   sending host: [`Scheme::edge_path`] returns a *path* that the packet
+//!   carries ([`Packet::path`], as the original's source-routing tag). A
+//!   switch follows a carried path: path `p` takes member `p mod n` of each
+//!   `n`-port equal-cost group on the way. In a leaf-spine fabric with `S`
+//!   spines and `L` parallel links per leaf–spine pair the paths between
+//!   two racks are `0 .. S·L`: path `s·L + l` climbs through uplink `l` to
+//!   spine `s` and comes down its parallel link `l`
+//!   ([`EdgeCtx::paths`] gives the count; within a rack there is one).
+//! - **Switch schemes** (ECMP, LetFlow, DRILL, CONGA) decide at each switch
+//!   for packets without a path: [`Scheme::switch_port`] picks one port of
+//!   the equal-cost group toward the packet's destination, seeing the time,
+//!   the packet (mutable, so a scheme can stamp its own fields, e.g. CONGA's
+//!   congestion extent and feedback in [`Packet::lb`]), where it came from,
+//!   and every port's backlog ([`Loads`]). It is called at every switch a
+//!   packet crosses, also where the group has one port (a CONGA destination
+//!   leaf reads the packet there), so per-packet switch state (DRE meters)
+//!   lives in the scheme.
+//!
+//! Feedback reaches edge schemes through [`Scheme::on_ack`] (an ACK arrives
+//! at the sender: ECN echo, the RTT sample `now − echo` and the path the
+//! acknowledged segment took, [`Packet::echo_path`], which the receiver
+//! copies from the data segment, and the data's one-way delay in
+//! [`Packet::lb`], which the receiver writes) and [`Scheme::on_timeout`] (a flow's
+//! retransmission timer fired). A scheme is one object per run owning the
+//! state of every host and switch; randomness comes from its own seeded
+//! stream ([`fulcrum_des::Streams`] stream [`STREAM_ROUTING`]; per-flow
+//! hashing uses the run's salt, [`SwitchCtx::salt`]), so a scenario
+//! and a seed give the same decisions. Schemes know nothing of the event
+//! loop: their tests feed fixed contexts and check the choices.
+//!
+//! Per-packet schemes (DRB, Presto, DRILL) reorder a flow's packets; the
+//! receiver's resequencing buffer ([`crate::reseq`]) can hide that from TCP.
+//! Link failures ([`crate::faults`]) act below the schemes: once a failure
+//! is detected the group a switch scheme sees lacks the dead port, and a
+//! carried path whose member is dead is moved to a live one
+//! ([`follow`]). Before detection every scheme keeps using the dead link.
+
+pub mod clove;
+pub mod conga;
+mod drb;
+mod drill;
+mod ecmp;
+pub mod flowbender;
+pub mod hermes;
+mod letflow;
+
+pub use drb::RoundRobinPaths;
+pub use drill::Drill;
+pub use ecmp::Ecmp;
+pub use letflow::LetFlow;
+
+pub use clove::CloveScheme;
+pub use conga::CongaScheme;
+pub use flowbender::FlowBenderScheme;
+pub use hermes::HermesScheme;
+
+use fulcrum_des::Streams;
+
+use crate::packet::{Nanos, Packet, NO_PATH};
+use crate::topology::Fabric;
+
+/// RNG stream of the routing scheme (stream 0 draws the workload, 1 the
+/// ECMP salt, 3 the faults).
+pub const STREAM_ROUTING: u64 = 2;
+
+/// Backlog of every output port, as a switch scheme may read it.
+pub trait Loads {
+    /// Packets waiting at `port` (discipline and device queue).
+    fn queued(&self, port: u32) -> u32;
+}
+
+/// What a switch scheme sees when it forwards one packet.
+pub struct SwitchCtx<'a> {
+    pub now: Nanos,
+    pub switch: u32,
+    /// Port the packet arrived on (its sending end's index).
+    pub in_port: u32,
+    /// Sending and receiving host of the packet.
+    pub src: u32,
+    pub dst: u32,
+    /// The packet goes from the flow's receiver back to its sender.
+    pub reverse: bool,
+    /// Equal-cost output ports toward `dst` still in the routes (at least one).
+    pub group: &'a [u32],
+    pub fabric: &'a Fabric,
+    pub loads: &'a dyn Loads,
+    /// The run's ECMP hashing seed (drawn from its own stream).
+    pub salt: u64,
+}
+
+/// What an edge scheme sees when a host sends a packet.
+pub struct EdgeCtx<'a> {
+    pub now: Nanos,
+    /// The sending host and the host the packet goes to.
+    pub host: u32,
+    pub peer: u32,
+    /// The packet goes from the flow's receiver back to its sender.
+    pub reverse: bool,
+    /// Number of paths between the two hosts (1 within a rack).
+    pub paths: u32,
+    pub fabric: &'a Fabric,
+}
+
+/// A load-balancing scheme; see the module documentation for the model.
+pub trait Scheme: Send {
+    /// Name as written in a scenario.
+    fn name(&self) -> &'static str;
+
+    /// Path for `pkt`, which `ctx.host` is about to send; `None` leaves the
+    /// choice to the switches. Edge schemes override this.
+    fn edge_path(&mut self, _ctx: &EdgeCtx, _pkt: &Packet) -> Option<u16> {
+        None
+    }
+
+    /// Output port (a member of `ctx.group`) for `pkt` at `ctx.switch`.
+    /// The default follows a carried path and hashes the rest per flow
+    /// (ECMP); switch schemes override it.
+    fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {
+        if pkt.path != NO_PATH {
+            return follow(ctx, pkt.path);
+        }
+        ecmp::hash_port(ctx, pkt)
+    }
+
+    /// An ACK (`ack.ece`, `ack.echo`, `ack.echo_path`) reached the sender
+    /// `host` of flow `ack.flow`.
+    fn on_ack(&mut self, _now: Nanos, _host: u32, _ack: &Packet) {}
+
+    /// Flow `flow`'s retransmission timer fired at its sender `host`.
+    fn on_timeout(&mut self, _now: Nanos, _host: u32, _flow: u32) {}
+}
+
+/// The member of the group a carried path takes: `path mod n` of the full
+/// group toward the destination; if failure detection has removed that
+/// port, `path mod m` of the `m` live ones.
+pub fn follow(ctx: &SwitchCtx, path: u16) -> u32 {
+    let full = ctx.fabric.group(ctx.switch, ctx.dst);
+    let port = full[path as usize % full.len()];
+    if ctx.group.len() == full.len() || ctx.group.contains(&port) {
+        port
+    } else {
+        ctx.group[path as usize % ctx.group.len()]
+    }
+}
+
+/// A scheme and its parameters, as a scenario gives them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Config {
+    /// Per-flow ECMP (each switch hashes the flow with the run's salt).
+    Ecmp,
+    /// Per-packet round robin over paths at the sender, per destination.
+    Drb,
+    /// Round robin of `flowcell`-byte flowcells over paths at the sender;
+    /// `weighted`: each path's flowcell shrinks with its capacity.
+    Presto { flowcell: u64, weighted: bool },
+    /// A random port per flowlet at each switch.
+    LetFlow { flowlet_gap: Nanos },
+    /// Per packet at each switch: the shortest of `d` sampled queues and
+    /// the `memory` best remembered.
+    Drill { d: u32, memory: u32 },
+    /// CONGA at every switch.
+    Conga(conga::CongaParams),
+    /// CLOVE-ECN at the sending hosts.
+    Clove(clove::CloveParams),
+    /// FlowBender at the sending hosts.
+    FlowBender(flowbender::FlowBenderParams),
+    /// Hermes at the sending hosts.
+    Hermes(hermes::HermesParams),
+}
+
+/// The most paths between two hosts of `fabric` (the size of a per-host
+/// path table).
+pub fn max_paths(fabric: &Fabric) -> usize {
+    let first_of = |r: u32| fabric.rack.iter().position(|&x| x == r).unwrap_or(0) as u32;
+    let racks = fabric.racks().max(1);
+    (0..racks * racks).map(|i| fabric.paths(first_of(i / racks), first_of(i % racks))).max().unwrap_or(1) as usize
+}
+
+/// Build the scheme of `cfg` for `fabric`, with the run's `streams`.
+pub fn build(cfg: &Config, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+    let rng = || streams.stream(STREAM_ROUTING);
+    match *cfg {
+        Config::Ecmp => Box::new(Ecmp),
+        Config::Drb => Box::new(RoundRobinPaths::drb(fabric, rng())),
+        Config::Presto { flowcell, weighted } => Box::new(RoundRobinPaths::presto(flowcell, weighted, fabric, rng())),
+        Config::LetFlow { flowlet_gap } => Box::new(LetFlow::new(flowlet_gap, rng())),
+        Config::Drill { d, memory } => Box::new(Drill::new(d, memory, rng())),
+        Config::Conga(p) => Box::new(CongaScheme::new(p, fabric, rng())),
+        Config::Clove(p) => Box::new(CloveScheme::new(p, fabric, rng())),
+        Config::FlowBender(p) => Box::new(FlowBenderScheme::new(p, rng())),
+        Config::Hermes(p) => Box::new(HermesScheme::new(p, fabric, rng())),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Fixed contexts for the schemes' golden tests.
+    use super::*;
+    use crate::packet::Kind;
+    use crate::topology::Shape;
+
+    /// Backlogs given as a list indexed by port.
+    pub struct FixedLoads(pub Vec<u32>);
+
+    impl Loads for FixedLoads {
+        fn queued(&self, port: u32) -> u32 {
+            self.0.get(port as usize).copied().unwrap_or(0)
+        }
+    }
+
+    /// The seed's 4 × 4 × 8 leaf-spine.
+    pub fn fabric() -> Fabric {
+        let shape =
+            Shape::LeafSpine { spines: 4, leaves: 4, hosts_per_leaf: 8, links: 1, host_gbps: 10.0, fabric_gbps: 10.0 };
+        Fabric::build(&shape, 10_000)
+    }
+
+    pub fn data(flow: u32, seq: u32, dst: u32) -> Packet {
+        Packet {
+            flow,
+            seq,
+            dst,
+            wire: 1454,
+            kind: Kind::Data,
+            ect: true,
+            ce: false,
+            ece: false,
+            path: NO_PATH,
+            echo_path: NO_PATH,
+            lb: 0,
+            enqueued: 0,
+            echo: 0,
+        }
+    }
+
+    /// Host 0's leaf (switch 0) forwarding toward host 31 (leaf 3).
+    pub fn at_leaf0<'a>(f: &'a Fabric, loads: &'a dyn Loads, now: Nanos) -> SwitchCtx<'a> {
+        SwitchCtx {
+            now,
+            switch: 0,
+            in_port: f.host_port[0],
+            src: 0,
+            dst: 31,
+            reverse: false,
+            group: f.group(0, 31),
+            fabric: f,
+            loads,
+            salt: 7,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn a_carried_path_is_followed_and_moved_off_a_dead_port() {
+        let f = fabric();
+        let loads = FixedLoads(vec![]);
+        let mut ctx = at_leaf0(&f, &loads, 0);
+        let full = f.group(0, 31).to_vec();
+        assert_eq!(full.len(), 4);
+        for p in 0..8u16 {
+            assert_eq!(follow(&ctx, p), full[p as usize % 4]);
+        }
+        // Port of path 1 detected dead: the live group is the other three.
+        let live = [full[0], full[2], full[3]];
+        ctx.group = &live;
+        assert_eq!(follow(&ctx, 2), full[2], "live paths keep their port");
+        assert_eq!(follow(&ctx, 1), live[1], "path 1 moves to live member 1 mod 3");
+    }
+
+    #[test]
+    fn every_config_builds_its_scheme() {
+        let f = fabric();
+        let streams = Streams::new(1);
+        let names: Vec<&str> = [
+            Config::Ecmp,
+            Config::Drb,
+            Config::Presto { flowcell: 65536, weighted: false },
+            Config::LetFlow { flowlet_gap: 500_000 },
+            Config::Drill { d: 2, memory: 1 },
+            Config::Conga(conga::CongaParams::default()),
+            Config::Clove(clove::CloveParams::default()),
+            Config::FlowBender(flowbender::FlowBenderParams::default()),
+            Config::Hermes(hermes::HermesParams::default()),
+        ]
+        .iter()
+        .map(|c| build(c, &f, &streams).name())
+        .collect();
+        assert_eq!(names, ["ecmp", "drb", "presto", "letflow", "drill", "conga", "clove", "flowbender", "hermes"]);
+        assert_eq!(max_paths(&f), 4);
+    }
+}
