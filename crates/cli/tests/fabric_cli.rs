@@ -51,3 +51,39 @@ fn bad_input_names_the_field_and_exits_2() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("codel") && err.contains("--set"), "{err}");
 }
+
+#[test]
+fn load_balancing_scenarios_run_and_a_sweep_plots() {
+    let shapes = ["4x4x8", "8x8x16"];
+    let cases = ["symmetric", "asymmetric", "random-drop", "black-hole"];
+    for name in shapes.iter().flat_map(|s| cases.iter().map(move |c| format!("lb-{s}-{c}"))) {
+        let path = format!("scenarios/fabric/{name}.toml");
+        let mut args = vec!["fabric", path.as_str(), "--json", "--set", "routing.scheme=letflow"];
+        args.extend(SHORT);
+        let out = fulcrum(&args);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // A two-scheme, two-load sweep of the small fabric, then its figure.
+    let mut lines = String::new();
+    for scheme in ["ecmp", "drill"] {
+        for load in ["0.3", "0.6"] {
+            let (s, l) = (format!("routing.scheme={scheme}"), format!("workload.load={load}"));
+            let mut args =
+                vec!["fabric", "scenarios/fabric/lb-4x4x8-symmetric.toml", "--json", "--set", &s, "--set", &l];
+            args.extend(SHORT);
+            let out = fulcrum(&args);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            lines.push_str(&String::from_utf8(out.stdout).unwrap());
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("fulcrum-fabric-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (results, svg) = (dir.join("sweep.jsonl"), dir.join("sweep.svg"));
+    std::fs::write(&results, lines).unwrap();
+    let out = fulcrum(&["fabric", "--plot-sweep", results.to_str().unwrap(), "--out", svg.to_str().unwrap()]);
+    let drawn = std::fs::read_to_string(&svg);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let drawn = drawn.unwrap();
+    assert!(drawn.starts_with("<svg") && drawn.contains("drill") && drawn.contains("small-flow p99"), "{drawn}");
+}

@@ -151,6 +151,12 @@ impl Faults {
         Faults { ports: Vec::new(), any_drop: false, any_unrouted: false, rng: Rng::new(0), dropped: 0 }
     }
 
+    /// Whether any port drops packets on purpose.
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.any_drop
+    }
+
     /// Whether routes may lose ports (some failure has a detection delay).
     #[inline]
     pub fn may_unroute(&self) -> bool {

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use fulcrum_des::{Model, Queue};
 
 use crate::faults::Faults;
-use crate::lb::{EdgeCtx, Loads, Scheme, SwitchCtx};
+use crate::lb::{EdgeCtx, Hooks, Loads, Scheme, SwitchCtx};
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
 use crate::reseq::Resequencer;
@@ -186,8 +186,9 @@ pub struct World {
     pub throughput: Vec<(Nanos, Vec<f64>)>,
     /// Time of the event being handled.
     now: Nanos,
-    /// The load-balancing scheme.
+    /// The load-balancing scheme and the calls it needs.
     routing: Box<dyn Scheme>,
+    hooks: Hooks,
     /// Paths between racks, `rack · racks + rack` (for edge schemes).
     rack_paths: Vec<u32>,
     racks: u32,
@@ -316,6 +317,7 @@ impl World {
             throughput: Vec::new(),
             now: 0,
             routing: Box::new(crate::lb::Ecmp),
+            hooks: crate::lb::Ecmp.hooks(),
             rack_paths,
             racks,
             faults: Faults::none(),
@@ -327,6 +329,7 @@ impl World {
 
     /// Route with `scheme` instead of per-flow ECMP.
     pub fn set_routing(&mut self, scheme: Box<dyn Scheme>) {
+        self.hooks = scheme.hooks();
         self.routing = scheme;
     }
 
@@ -538,11 +541,14 @@ impl World {
             End::Switch(s) => {
                 let mut p = p;
                 let out = self.route(now, s, i as u32, &mut p);
-                let spec = &self.flows[p.flow as usize].spec;
-                let src = if p.is_reverse() { spec.dst } else { spec.src };
-                if !self.faults.drops(out, now, &p, src, &self.fabric.rack) {
-                    self.offer(now, out, p, q);
+                if self.faults.any() {
+                    let spec = &self.flows[p.flow as usize].spec;
+                    let src = if p.is_reverse() { spec.dst } else { spec.src };
+                    if self.faults.drops(out, now, &p, src, &self.fabric.rack) {
+                        return;
+                    }
                 }
+                self.offer(now, out, p, q);
             }
             End::Host(h) => self.deliver(now, h, p, q),
         }
@@ -551,9 +557,12 @@ impl World {
     /// The output port of switch `switch` for `p`, which came in on
     /// `in_port`: the routing scheme's choice among the equal-cost group.
     fn route(&mut self, now: Nanos, switch: u32, in_port: u32, p: &mut Packet) -> u32 {
+        let full = self.fabric.group(switch, p.dst);
+        if full.len() == 1 && !self.hooks.single_port_hops {
+            return full[0];
+        }
         let spec = &self.flows[p.flow as usize].spec;
         let reverse = p.is_reverse();
-        let full = self.fabric.group(switch, p.dst);
         let mut group = full;
         if self.faults.may_unroute() && full.len() > 1 {
             // Detected failures leave the routes (unless nothing is left).
@@ -581,6 +590,15 @@ impl World {
     /// A host sends a packet through its NIC, on the path the routing
     /// scheme chooses for it.
     fn host_send(&mut self, now: Nanos, host: u32, mut p: Packet, q: &mut Queue<Ev>) {
+        if self.hooks.edge {
+            self.choose_path(now, host, &mut p);
+        }
+        let port = self.fabric.host_port[host as usize];
+        self.offer(now, port, p, q);
+    }
+
+    /// The edge scheme's path for `p`, leaving `host`.
+    fn choose_path(&mut self, now: Nanos, host: u32, p: &mut Packet) {
         let racks = self.racks;
         let (from, to) = (self.fabric.rack[host as usize], self.fabric.rack[p.dst as usize]);
         let ctx = EdgeCtx {
@@ -591,9 +609,7 @@ impl World {
             paths: self.rack_paths[(from * racks + to) as usize],
             fabric: &self.fabric,
         };
-        p.path = self.routing.edge_path(&ctx, &p).unwrap_or(NO_PATH);
-        let port = self.fabric.host_port[host as usize];
-        self.offer(now, port, p, q);
+        p.path = self.routing.edge_path(&ctx, p).unwrap_or(NO_PATH);
     }
 
     /// A packet enters port `i`'s delay stage: it waits its class's delay.

@@ -19,7 +19,7 @@
 
 use fulcrum_balance::Rng;
 
-use super::{EdgeCtx, Scheme};
+use super::{EdgeCtx, Hooks, Scheme};
 use crate::packet::Packet;
 use crate::topology::Fabric;
 
@@ -72,6 +72,10 @@ impl RoundRobinPaths {
 impl Scheme for RoundRobinPaths {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks { edge: true, single_port_hops: false }
     }
 
     fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {

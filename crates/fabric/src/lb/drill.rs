@@ -15,7 +15,7 @@
 
 use fulcrum_balance::Rng;
 
-use super::{follow, Scheme, SwitchCtx};
+use super::{follow, Hooks, Scheme, SwitchCtx};
 use crate::packet::{Packet, NO_PATH};
 
 /// DRILL(d, m) at every switch.
@@ -38,6 +38,10 @@ impl Drill {
 impl Scheme for Drill {
     fn name(&self) -> &'static str {
         "drill"
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks { edge: false, single_port_hops: false }
     }
 
     fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {

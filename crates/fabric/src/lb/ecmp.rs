@@ -10,7 +10,7 @@
 
 use fulcrum_balance::HashFunction;
 
-use super::{follow, Scheme, SwitchCtx};
+use super::{follow, Hooks, Scheme, SwitchCtx};
 use crate::packet::{Packet, NO_PATH};
 
 /// Per-flow ECMP at every switch.
@@ -31,6 +31,10 @@ pub fn hash_port(ctx: &SwitchCtx, pkt: &Packet) -> u32 {
 impl Scheme for Ecmp {
     fn name(&self) -> &'static str {
         "ecmp"
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks { edge: false, single_port_hops: false }
     }
 
     fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
 
-use super::{follow, Scheme, SwitchCtx};
+use super::{follow, Hooks, Scheme, SwitchCtx};
 use crate::packet::{Nanos, Packet, NO_PATH};
 
 /// A flow's current flowlet at one switch.
@@ -43,6 +43,10 @@ impl LetFlow {
 impl Scheme for LetFlow {
     fn name(&self) -> &'static str {
         "letflow"
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks { edge: false, single_port_hops: false }
     }
 
     fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {

@@ -26,6 +26,11 @@
 //!   leaf reads the packet there), so per-packet switch state (DRE meters)
 //!   lives in the scheme.
 //!
+//! A scheme says which of these calls it needs ([`Scheme::hooks`]; all by
+//! default), so that per-flow ECMP costs what it did before the hook.
+//! Adding a scheme: a file here implementing [`Scheme`], a variant of
+//! [`Config`] built in [`build`], and its table in `scenario::RoutingCfg`.
+//!
 //! Feedback reaches edge schemes through [`Scheme::on_ack`] (an ACK arrives
 //! at the sender: ECN echo, the RTT sample `now − echo` and the path the
 //! acknowledged segment took, [`Packet::echo_path`], which the receiver
@@ -79,6 +84,16 @@ pub trait Loads {
     fn queued(&self, port: u32) -> u32;
 }
 
+/// The decision points a scheme is called at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hooks {
+    /// [`Scheme::edge_path`] for every packet a host sends.
+    pub edge: bool,
+    /// [`Scheme::switch_port`] also where the group has one port (needed
+    /// by schemes that read or stamp packets at every switch, e.g. CONGA).
+    pub single_port_hops: bool,
+}
+
 /// What a switch scheme sees when it forwards one packet.
 pub struct SwitchCtx<'a> {
     pub now: Nanos,
@@ -115,6 +130,14 @@ pub struct EdgeCtx<'a> {
 pub trait Scheme: Send {
     /// Name as written in a scenario.
     fn name(&self) -> &'static str;
+
+    /// Which decision points the scheme needs (both by default). Switch
+    /// schemes that only choose among several ports say so, and the
+    /// world then skips the calls it does not need (ECMP's runs cost
+    /// what they did before the hook).
+    fn hooks(&self) -> Hooks {
+        Hooks { edge: true, single_port_hops: true }
+    }
 
     /// Path for `pkt`, which `ctx.host` is about to send; `None` leaves the
     /// choice to the switches. Edge schemes override this.
