@@ -30,8 +30,20 @@
 //! - A connection opens with SYN / SYN-ACK (one round trip before data, as
 //!   in the original, whose flow completion times include it); a SYN with no
 //!   answer is sent again after an RTO.
+//! - New segments leave at most [`SEND_BURST`] per send call: ns3-ecn-sharp's
+//!   `TcpSocketBase::SendPendingData` stops after two segments, and runs once
+//!   when the connection opens, once per ACK of new data and once per
+//!   duplicate ACK in fast recovery. So the initial window is not sent at
+//!   once: two segments go, and each ACK releases at most two more, which
+//!   ramps the first flight up by the ACK clock. Retransmissions (fast
+//!   retransmit, a partial ACK's, a timeout's) are sent outside the cap, as
+//!   ns-3 sends them from `DoRetransmit`.
 
 use crate::packet::Nanos;
+
+/// New segments one send call may put on the wire (ns3-ecn-sharp's
+/// `SendPendingData` breaks out of its loop after two).
+pub const SEND_BURST: u32 = 2;
 
 /// Transport settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -88,6 +100,8 @@ pub struct Sender {
     retx: Option<u32>,
     /// One past the highest segment ever sent.
     high: u32,
+    /// New segments the current send call may still send ([`SEND_BURST`]).
+    burst: u32,
     srtt: Option<(f64, f64)>,
     rto: Nanos,
     /// When the retransmission timer expires, if running.
@@ -113,6 +127,7 @@ impl Sender {
             cwr_until: None,
             retx: None,
             high: 0,
+            burst: 0,
             srtt: None,
             rto: 0,
             deadline: None,
@@ -150,6 +165,7 @@ impl Sender {
         if self.phase == Phase::Connecting {
             self.phase = Phase::Open;
             self.deadline = None;
+            self.burst = SEND_BURST;
         }
     }
 
@@ -166,7 +182,8 @@ impl Sender {
         }
         let seq = if let Some(seq) = self.retx.take() {
             seq
-        } else if self.snd_nxt < self.segs && self.in_flight() < self.cwnd.floor().max(1.0) {
+        } else if self.burst > 0 && self.snd_nxt < self.segs && self.in_flight() < self.cwnd.floor().max(1.0) {
+            self.burst -= 1;
             self.snd_nxt += 1;
             self.snd_nxt - 1
         } else {
@@ -186,6 +203,8 @@ impl Sender {
         if self.phase != Phase::Open {
             return;
         }
+        // Only an ACK of new data or a duplicate in recovery runs a send call.
+        self.burst = 0;
         if ack > self.snd_una {
             self.on_new_ack(cfg, now, ack, ece, echo);
         } else if ack == self.snd_una && self.snd_nxt > self.snd_una {
@@ -199,6 +218,7 @@ impl Sender {
         self.snd_una = ack;
         self.snd_nxt = self.snd_nxt.max(ack);
         self.dupacks = 0;
+        self.burst = SEND_BURST;
         if let Some(g) = cfg.dctcp_g {
             self.acked += acked as u64;
             if ece {
@@ -260,6 +280,7 @@ impl Sender {
             if self.dupacks > 3 {
                 self.cwnd += 1.0;
             }
+            self.burst = SEND_BURST;
         } else if self.dupacks == 3 {
             self.ssthresh = self.loss_ssthresh(cfg);
             self.cwnd = self.ssthresh + 3.0;
@@ -294,6 +315,8 @@ impl Sender {
                 self.ssthresh = self.loss_ssthresh(cfg);
                 self.cwnd = 1.0;
                 self.snd_nxt = self.snd_una;
+                // The timeout resends the first hole alone.
+                self.burst = 1;
                 self.recovery = None;
                 self.cwr_until = None;
                 self.retx = None;
@@ -359,26 +382,54 @@ mod tests {
         s
     }
 
+    /// What one send call puts on the wire.
     fn drain(s: &mut Sender, now: Nanos) -> Vec<u32> {
         std::iter::from_fn(|| s.poll_send(now).map(|(seq, _)| seq)).collect()
+    }
+
+    /// Send calls until the window is full.
+    fn fill(s: &mut Sender, now: Nanos) -> Vec<u32> {
+        let mut sent = Vec::new();
+        loop {
+            s.burst = SEND_BURST;
+            let more = drain(s, now);
+            if more.is_empty() {
+                return sent;
+            }
+            sent.extend(more);
+        }
     }
 
     #[test]
     fn initial_window_then_slow_start() {
         let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
         let mut s = open(&cfg, 100);
-        assert_eq!(s.poll_send(100), Some((0, false)));
-        assert_eq!(drain(&mut s, 100), (1..10).collect::<Vec<_>>());
+        assert_eq!(fill(&mut s, 100), (0..10).collect::<Vec<_>>());
         s.on_ack(&cfg, 200, 1, false, 100);
         assert_eq!(s.cwnd(), 11.0);
         assert_eq!(drain(&mut s, 200), [10, 11]);
     }
 
     #[test]
+    fn each_send_call_sends_at_most_two_new_segments() {
+        let cfg = TcpConfig::default();
+        let mut s = open(&cfg, 100);
+        // The connection opens with a window of 10, but one call sends two.
+        assert_eq!(drain(&mut s, 100), [0, 1]);
+        assert_eq!(drain(&mut s, 100), [] as [u32; 0], "no send call until an ACK");
+        // An ACK of one segment: two more (the window would allow ten).
+        s.on_ack(&cfg, 200, 1, false, 100);
+        assert_eq!(drain(&mut s, 200), [2, 3]);
+        // A duplicate ACK outside recovery runs no send call.
+        s.on_ack(&cfg, 210, 1, false, 100);
+        assert_eq!(drain(&mut s, 210), [] as [u32; 0]);
+    }
+
+    #[test]
     fn three_dup_acks_retransmit_and_halve() {
         let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
         let mut s = open(&cfg, 100);
-        drain(&mut s, 100);
+        fill(&mut s, 100);
         for _ in 0..3 {
             s.on_ack(&cfg, 200, 0, false, 100);
         }
@@ -392,7 +443,7 @@ mod tests {
     fn timeout_goes_back_to_the_first_hole() {
         let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
         let mut s = open(&cfg, 100);
-        drain(&mut s, 100);
+        fill(&mut s, 100);
         let deadline = s.deadline.unwrap();
         assert_eq!(deadline, 100 + cfg.min_rto);
         assert!(!s.on_timeout(&cfg, deadline));
@@ -405,7 +456,7 @@ mod tests {
     fn dctcp_alpha_and_reduction() {
         let cfg = TcpConfig::default();
         let mut s = open(&cfg, 1000);
-        drain(&mut s, 100);
+        fill(&mut s, 100);
         // First ACK reaches the initial mark (0): α updates with F = 1 (ECE).
         s.on_ack(&cfg, 200, 1, true, 100);
         assert_eq!(s.alpha(), 1.0);
@@ -417,7 +468,7 @@ mod tests {
         assert_eq!(s.cwnd(), 5.0);
         // The ack of 10 reached the mark set at the first update: F = 0/9.
         assert!((s.alpha() - 15.0 / 16.0).abs() < 1e-12, "{}", s.alpha());
-        drain(&mut s, 220);
+        fill(&mut s, 220);
         s.on_ack(&cfg, 230, 11, false, 100);
         assert!(s.cwnd() > 5.0, "grows again once the hold ends");
     }

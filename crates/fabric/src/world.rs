@@ -675,9 +675,11 @@ mod tests {
         let (fct, troubles) = lone_flow(1000, vec![], Service::OnRoom);
         assert!((100_000..105_000).contains(&fct), "{fct}");
         assert_eq!(troubles, 0);
-        // 100 segments in slow start: a few more round trips, no marks.
+        // 100 segments in slow start, two per ACK from a first flight of
+        // two (2, 4, 8, … 64: six data round trips of about 40 µs), plus
+        // 116 µs of serialisation at 10 Gb/s: no marks.
         let (fct, troubles) = lone_flow(140_000, vec![], Service::OnRoom);
-        assert!((150_000..300_000).contains(&fct), "{fct}");
+        assert!((300_000..400_000).contains(&fct), "{fct}");
         assert_eq!(troubles, 0);
     }
 

@@ -4,8 +4,7 @@
 //!
 //! What holds, asserted here:
 //! - With the senders' NIC queues as the original sizes them (600 packets),
-//!   ECN#'s small-flow average FCT is below TCN's, and under TCN the three
-//!   long flows split the line by the quanta once all three share the port.
+//!   ECN#'s small-flow average FCT is below TCN's.
 //! - With unlimited sender NIC queues (no slow-start losses at the
 //!   senders), ECN# splits the line by the quanta in both shared phases and
 //!   both its small-flow average and p99 are below TCN's.
@@ -14,7 +13,8 @@
 //! the figures): with 600-packet NIC
 //! queues a long flow's slow start overflows its NIC and NewReno recovery
 //! of the burst of losses leaves it near zero for tens of milliseconds, so
-//! the two-flow phase does not split 2:1 under either discipline.
+//! neither shared phase splits by the quanta under either discipline for
+//! this seed.
 
 use std::path::Path;
 
@@ -57,8 +57,6 @@ fn with_the_original_nic_queues() {
     let sharp = run("mq-ecnsharp", &[]);
     assert_eq!(tcn.throughput.len(), 21, "a sample every 20 ms from 0 to 400 ms");
     assert!(sharp.fct.small_avg < tcn.fct.small_avg, "{:?} vs {:?}", sharp.fct, tcn.fct);
-    let three = phase_means(&tcn, 0.2, 0.4);
-    assert!(splits(&three, &THREE), "{three:?}");
 }
 
 #[test]
