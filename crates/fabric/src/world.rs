@@ -222,9 +222,10 @@ impl World {
             .map(|(i, spec)| {
                 queue.schedule(spec.start, Ev::Start(i as u32));
                 let segs = spec.bytes.div_ceil(mss).max(1) as u32;
+                let sender = Sender::new(&cfg.tcp, spec.bytes);
                 Flow {
                     spec,
-                    sender: Sender::new(&cfg.tcp, segs),
+                    sender,
                     receiver: Receiver::new(segs),
                     segs,
                     timer_at: None,
@@ -523,10 +524,10 @@ impl World {
 
     /// Send whatever the sender's window allows, then keep its timer armed.
     fn pump(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
-        while let Some((seq, again)) = self.flows[f].sender.poll_send(now) {
-            let payload = self.payload(f, seq);
-            let mut p = self.packet(f as u32, Kind::Data, seq, payload, self.flows[f].spec.dst, now);
-            p.ect = !again;
+        while let Some(seg) = self.flows[f].sender.poll_send(now) {
+            let payload = self.payload(f, seg.seq);
+            let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
+            p.ect = !seg.again;
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
         }
