@@ -186,6 +186,7 @@ mod tests {
             ect: true,
             ce: false,
             ece: false,
+            cwr: false,
             enqueued: 0,
             echo: 0,
         }

@@ -179,7 +179,19 @@ mod tests {
     use crate::qdisc::Marking;
 
     fn pkt(flow: u32, wire: u32) -> Packet {
-        Packet { flow, seq: 0, dst: 0, wire, kind: Kind::Data, ect: true, ce: false, ece: false, enqueued: 0, echo: 0 }
+        Packet {
+            flow,
+            seq: 0,
+            dst: 0,
+            wire,
+            kind: Kind::Data,
+            ect: true,
+            ce: false,
+            ece: false,
+            cwr: false,
+            enqueued: 0,
+            echo: 0,
+        }
     }
 
     fn three(policy: Policy) -> Scheduler {

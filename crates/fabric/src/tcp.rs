@@ -46,6 +46,11 @@
 //!   sent after the cut (it carries CWR) is acknowledged. A window below
 //!   one segment sends nothing but a flow's shorter last segment if it fits
 //!   (ns-3's silly-window rule); the timeout restarts it.
+//! - The receiver echoes ECN as ns3-ecn-sharp's does: a CE segment turns
+//!   the echo on, an ECN-capable segment without CE turns it off, a segment
+//!   that is not ECN-capable (a retransmission) leaves it, and a segment
+//!   carrying CWR turns it off after that; every ACK carries the echo's
+//!   state (no delayed ACKs).
 //! - DCTCP's α: segments acknowledged and those acknowledged with ECE are
 //!   counted on every ACK (a duplicate counts one); when an ACK reaches the
 //!   highest segment sent at the previous update, α ← (1 − g)·α + g·F, α
@@ -117,6 +122,8 @@ pub struct Segment {
     pub seq: u32,
     /// Sent before (retransmissions go without ECT, as in the original).
     pub again: bool,
+    /// Carries CWR: the first new segment after a cut for an ECN echo.
+    pub cwr: bool,
 }
 
 /// The sending side of one flow.
@@ -267,10 +274,11 @@ impl Sender {
         }
         let again = seq < self.high;
         self.high = self.high.max(seq + 1);
-        if !again && std::mem::take(&mut self.queue_cwr) {
+        let cwr = !again && std::mem::take(&mut self.queue_cwr);
+        if cwr {
             self.cwr_sent = Some(seq);
         }
-        Some(Segment { seq, again })
+        Some(Segment { seq, again, cwr })
     }
 
     /// A cumulative ACK for everything below `ack` arrived, echoing the send
@@ -478,11 +486,27 @@ pub struct Receiver {
     pub next: u32,
     segs: u32,
     ooo: Vec<u64>,
+    /// ECN echo state (ns-3's `m_demandCWR`).
+    echo: bool,
 }
 
 impl Receiver {
     pub fn new(segs: u32) -> Receiver {
-        Receiver { next: 0, segs: segs.max(1), ooo: Vec::new() }
+        Receiver { next: 0, segs: segs.max(1), ooo: Vec::new(), echo: false }
+    }
+
+    /// A data segment with these ECN bits arrived: whether its ACK echoes
+    /// congestion.
+    pub fn ecn_echo(&mut self, ect: bool, ce: bool, cwr: bool) -> bool {
+        if ce {
+            self.echo = true;
+        } else if ect {
+            self.echo = false;
+        }
+        if cwr {
+            self.echo = false;
+        }
+        self.echo
     }
 
     /// Every segment has arrived.
@@ -703,8 +727,8 @@ mod tests {
         s.on_ack(&cfg, 200, 0, true, 100);
         assert_eq!(s.state, CongState::Cwr);
         assert_eq!(s.cwnd(), 5.0);
-        assert_eq!(drain(&mut s, 200), [10], "limited transmit still sends");
-        assert_eq!(s.cwr_sent, Some(10), "and that segment carries CWR");
+        assert_eq!(s.poll_send(200), Some(Segment { seq: 10, again: false, cwr: true }), "limited transmit");
+        assert_eq!(s.cwr_sent, Some(10), "that segment carries CWR");
     }
 
     #[test]
@@ -734,6 +758,16 @@ mod tests {
         assert!(!r.complete());
         assert_eq!(r.on_data(4), 5);
         assert!(r.complete());
+    }
+
+    #[test]
+    fn receiver_echo_follows_ce_until_cwr_or_a_clean_segment() {
+        let mut r = Receiver::new(10);
+        assert!(!r.ecn_echo(true, false, false));
+        assert!(r.ecn_echo(true, true, false), "CE turns the echo on");
+        assert!(r.ecn_echo(false, false, false), "a retransmission leaves it");
+        assert!(!r.ecn_echo(true, false, false), "a clean ECN-capable segment ends it");
+        assert!(!r.ecn_echo(true, true, true), "CWR ends it, even on a CE segment");
     }
 
     #[test]

@@ -489,6 +489,7 @@ impl World {
             ect: kind == Kind::Data,
             ce: false,
             ece: false,
+            cwr: false,
             enqueued: now,
             echo: now,
         }
@@ -528,6 +529,7 @@ impl World {
             let payload = self.payload(f, seg.seq);
             let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
             p.ect = !seg.again;
+            p.cwr = seg.cwr;
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
         }
@@ -576,12 +578,13 @@ impl World {
                 let flow = &mut self.flows[f];
                 flow.last_rx = Some(now);
                 let next = flow.receiver.on_data(p.seq);
+                let ece = flow.receiver.ecn_echo(p.ect, p.ce, p.cwr);
                 let closes = flow.done.is_none() && flow.receiver.complete();
                 if closes {
                     flow.done = Some(now);
                 }
                 let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
-                ack.ece = p.ce;
+                ack.ece = ece;
                 ack.echo = p.echo;
                 self.host_send(now, h, ack, q);
                 if closes {
