@@ -327,7 +327,8 @@ impl World {
     }
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
-        let class = self.flows[p.flow as usize].spec.prio as usize;
+        // Only a port with several classes needs the flow's (a cache miss).
+        let class = if self.ports[i].qdisc.classes() > 1 { self.flows[p.flow as usize].spec.prio as usize } else { 0 };
         if !self.ports[i].qdisc.enqueue(now, class, p) {
             return;
         }
