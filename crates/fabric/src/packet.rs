@@ -45,7 +45,7 @@ pub struct Packet {
     pub ect: bool,
     /// Congestion Experienced: set by a marking queue.
     pub ce: bool,
-    /// ECN-Echo on an ACK: the segment it acknowledges arrived with CE.
+    /// ECN-Echo on an ACK: the receiver's echo state when it sent it.
     pub ece: bool,
     /// Path chosen by an edge load-balancing scheme at the sender
     /// ([`NO_PATH`]: the switches choose); see `crate::lb`.
@@ -58,6 +58,9 @@ pub struct Packet {
     /// where it carries the one-way delay (ns) of the data segment the ACK
     /// answers, for schemes that sense paths by it (Hermes).
     pub lb: u32,
+    /// Congestion Window Reduced on a data segment: the sender has cut its
+    /// window for an echo (the receiver then stops echoing).
+    pub cwr: bool,
     /// When the queue the packet now waits in took it (for sojourn time).
     pub enqueued: Nanos,
     /// Send time of the data segment an ACK answers (the timestamp echo that

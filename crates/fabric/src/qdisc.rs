@@ -212,6 +212,7 @@ mod tests {
             path: crate::packet::NO_PATH,
             echo_path: crate::packet::NO_PATH,
             lb: 0,
+            cwr: false,
             enqueued: 0,
             echo: 0,
         }

@@ -159,6 +159,10 @@ impl Scheduler {
 
     /// Take the next packet (marked by its class's rule if it says so).
     pub fn dequeue(&mut self, now: Nanos) -> Option<(usize, Packet)> {
+        // The common single-class port (`fifo`): no choice to make.
+        if let (State::Strict, [only]) = (&self.state, &mut self.classes[..]) {
+            return only.dequeue(now).map(|p| (0, p));
+        }
         let c = self.pick()?;
         let p = self.classes[c].dequeue(now).expect("picked classes are backlogged");
         if let State::Dwrr { deficit, active, listed, .. } = &mut self.state {
@@ -191,6 +195,7 @@ mod tests {
             path: crate::packet::NO_PATH,
             echo_path: crate::packet::NO_PATH,
             lb: 0,
+            cwr: false,
             enqueued: 0,
             echo: 0,
         }

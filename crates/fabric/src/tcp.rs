@@ -1,37 +1,69 @@
 //! TCP NewReno and DCTCP as plain state machines: they take `now` and what
 //! arrived, and say what to send; the fabric model moves the packets.
 //!
-//! Semantics matched (ns-3's TcpNewReno and ns3-ecn-sharp's `tcp-dctcp.cc`,
-//! RFC 5681/6582/6298, DCTCP per Alizadeh et al., SIGCOMM 2010):
+//! The reference is the TCP of ns3-ecn-sharp (an ns-3 fork): its
+//! `TcpSocketBase` (`tcp-socket-base.cc`), `TcpNewReno`
+//! (`tcp-congestion-ops.cc`) and `TcpDCTCP` (`tcp-dctcp.cc`), whose
+//! congestion states (open, disorder, CWR, recovery, loss) [`Sender`]
+//! follows; RFC 5681/6582/6298/3042 and DCTCP (Alizadeh et al., SIGCOMM
+//! 2010) where the fork follows them.
 //!
-//! - Windows count segments of one MSS; the initial window is `iw`; slow
-//!   start adds one segment per segment acknowledged, congestion avoidance
-//!   1/cwnd per segment.
-//! - Three duplicate ACKs: retransmit the first unacknowledged segment, set
-//!   ssthresh (NewReno: half the data in flight, at least 2 segments; DCTCP:
-//!   the larger of cwnd·(1 − α/2) and half the data in flight), cwnd =
-//!   ssthresh + 3 and inflate by one per further duplicate; a partial ACK
-//!   retransmits the next hole and deflates; an ACK past the recovery point
-//!   ends recovery with cwnd = ssthresh.
+//! - Windows count segments of one MSS; the initial window is `iw`. Growth
+//!   is per ACK, not per segment acknowledged: slow start adds one segment,
+//!   congestion avoidance MSS²/cwnd bytes (at least one byte).
+//! - New segments leave at most [`SEND_BURST`] per send call: the fork's
+//!   `SendPendingData` stops after two segments, and runs once when the
+//!   connection opens, once per ACK of new data and once per duplicate ACK
+//!   in fast recovery. So the initial window is not sent at once: two
+//!   segments go, and each ACK releases at most two more. Retransmissions
+//!   go outside the cap (ns-3's `DoRetransmit`), and so does limited
+//!   transmit: the first and second duplicate ACKs (and any further ones
+//!   that cannot start a recovery) each send one new segment beyond the
+//!   window.
+//! - Three duplicate ACKs start fast recovery only if everything sent
+//!   before the previous recovery or timeout has been acknowledged
+//!   (RFC 6582's guard). ssthresh is then NewReno's (half the data in
+//!   flight, at least two segments — also under DCTCP, whose rule ns-3
+//!   bypasses in recovery), cwnd = ssthresh + 3, inflated by one per
+//!   further duplicate. A partial ACK retransmits the next hole and deflates
+//!   the window; only the first partial ACK restarts the retransmission
+//!   timer. The ACK that ends recovery sets cwnd to the smaller of ssthresh
+//!   and the data in flight plus one segment. "Data in flight" is ns-3's:
+//!   sent and unacknowledged, less duplicate ACKs, plus retransmissions.
 //! - Retransmission timeout: RTT estimated on every ACK of new data from the
 //!   timestamp it echoes (ns-3 runs with timestamps on); RTO = max(min RTO,
 //!   SRTT + max(clock granularity, 4·RTTVAR)), doubled at each expiry and
-//!   reset by new data acknowledged. On expiry: ssthresh as for a loss, cwnd
-//!   = 1 segment, and sending restarts from the first unacknowledged segment
-//!   (go-back-N; the receiver keeps what it already has).
-//! - DCTCP: the receiver echoes each data segment's CE bit on its ACK (no
-//!   delayed ACKs, so the echo is exact). The sender counts segments acked
-//!   and those acked with ECE; once per window (when an ACK reaches the send
-//!   point recorded at the previous update) α ← (1 − g)·α + g·F, with α
-//!   starting at 1. An ACK with ECE outside recovery and outside a reduction
-//!   already under way sets ssthresh as for a loss and cwnd ← cwnd·(1 − α/2),
-//!   and holds the window (no growth) until the first segment sent after the
-//!   reduction is acknowledged (ns-3's CWR state).
+//!   reset by new data acknowledged. On the first expiry: ssthresh as for an
+//!   ECN echo, cwnd = 1 segment; at every expiry the first unacknowledged
+//!   segment is resent and sending restarts after it (go-back-N; the receiver
+//!   keeps what it has). Until new data is acknowledged (the loss state)
+//!   duplicate ACKs do nothing.
+//! - ECN: an ACK with ECE in the open or disorder state — a duplicate too —
+//!   sets ssthresh (DCTCP: the larger of cwnd·(1 − α/2) and half the data in
+//!   flight; NewReno: half the data in flight, at least 2) and cuts cwnd
+//!   (DCTCP: ×(1 − α/2); NewReno: halved, at least one segment), and
+//!   enters CWR: no growth, and no further cut, until the first new segment
+//!   sent after the cut (it carries CWR) is acknowledged. A window below
+//!   one segment sends nothing but a flow's shorter last segment if it fits
+//!   (ns-3's silly-window rule); the timeout restarts it.
+//! - The receiver echoes ECN as ns3-ecn-sharp's does: a CE segment turns
+//!   the echo on, an ECN-capable segment without CE turns it off, a segment
+//!   that is not ECN-capable (a retransmission) leaves it, and a segment
+//!   carrying CWR turns it off after that; every ACK carries the echo's
+//!   state (no delayed ACKs).
+//! - DCTCP's α: segments acknowledged and those acknowledged with ECE are
+//!   counted on every ACK (a duplicate counts one); when an ACK reaches the
+//!   highest segment sent at the previous update, α ← (1 − g)·α + g·F, α
+//!   starting at 1.
 //! - A connection opens with SYN / SYN-ACK (one round trip before data, as
 //!   in the original, whose flow completion times include it); a SYN with no
 //!   answer is sent again after an RTO.
 
 use crate::packet::Nanos;
+
+/// New segments one send call may put on the wire (ns3-ecn-sharp's
+/// `SendPendingData` breaks out of its loop after two).
+pub const SEND_BURST: u32 = 2;
 
 /// Transport settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -70,24 +102,63 @@ pub enum Phase {
     Done,
 }
 
+/// ns-3's congestion states (`TcpSocketState::TcpCongState_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CongState {
+    Open,
+    /// One or two duplicate ACKs (or more that could not start a recovery).
+    Disorder,
+    /// The window was cut for an ECN echo.
+    Cwr,
+    /// Fast recovery.
+    Recovery,
+    /// After a retransmission timeout, until new data is acknowledged.
+    Loss,
+}
+
+/// A segment to put on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub seq: u32,
+    /// Sent before (retransmissions go without ECT, as in the original).
+    pub again: bool,
+    /// Carries CWR: the first new segment after a cut for an ECN echo.
+    pub cwr: bool,
+}
+
 /// The sending side of one flow.
 #[derive(Clone, Debug)]
 pub struct Sender {
     pub phase: Phase,
     /// Segments in the flow.
     segs: u32,
+    /// Whether the last segment is shorter than an MSS (it may then go
+    /// through a window of less than one segment).
+    short_last: bool,
     pub snd_una: u32,
     pub snd_nxt: u32,
     cwnd: f64,
     ssthresh: f64,
+    state: CongState,
     dupacks: u32,
-    recovery: Option<u32>,
-    /// DCTCP's hold after a reduction: the send point it waits for.
-    cwr_until: Option<u32>,
+    /// Retransmissions not yet known to have arrived (ns-3's `m_retransOut`).
+    retrans_out: u32,
+    /// `high` when the last recovery or timeout began (ns-3's `m_recover`).
+    recover: u32,
+    /// No partial ACK yet in this recovery (it restarts the timer).
+    first_partial: bool,
+    /// A cut for ECE waits for the next new segment to carry CWR.
+    queue_cwr: bool,
+    /// The segment that carried CWR; CWR ends when it is acknowledged.
+    cwr_sent: Option<u32>,
     /// A retransmission to send before new data.
     retx: Option<u32>,
     /// One past the highest segment ever sent.
     high: u32,
+    /// New segments the current send call may still send ([`SEND_BURST`]).
+    burst: u32,
+    /// Limited transmit: one new segment beyond the window.
+    limited: bool,
     srtt: Option<(f64, f64)>,
     rto: Nanos,
     /// When the retransmission timer expires, if running.
@@ -99,20 +170,28 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// A sender of `segs` segments (at least 1).
-    pub fn new(cfg: &TcpConfig, segs: u32) -> Sender {
+    /// A sender of `bytes` in segments of `cfg.mss` (at least one segment).
+    pub fn new(cfg: &TcpConfig, bytes: u64) -> Sender {
+        let mss = cfg.mss as u64;
         let mut s = Sender {
             phase: Phase::Connecting,
-            segs: segs.max(1),
+            segs: bytes.div_ceil(mss).max(1) as u32,
+            short_last: !bytes.is_multiple_of(mss),
             snd_una: 0,
             snd_nxt: 0,
             cwnd: cfg.iw as f64,
             ssthresh: f64::INFINITY,
+            state: CongState::Open,
             dupacks: 0,
-            recovery: None,
-            cwr_until: None,
+            retrans_out: 0,
+            recover: 0,
+            first_partial: true,
+            queue_cwr: false,
+            cwr_sent: None,
             retx: None,
             high: 0,
+            burst: 0,
+            limited: false,
             srtt: None,
             rto: 0,
             deadline: None,
@@ -150,6 +229,7 @@ impl Sender {
         if self.phase == Phase::Connecting {
             self.phase = Phase::Open;
             self.deadline = None;
+            self.burst = SEND_BURST;
         }
     }
 
@@ -157,19 +237,36 @@ impl Sender {
         (self.snd_nxt - self.snd_una) as f64
     }
 
-    /// The next segment to put on the wire, if the window allows one, and
-    /// whether it was sent before (retransmissions go without ECT, as in the
-    /// original); the caller sends it at `now` and calls again until `None`.
-    pub fn poll_send(&mut self, now: Nanos) -> Option<(u32, bool)> {
+    /// ns-3's `BytesInFlight`, in segments: sent and unacknowledged, less
+    /// the segments duplicate ACKs say have left, plus retransmissions.
+    fn pipe(&self) -> f64 {
+        let flight = self.snd_nxt - self.snd_una;
+        (flight + self.retrans_out).saturating_sub(self.dupacks) as f64
+    }
+
+    /// Whether the window has room for segment `snd_nxt`: a whole segment,
+    /// or the flow's shorter last one in what is left.
+    fn window_open(&self) -> bool {
+        let room = self.cwnd - self.in_flight();
+        room >= 1.0 || (self.short_last && self.snd_nxt + 1 == self.segs && room > 0.0)
+    }
+
+    /// The next segment to put on the wire, if the window allows one; the
+    /// caller sends it at `now` and calls again until `None`.
+    pub fn poll_send(&mut self, now: Nanos) -> Option<Segment> {
         if self.phase != Phase::Open {
             return None;
         }
         let seq = if let Some(seq) = self.retx.take() {
             seq
-        } else if self.snd_nxt < self.segs && self.in_flight() < self.cwnd.floor().max(1.0) {
+        } else if self.snd_nxt < self.segs && (self.limited || (self.burst > 0 && self.window_open())) {
+            if !std::mem::take(&mut self.limited) {
+                self.burst -= 1;
+            }
             self.snd_nxt += 1;
             self.snd_nxt - 1
         } else {
+            self.limited = false;
             return None;
         };
         if self.deadline.is_none() {
@@ -177,95 +274,168 @@ impl Sender {
         }
         let again = seq < self.high;
         self.high = self.high.max(seq + 1);
-        Some((seq, again))
+        let cwr = !again && std::mem::take(&mut self.queue_cwr);
+        if cwr {
+            self.cwr_sent = Some(seq);
+        }
+        Some(Segment { seq, again, cwr })
     }
 
     /// A cumulative ACK for everything below `ack` arrived, echoing the send
     /// time `echo` of the segment that caused it.
     pub fn on_ack(&mut self, cfg: &TcpConfig, now: Nanos, ack: u32, ece: bool, echo: Nanos) {
-        if self.phase != Phase::Open {
+        if self.phase != Phase::Open || ack < self.snd_una {
             return;
         }
+        // Only an ACK of new data or a duplicate in recovery runs a send call.
+        self.burst = 0;
+        self.limited = false;
         if ack > self.snd_una {
-            self.on_new_ack(cfg, now, ack, ece, echo);
-        } else if ack == self.snd_una && self.snd_nxt > self.snd_una {
-            self.on_dup_ack(cfg);
+            self.rtt_sample(cfg, now.saturating_sub(echo));
+        }
+        if ece && !self.queue_cwr && matches!(self.state, CongState::Open | CongState::Disorder) {
+            self.ssthresh = self.loss_ssthresh(cfg);
+            self.cwnd = match cfg.dctcp_g {
+                Some(_) => self.cwnd * (1.0 - self.alpha / 2.0),
+                None => (self.cwnd / 2.0).max(1.0),
+            };
+            self.state = CongState::Cwr;
+            self.queue_cwr = true;
+        }
+        if ack > self.snd_una {
+            self.on_new_ack(cfg, now, ack, ece);
+        } else if self.snd_nxt > self.snd_una {
+            self.on_dup_ack(cfg, ack, ece);
         }
     }
 
-    fn on_new_ack(&mut self, cfg: &TcpConfig, now: Nanos, ack: u32, ece: bool, echo: Nanos) {
-        self.rtt_sample(cfg, now.saturating_sub(echo));
+    fn on_new_ack(&mut self, cfg: &TcpConfig, now: Nanos, ack: u32, ece: bool) {
         let acked = ack - self.snd_una;
+        // Segments the duplicate ACKs have not already counted.
+        let fresh = if acked > self.dupacks { acked - self.dupacks } else { 1 };
+        let mut grow = Some(acked);
+        let mut restart_timer = true;
+        match self.state {
+            CongState::Open => {}
+            CongState::Cwr => {
+                if self.cwr_sent.is_some_and(|s| ack > s) {
+                    self.state = CongState::Open;
+                    self.cwr_sent = None;
+                }
+                self.dupacks = 0;
+                self.retrans_out = 0;
+            }
+            CongState::Disorder | CongState::Loss => {
+                self.state = CongState::Open;
+                self.first_partial = true;
+                self.dupacks = 0;
+                self.retrans_out = 0;
+            }
+            CongState::Recovery if ack < self.recover => {
+                self.on_partial_ack(ack, acked, fresh);
+                restart_timer = std::mem::replace(&mut self.first_partial, false);
+                grow = None;
+            }
+            CongState::Recovery => {
+                self.cwnd = self.ssthresh.min(self.pipe() + 1.0);
+                self.first_partial = true;
+                self.dupacks = 0;
+                self.retrans_out = 0;
+                self.state = CongState::Open;
+                grow = Some(ack - self.recover);
+            }
+        }
+        let counted = if grow.is_none() { 1 } else { fresh };
+        self.pkts_acked(cfg, counted, ece, ack);
+        if let Some(n) = grow {
+            self.increase_window(cfg, n);
+        }
         self.snd_una = ack;
         self.snd_nxt = self.snd_nxt.max(ack);
-        self.dupacks = 0;
-        if let Some(g) = cfg.dctcp_g {
-            self.acked += acked as u64;
-            if ece {
-                self.acked_ece += acked as u64;
-            }
-            if ack >= self.alpha_mark {
-                let f = if self.acked == 0 { 0.0 } else { self.acked_ece as f64 / self.acked as f64 };
-                self.alpha = (1.0 - g) * self.alpha + g * f;
-                self.acked = 0;
-                self.acked_ece = 0;
-                self.alpha_mark = self.snd_nxt;
-            }
-        }
-        if let Some(recover) = self.recovery {
-            if ack >= recover {
-                self.recovery = None;
-                self.cwnd = self.ssthresh;
-            } else {
-                // Partial ACK: the next hole is lost too.
-                self.retx = Some(ack);
-                self.cwnd = (self.cwnd - acked as f64 + 1.0).max(1.0);
-            }
-        } else {
-            if self.cwr_until.is_some_and(|until| ack > until) {
-                self.cwr_until = None;
-            }
-            if ece && cfg.dctcp_g.is_some() && self.cwr_until.is_none() {
-                self.ssthresh = self.loss_ssthresh(cfg);
-                self.cwnd = (self.cwnd * (1.0 - self.alpha / 2.0)).max(1.0);
-                self.cwr_until = Some(self.snd_nxt);
-            } else if self.cwr_until.is_none() {
-                if self.cwnd < self.ssthresh {
-                    self.cwnd += acked as f64;
-                } else {
-                    self.cwnd += acked as f64 / self.cwnd;
-                }
-            }
-        }
+        self.burst = SEND_BURST;
         if self.snd_una >= self.segs {
             self.phase = Phase::Done;
             self.deadline = None;
-        } else {
+        } else if restart_timer {
             self.deadline = Some(now + self.rto);
         }
     }
 
-    fn loss_ssthresh(&self, cfg: &TcpConfig) -> f64 {
-        let half = self.in_flight() / 2.0;
-        match cfg.dctcp_g {
-            Some(_) => (self.cwnd * (1.0 - self.alpha / 2.0)).max(half),
-            None => half,
-        }
-        .max(2.0)
+    /// A partial ACK in recovery: the next hole is lost too.
+    fn on_partial_ack(&mut self, ack: u32, acked: u32, fresh: u32) {
+        self.cwnd = (self.cwnd - acked as f64).max(0.0) + 1.0;
+        self.dupacks = self.dupacks.saturating_sub(fresh);
+        self.retrans_out = self.retrans_out.saturating_sub(1);
+        self.retransmit(ack);
     }
 
-    fn on_dup_ack(&mut self, cfg: &TcpConfig) {
+    fn on_dup_ack(&mut self, cfg: &TcpConfig, ack: u32, ece: bool) {
         self.dupacks += 1;
-        if self.recovery.is_some() {
-            if self.dupacks > 3 {
-                self.cwnd += 1.0;
+        match self.state {
+            CongState::Open => {
+                self.state = CongState::Disorder;
+                self.limited = true;
             }
-        } else if self.dupacks == 3 {
-            self.ssthresh = self.loss_ssthresh(cfg);
-            self.cwnd = self.ssthresh + 3.0;
-            self.recovery = Some(self.snd_nxt);
-            self.cwr_until = None;
-            self.retx = Some(self.snd_una);
+            CongState::Disorder | CongState::Cwr if self.dupacks == 3 && self.snd_una >= self.recover => {
+                self.recover = self.high;
+                self.state = CongState::Recovery;
+                self.ssthresh = self.loss_ssthresh(cfg);
+                self.cwnd = self.ssthresh + 3.0;
+                self.retransmit(self.snd_una);
+            }
+            CongState::Disorder | CongState::Cwr => self.limited = true,
+            CongState::Recovery => {
+                self.cwnd += 1.0;
+                self.burst = SEND_BURST;
+            }
+            CongState::Loss => {}
+        }
+        self.pkts_acked(cfg, 1, ece, ack);
+    }
+
+    fn retransmit(&mut self, seq: u32) {
+        self.retx = Some(seq);
+        self.retrans_out += 1;
+    }
+
+    /// The congestion controller's ssthresh (ns-3's `GetSsThresh`): DCTCP's
+    /// outside recovery, NewReno's in recovery and without DCTCP.
+    fn loss_ssthresh(&self, cfg: &TcpConfig) -> f64 {
+        let half = self.pipe() / 2.0;
+        match cfg.dctcp_g {
+            Some(_) if self.state != CongState::Recovery => (self.cwnd * (1.0 - self.alpha / 2.0)).max(half),
+            _ => half.max(2.0),
+        }
+    }
+
+    /// NewReno's growth for an ACK of `n` segments (DCTCP: none in CWR).
+    fn increase_window(&mut self, cfg: &TcpConfig, mut n: u32) {
+        if cfg.dctcp_g.is_some() && self.state == CongState::Cwr {
+            return;
+        }
+        if self.cwnd < self.ssthresh && n >= 1 {
+            self.cwnd += 1.0;
+            n -= 1;
+        }
+        if self.cwnd >= self.ssthresh && n > 0 {
+            let mss = cfg.mss as f64;
+            self.cwnd += (mss / self.cwnd).floor().max(1.0) / mss;
+        }
+    }
+
+    /// DCTCP's `PktsAcked`: count, and update α once per window of data.
+    fn pkts_acked(&mut self, cfg: &TcpConfig, n: u32, ece: bool, ack: u32) {
+        let Some(g) = cfg.dctcp_g else { return };
+        self.acked += n as u64;
+        if ece {
+            self.acked_ece += n as u64;
+        }
+        if ack >= self.alpha_mark {
+            self.alpha_mark = self.high;
+            let f = if self.acked == 0 { 0.0 } else { self.acked_ece as f64 / self.acked as f64 };
+            self.alpha = (1.0 - g) * self.alpha + g * f;
+            self.acked = 0;
+            self.acked_ece = 0;
         }
     }
 
@@ -291,13 +461,17 @@ impl Sender {
                 false
             }
             Phase::Open => {
-                self.ssthresh = self.loss_ssthresh(cfg);
-                self.cwnd = 1.0;
-                self.snd_nxt = self.snd_una;
-                self.recovery = None;
-                self.cwr_until = None;
-                self.retx = None;
+                self.recover = self.high;
+                if self.state != CongState::Loss {
+                    self.state = CongState::Loss;
+                    self.ssthresh = self.loss_ssthresh(cfg);
+                    self.cwnd = 1.0;
+                }
                 self.dupacks = 0;
+                self.burst = 0;
+                self.limited = false;
+                self.retransmit(self.snd_una);
+                self.snd_nxt = self.snd_una + 1;
                 false
             }
         }
@@ -312,11 +486,27 @@ pub struct Receiver {
     pub next: u32,
     segs: u32,
     ooo: Vec<u64>,
+    /// ECN echo state (ns-3's `m_demandCWR`).
+    echo: bool,
 }
 
 impl Receiver {
     pub fn new(segs: u32) -> Receiver {
-        Receiver { next: 0, segs: segs.max(1), ooo: Vec::new() }
+        Receiver { next: 0, segs: segs.max(1), ooo: Vec::new(), echo: false }
+    }
+
+    /// A data segment with these ECN bits arrived: whether its ACK echoes
+    /// congestion.
+    pub fn ecn_echo(&mut self, ect: bool, ce: bool, cwr: bool) -> bool {
+        if ce {
+            self.echo = true;
+        } else if ect {
+            self.echo = false;
+        }
+        if cwr {
+            self.echo = false;
+        }
+        self.echo
     }
 
     /// Every segment has arrived.
@@ -352,74 +542,210 @@ impl Receiver {
 mod tests {
     use super::*;
 
+    const MSS: u64 = 1400;
+
+    fn newreno() -> TcpConfig {
+        TcpConfig { dctcp_g: None, ..TcpConfig::default() }
+    }
+
     fn open(cfg: &TcpConfig, segs: u32) -> Sender {
-        let mut s = Sender::new(cfg, segs);
+        let mut s = Sender::new(cfg, segs as u64 * MSS);
         s.on_syn_sent(0);
         s.on_syn_ack();
         s
     }
 
+    /// What one send call puts on the wire.
     fn drain(s: &mut Sender, now: Nanos) -> Vec<u32> {
-        std::iter::from_fn(|| s.poll_send(now).map(|(seq, _)| seq)).collect()
+        std::iter::from_fn(|| s.poll_send(now).map(|seg| seg.seq)).collect()
+    }
+
+    /// Send calls until the window is full.
+    fn fill(s: &mut Sender, now: Nanos) -> Vec<u32> {
+        let mut sent = Vec::new();
+        loop {
+            s.burst = SEND_BURST;
+            let more = drain(s, now);
+            if more.is_empty() {
+                return sent;
+            }
+            sent.extend(more);
+        }
+    }
+
+    /// `n` duplicate ACKs of `ack`, each followed by what it sends.
+    fn dups(s: &mut Sender, cfg: &TcpConfig, ack: u32, n: usize, now: Nanos) -> Vec<Vec<u32>> {
+        (0..n)
+            .map(|_| {
+                s.on_ack(cfg, now, ack, false, 0);
+                drain(s, now)
+            })
+            .collect()
     }
 
     #[test]
     fn initial_window_then_slow_start() {
-        let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
+        let cfg = newreno();
         let mut s = open(&cfg, 100);
-        assert_eq!(s.poll_send(100), Some((0, false)));
-        assert_eq!(drain(&mut s, 100), (1..10).collect::<Vec<_>>());
+        assert_eq!(fill(&mut s, 100), (0..10).collect::<Vec<_>>());
         s.on_ack(&cfg, 200, 1, false, 100);
         assert_eq!(s.cwnd(), 11.0);
         assert_eq!(drain(&mut s, 200), [10, 11]);
+        // Growth is per ACK: an ACK of three segments adds one.
+        s.on_ack(&cfg, 210, 4, false, 100);
+        assert_eq!(s.cwnd(), 12.0);
     }
 
     #[test]
-    fn three_dup_acks_retransmit_and_halve() {
-        let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
+    fn congestion_avoidance_adds_mss_squared_over_cwnd_bytes_per_ack() {
+        let cfg = newreno();
         let mut s = open(&cfg, 100);
-        drain(&mut s, 100);
-        for _ in 0..3 {
-            s.on_ack(&cfg, 200, 0, false, 100);
+        fill(&mut s, 100);
+        s.ssthresh = 5.0;
+        s.on_ack(&cfg, 200, 3, false, 100);
+        // ⌊1400 / 10⌋ = 140 bytes, whatever the number of segments acked.
+        assert!((s.cwnd() - (10.0 + 140.0 / 1400.0)).abs() < 1e-12, "{}", s.cwnd());
+    }
+
+    #[test]
+    fn each_send_call_sends_at_most_two_new_segments() {
+        let cfg = TcpConfig::default();
+        let mut s = open(&cfg, 100);
+        // The connection opens with a window of 10, but one call sends two.
+        assert_eq!(drain(&mut s, 100), [0, 1]);
+        assert_eq!(drain(&mut s, 100), [] as [u32; 0], "no send call until an ACK");
+        // An ACK of one segment: two more (the window would allow ten).
+        s.on_ack(&cfg, 200, 1, false, 100);
+        assert_eq!(drain(&mut s, 200), [2, 3]);
+    }
+
+    #[test]
+    fn limited_transmit_then_fast_retransmit_with_newreno_ssthresh() {
+        for cfg in [newreno(), TcpConfig::default()] {
+            let mut s = open(&cfg, 100);
+            fill(&mut s, 100);
+            // The first two duplicates each send one new segment beyond the
+            // window; the third retransmits the hole.
+            assert_eq!(dups(&mut s, &cfg, 0, 3, 200), [vec![10], vec![11], vec![0]]);
+            // ssthresh is half of what is in flight (12 sent, less 3 that
+            // left), under DCTCP too; cwnd = ssthresh + 3.
+            assert_eq!(s.cwnd(), 4.5 + 3.0);
+            // Each further duplicate inflates by one and runs a send call,
+            // which sends once the window exceeds the 12 unacknowledged.
+            let sent = dups(&mut s, &cfg, 0, 6, 210);
+            assert_eq!(sent.concat(), [12]);
+            assert_eq!(sent[5], [12]);
+            // The ACK past the recovery point: cwnd = min(ssthresh, in flight + 1).
+            s.on_ack(&cfg, 300, 12, false, 200);
+            assert_eq!(s.cwnd(), 4.5, "recovery ends deflated");
+            assert_eq!(s.state, CongState::Open);
         }
-        assert_eq!(s.poll_send(200), Some((0, true)), "fast retransmit");
-        assert_eq!(s.cwnd(), 5.0 + 3.0);
-        s.on_ack(&cfg, 300, 10, false, 200);
-        assert_eq!(s.cwnd(), 5.0, "recovery ends deflated");
+    }
+
+    #[test]
+    fn only_the_first_partial_ack_restarts_the_timer() {
+        let cfg = newreno();
+        let mut s = open(&cfg, 100);
+        fill(&mut s, 100);
+        dups(&mut s, &cfg, 0, 3, 200);
+        s.on_ack(&cfg, 1_000, 3, false, 200);
+        assert_eq!(drain(&mut s, 1_000).first(), Some(&3), "the next hole goes again");
+        let deadline = s.deadline;
+        assert_eq!(deadline, Some(1_000 + s.rto));
+        s.on_ack(&cfg, 2_000, 5, false, 200);
+        assert_eq!(drain(&mut s, 2_000).first(), Some(&5));
+        assert_eq!(s.deadline, deadline, "a second partial ACK leaves the timer");
     }
 
     #[test]
     fn timeout_goes_back_to_the_first_hole() {
-        let cfg = TcpConfig { dctcp_g: None, ..TcpConfig::default() };
+        let cfg = newreno();
         let mut s = open(&cfg, 100);
-        drain(&mut s, 100);
+        fill(&mut s, 100);
         let deadline = s.deadline.unwrap();
         assert_eq!(deadline, 100 + cfg.min_rto);
         assert!(!s.on_timeout(&cfg, deadline));
         assert_eq!(s.cwnd(), 1.0);
         assert_eq!(drain(&mut s, deadline), [0]);
         assert_eq!(s.deadline, Some(deadline + 2 * cfg.min_rto), "backed off");
+        // In the loss state duplicate ACKs do nothing.
+        assert_eq!(dups(&mut s, &cfg, 0, 3, deadline + 10), vec![vec![] as Vec<u32>; 3]);
+        s.on_ack(&cfg, deadline + 20, 1, false, deadline);
+        assert_eq!(s.state, CongState::Open);
+        assert_eq!(drain(&mut s, deadline + 20), [1, 2], "slow start from one segment");
+    }
+
+    #[test]
+    fn no_fast_retransmit_before_the_last_recovery_point_is_acked() {
+        let cfg = newreno();
+        let mut s = open(&cfg, 100);
+        fill(&mut s, 100);
+        let deadline = s.deadline.unwrap();
+        s.on_timeout(&cfg, deadline);
+        drain(&mut s, deadline);
+        s.on_ack(&cfg, deadline + 10, 2, false, deadline);
+        drain(&mut s, deadline + 10);
+        // Segment 2 was lost again; 10 was sent before the timeout, so three
+        // duplicates of 2 only send new data (limited transmit).
+        let sent = dups(&mut s, &cfg, 2, 3, deadline + 20);
+        assert!(sent.iter().all(|d| d.len() == 1 && d[0] > 2), "{sent:?}");
+        assert_eq!(s.state, CongState::Disorder);
     }
 
     #[test]
     fn dctcp_alpha_and_reduction() {
         let cfg = TcpConfig::default();
         let mut s = open(&cfg, 1000);
-        drain(&mut s, 100);
+        fill(&mut s, 100);
         // First ACK reaches the initial mark (0): α updates with F = 1 (ECE).
         s.on_ack(&cfg, 200, 1, true, 100);
         assert_eq!(s.alpha(), 1.0);
         assert_eq!(s.cwnd(), 5.0, "cwnd × (1 − α/2) with α = 1");
-        // Held until the first segment sent after the reduction (10) is acked.
-        s.on_ack(&cfg, 210, 5, false, 100);
-        assert_eq!(s.cwnd(), 5.0);
-        s.on_ack(&cfg, 220, 10, false, 100);
-        assert_eq!(s.cwnd(), 5.0);
+        // The first new segment after the cut (10) carries CWR; the window
+        // holds until it is acknowledged.
+        fill(&mut s, 200);
+        assert_eq!(s.cwr_sent, None, "nothing sent: 9 in flight, window 5");
+        s.on_ack(&cfg, 210, 6, false, 100);
+        assert_eq!(drain(&mut s, 210), [10]);
+        assert_eq!(s.cwr_sent, Some(10));
+        s.on_ack(&cfg, 215, 10, false, 100);
         // The ack of 10 reached the mark set at the first update: F = 0/9.
         assert!((s.alpha() - 15.0 / 16.0).abs() < 1e-12, "{}", s.alpha());
-        drain(&mut s, 220);
-        s.on_ack(&cfg, 230, 11, false, 100);
-        assert!(s.cwnd() > 5.0, "grows again once the hold ends");
+        assert_eq!(s.cwnd(), 5.0);
+        // The ACK of 10 ends CWR; its echo came while CWR held, so no second
+        // cut, and the window grows again (⌊1400 / 5⌋ bytes).
+        s.on_ack(&cfg, 220, 11, true, 100);
+        assert_eq!(s.state, CongState::Open);
+        assert!((s.cwnd() - 5.2).abs() < 1e-12, "{}", s.cwnd());
+    }
+
+    #[test]
+    fn an_echo_on_a_duplicate_ack_cuts_the_window() {
+        let cfg = TcpConfig::default();
+        let mut s = open(&cfg, 100);
+        fill(&mut s, 100);
+        s.on_ack(&cfg, 200, 0, true, 100);
+        assert_eq!(s.state, CongState::Cwr);
+        assert_eq!(s.cwnd(), 5.0);
+        assert_eq!(s.poll_send(200), Some(Segment { seq: 10, again: false, cwr: true }), "limited transmit");
+        assert_eq!(s.cwr_sent, Some(10), "that segment carries CWR");
+    }
+
+    #[test]
+    fn a_window_below_one_segment_sends_only_a_short_last_segment() {
+        let cfg = TcpConfig::default();
+        let mut s = Sender::new(&cfg, 3 * MSS);
+        s.on_syn_sent(0);
+        s.on_syn_ack();
+        s.cwnd = 0.6;
+        assert_eq!(drain(&mut s, 100), [] as [u32; 0]);
+        let mut s = Sender::new(&cfg, 2 * MSS + 100);
+        s.on_syn_sent(0);
+        s.on_syn_ack();
+        s.snd_nxt = 2;
+        s.snd_una = 2;
+        s.cwnd = 0.6;
+        assert_eq!(drain(&mut s, 100), [2]);
     }
 
     #[test]
@@ -435,9 +761,19 @@ mod tests {
     }
 
     #[test]
+    fn receiver_echo_follows_ce_until_cwr_or_a_clean_segment() {
+        let mut r = Receiver::new(10);
+        assert!(!r.ecn_echo(true, false, false));
+        assert!(r.ecn_echo(true, true, false), "CE turns the echo on");
+        assert!(r.ecn_echo(false, false, false), "a retransmission leaves it");
+        assert!(!r.ecn_echo(true, false, false), "a clean ECN-capable segment ends it");
+        assert!(!r.ecn_echo(true, true, true), "CWR ends it, even on a CE segment");
+    }
+
+    #[test]
     fn syn_timeout_resends_the_syn() {
         let cfg = TcpConfig::default();
-        let mut s = Sender::new(&cfg, 3);
+        let mut s = Sender::new(&cfg, 3 * MSS);
         s.on_syn_sent(0);
         assert_eq!(s.poll_send(1), None);
         assert!(s.on_timeout(&cfg, cfg.min_rto));

@@ -278,9 +278,10 @@ impl World {
             .map(|(i, spec)| {
                 queue.schedule(spec.start, Ev::Start(i as u32));
                 let segs = spec.bytes.div_ceil(mss).max(1) as u32;
+                let sender = Sender::new(&cfg.tcp, spec.bytes);
                 Flow {
                     spec,
-                    sender: Sender::new(&cfg.tcp, segs),
+                    sender,
                     receiver: Receiver::new(segs),
                     segs,
                     timer_at: None,
@@ -431,7 +432,8 @@ impl World {
     }
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
-        let class = self.flows[p.flow as usize].spec.prio as usize;
+        // Only a port with several classes needs the flow's (a cache miss).
+        let class = if self.ports[i].qdisc.classes() > 1 { self.flows[p.flow as usize].spec.prio as usize } else { 0 };
         if !self.ports[i].qdisc.enqueue(now, class, p) {
             return;
         }
@@ -656,6 +658,7 @@ impl World {
             path: NO_PATH,
             echo_path: NO_PATH,
             lb: 0,
+            cwr: false,
             enqueued: now,
             echo: now,
         }
@@ -691,10 +694,11 @@ impl World {
 
     /// Send whatever the sender's window allows, then keep its timer armed.
     fn pump(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
-        while let Some((seq, again)) = self.flows[f].sender.poll_send(now) {
-            let payload = self.payload(f, seq);
-            let mut p = self.packet(f as u32, Kind::Data, seq, payload, self.flows[f].spec.dst, now);
-            p.ect = !again;
+        while let Some(seg) = self.flows[f].sender.poll_send(now) {
+            let payload = self.payload(f, seg.seq);
+            let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
+            p.ect = !seg.again;
+            p.cwr = seg.cwr;
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
         }
@@ -736,12 +740,13 @@ impl World {
         let src = flow.spec.src;
         flow.last_rx = Some(now);
         let next = flow.receiver.on_data(p.seq);
+        let ece = flow.receiver.ecn_echo(p.ect, p.ce, p.cwr);
         let closes = flow.done.is_none() && flow.receiver.complete();
         if closes {
             flow.done = Some(now);
         }
         let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
-        ack.ece = p.ce;
+        ack.ece = ece;
         ack.echo = p.echo;
         ack.echo_path = p.path;
         // The data's one-way delay, for schemes that sense paths by it
@@ -898,9 +903,11 @@ mod tests {
         let (fct, troubles) = lone_flow(1000, vec![], Service::OnRoom);
         assert!((100_000..105_000).contains(&fct), "{fct}");
         assert_eq!(troubles, 0);
-        // 100 segments in slow start: a few more round trips, no marks.
+        // 100 segments in slow start, two per ACK from a first flight of
+        // two (2, 4, 8, … 64: six data round trips of about 40 µs), plus
+        // 116 µs of serialisation at 10 Gb/s: no marks.
         let (fct, troubles) = lone_flow(140_000, vec![], Service::OnRoom);
-        assert!((150_000..300_000).contains(&fct), "{fct}");
+        assert!((300_000..400_000).contains(&fct), "{fct}");
         assert_eq!(troubles, 0);
     }
 

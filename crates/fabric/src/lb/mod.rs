@@ -258,6 +258,7 @@ pub(crate) mod testing {
             ect: true,
             ce: false,
             ece: false,
+            cwr: false,
             path: NO_PATH,
             echo_path: NO_PATH,
             lb: 0,
