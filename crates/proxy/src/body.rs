@@ -4,7 +4,7 @@
 //! and the HTTP/1.1 client ([`h1`](crate::h1)), which neither owns.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -18,12 +18,16 @@ use hyper::body::Incoming;
 /// can be sent again on a retry).
 pub type UpstreamBody = Either<LimitedBody, Empty<Bytes>>;
 
-/// How the client's body failed, if it did: the body records it as it
-/// streams, the request path reads it when a try breaks, so that the
-/// client's fault is answered as such (413, 400) rather than as the
-/// upstream's (502).
+/// How the client's body failed, if it did, and how many bytes of it
+/// arrived: the body records both as it streams; the request path reads the
+/// fault when a try breaks, so that the client's fault is answered as such
+/// (413, 400) rather than as the upstream's (502), and the access log reads
+/// the count.
 #[derive(Debug, Default)]
-pub struct ClientFault(AtomicU8);
+pub struct ClientFault {
+    fault: AtomicU8,
+    received: AtomicU64,
+}
 
 /// What [`ClientFault`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,16 +41,21 @@ pub enum Fault {
 
 impl ClientFault {
     fn set(&self, fault: Fault) {
-        self.0.store(fault as u8 + 1, Relaxed);
+        self.fault.store(fault as u8 + 1, Relaxed);
     }
 
     /// The recorded fault, if any.
     pub fn get(&self) -> Option<Fault> {
-        match self.0.load(Relaxed) {
+        match self.fault.load(Relaxed) {
             0 => None,
             1 => Some(Fault::TooLarge),
             _ => Some(Fault::Broken),
         }
+    }
+
+    /// Body bytes received so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Relaxed)
     }
 }
 
@@ -94,6 +103,7 @@ impl Body for LimitedBody {
                     return Poll::Ready(Some(Err(LimitedBodyError::TooLarge)));
                 }
                 self.left -= len;
+                self.fault.received.fetch_add(len, Relaxed);
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {

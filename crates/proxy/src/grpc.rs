@@ -38,6 +38,12 @@ pub fn failed(headers: &HeaderMap) -> bool {
     headers.get(GRPC_STATUS).is_some_and(|s| s.as_bytes() != b"0")
 }
 
+/// The `grpc-status` in `headers` (trailers, or a trailers-only head), if
+/// there is one and it is a number.
+pub fn status(headers: &HeaderMap) -> Option<u32> {
+    headers.get(GRPC_STATUS)?.to_str().ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +75,7 @@ mod tests {
         assert!(!failed(&with(GRPC_STATUS, "0")));
         assert!(failed(&with(GRPC_STATUS, "14")));
         assert!(!failed(&HeaderMap::new()));
+        assert_eq!(status(&with(GRPC_STATUS, "14")), Some(14));
+        assert_eq!(status(&with(GRPC_STATUS, "x")), None);
     }
 }

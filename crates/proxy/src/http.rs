@@ -47,6 +47,7 @@ use hyper::body::Incoming;
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
+use crate::access_log::{AccessLog, Flags, Record, Trace};
 use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
@@ -54,7 +55,7 @@ use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
 use crate::h1::UpgradeAnswer;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
-use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
+use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -71,6 +72,8 @@ pub struct HttpService {
     pub epoch: Epoch,
     /// Whether the listener terminates TLS (for `X-Forwarded-Proto`).
     pub tls: bool,
+    /// The listener's access log, if it has one.
+    pub access_log: Option<AccessLog>,
 }
 
 /// A response the proxy makes itself.
@@ -292,26 +295,64 @@ fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
 }
 
 impl HttpService {
-    /// Serve one request from `peer`. Never fails: every problem becomes a response.
+    /// Serve one request from `peer`. Never fails: every problem becomes a
+    /// response. With an access log, the request's record is sent when its
+    /// response body ends (at once for the proxy's own answers).
     pub async fn handle(&self, peer: &Peer, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
+        let body = Arc::new(ClientFault::default());
+        let mut trace = Trace::default();
+        let Some(log) = &self.access_log else {
+            return Ok(self.serve(&routing, peer, req, &body, &mut trace).await);
+        };
+        let arrived = Instant::now();
+        let mut record = arriving(peer.addr, &req);
+        let mut response = self.serve(&routing, peer, req, &body, &mut trace).await;
+        record.status = response.status().as_u16();
+        record.cluster = trace.cluster.map(|i| routing.clusters[i].shared.config.name.clone());
+        record.grpc_status = crate::grpc::status(response.headers());
+        record.trace = trace;
+        let pending = PendingLog { record, arrived, log: log.clone(), body };
+        match response.body_mut() {
+            Either::Left(tracked) => tracked.log = Some(Box::new(pending)),
+            Either::Right(own) => pending.send(own.size_hint().exact().unwrap_or(0), Flags::default()),
+        }
+        Ok(response)
+    }
+
+    /// [`handle`](Self::handle) without the log: `body` counts the request
+    /// body, `trace` learns the route and the tries.
+    async fn serve(
+        &self,
+        routing: &Routing,
+        peer: &Peer,
+        req: Request<Incoming>,
+        body: &Arc<ClientFault>,
+        trace: &mut Trace,
+    ) -> Response<ProxyBody> {
         let listener = &routing.listeners[self.listener];
         if let Some(message) = bad_host(&req) {
             self.stats.bad_request.fetch_add(1, Relaxed);
-            return Ok(local(StatusCode::BAD_REQUEST, message));
+            trace.flags.set(Flags::BAD_REQUEST);
+            return local(StatusCode::BAD_REQUEST, message);
         }
         let Some(index) = route(listener, &req) else {
             self.stats.no_route.fetch_add(1, Relaxed);
-            return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
+            trace.flags.set(Flags::NO_ROUTE);
+            return local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n");
         };
+        trace.cluster = Some(index);
         let cluster = &routing.clusters[index];
         if is_upgrade(&req) {
-            return Ok(self.upgrade(cluster, peer, req).await);
+            return self.upgrade(cluster, peer, req, trace).await;
         }
-        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req) {
-            Ok(prepared) => Ok(self.forward(cluster, &routing.pools[index], prepared).await),
-            Err((status, message)) => Ok(local(status, message)),
+        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req, body) {
+            Ok(prepared) => self.forward(cluster, &routing.pools[index], prepared, trace).await,
+            Err((status, message, flag)) => {
+                trace.flags.set(flag);
+                local(status, message)
+            }
         }
     }
 
@@ -323,15 +364,16 @@ impl HttpService {
         config: &Cluster,
         peer: &Peer,
         req: Request<Incoming>,
-    ) -> Result<Prepared, Refusal> {
+        fault: &Arc<ClientFault>,
+    ) -> Result<Prepared, (StatusCode, &'static str, Flags)> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
         let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
-            return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
+            return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n", Flags::TOO_LARGE));
         }
         let (mut parts, body) = req.into_parts();
-        let fault = Arc::new(ClientFault::default());
+        let fault = fault.clone();
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
@@ -339,7 +381,11 @@ impl HttpService {
         let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, fault.clone())) };
         let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
-            return Err((StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "fulcrum: request headers cannot be forwarded\n",
+                Flags::BAD_REQUEST,
+            ));
         };
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         // A request that was not sent comes back from the pool whole, so the
@@ -358,6 +404,7 @@ impl HttpService {
         cluster: &Arc<WorkerCluster>,
         pool: &Arc<UpstreamPool>,
         mut req: Prepared,
+        trace: &mut Trace,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
@@ -370,25 +417,40 @@ impl HttpService {
                 Ok(p) => p,
                 Err(NoPick::Empty) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
+                    trace.flags.set(Flags::NO_HEALTHY_UPSTREAM);
                     return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
                 }
                 Err(NoPick::Overflow) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
+                    trace.flags.set(Flags::UPSTREAM_OVERFLOW);
                     return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n");
                 }
             };
+            trace.retries = tried.len() as u32;
+            trace.picked(&pick);
             tried.push(pick.ticket.endpoint());
             let upstream_req = match self.try_request(&mut req, &pick, config.upstream) {
                 Ok(r) => r,
                 Err((status, message)) => {
                     cluster.cancel(pick);
+                    trace.flags.set(if status == StatusCode::BAD_REQUEST {
+                        Flags::BAD_REQUEST
+                    } else {
+                        Flags::UPSTREAM_RESET
+                    });
                     return local(status, message);
                 }
             };
             let sent = Instant::now();
             let timeout = per_try.min(deadline.saturating_duration_since(sent));
             let outcome = send_try(pool, pick.upstream.addr, upstream_req, timeout, &mut req).await;
-            let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let elapsed = sent.elapsed();
+            let latency = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+            trace.response = Some(elapsed);
+            trace.connect = match &outcome {
+                Try::Response(r) => r.extensions().get::<ConnectTime>().map(|c| c.0),
+                _ => None,
+            };
             let (failure, result) = classify(&outcome, config.grpc_status_failure);
             // The policy says which failures it retries; a request that was
             // sent may go again only if resending it is safe.
@@ -402,7 +464,10 @@ impl HttpService {
                 cluster.complete(pick, self.epoch.now(), latency, result);
                 continue;
             }
-            return self.answer(cluster, pick, outcome, (latency, result), &req.fault);
+            if failure.is_some_and(|f| config.retries.retries(f)) {
+                trace.flags.set(Flags::RETRIES_EXHAUSTED);
+            }
+            return self.answer(cluster, pick, outcome, (latency, result), &req.fault, &mut trace.flags);
         }
     }
 
@@ -439,6 +504,7 @@ impl HttpService {
         outcome: Try,
         (latency, result): (Nanos, RequestResult),
         fault: &ClientFault,
+        flags: &mut Flags,
     ) -> Response<ProxyBody> {
         match outcome {
             Try::Response(response) => {
@@ -447,17 +513,19 @@ impl HttpService {
                 parts.headers.append(header::VIA, via(parts.version));
                 let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
                 let grpc = cluster.shared.config.grpc_status_failure;
-                let body = TrackedBody { inner: body, completion: Some(completion), grpc };
+                let body = TrackedBody { inner: body, completion: Some(completion), grpc, log: None };
                 Response::from_parts(parts, Either::Left(body))
             }
             Try::Timeout => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
+                flags.set(Flags::UPSTREAM_TIMEOUT);
                 self.stats.gateway_timeout.fetch_add(1, Relaxed);
                 local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }
             Try::Overflow => {
                 cluster.cancel(pick);
                 cluster.shared.counters.overflows.fetch_add(1, Relaxed);
+                flags.set(Flags::UPSTREAM_OVERFLOW);
                 self.stats.unavailable.fetch_add(1, Relaxed);
                 local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
             }
@@ -465,16 +533,22 @@ impl HttpService {
             // client's fault, not the upstream's.
             Try::Reset if fault.get() == Some(Fault::TooLarge) => {
                 cluster.cancel(pick);
+                flags.set(Flags::TOO_LARGE);
                 self.stats.payload_too_large.fetch_add(1, Relaxed);
                 local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
             }
             Try::Reset if fault.get() == Some(Fault::Broken) => {
                 cluster.cancel(pick);
+                flags.set(Flags::BAD_REQUEST);
                 self.stats.bad_request.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_REQUEST, "fulcrum: malformed request body\n")
             }
             Try::ConnectFailure | Try::Reset => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
+                flags.set(match outcome {
+                    Try::ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
+                    _ => Flags::UPSTREAM_RESET,
+                });
                 self.stats.bad_gateway.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
             }
@@ -492,6 +566,7 @@ impl HttpService {
         cluster: &Arc<WorkerCluster>,
         peer: &Peer,
         mut req: Request<Incoming>,
+        trace: &mut Trace,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer.addr);
@@ -499,9 +574,11 @@ impl HttpService {
             Ok(p) => p,
             Err(_) => {
                 self.stats.unavailable.fetch_add(1, Relaxed);
+                trace.flags.set(Flags::NO_HEALTHY_UPSTREAM);
                 return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
             }
         };
+        trace.picked(&pick);
         let client = hyper::upgrade::on(&mut req);
         let (mut parts, _) = req.into_parts();
         let protocol = parts.headers.get(header::UPGRADE).cloned();
@@ -516,6 +593,7 @@ impl HttpService {
         );
         let Some(upstream_req) = upstream_req else {
             cluster.cancel(pick);
+            trace.flags.set(Flags::BAD_REQUEST);
             self.stats.bad_request.fetch_add(1, Relaxed);
             return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
         };
@@ -528,6 +606,7 @@ impl HttpService {
             crate::h1::upgrade(stream, &upstream_req).await
         };
         let answer = tokio::time::timeout(config.request_timeout, answer).await;
+        trace.response = Some(sent.elapsed());
         let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
         match answer {
             Ok(Some(UpgradeAnswer::Switched { headers, stream, early })) => {
@@ -539,6 +618,7 @@ impl HttpService {
                     result: RequestResult::Success,
                 };
                 tokio::spawn(tunnel(client, stream, early, completion));
+                trace.flags.set(Flags::UPGRADED);
                 let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
                 *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
                 *response.headers_mut() = headers;
@@ -557,11 +637,13 @@ impl HttpService {
             }
             Ok(None) => {
                 cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                trace.flags.set(Flags::UPSTREAM_CONNECT_FAILURE);
                 self.stats.bad_gateway.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
             }
             Err(_) => {
                 cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                trace.flags.set(Flags::UPSTREAM_TIMEOUT);
                 self.stats.gateway_timeout.fetch_add(1, Relaxed);
                 local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }
@@ -701,14 +783,63 @@ pub struct TrackedBody {
     completion: Option<Completion>,
     /// Trailers with a failing `grpc-status` make the outcome a failure.
     grpc: bool,
+    /// The request's access log record, sent when the body ends.
+    log: Option<Box<PendingLog>>,
 }
 
 impl TrackedBody {
-    /// The body is over: report the outcome.
-    fn end(&mut self, ok: bool) {
+    /// The body is over: report the outcome, and log the request with `flags`.
+    fn end(&mut self, ok: bool, flags: Flags) {
         if let Some(c) = self.completion.take() {
             c.finish(ok);
         }
+        if let Some(log) = self.log.take() {
+            let sent = log.record.bytes_out;
+            log.send(sent, flags);
+        }
+    }
+}
+
+/// A request's record waiting for its response to end.
+struct PendingLog {
+    record: Record,
+    arrived: Instant,
+    log: AccessLog,
+    /// Counts the request body.
+    body: Arc<ClientFault>,
+}
+
+impl PendingLog {
+    /// Complete the record (`bytes_out` sent, `flags` added) and queue it.
+    fn send(mut self, bytes_out: u64, flags: Flags) {
+        self.record.duration = self.arrived.elapsed();
+        self.record.bytes_in = self.body.received();
+        self.record.bytes_out = bytes_out;
+        self.record.trace.flags.set(flags);
+        self.log.log(self.record);
+    }
+}
+
+/// A request's record as it arrives: what the request says of itself.
+fn arriving<B>(client: SocketAddr, req: &Request<B>) -> Record {
+    let authority = match req.uri().authority() {
+        Some(a) => Some(a.as_str().to_string()),
+        None => req.headers().get(header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()),
+    };
+    Record {
+        time: std::time::SystemTime::now(),
+        client,
+        method: req.method().clone(),
+        authority,
+        path: req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string()),
+        protocol: req.version(),
+        status: 0,
+        bytes_in: 0,
+        bytes_out: 0,
+        duration: Duration::ZERO,
+        cluster: None,
+        trace: Trace::default(),
+        grpc_status: None,
     }
 }
 
@@ -724,13 +855,19 @@ impl Body for TrackedBody {
                     c.result = RequestResult::ServerError;
                 }
             }
+            if let Some(log) = self.log.as_mut() {
+                log.record.bytes_out += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if let Some(status) = frame.trailers_ref().and_then(crate::grpc::status) {
+                    log.record.grpc_status = Some(status);
+                }
+            }
         }
         match &polled {
             // hyper stops polling a body of known length after its last
             // byte, so the end is seen there rather than at `None`.
-            Poll::Ready(None) => self.end(true),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(true),
-            Poll::Ready(Some(Err(_))) => self.end(false),
+            Poll::Ready(None) => self.end(true, Flags::default()),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(true, Flags::default()),
+            Poll::Ready(Some(Err(_))) => self.end(false, Flags::UPSTREAM_RESET),
             _ => {}
         }
         polled
@@ -749,7 +886,8 @@ impl Drop for TrackedBody {
     fn drop(&mut self) {
         // The body was empty and never polled, or the client went away: the
         // upstream did its part.
-        self.end(true);
+        let flags = if self.inner.is_end_stream() { Flags::default() } else { Flags::DOWNSTREAM_CLOSED };
+        self.end(true, flags);
     }
 }
 

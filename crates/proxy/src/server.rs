@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+use crate::access_log::AccessLog;
 use crate::admin::Admin;
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
@@ -153,6 +154,21 @@ impl Proxy {
         let permits: Vec<Arc<Semaphore>> =
             config.listeners.iter().map(|l| Arc::new(Semaphore::new(l.limits.max_connections))).collect();
 
+        // One writer thread per access log, joined after the workers (it
+        // ends once their handles are gone and its queue is written).
+        let mut log_threads = Vec::new();
+        let mut logs = Vec::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            logs.push(match &l.access_log {
+                Some(log) => {
+                    let (log, thread) = AccessLog::start(log, format!("fulcrum-log-{i}"), stats.clone())
+                        .map_err(|source| ServeError::AccessLog { listener: l.listen, source })?;
+                    log_threads.push(thread);
+                    Some(log)
+                }
+                None => None,
+            });
+        }
         let (stop, stopped) = watch::channel(None);
         let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
@@ -165,6 +181,7 @@ impl Proxy {
                 routing: rx,
                 tls: tls.clone(),
                 permits: permits.clone(),
+                logs: logs.clone(),
                 stats: stats.clone(),
                 epoch,
                 stopped: stopped.clone(),
@@ -185,6 +202,8 @@ impl Proxy {
             Ok(rt) => rt.block_on(control.run()),
             Err(e) => eprintln!("fulcrum: control thread: cannot start a runtime: {e}"),
         })?);
+        drop(logs);
+        threads.extend(log_threads);
         Ok(Proxy {
             listen_addrs,
             admin_addr,
@@ -215,7 +234,8 @@ impl Proxy {
     /// Apply `next` without dropping a connection or a request. Clusters
     /// and routes may change freely; listeners (addresses, protocols, TLS,
     /// limits), the worker count, the admin address and the seed need a
-    /// restart, and a configuration that changes them is refused whole.
+    /// restart, and a configuration that changes them is refused whole
+    /// (access logs are part of a listener).
     pub fn reload(&self, next: Config) -> Result<(), ServeError> {
         let mut config = lock(&self.config);
         let same_listener = |a: &Listener, b: &Listener| {
@@ -224,6 +244,7 @@ impl Proxy {
                 && a.tls == b.tls
                 && a.max_header_bytes == b.max_header_bytes
                 && a.limits == b.limits
+                && a.access_log == b.access_log
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -268,6 +289,8 @@ struct Worker {
     routing: watch::Receiver<Arc<Routing>>,
     tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
     permits: Vec<Arc<Semaphore>>,
+    /// Each listener's access log, if it has one.
+    logs: Vec<Option<AccessLog>>,
     stats: Arc<ProxyStats>,
     epoch: Epoch,
     stopped: watch::Receiver<Stop>,
@@ -292,7 +315,8 @@ impl Worker {
         });
         let graceful = Arc::new(GracefulShutdown::new());
         let mut accept_loops = Vec::new();
-        for (index, ((socket, tls), permits)) in self.sockets.into_iter().zip(self.tls).zip(self.permits).enumerate() {
+        let listeners = self.sockets.into_iter().zip(self.tls).zip(self.permits).zip(self.logs);
+        for (index, (((socket, tls), permits), access_log)) in listeners.enumerate() {
             let listener = self.routing.borrow().listeners[index].clone();
             let socket = match TcpListener::from_std(socket) {
                 Ok(s) => s,
@@ -314,6 +338,7 @@ impl Worker {
                 stats: self.stats.clone(),
                 epoch: self.epoch,
                 tls: tls.is_some(),
+                access_log,
             });
             accept_loops.push(match listener.protocol {
                 ListenerProtocol::Http => tokio::spawn(accept.http(service, listener, tls)),
