@@ -67,7 +67,8 @@ pub struct Listener {
     pub listen: SocketAddr,
     /// What it speaks.
     pub protocol: ListenerProtocol,
-    /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and http/1.1.
+    /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and
+    /// http/1.1 (only h2 on an `http2` listener).
     pub tls: Option<Tls>,
     /// HTTP: routes tried in order; the first match wins.
     pub routes: Vec<Route>,
@@ -119,6 +120,10 @@ impl Default for Limits {
 pub enum ListenerProtocol {
     /// HTTP/1.1 and HTTP/2 (prior knowledge, or ALPN with TLS).
     Http,
+    /// HTTP/2 only: prior knowledge (h2c), or TLS with ALPN offering only
+    /// h2. Anything else is answered as HTTP/2 would answer it (a
+    /// connection error), never as HTTP/1.1.
+    Http2,
     /// Plain TCP, balanced per connection.
     Tcp,
 }
@@ -787,7 +792,7 @@ impl RawListener {
             None => DEFAULT_MAX_HEADER_BYTES,
         };
         let (routes, cluster) = match self.protocol {
-            ListenerProtocol::Http => (self.http_routes(src, at, clusters)?, None),
+            ListenerProtocol::Http | ListenerProtocol::Http2 => (self.http_routes(src, at, clusters)?, None),
             ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
         };
         let limits = match self.limits {

@@ -135,7 +135,7 @@ impl Proxy {
         let tls: Vec<_> = config
             .listeners
             .iter()
-            .map(|l| l.tls.as_ref().map(crate::tls::acceptor).transpose())
+            .map(|l| l.tls.as_ref().map(|t| crate::tls::acceptor(t, l.protocol == ListenerProtocol::Http2)).transpose())
             .collect::<Result<_, _>>()?;
 
         let mut listen_addrs = Vec::new();
@@ -341,7 +341,7 @@ impl Worker {
                 access_log,
             });
             accept_loops.push(match listener.protocol {
-                ListenerProtocol::Http => tokio::spawn(accept.http(service, listener, tls)),
+                ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),
                 ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
             });
         }
@@ -408,7 +408,10 @@ impl Accept {
             .timer(TokioTimer::new())
             .max_concurrent_streams(1024)
             .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
-        let builder = Arc::new(builder);
+        // An HTTP/2-only listener serves every connection as HTTP/2 (no
+        // HTTP/1.1 Upgrade exists there).
+        let h2_only = listener.protocol == ListenerProtocol::Http2;
+        let builder = Arc::new(if h2_only { builder.http2_only() } else { builder });
         while let Some((stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
@@ -436,6 +439,16 @@ impl Accept {
                 // client's; hyper has already answered what can be answered,
                 // and those answers are counted.
                 let served = match tls {
+                    None if h2_only => {
+                        // A second handle on the socket outlives hyper's, for a lingering close.
+                        let Some((stream, spare)) = with_spare(stream) else { return };
+                        let io = IdleTimeout::new(stream, limits.idle_timeout, active);
+                        let served = watcher.watch(builder.serve_connection(TokioIo::new(io), svc).into_owned()).await;
+                        if served.is_err() {
+                            linger(spare).await;
+                        }
+                        served
+                    }
                     None => {
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
@@ -445,8 +458,12 @@ impl Accept {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
                         let io = IdleTimeout::new(stream, limits.idle_timeout, active);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                        watcher.watch(conn.into_owned()).await
+                        if h2_only {
+                            watcher.watch(builder.serve_connection(TokioIo::new(io), svc).into_owned()).await
+                        } else {
+                            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+                            watcher.watch(conn.into_owned()).await
+                        }
                     }
                 };
                 if let Err(e) = served {
@@ -469,6 +486,36 @@ impl Accept {
             });
         }
     }
+}
+
+/// `stream` and a second handle on the same socket (a duplicated file
+/// descriptor), or `None` if the descriptor could not be duplicated.
+fn with_spare(stream: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, std::net::TcpStream)> {
+    let stream = stream.into_std().ok()?;
+    let spare = stream.try_clone().ok()?;
+    Some((tokio::net::TcpStream::from_std(stream).ok()?, spare))
+}
+
+/// Close a connection that hyper gave up on (a bad HTTP/2 preface, a
+/// protocol error) the way RFC 9113 §3.4 and h2spec expect: send FIN, then
+/// read and discard what the client still sends, for at most a second and
+/// 64 KiB, so that closing with unread data does not turn into a reset (a
+/// client would see the reset, not the close, and maybe not hyper's GOAWAY).
+async fn linger(spare: std::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = spare.shutdown(std::net::Shutdown::Write);
+    let Ok(mut spare) = tokio::net::TcpStream::from_std(spare) else { return };
+    let mut buf = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    let drain = async {
+        while left > 0 {
+            match spare.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// Counts a request in flight on its connection while it lives.
