@@ -16,7 +16,12 @@
 //! Retries follow the cluster's policy: a connect failure (the request was
 //! not sent) is retried on another endpoint whenever the request can be sent
 //! again; resets, timeouts and 5xx only for idempotent requests without a
-//! body. Every retry spends a token of the worker's retry budget.
+//! body. A gRPC call answered with status 14, UNAVAILABLE, in a
+//! trailers-only response is retried when the policy has `grpc-unavailable`
+//! (whatever the method: the service owner says the call may be repeated),
+//! with its body sent again from a copy kept while it streamed (up to
+//! [`COPY_LIMIT`](crate::body::COPY_LIMIT)). Every retry spends a token of
+//! the worker's retry budget.
 //!
 //! Responses the proxy makes itself: 400 (an HTTP/1.1 request without
 //! `Host` or any with two, RFC 9112 §3.2; a request body that broke while
@@ -48,7 +53,7 @@ use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
 use crate::access_log::{AccessLog, Flags, Record, Trace};
-use crate::body::{idempotent, ClientFault, Fault, LimitedBody, UpstreamBody};
+use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
@@ -188,6 +193,9 @@ enum Try {
     Timeout,
 }
 
+/// gRPC's status UNAVAILABLE.
+const UNAVAILABLE: u32 = 14;
+
 /// An answer the proxy makes itself, before it is a response: its status
 /// and text (small, so that results carrying it stay small).
 type Refusal = (StatusCode, &'static str);
@@ -214,6 +222,11 @@ struct Prepared {
     fault: Arc<ClientFault>,
     /// A gRPC call's `grpc-timeout`, which shortens the request timeout.
     grpc_timeout: Option<Duration>,
+    /// A gRPC call the cluster retries on UNAVAILABLE: its body, copied
+    /// as it streams, to be sent again.
+    copy: Option<Arc<BodyCopy>>,
+    /// Retry a gRPC UNAVAILABLE answer (the cluster says so and this is a gRPC call).
+    grpc_retry: bool,
 }
 
 impl Prepared {
@@ -279,12 +292,17 @@ async fn send_try(
 
 /// A try's outcome as the retry policy sees it (the failure, `None` for a
 /// success) and as the balancer hears it. With `grpc`, a trailers-only gRPC
-/// response with a failing `grpc-status` is a failure for the balancer (it
-/// is not retried: the call's status goes back to the client).
-fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
+/// response with a failing `grpc-status` is a failure for the balancer; with
+/// `grpc_retry`, one with status 14 (UNAVAILABLE) is a failure the policy
+/// may retry (other statuses go back to the client).
+fn classify(outcome: &Try, grpc: bool, grpc_retry: bool) -> (Option<RetryOn>, RequestResult) {
     match outcome {
         Try::Response(r) if r.status().is_server_error() => {
             (Some(RetryOn::Status(r.status().as_u16())), RequestResult::ServerError)
+        }
+        Try::Response(r) if grpc_retry && crate::grpc::status(r.headers()) == Some(UNAVAILABLE) => {
+            let result = if grpc { RequestResult::ServerError } else { RequestResult::Success };
+            (Some(RetryOn::GrpcUnavailable), result)
         }
         Try::Response(r) if grpc && crate::grpc::failed(r.headers()) => (None, RequestResult::ServerError),
         Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
@@ -378,7 +396,15 @@ impl HttpService {
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, fault.clone())) };
+        let grpc_retry = config.retries.attempts > 1
+            && config.retries.retries(RetryOn::GrpcUnavailable)
+            && crate::grpc::is_call(&parts.headers);
+        let copy = (grpc_retry && !replayable).then(|| Arc::new(BodyCopy::default()));
+        let body = match &copy {
+            _ if replayable => None,
+            Some(copy) => Some(LimitedBody::new(body, max_body, fault.clone()).copied(copy.clone())),
+            None => Some(LimitedBody::new(body, max_body, fault.clone())),
+        };
         let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
             return Err((
@@ -390,11 +416,25 @@ impl HttpService {
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         // A request that was not sent comes back from the pool whole, so the
         // headers are copied for a try only if a retry after sending is possible.
-        let copy_headers = resendable
-            && config.retries.attempts > 1
-            && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
+        let copy_headers = grpc_retry
+            || resendable
+                && config.retries.attempts > 1
+                && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
         let headers = Some(headers);
-        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, fault, grpc_timeout })
+        Ok(Prepared {
+            parts,
+            body,
+            headers,
+            path,
+            key,
+            replayable,
+            resendable,
+            copy_headers,
+            fault,
+            grpc_timeout,
+            copy,
+            grpc_retry,
+        })
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -451,12 +491,18 @@ impl HttpService {
                 Try::Response(r) => r.extensions().get::<ConnectTime>().map(|c| c.0),
                 _ => None,
             };
-            let (failure, result) = classify(&outcome, config.grpc_status_failure);
+            let (failure, result) = classify(&outcome, config.grpc_status_failure, req.grpc_retry);
             // The policy says which failures it retries; a request that was
-            // sent may go again only if resending it is safe.
-            let retry = failure
-                .is_some_and(|f| config.retries.retries(f) && (req.resendable || f == RetryOn::ConnectFailure))
-                && req.can_send_again()
+            // sent may go again only if resending it is safe, or the server
+            // said UNAVAILABLE and the body was copied.
+            if failure == Some(RetryOn::GrpcUnavailable) && req.body.is_none() {
+                req.body =
+                    req.copy.as_ref().and_then(|c| c.replay()).map(|c| LimitedBody::replay(c, req.fault.clone()));
+            }
+            let retry = failure.is_some_and(|f| {
+                config.retries.retries(f)
+                    && (req.resendable || f == RetryOn::ConnectFailure || f == RetryOn::GrpcUnavailable)
+            }) && req.can_send_again()
                 && (tried.len() as u32) < config.retries.attempts
                 && Instant::now() < deadline
                 && cluster.may_retry(self.epoch.now());
