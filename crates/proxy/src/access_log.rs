@@ -4,8 +4,8 @@
 //! The request path fills a plain [`Record`] (no server types in it, so
 //! that any server front end can log through it) and hands it to the
 //! listener's [`AccessLog`], which only puts it on a bounded channel. A
-//! thread per log formats the records and writes them through a buffer,
-//! flushing whenever the channel runs empty; when the channel is full (a
+//! thread per log takes the queued records every [`PERIOD`], formats them
+//! and writes them through a buffer; when the channel is full (a
 //! slow disk, a blocked stdout), the record is dropped and counted
 //! ([`ProxyStats::access_log_dropped`], exported as
 //! `fulcrum_access_log_dropped_total`) rather than making the request wait.
@@ -18,7 +18,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
@@ -28,7 +28,11 @@ use http::{Method, Version};
 use crate::metrics::ProxyStats;
 
 /// Records a log's channel holds before it drops new ones.
-pub const QUEUE: usize = 16 * 1024;
+pub const QUEUE: usize = 64 * 1024;
+
+/// How often the writer thread takes the queued records: a line is written
+/// at most this long after its request ends.
+pub const PERIOD: Duration = Duration::from_millis(50);
 
 /// Where and how a listener logs, as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -476,7 +480,8 @@ impl Record {
 /// every worker.
 #[derive(Debug, Clone)]
 pub struct AccessLog {
-    queue: SyncSender<Record>,
+    /// Boxed records: a slot is a pointer, not a whole record.
+    queue: SyncSender<Box<Record>>,
     /// Where dropped records are counted.
     stats: Arc<ProxyStats>,
 }
@@ -499,40 +504,54 @@ impl AccessLog {
         Ok((log, thread))
     }
 
-    fn channel(capacity: usize, stats: Arc<ProxyStats>) -> (AccessLog, Receiver<Record>) {
+    fn channel(capacity: usize, stats: Arc<ProxyStats>) -> (AccessLog, Receiver<Box<Record>>) {
         let (queue, rx) = std::sync::mpsc::sync_channel(capacity);
         (AccessLog { queue, stats }, rx)
     }
 
     /// Queue `record` for writing; if the queue is full, drop and count it.
-    pub fn log(&self, record: Record) {
+    pub fn log(&self, record: Box<Record>) {
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.queue.try_send(record) {
             self.stats.access_log_dropped.fetch_add(1, Relaxed);
         }
     }
 }
 
-/// The writer thread: format each record into a buffer, flush when the
-/// queue is empty (so that lines appear promptly when traffic is light and
-/// go out in large writes when it is heavy).
-fn write_lines(queue: &Receiver<Record>, format: &Format, out: Box<dyn Write + Send>) {
+/// The writer thread: every [`PERIOD`], take what the queue holds, format
+/// it into a buffer and flush. It polls rather than waits on the queue, so
+/// that a request's `try_send` never has a sleeping reader to wake (a
+/// futex call per request), and lines go out in large writes.
+fn write_lines(queue: &Receiver<Box<Record>>, format: &Format, out: Box<dyn Write + Send>) {
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(256);
     let mut failed = false;
-    while let Ok(mut record) = queue.recv() {
-        loop {
-            line.clear();
-            record.line(format, &mut line);
-            if let Err(e) = out.write_all(line.as_bytes()) {
+    loop {
+        let mut taken = 0;
+        let open = loop {
+            match queue.try_recv() {
+                Ok(record) => {
+                    line.clear();
+                    record.line(format, &mut line);
+                    if let Err(e) = out.write_all(line.as_bytes()) {
+                        report(&mut failed, &e);
+                    }
+                    taken += 1;
+                }
+                Err(TryRecvError::Empty) => break true,
+                Err(TryRecvError::Disconnected) => break false,
+            }
+        };
+        if taken > 0 || !open {
+            if let Err(e) = out.flush() {
                 report(&mut failed, &e);
             }
-            match queue.try_recv() {
-                Ok(next) => record = next,
-                Err(_) => break,
-            }
         }
-        if let Err(e) = out.flush() {
-            report(&mut failed, &e);
+        if !open {
+            return;
+        }
+        // A queue that filled a quarter in one period is drained again at once.
+        if taken < QUEUE / 4 {
+            std::thread::sleep(PERIOD);
         }
     }
 }
@@ -621,7 +640,7 @@ mod tests {
         let stats = Arc::new(ProxyStats::default());
         let (log, rx) = AccessLog::channel(2, stats.clone());
         for _ in 0..5 {
-            log.log(record());
+            log.log(Box::new(record()));
         }
         assert_eq!(stats.access_log_dropped.load(Relaxed), 3);
         assert_eq!(rx.try_iter().count(), 2);

@@ -325,7 +325,7 @@ impl HttpService {
             return Ok(self.serve(&routing, peer, req, &body, &mut trace).await);
         };
         let arrived = Instant::now();
-        let mut record = arriving(peer.addr, &req);
+        let mut record = Box::new(arriving(peer.addr, &req));
         let mut response = self.serve(&routing, peer, req, &body, &mut trace).await;
         record.status = response.status().as_u16();
         record.cluster = trace.cluster.map(|i| routing.clusters[i].shared.config.name.clone());
@@ -333,7 +333,7 @@ impl HttpService {
         record.trace = trace;
         let pending = PendingLog { record, arrived, log: log.clone(), body };
         match response.body_mut() {
-            Either::Left(tracked) => tracked.log = Some(Box::new(pending)),
+            Either::Left(tracked) => tracked.log = Some(pending),
             Either::Right(own) => pending.send(own.size_hint().exact().unwrap_or(0), Flags::default()),
         }
         Ok(response)
@@ -830,7 +830,7 @@ pub struct TrackedBody {
     /// Trailers with a failing `grpc-status` make the outcome a failure.
     grpc: bool,
     /// The request's access log record, sent when the body ends.
-    log: Option<Box<PendingLog>>,
+    log: Option<PendingLog>,
 }
 
 impl TrackedBody {
@@ -848,7 +848,7 @@ impl TrackedBody {
 
 /// A request's record waiting for its response to end.
 struct PendingLog {
-    record: Record,
+    record: Box<Record>,
     arrived: Instant,
     log: AccessLog,
     /// Counts the request body.
