@@ -351,6 +351,22 @@ fn escaped(out: &mut String, text: &str) {
     }
 }
 
+/// `text` as a JSON string (RFC 8259 §7: `"`, `\` and control characters escaped).
+fn json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 fn protocol(v: Version) -> &'static str {
     match v {
         Version::HTTP_09 => "HTTP/0.9",
@@ -441,13 +457,16 @@ impl Record {
                 }
             }
             Format::Json => {
+                // Formatted on the writer thread for every line: no allocation.
                 let mut value = String::new();
                 out.push('{');
                 for (i, &field) in Field::ALL.iter().enumerate() {
                     if i > 0 {
                         out.push(',');
                     }
-                    let _ = write!(out, "\"{}\":", field.name());
+                    out.push('"');
+                    out.push_str(field.name());
+                    out.push_str("\":");
                     if self.absent(field) {
                         out.push_str("null");
                         continue;
@@ -466,7 +485,7 @@ impl Record {
                     if field.numeric() {
                         out.push_str(text);
                     } else {
-                        out.push_str(&serde_json::Value::from(text).to_string());
+                        json_string(out, text);
                     }
                 }
                 out.push('}');
@@ -633,6 +652,12 @@ mod tests {
         assert_eq!(v["flags"], "UC");
         assert_eq!(v["cluster"], "web");
         assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+        let mut odd = record();
+        odd.path = "/a\"b\\c\u{1}d\u{e9}".into();
+        line.clear();
+        odd.line(&Format::Json, &mut line);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["path"], "/a\"b\\c\u{1}d\u{e9}");
     }
 
     #[test]
