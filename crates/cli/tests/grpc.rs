@@ -1,8 +1,10 @@
 //! End-to-end: a real gRPC server and client (the `grpcio` package from
 //! PyPI, which `scripts/test` installs) through `fulcrum serve` with an
 //! HTTP/2 upstream: a unary call, a failing status carried in the trailers
-//! and counted as the endpoint's failure, and `grpc-timeout` as the
-//! proxy's deadline. The test fails, never skips, without python3 and grpcio.
+//! and counted as the endpoint's failure, `grpc-timeout` as the proxy's
+//! deadline, and a call answered UNAVAILABLE retried when the cluster's
+//! retry policy says `grpc-unavailable`. The tests fail, never skip, without
+//! python3 and grpcio.
 
 mod common;
 
@@ -27,15 +29,15 @@ fn call(target: &str, method: &str, request: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A counter or gauge of the proxy's metrics for the only endpoint.
+/// A counter or gauge of the proxy's metrics for the only endpoint or cluster.
 fn metric(f: &Fulcrum, name: &str) -> u64 {
     let text = String::from_utf8_lossy(&get(f.admin.unwrap(), "admin", "/metrics", "").body).into_owned();
     let line = text.lines().find(|l| l.starts_with(&format!("{name}{{"))).unwrap_or_else(|| panic!("{text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-#[test]
-fn grpc_calls_keep_their_trailers_status_and_deadline_through_the_proxy() {
+/// The gRPC server of `grpc_peer.py`, and its port.
+fn server() -> (KillOnDrop, u16) {
     let mut child = Command::new("python3").arg(peer()).arg("server").stdout(Stdio::piped()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let server = KillOnDrop(child);
@@ -46,6 +48,12 @@ fn grpc_calls_keep_their_trailers_status_and_deadline_through_the_proxy() {
         .strip_prefix("port ")
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("the gRPC server did not start (is the grpcio package installed?): {first:?}"));
+    (server, port)
+}
+
+#[test]
+fn grpc_calls_keep_their_trailers_status_and_deadline_through_the_proxy() {
+    let (server, port) = server();
     let cluster = "upstream = \"http2\"\nrequest_timeout = \"30s\"";
     let f = Fulcrum::serve("grpc", &app_config(&format!("\"127.0.0.1:{port}\""), "workers = 1", "", cluster));
     let target = f.listen[0].to_string();
@@ -74,6 +82,33 @@ fn grpc_calls_keep_their_trailers_status_and_deadline_through_the_proxy() {
     raw.extend_from_slice(&frame);
     let r = send(f.listen[0], &raw);
     assert_eq!(r.status, 504, "{r:?}");
+    drop(server);
+    assert!(f.terminate().success());
+}
+
+#[test]
+fn a_grpc_call_answered_unavailable_is_retried_when_configured() {
+    // Flaky answers every other call UNAVAILABLE, starting with the first.
+    let (server, port) = server();
+    let endpoints = format!("\"127.0.0.1:{port}\"");
+    let retrying = "upstream = \"http2\"\nretries = { attempts = 2, on = [\"grpc-unavailable\"], budget = false, \
+                    different_endpoint = false }";
+    let f = Fulcrum::serve("grpc-retry", &app_config(&endpoints, "workers = 1", "", retrying));
+    let target = f.listen[0].to_string();
+    // Call 1 fails, its retry (call 2, with the request body sent again) succeeds.
+    assert_eq!(call(&target, "Flaky", "hello"), "ok hello");
+    assert_eq!(metric(&f, "fulcrum_cluster_retries_total"), 1);
+    // Other statuses are not retried.
+    assert_eq!(call(&target, "Fail", "NOT_FOUND"), "status NOT_FOUND failing on purpose");
+    assert_eq!(metric(&f, "fulcrum_cluster_retries_total"), 1);
+    assert!(f.terminate().success());
+
+    // Without the condition the client sees UNAVAILABLE (call 3).
+    let plain = "upstream = \"http2\"\nretries = { attempts = 2, on = [\"5xx\"], budget = false }";
+    let f = Fulcrum::serve("grpc-no-retry", &app_config(&endpoints, "workers = 1", "", plain));
+    let target = f.listen[0].to_string();
+    assert_eq!(call(&target, "Flaky", "again"), "status UNAVAILABLE call 3 is unavailable on purpose");
+    assert_eq!(metric(&f, "fulcrum_cluster_retries_total"), 0);
     drop(server);
     assert!(f.terminate().success());
 }

@@ -26,6 +26,8 @@ pub use fulcrum_resilience::{RetryOn, RetryPolicy};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
+
 /// A configuration the proxy rejects, located in its file.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{}:{line}:{column}: {field}: {message}", file.display())]
@@ -65,7 +67,8 @@ pub struct Listener {
     pub listen: SocketAddr,
     /// What it speaks.
     pub protocol: ListenerProtocol,
-    /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and http/1.1.
+    /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and
+    /// http/1.1 (only h2 on an `http2` listener).
     pub tls: Option<Tls>,
     /// HTTP: routes tried in order; the first match wins.
     pub routes: Vec<Route>,
@@ -75,6 +78,8 @@ pub struct Listener {
     pub max_header_bytes: usize,
     /// Protection against slow or greedy clients.
     pub limits: Limits,
+    /// Where and how HTTP requests are logged (not logged by default).
+    pub access_log: Option<AccessLogConfig>,
     /// Which server speaks HTTP/1.1 to clients.
     pub http1_server: Http1Server,
 }
@@ -129,6 +134,10 @@ impl Default for Limits {
 pub enum ListenerProtocol {
     /// HTTP/1.1 and HTTP/2 (prior knowledge, or ALPN with TLS).
     Http,
+    /// HTTP/2 only: prior knowledge (h2c), or TLS with ALPN offering only
+    /// h2. Anything else is answered as HTTP/2 would answer it (a
+    /// connection error), never as HTTP/1.1.
+    Http2,
     /// Plain TCP, balanced per connection.
     Tcp,
 }
@@ -308,6 +317,44 @@ struct RawListener {
     limits: Option<Spanned<Limits>>,
     #[serde(default)]
     http1_server: Http1Server,
+    access_log: Option<Spanned<RawAccessLog>>,
+}
+
+/// `access_log = { path = "…" | "stdout", format = "…" | json = true }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccessLog {
+    path: Spanned<String>,
+    format: Option<Spanned<String>>,
+    #[serde(default)]
+    json: bool,
+}
+
+impl RawAccessLog {
+    /// A target and a format that parses; `format` and `json` exclude each other.
+    fn validate(
+        self,
+        span: std::ops::Range<usize>,
+        src: &Source,
+        at: FieldName,
+    ) -> Result<AccessLogConfig, ConfigError> {
+        let target = match self.path.get_ref().as_str() {
+            "" => return Err(src.error(self.path.span(), at("access_log.path"), "give a file or \"stdout\"")),
+            "stdout" => Target::Stdout,
+            path => Target::File(path.into()),
+        };
+        let format = match (self.format, self.json) {
+            (Some(f), true) => {
+                return Err(src.error(f.span(), at("access_log.format"), "give `format` or `json = true`, not both"))
+            }
+            (None, true) => Format::Json,
+            (Some(f), false) => {
+                Format::parse(f.get_ref()).map_err(|m| src.error(f.span(), at("access_log.format"), m))?
+            }
+            (None, false) => Format::parse(DEFAULT_FORMAT).map_err(|m| src.error(span, at("access_log"), m))?,
+        };
+        Ok(AccessLogConfig { target, format })
+    }
 }
 
 fn default_protocol() -> ListenerProtocol {
@@ -481,6 +528,7 @@ impl Config {
                 max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
                 limits: Limits::default(),
                 http1_server: Http1Server::default(),
+                access_log: None,
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
@@ -761,7 +809,7 @@ impl RawListener {
             None => DEFAULT_MAX_HEADER_BYTES,
         };
         let (routes, cluster) = match self.protocol {
-            ListenerProtocol::Http => (self.http_routes(src, at, clusters)?, None),
+            ListenerProtocol::Http | ListenerProtocol::Http2 => (self.http_routes(src, at, clusters)?, None),
             ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
         };
         let limits = match self.limits {
@@ -778,6 +826,16 @@ impl RawListener {
             None => Limits::default(),
         };
         let http1_server = self.http1_server;
+        let access_log = match self.access_log {
+            Some(a) if self.protocol == ListenerProtocol::Tcp => {
+                return Err(src.error(a.span(), at("access_log"), "access logs are for HTTP listeners"));
+            }
+            Some(a) => {
+                let span = a.span();
+                Some(a.into_inner().validate(span, src, at)?)
+            }
+            None => None,
+        };
         Ok(Listener {
             listen,
             protocol: self.protocol,
@@ -787,6 +845,7 @@ impl RawListener {
             max_header_bytes,
             limits,
             http1_server,
+            access_log,
         })
     }
 
@@ -945,6 +1004,31 @@ connect_timeout = "250ms"
         let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.clusters[1].retries.attempts, RetryPolicy::default().attempts);
         assert_eq!(c.clusters[1].retries.budget.as_ref().unwrap().ratio, 0.5);
+    }
+
+    #[test]
+    fn access_logs_parse_and_their_errors_name_the_field() {
+        let with = |log: &str| {
+            GOOD.replace("listen = \"127.0.0.1:8080\"", &format!("listen = \"127.0.0.1:8080\"\naccess_log = {log}"))
+        };
+        let c = parse(&with(r#"{ path = "stdout", json = true }"#)).unwrap();
+        assert_eq!(c.listeners[0].access_log, Some(AccessLogConfig { target: Target::Stdout, format: Format::Json }));
+        let c = parse(&with(r#"{ path = "/tmp/a.log" }"#)).unwrap();
+        let log = c.listeners[0].access_log.clone().unwrap();
+        assert_eq!(
+            (log.target, log.format),
+            (Target::File("/tmp/a.log".into()), Format::parse(DEFAULT_FORMAT).unwrap())
+        );
+        let e = error(&with(r#"{ path = "stdout", format = "$status $stauts" }"#));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].access_log.format"), "{e}");
+        assert!(e.message.contains("stauts"), "{e}");
+        let e = error(&with(r#"{ path = "stdout", format = "$status", json = true }"#));
+        assert_eq!(e.field, "listener[0].access_log.format", "{e}");
+        let e = error(&with(r#"{ path = "" }"#));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].access_log.path"), "{e}");
+        let e = error(&with(r#"{ file = "x" }"#));
+        assert_eq!(e.line, 7, "{e}");
+        assert!(e.message.contains("file"), "{e}");
     }
 
     #[test]

@@ -24,6 +24,14 @@ pub enum ServeError {
         /// What is wrong with it.
         message: String,
     },
+    /// A listener's access log could not be opened.
+    #[error("listener {listener}: cannot open the access log: {source}")]
+    AccessLog {
+        /// The listener's configured address.
+        listener: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A thread or runtime could not be started.
     #[error("cannot start: {0}")]
     Runtime(#[from] std::io::Error),

@@ -2,7 +2,8 @@
 //! and "Responses"): a call's `grpc-timeout` header, which bounds how long
 //! the proxy waits for it, and its `grpc-status`, carried in the trailers
 //! (or in the head of a trailers-only response), which says whether the
-//! call failed even though the HTTP status is 200.
+//! call failed even though the HTTP status is 200 (and whether it is 14,
+//! UNAVAILABLE, which a cluster may retry: `retries.on = ["grpc-unavailable"]`).
 
 use std::time::Duration;
 
@@ -38,6 +39,21 @@ pub fn failed(headers: &HeaderMap) -> bool {
     headers.get(GRPC_STATUS).is_some_and(|s| s.as_bytes() != b"0")
 }
 
+/// Whether a request is a gRPC call: its `content-type` is
+/// `application/grpc`, alone or with a `+format` or `;parameters`.
+pub fn is_call(headers: &HeaderMap) -> bool {
+    headers.get(http::header::CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes();
+        v.starts_with(b"application/grpc") && matches!(v.get(16), None | Some(b'+' | b';'))
+    })
+}
+
+/// The `grpc-status` in `headers` (trailers, or a trailers-only head), if
+/// there is one and it is a number.
+pub fn status(headers: &HeaderMap) -> Option<u32> {
+    headers.get(GRPC_STATUS)?.to_str().ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +85,17 @@ mod tests {
         assert!(!failed(&with(GRPC_STATUS, "0")));
         assert!(failed(&with(GRPC_STATUS, "14")));
         assert!(!failed(&HeaderMap::new()));
+        assert_eq!(status(&with(GRPC_STATUS, "14")), Some(14));
+        assert_eq!(status(&with(GRPC_STATUS, "x")), None);
+    }
+
+    #[test]
+    fn calls_are_known_by_their_content_type() {
+        let ct = http::header::CONTENT_TYPE;
+        assert!(is_call(&with(ct.clone(), "application/grpc")));
+        assert!(is_call(&with(ct.clone(), "application/grpc+proto")));
+        assert!(!is_call(&with(ct.clone(), "application/grpc-web")));
+        assert!(!is_call(&with(ct, "application/json")));
+        assert!(!is_call(&HeaderMap::new()));
     }
 }

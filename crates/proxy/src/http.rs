@@ -16,7 +16,12 @@
 //! Retries follow the cluster's policy: a connect failure (the request was
 //! not sent) is retried on another endpoint whenever the request can be sent
 //! again; resets, timeouts and 5xx only for idempotent requests without a
-//! body. Every retry spends a token of the worker's retry budget.
+//! body. A gRPC call answered with status 14, UNAVAILABLE, in a
+//! trailers-only response is retried when the policy has `grpc-unavailable`
+//! (whatever the method: the service owner says the call may be repeated),
+//! with its body sent again from a copy kept while it streamed (up to
+//! [`COPY_LIMIT`](crate::body::COPY_LIMIT)). Every retry spends a token of
+//! the worker's retry budget.
 //!
 //! Responses the proxy makes itself: 400 (an HTTP/1.1 request without
 //! `Host` or any with two, RFC 9112 §3.2; a request body that broke while
@@ -46,7 +51,8 @@ use http_body_util::{Either, Empty, Full};
 use tokio::sync::watch;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::body::{idempotent, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
+use crate::access_log::{AccessLog, Flags, Record, Trace};
+use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
@@ -54,7 +60,7 @@ use crate::h1::UpgradeAnswer;
 use crate::h1_conn::{ClientUpgrade, LeanUpgrade};
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
-use crate::upstream::{ResponseBody, SendFailure, UpstreamPool};
+use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -71,6 +77,8 @@ pub struct HttpService {
     pub epoch: Epoch,
     /// Whether the listener terminates TLS (for `X-Forwarded-Proto`).
     pub tls: bool,
+    /// The listener's access log, if it has one.
+    pub access_log: Option<AccessLog>,
 }
 
 /// A response the proxy makes itself.
@@ -185,6 +193,9 @@ enum Try {
     Timeout,
 }
 
+/// gRPC's status UNAVAILABLE.
+const UNAVAILABLE: u32 = 14;
+
 /// An answer the proxy makes itself, before it is a response: its status
 /// and text (small, so that results carrying it stay small).
 type Refusal = (StatusCode, &'static str);
@@ -211,6 +222,11 @@ struct Prepared {
     fault: Arc<ClientFault>,
     /// A gRPC call's `grpc-timeout`, which shortens the request timeout.
     grpc_timeout: Option<Duration>,
+    /// A gRPC call the cluster retries on UNAVAILABLE: its body, copied
+    /// as it streams, to be sent again.
+    copy: Option<Arc<BodyCopy>>,
+    /// Retry a gRPC UNAVAILABLE answer (the cluster says so and this is a gRPC call).
+    grpc_retry: bool,
 }
 
 impl Prepared {
@@ -279,12 +295,17 @@ async fn send_try(
 
 /// A try's outcome as the retry policy sees it (the failure, `None` for a
 /// success) and as the balancer hears it. With `grpc`, a trailers-only gRPC
-/// response with a failing `grpc-status` is a failure for the balancer (it
-/// is not retried: the call's status goes back to the client).
-fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
+/// response with a failing `grpc-status` is a failure for the balancer; with
+/// `grpc_retry`, one with status 14 (UNAVAILABLE) is a failure the policy
+/// may retry (other statuses go back to the client).
+fn classify(outcome: &Try, grpc: bool, grpc_retry: bool) -> (Option<RetryOn>, RequestResult) {
     match outcome {
         Try::Response(r) if r.status().is_server_error() => {
             (Some(RetryOn::Status(r.status().as_u16())), RequestResult::ServerError)
+        }
+        Try::Response(r) if grpc_retry && crate::grpc::status(r.headers()) == Some(UNAVAILABLE) => {
+            let result = if grpc { RequestResult::ServerError } else { RequestResult::Success };
+            (Some(RetryOn::GrpcUnavailable), result)
         }
         Try::Response(r) if grpc && crate::grpc::failed(r.headers()) => (None, RequestResult::ServerError),
         Try::Response(..) | Try::Overflow => (None, RequestResult::Success),
@@ -295,26 +316,64 @@ fn classify(outcome: &Try, grpc: bool) -> (Option<RetryOn>, RequestResult) {
 }
 
 impl HttpService {
-    /// Serve one request from `peer`. Never fails: every problem becomes a response.
+    /// Serve one request from `peer`. Never fails: every problem becomes a
+    /// response. With an access log, the request's record is sent when its
+    /// response body ends (at once for the proxy's own answers).
     pub async fn handle(&self, peer: &Peer, req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
+        let body = Arc::new(ClientFault::default());
+        let mut trace = Trace::default();
+        let Some(log) = &self.access_log else {
+            return Ok(self.serve(&routing, peer, req, &body, &mut trace).await);
+        };
+        let arrived = Instant::now();
+        let mut record = Box::new(arriving(peer.addr, &req));
+        let mut response = self.serve(&routing, peer, req, &body, &mut trace).await;
+        record.status = response.status().as_u16();
+        record.cluster = trace.cluster.map(|i| routing.clusters[i].shared.config.name.clone());
+        record.grpc_status = crate::grpc::status(response.headers());
+        record.trace = trace;
+        let pending = PendingLog { record, arrived, log: log.clone(), body };
+        match response.body_mut() {
+            Either::Left(tracked) => tracked.log = Some(pending),
+            Either::Right(own) => pending.send(own.size_hint().exact().unwrap_or(0), Flags::default()),
+        }
+        Ok(response)
+    }
+
+    /// [`handle`](Self::handle) without the log: `body` counts the request
+    /// body, `trace` learns the route and the tries.
+    async fn serve(
+        &self,
+        routing: &Routing,
+        peer: &Peer,
+        req: Request<RequestBody>,
+        body: &Arc<ClientFault>,
+        trace: &mut Trace,
+    ) -> Response<ProxyBody> {
         let listener = &routing.listeners[self.listener];
         if let Some(message) = bad_host(&req) {
             self.stats.bad_request.fetch_add(1, Relaxed);
-            return Ok(local(StatusCode::BAD_REQUEST, message));
+            trace.flags.set(Flags::BAD_REQUEST);
+            return local(StatusCode::BAD_REQUEST, message);
         }
         let Some(index) = route(listener, &req) else {
             self.stats.no_route.fetch_add(1, Relaxed);
-            return Ok(local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n"));
+            trace.flags.set(Flags::NO_ROUTE);
+            return local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n");
         };
+        trace.cluster = Some(index);
         let cluster = &routing.clusters[index];
         if is_upgrade(&req) {
-            return Ok(self.upgrade(cluster, peer, req).await);
+            return self.upgrade(cluster, peer, req, trace).await;
         }
-        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req) {
-            Ok(prepared) => Ok(self.forward(cluster, &routing.pools[index], prepared).await),
-            Err((status, message)) => Ok(local(status, message)),
+        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req, body) {
+            Ok(prepared) => self.forward(cluster, &routing.pools[index], prepared, trace).await,
+            Err((status, message, flag)) => {
+                trace.flags.set(flag);
+                local(status, message)
+            }
         }
     }
 
@@ -326,32 +385,59 @@ impl HttpService {
         config: &Cluster,
         peer: &Peer,
         req: Request<RequestBody>,
-    ) -> Result<Prepared, Refusal> {
+        fault: &Arc<ClientFault>,
+    ) -> Result<Prepared, (StatusCode, &'static str, Flags)> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
         let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             self.stats.payload_too_large.fetch_add(1, Relaxed);
-            return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n"));
+            return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n", Flags::TOO_LARGE));
         }
         let (mut parts, body) = req.into_parts();
-        let fault = Arc::new(ClientFault::default());
+        let fault = fault.clone();
         // A request without a body can be sent again as it was; one with a
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let body = if replayable { None } else { Some(LimitedBody::new(body, max_body, fault.clone())) };
+        let grpc_retry = config.retries.attempts > 1
+            && config.retries.retries(RetryOn::GrpcUnavailable)
+            && crate::grpc::is_call(&parts.headers);
+        let copy = (grpc_retry && !replayable).then(|| Arc::new(BodyCopy::default()));
+        let body = match &copy {
+            _ if replayable => None,
+            Some(copy) => Some(LimitedBody::new(body, max_body, fault.clone()).copied(copy.clone())),
+            None => Some(LimitedBody::new(body, max_body, fault.clone())),
+        };
         let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
             self.stats.bad_request.fetch_add(1, Relaxed);
-            return Err((StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n"));
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "fulcrum: request headers cannot be forwarded\n",
+                Flags::BAD_REQUEST,
+            ));
         };
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         // A request that was not sent comes back from the pool whole, so the
         // headers are copied for a try only if a retry after sending is possible.
-        let copy_headers = resendable
-            && config.retries.attempts > 1
-            && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
+        let copy_headers = grpc_retry
+            || resendable
+                && config.retries.attempts > 1
+                && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
         let headers = Some(headers);
-        Ok(Prepared { parts, body, headers, path, key, replayable, resendable, copy_headers, fault, grpc_timeout })
+        Ok(Prepared {
+            parts,
+            body,
+            headers,
+            path,
+            key,
+            replayable,
+            resendable,
+            copy_headers,
+            fault,
+            grpc_timeout,
+            copy,
+            grpc_retry,
+        })
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -361,6 +447,7 @@ impl HttpService {
         cluster: &Arc<WorkerCluster>,
         pool: &Arc<UpstreamPool>,
         mut req: Prepared,
+        trace: &mut Trace,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
@@ -376,30 +463,51 @@ impl HttpService {
                 Ok(p) => p,
                 Err(NoPick::Empty) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
+                    trace.flags.set(Flags::NO_HEALTHY_UPSTREAM);
                     return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
                 }
                 Err(NoPick::Overflow) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
+                    trace.flags.set(Flags::UPSTREAM_OVERFLOW);
                     return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n");
                 }
             };
+            trace.retries = tried.len() as u32;
+            trace.picked(&pick);
             tried.push(pick.ticket.endpoint());
             let upstream_req = match self.try_request(&mut req, &pick, config.upstream) {
                 Ok(r) => r,
                 Err((status, message)) => {
                     cluster.cancel(pick);
+                    trace.flags.set(if status == StatusCode::BAD_REQUEST {
+                        Flags::BAD_REQUEST
+                    } else {
+                        Flags::UPSTREAM_RESET
+                    });
                     return local(status, message);
                 }
             };
             let outcome =
                 send_try(pool, pick.upstream.addr, upstream_req, (sent + per_try).min(deadline), &mut req).await;
-            let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let (failure, result) = classify(&outcome, config.grpc_status_failure);
+            let elapsed = sent.elapsed();
+            let latency = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+            trace.response = Some(elapsed);
+            trace.connect = match &outcome {
+                Try::Response(r) => r.extensions().get::<ConnectTime>().map(|c| c.0),
+                _ => None,
+            };
+            let (failure, result) = classify(&outcome, config.grpc_status_failure, req.grpc_retry);
             // The policy says which failures it retries; a request that was
-            // sent may go again only if resending it is safe.
-            let retry = failure
-                .is_some_and(|f| config.retries.retries(f) && (req.resendable || f == RetryOn::ConnectFailure))
-                && req.can_send_again()
+            // sent may go again only if resending it is safe, or the server
+            // said UNAVAILABLE and the body was copied.
+            if failure == Some(RetryOn::GrpcUnavailable) && req.body.is_none() {
+                req.body =
+                    req.copy.as_ref().and_then(|c| c.replay()).map(|c| LimitedBody::replay(c, req.fault.clone()));
+            }
+            let retry = failure.is_some_and(|f| {
+                config.retries.retries(f)
+                    && (req.resendable || f == RetryOn::ConnectFailure || f == RetryOn::GrpcUnavailable)
+            }) && req.can_send_again()
                 && (tried.len() as u32) < config.retries.attempts
                 && Instant::now() < deadline
                 && cluster.may_retry(self.epoch.now());
@@ -408,7 +516,10 @@ impl HttpService {
                 sent = Instant::now();
                 continue;
             }
-            return self.answer(cluster, pick, outcome, (latency, result), &req.fault);
+            if failure.is_some_and(|f| config.retries.retries(f)) {
+                trace.flags.set(Flags::RETRIES_EXHAUSTED);
+            }
+            return self.answer(cluster, pick, outcome, (latency, result), &req.fault, &mut trace.flags);
         }
     }
 
@@ -445,6 +556,7 @@ impl HttpService {
         outcome: Try,
         (latency, result): (Nanos, RequestResult),
         fault: &ClientFault,
+        flags: &mut Flags,
     ) -> Response<ProxyBody> {
         match outcome {
             Try::Response(response) => {
@@ -453,17 +565,19 @@ impl HttpService {
                 parts.headers.append(header::VIA, via(parts.version));
                 let completion = Completion { cluster: cluster.clone(), pick, epoch: self.epoch, latency, result };
                 let grpc = cluster.shared.config.grpc_status_failure;
-                let body = TrackedBody { inner: body, completion: Some(completion), grpc };
+                let body = TrackedBody { inner: body, completion: Some(completion), grpc, log: None };
                 Response::from_parts(parts, Either::Left(body))
             }
             Try::Timeout => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
+                flags.set(Flags::UPSTREAM_TIMEOUT);
                 self.stats.gateway_timeout.fetch_add(1, Relaxed);
                 local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }
             Try::Overflow => {
                 cluster.cancel(pick);
                 cluster.shared.counters.overflows.fetch_add(1, Relaxed);
+                flags.set(Flags::UPSTREAM_OVERFLOW);
                 self.stats.unavailable.fetch_add(1, Relaxed);
                 local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
             }
@@ -471,16 +585,22 @@ impl HttpService {
             // client's fault, not the upstream's.
             Try::Reset if fault.get() == Some(Fault::TooLarge) => {
                 cluster.cancel(pick);
+                flags.set(Flags::TOO_LARGE);
                 self.stats.payload_too_large.fetch_add(1, Relaxed);
                 local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
             }
             Try::Reset if fault.get() == Some(Fault::Broken) => {
                 cluster.cancel(pick);
+                flags.set(Flags::BAD_REQUEST);
                 self.stats.bad_request.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_REQUEST, "fulcrum: malformed request body\n")
             }
             Try::ConnectFailure | Try::Reset => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
+                flags.set(match outcome {
+                    Try::ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
+                    _ => Flags::UPSTREAM_RESET,
+                });
                 self.stats.bad_gateway.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
             }
@@ -498,6 +618,7 @@ impl HttpService {
         cluster: &Arc<WorkerCluster>,
         peer: &Peer,
         mut req: Request<RequestBody>,
+        trace: &mut Trace,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer.addr);
@@ -505,9 +626,11 @@ impl HttpService {
             Ok(p) => p,
             Err(_) => {
                 self.stats.unavailable.fetch_add(1, Relaxed);
+                trace.flags.set(Flags::NO_HEALTHY_UPSTREAM);
                 return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
             }
         };
+        trace.picked(&pick);
         let client = match req.extensions_mut().remove::<LeanUpgrade>().and_then(|u| u.take()) {
             Some(lean) => ClientUpgrade::Lean(lean),
             None => ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
@@ -525,6 +648,7 @@ impl HttpService {
         );
         let Some(upstream_req) = upstream_req else {
             cluster.cancel(pick);
+            trace.flags.set(Flags::BAD_REQUEST);
             self.stats.bad_request.fetch_add(1, Relaxed);
             return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
         };
@@ -546,6 +670,7 @@ impl HttpService {
             crate::h1::upgrade(stream, &upstream_req).await
         };
         let answer = tokio::time::timeout(config.request_timeout, answer).await;
+        trace.response = Some(sent.elapsed());
         let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
         match answer {
             Ok(Some(UpgradeAnswer::Switched { headers, stream, early })) => {
@@ -557,6 +682,7 @@ impl HttpService {
                     result: RequestResult::Success,
                 };
                 tokio::spawn(tunnel(client, stream, early, completion, slot));
+                trace.flags.set(Flags::UPGRADED);
                 let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
                 *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
                 *response.headers_mut() = headers;
@@ -575,11 +701,13 @@ impl HttpService {
             }
             Ok(None) => {
                 cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                trace.flags.set(Flags::UPSTREAM_CONNECT_FAILURE);
                 self.stats.bad_gateway.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
             }
             Err(_) => {
                 cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
+                trace.flags.set(Flags::UPSTREAM_TIMEOUT);
                 self.stats.gateway_timeout.fetch_add(1, Relaxed);
                 local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }
@@ -725,14 +853,63 @@ pub struct TrackedBody {
     completion: Option<Completion>,
     /// Trailers with a failing `grpc-status` make the outcome a failure.
     grpc: bool,
+    /// The request's access log record, sent when the body ends.
+    log: Option<PendingLog>,
 }
 
 impl TrackedBody {
-    /// The body is over: report the outcome.
-    fn end(&mut self, ok: bool) {
+    /// The body is over: report the outcome, and log the request with `flags`.
+    fn end(&mut self, ok: bool, flags: Flags) {
         if let Some(c) = self.completion.take() {
             c.finish(ok);
         }
+        if let Some(log) = self.log.take() {
+            let sent = log.record.bytes_out;
+            log.send(sent, flags);
+        }
+    }
+}
+
+/// A request's record waiting for its response to end.
+struct PendingLog {
+    record: Box<Record>,
+    arrived: Instant,
+    log: AccessLog,
+    /// Counts the request body.
+    body: Arc<ClientFault>,
+}
+
+impl PendingLog {
+    /// Complete the record (`bytes_out` sent, `flags` added) and queue it.
+    fn send(mut self, bytes_out: u64, flags: Flags) {
+        self.record.duration = self.arrived.elapsed();
+        self.record.bytes_in = self.body.received();
+        self.record.bytes_out = bytes_out;
+        self.record.trace.flags.set(flags);
+        self.log.log(self.record);
+    }
+}
+
+/// A request's record as it arrives: what the request says of itself.
+fn arriving<B>(client: SocketAddr, req: &Request<B>) -> Record {
+    let authority = match req.uri().authority() {
+        Some(a) => Some(a.as_str().to_string()),
+        None => req.headers().get(header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()),
+    };
+    Record {
+        time: std::time::SystemTime::now(),
+        client,
+        method: req.method().clone(),
+        authority,
+        path: req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string()),
+        protocol: req.version(),
+        status: 0,
+        bytes_in: 0,
+        bytes_out: 0,
+        duration: Duration::ZERO,
+        cluster: None,
+        trace: Trace::default(),
+        grpc_status: None,
     }
 }
 
@@ -748,13 +925,19 @@ impl Body for TrackedBody {
                     c.result = RequestResult::ServerError;
                 }
             }
+            if let Some(log) = self.log.as_mut() {
+                log.record.bytes_out += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if let Some(status) = frame.trailers_ref().and_then(crate::grpc::status) {
+                    log.record.grpc_status = Some(status);
+                }
+            }
         }
         match &polled {
             // hyper stops polling a body of known length after its last
             // byte, so the end is seen there rather than at `None`.
-            Poll::Ready(None) => self.end(true),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(true),
-            Poll::Ready(Some(Err(_))) => self.end(false),
+            Poll::Ready(None) => self.end(true, Flags::default()),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(true, Flags::default()),
+            Poll::Ready(Some(Err(_))) => self.end(false, Flags::UPSTREAM_RESET),
             _ => {}
         }
         polled
@@ -773,7 +956,8 @@ impl Drop for TrackedBody {
     fn drop(&mut self) {
         // The body was empty and never polled, or the client went away: the
         // upstream did its part.
-        self.end(true);
+        let flags = if self.inner.is_end_stream() { Flags::default() } else { Flags::DOWNSTREAM_CLOSED };
+        self.end(true, flags);
     }
 }
 

@@ -12,6 +12,7 @@
 //! ([`clock`]), the request body types ([`body`]), a worker's [`routing`],
 //! the startup error ([`error`]) and the shutdown signal.
 
+pub mod access_log;
 pub mod admin;
 pub mod body;
 pub mod client_io;

@@ -87,6 +87,8 @@ pub struct ProxyStats {
     pub connections: AtomicU64,
     /// Connections closed on accept because `max_connections` were open.
     pub rejected_connections: AtomicU64,
+    /// Access log records dropped because a log's queue was full.
+    pub access_log_dropped: AtomicU64,
 }
 
 impl ProxyStats {

@@ -33,6 +33,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::access_log::AccessLog;
 use crate::admin::Admin;
 use crate::client_io::{Counted, IdleTimeout};
 use crate::clock::Epoch;
@@ -133,7 +134,7 @@ impl Proxy {
         let tls: Vec<_> = config
             .listeners
             .iter()
-            .map(|l| l.tls.as_ref().map(crate::tls::acceptor).transpose())
+            .map(|l| l.tls.as_ref().map(|t| crate::tls::acceptor(t, l.protocol == ListenerProtocol::Http2)).transpose())
             .collect::<Result<_, _>>()?;
 
         let mut listen_addrs = Vec::new();
@@ -152,6 +153,21 @@ impl Proxy {
         let permits: Vec<Arc<Semaphore>> =
             config.listeners.iter().map(|l| Arc::new(Semaphore::new(l.limits.max_connections))).collect();
 
+        // One writer thread per access log, joined after the workers (it
+        // ends once their handles are gone and its queue is written).
+        let mut log_threads = Vec::new();
+        let mut logs = Vec::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            logs.push(match &l.access_log {
+                Some(log) => {
+                    let (log, thread) = AccessLog::start(log, format!("fulcrum-log-{i}"), stats.clone())
+                        .map_err(|source| ServeError::AccessLog { listener: l.listen, source })?;
+                    log_threads.push(thread);
+                    Some(log)
+                }
+                None => None,
+            });
+        }
         let (stop, stopped) = watch::channel(None);
         let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
@@ -164,6 +180,7 @@ impl Proxy {
                 routing: rx,
                 tls: tls.clone(),
                 permits: permits.clone(),
+                logs: logs.clone(),
                 stats: stats.clone(),
                 epoch,
                 stopped: stopped.clone(),
@@ -184,6 +201,8 @@ impl Proxy {
             Ok(rt) => rt.block_on(control.run()),
             Err(e) => eprintln!("fulcrum: control thread: cannot start a runtime: {e}"),
         })?);
+        drop(logs);
+        threads.extend(log_threads);
         Ok(Proxy {
             listen_addrs,
             admin_addr,
@@ -214,7 +233,8 @@ impl Proxy {
     /// Apply `next` without dropping a connection or a request. Clusters
     /// and routes may change freely; listeners (addresses, protocols, TLS,
     /// limits), the worker count, the admin address and the seed need a
-    /// restart, and a configuration that changes them is refused whole.
+    /// restart, and a configuration that changes them is refused whole
+    /// (access logs are part of a listener).
     pub fn reload(&self, next: Config) -> Result<(), ServeError> {
         let mut config = lock(&self.config);
         let same_listener = |a: &Listener, b: &Listener| {
@@ -224,6 +244,7 @@ impl Proxy {
                 && a.max_header_bytes == b.max_header_bytes
                 && a.limits == b.limits
                 && a.http1_server == b.http1_server
+                && a.access_log == b.access_log
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -268,6 +289,8 @@ struct Worker {
     routing: watch::Receiver<Arc<Routing>>,
     tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
     permits: Vec<Arc<Semaphore>>,
+    /// Each listener's access log, if it has one.
+    logs: Vec<Option<AccessLog>>,
     stats: Arc<ProxyStats>,
     epoch: Epoch,
     stopped: watch::Receiver<Stop>,
@@ -295,7 +318,8 @@ impl Worker {
         // by receivers of `alive`, which each of them holds.
         let (alive, alive_rx) = watch::channel(());
         let mut accept_loops = Vec::new();
-        for (index, ((socket, tls), permits)) in self.sockets.into_iter().zip(self.tls).zip(self.permits).enumerate() {
+        let listeners = self.sockets.into_iter().zip(self.tls).zip(self.permits).zip(self.logs);
+        for (index, (((socket, tls), permits), access_log)) in listeners.enumerate() {
             let listener = self.routing.borrow().listeners[index].clone();
             let socket = match TcpListener::from_std(socket) {
                 Ok(s) => s,
@@ -318,9 +342,10 @@ impl Worker {
                 stats: self.stats.clone(),
                 epoch: self.epoch,
                 tls: tls.is_some(),
+                access_log,
             });
             accept_loops.push(match listener.protocol {
-                ListenerProtocol::Http => tokio::spawn(accept.http(service, listener, tls)),
+                ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),
                 ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
             });
         }
@@ -390,8 +415,11 @@ impl Accept {
             .timer(TokioTimer::new())
             .max_concurrent_streams(1024)
             .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
-        let builder = Arc::new(builder);
-        let lean = (listener.http1_server == Http1Server::Lean).then(|| {
+        // An HTTP/2-only listener serves every connection as HTTP/2 (no
+        // HTTP/1.1 Upgrade exists there), so it has no HTTP/1.1 server.
+        let h2_only = listener.protocol == ListenerProtocol::Http2;
+        let builder = Arc::new(if h2_only { builder.http2_only() } else { builder });
+        let lean = (!h2_only && listener.http1_server == Http1Server::Lean).then(|| {
             Arc::new(ServerLimits {
                 max_header_bytes: listener.max_header_bytes,
                 max_headers: limits.max_headers,
@@ -409,6 +437,15 @@ impl Accept {
             let limits = limits.clone();
             tokio::spawn(async move {
                 let peer = Arc::new(crate::http::Peer::new(peer));
+                // On a plain HTTP/2-only listener a second handle on the
+                // socket outlives hyper's, for a lingering close.
+                let (stream, spare) = match (&tls, h2_only) {
+                    (None, true) => {
+                        let Some((stream, spare)) = with_spare(stream) else { return };
+                        (stream, Some(spare))
+                    }
+                    _ => (stream, None),
+                };
                 let io: Box<dyn Io> = match tls {
                     None => Box::new(Counted::new(stream, permit)),
                     Some(acceptor) => {
@@ -429,7 +466,10 @@ impl Accept {
                     }
                     _ => io,
                 };
-                serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher).await;
+                let failed = serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher, h2_only).await;
+                if let (true, Some(spare)) = (failed, spare) {
+                    linger(spare).await;
+                }
             });
         }
     }
@@ -449,7 +489,8 @@ impl Accept {
     }
 }
 
-/// Serve `io` with hyper's server until the connection ends.
+/// Serve `io` with hyper's server until the connection ends (HTTP/2 only if
+/// `h2_only`); whether it ended in a connection error.
 async fn serve_hyper(
     io: Box<dyn Io>,
     builder: &auto::Builder<TokioExecutor>,
@@ -457,7 +498,8 @@ async fn serve_hyper(
     peer: Arc<crate::http::Peer>,
     idle: Duration,
     watcher: hyper_util::server::graceful::Watcher,
-) {
+    h2_only: bool,
+) -> bool {
     let stats = service.stats.clone();
     let active = Arc::new(AtomicUsize::new(0));
     let counter = active.clone();
@@ -475,10 +517,48 @@ async fn serve_hyper(
     // hyper has already answered what can be answered, and those answers
     // are counted.
     let io = IdleTimeout::new(io, idle, active);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-    if let Err(e) = watcher.watch(conn.into_owned()).await {
-        stats.count_connection_error(&*e);
+    let served = if h2_only {
+        watcher.watch(builder.serve_connection(TokioIo::new(io), svc).into_owned()).await
+    } else {
+        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned()).await
+    };
+    match served {
+        Ok(()) => false,
+        Err(e) => {
+            stats.count_connection_error(&*e);
+            true
+        }
     }
+}
+
+/// `stream` and a second handle on the same socket (a duplicated file
+/// descriptor), or `None` if the descriptor could not be duplicated.
+fn with_spare(stream: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, std::net::TcpStream)> {
+    let stream = stream.into_std().ok()?;
+    let spare = stream.try_clone().ok()?;
+    Some((tokio::net::TcpStream::from_std(stream).ok()?, spare))
+}
+
+/// Close a connection that hyper gave up on (a bad HTTP/2 preface, a
+/// protocol error) the way RFC 9113 §3.4 and h2spec expect: send FIN, then
+/// read and discard what the client still sends, for at most a second and
+/// 64 KiB, so that closing with unread data does not turn into a reset (a
+/// client would see the reset, not the close, and maybe not hyper's GOAWAY).
+async fn linger(spare: std::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = spare.shutdown(std::net::Shutdown::Write);
+    let Ok(mut spare) = tokio::net::TcpStream::from_std(spare) else { return };
+    let mut buf = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    let drain = async {
+        while left > 0 {
+            match spare.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// Counts a request in flight on its connection while it lives.

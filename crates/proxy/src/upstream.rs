@@ -89,6 +89,11 @@ pub enum SendFailure {
     Reset,
 }
 
+/// How long the connection a response came on took to open (TCP, and the
+/// HTTP/2 handshake), in the response's extensions when the try opened one.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectTime(pub Duration);
+
 /// Why no new connection was made.
 enum Refused {
     Connect,
@@ -185,13 +190,18 @@ impl UpstreamPool {
                 Err(ExchangeError::Broken) => return Err(SendFailure::Reset),
             }
         }
+        let connecting = Instant::now();
         let (stream, permit) = match self.connect(addr).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
         };
+        let connected = ConnectTime(connecting.elapsed());
         match h1::Connection::new(stream, permit).exchange(req, lease(), false).await {
-            Ok(response) => Ok(response.map(Either::Left)),
+            Ok(mut response) => {
+                response.extensions_mut().insert(connected);
+                Ok(response.map(Either::Left))
+            }
             // A new connection that refuses the request never had it.
             Err(ExchangeError::Unsent(unsent)) => Err(SendFailure::ConnectFailure(unsent)),
             Err(ExchangeError::Broken) => Err(SendFailure::Reset),
@@ -213,6 +223,7 @@ impl UpstreamPool {
                 Err(None) => return Err(SendFailure::Reset),
             }
         }
+        let connecting = Instant::now();
         let (stream, permit) = match self.connect(addr).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
@@ -221,13 +232,17 @@ impl UpstreamPool {
         let Ok((sender, conn)) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await else {
             return Err(SendFailure::ConnectFailure(Box::new(req)));
         };
+        let connected = ConnectTime(connecting.elapsed());
         tokio::spawn(async move {
             let _ = conn.await;
             drop(permit);
         });
         self.lock().shared.entry(addr).or_default().push(sender.clone());
         match Self::try_http2(sender, req).await {
-            Ok(response) => Ok(response),
+            Ok(mut response) => {
+                response.extensions_mut().insert(connected);
+                Ok(response)
+            }
             // A new connection that refuses the stream never had the request.
             Err(Some(unsent)) => Err(SendFailure::ConnectFailure(Box::new(unsent))),
             Err(None) => Err(SendFailure::Reset),

@@ -7,7 +7,9 @@
 //! `previous_hosts` for "another endpoint").
 //!
 //! Canonical spellings: `attempts`, `on` (`"connect-failure"`, `"reset"`,
-//! `"timeout"`, `"5xx"`, or a status `"500"`..`"599"`), `different_endpoint`,
+//! `"timeout"`, `"5xx"`, a status `"500"`..`"599"`, or `"grpc-unavailable"`:
+//! a gRPC call answered with status 14 UNAVAILABLE, as Envoy's
+//! `retry_on: unavailable` and gRPC's own retry policy), `different_endpoint`,
 //! `per_try_timeout`, `budget` (a [`RetryBudgetConfig`] table, or `false`
 //! for none). Accepted alias: `"connect"` for `"connect-failure"` (older
 //! scenarios).
@@ -33,6 +35,8 @@ pub enum RetryOn {
     ServerError,
     /// This 5xx status (`"503"`).
     Status(u16),
+    /// A gRPC response whose `grpc-status` is 14, UNAVAILABLE (`"grpc-unavailable"`).
+    GrpcUnavailable,
 }
 
 impl FromStr for RetryOn {
@@ -44,11 +48,13 @@ impl FromStr for RetryOn {
             "reset" => RetryOn::Reset,
             "timeout" => RetryOn::Timeout,
             "5xx" => RetryOn::ServerError,
+            "grpc-unavailable" => RetryOn::GrpcUnavailable,
             other => match other.parse::<u16>() {
                 Ok(status) if (500..600).contains(&status) => RetryOn::Status(status),
                 _ => {
                     return Err(format!(
-                        "retries.on: {other:?} is not connect-failure, reset, timeout, 5xx or a status 500-599"
+                        "retries.on: {other:?} is not connect-failure, reset, timeout, 5xx, a status 500-599 \
+                         or grpc-unavailable"
                     ))
                 }
             },
@@ -203,5 +209,9 @@ mod tests {
         assert!(!p.retries(RetryOn::ConnectFailure));
         let p = parse("on = [\"503\"]").unwrap();
         assert!(p.retries(RetryOn::Status(503)) && !p.retries(RetryOn::Status(502)));
+        // gRPC's UNAVAILABLE comes with HTTP 200: only its own condition retries it.
+        assert!(!p.retries(RetryOn::GrpcUnavailable));
+        let p = parse("on = [\"5xx\", \"grpc-unavailable\"]").unwrap();
+        assert!(p.retries(RetryOn::GrpcUnavailable) && p.retries(RetryOn::Status(503)));
     }
 }

@@ -128,8 +128,9 @@ impl FromStr for Mechanism {
 
 /// `[retries]`: the proxy's retry policy and vocabulary
 /// ([`RetryPolicy`]), validated while read so errors carry the line.
-/// "reset" and single statuses are accepted but never occur here: a
-/// simulated server fails with a generic 5xx, a timeout or a refusal.
+/// "reset", single statuses and "grpc-unavailable" are accepted but never
+/// occur here: a simulated server fails with a generic 5xx, a timeout or a
+/// refusal.
 pub(crate) struct RetriesSpec(pub RetryPolicy);
 
 impl<'de> Deserialize<'de> for RetriesSpec {

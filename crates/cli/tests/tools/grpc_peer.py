@@ -7,13 +7,16 @@ service is generic (bytes in, bytes out), so no generated code is needed.
                                       Unary echoes its request; Fail ends
                                       with the status named in the request
                                       (e.g. b"NOT_FOUND"); Slow answers after
-                                      2 s.
+                                      2 s; Flaky fails every other call with
+                                      UNAVAILABLE (the first included) and
+                                      echoes the others.
   grpc_peer.py client TARGET METHOD REQUEST [TIMEOUT_S]
                                       call /test.Echo/METHOD through TARGET
                                       and print "ok <reply>" or
                                       "status <CODE> <details>"
 """
 
+import itertools
 import sys
 import time
 from concurrent import futures
@@ -29,6 +32,16 @@ def fail(request, context):
     context.abort(getattr(grpc.StatusCode, request.decode()), "failing on purpose")
 
 
+flaky_calls = itertools.count(1)
+
+
+def flaky(request, context):
+    n = next(flaky_calls)
+    if n % 2 == 1:
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"call {n} is unavailable on purpose")
+    return request
+
+
 def slow(request, context):
     time.sleep(2)
     return request
@@ -39,6 +52,7 @@ def server():
         "Unary": grpc.unary_unary_rpc_method_handler(unary),
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
         "Slow": grpc.unary_unary_rpc_method_handler(slow),
+        "Flaky": grpc.unary_unary_rpc_method_handler(flaky),
     }
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     s.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))

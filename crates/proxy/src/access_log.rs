@@ -1,0 +1,673 @@
+//! Access logs: one line per request, in a format string of named fields or
+//! as JSON lines, written off the request path.
+//!
+//! The request path fills a plain [`Record`] (no server types in it, so
+//! that any server front end can log through it) and hands it to the
+//! listener's [`AccessLog`], which only puts it on a bounded channel. A
+//! thread per log takes the queued records every [`PERIOD`], formats them
+//! and writes them through a buffer; when the channel is full (a
+//! slow disk, a blocked stdout), the record is dropped and counted
+//! ([`ProxyStats::access_log_dropped`], exported as
+//! `fulcrum_access_log_dropped_total`) rather than making the request wait.
+//! The fields and the termination
+//! flags follow what nginx's `log_format`, HAProxy's `option httplog` and
+//! Envoy's access log offer; each is documented on [`Field`] and [`Flags`].
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use http::{Method, Version};
+
+use crate::metrics::ProxyStats;
+
+/// Records a log's channel holds before it drops new ones.
+pub const QUEUE: usize = 64 * 1024;
+
+/// How often the writer thread takes the queued records: a line is written
+/// at most this long after its request ends.
+pub const PERIOD: Duration = Duration::from_millis(50);
+
+/// Where and how a listener logs, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    /// Where lines go.
+    pub target: Target,
+    /// What a line looks like.
+    pub format: Format,
+}
+
+/// Where log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The proxy's standard output.
+    Stdout,
+    /// A file, created if missing and appended to.
+    File(PathBuf),
+}
+
+/// What a log line looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    /// Text with `$field` (or `${field}`) replaced by the field's value.
+    Text(Vec<Piece>),
+    /// One JSON object per line with every field.
+    Json,
+}
+
+/// A piece of a text format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Written as is.
+    Literal(String),
+    /// Replaced by the field's value (`-` when it has none).
+    Field(Field),
+}
+
+/// The default text format.
+pub const DEFAULT_FORMAT: &str = "$time $client \"$method $authority$path $protocol\" $status $bytes_in $bytes_out \
+                                  $duration_ms $upstream_connect_ms $upstream_response_ms $upstream $cluster \
+                                  $endpoint $retries $flags";
+
+macro_rules! fields {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal,)*) => {
+        /// A field of a log line. Times are milliseconds with microsecond
+        /// decimals; a value that does not apply is `-` (`null` in JSON).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Field {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl Field {
+            /// Every field, in the order JSON lines list them.
+            pub const ALL: &'static [Field] = &[$(Field::$variant,)*];
+
+            /// The field's name in formats and JSON.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Field::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+fields! {
+    /// When the request arrived: RFC 3339, UTC, milliseconds.
+    Time = "time",
+    /// The client's address and port.
+    Client = "client",
+    /// The request method.
+    Method = "method",
+    /// The host the request was for (the target's authority, else `Host`).
+    Authority = "authority",
+    /// The request target's path and query.
+    Path = "path",
+    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`.
+    Protocol = "protocol",
+    /// The status sent to the client.
+    Status = "status",
+    /// Request body bytes received from the client.
+    BytesIn = "bytes_in",
+    /// Response body bytes sent to the client (for a 101, none: the tunnel is not counted).
+    BytesOut = "bytes_out",
+    /// From the request's arrival to the end of its response body.
+    DurationMs = "duration_ms",
+    /// Time to connect to the upstream, when the last try opened a connection
+    /// (`-` when it reused a pooled one, or none was made).
+    UpstreamConnectMs = "upstream_connect_ms",
+    /// From sending the last try to its response headers (connecting included).
+    UpstreamResponseMs = "upstream_response_ms",
+    /// The address of the endpoint of the last try.
+    Upstream = "upstream",
+    /// The cluster the request was routed to.
+    Cluster = "cluster",
+    /// The balancer's choice: the endpoint's id in its cluster (as in `/status`).
+    Endpoint = "endpoint",
+    /// Tries after the first.
+    Retries = "retries",
+    /// The `grpc-status` of a gRPC response (trailers, or a trailers-only head).
+    GrpcStatus = "grpc_status",
+    /// How the request ended, as [`Flags`] codes joined by `,` (`-` if normally).
+    Flags = "flags",
+}
+
+impl std::str::FromStr for Field {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Field, String> {
+        Field::ALL.iter().copied().find(|f| f.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = Field::ALL.iter().map(|f| f.name()).collect();
+            format!("unknown field `${name}` (known: {})", known.join(", "))
+        })
+    }
+}
+
+impl Format {
+    /// Parse a text format: `$name` runs over `[a-z0-9_]`; `${name}` may be
+    /// followed by such characters; `$$` is a `$`.
+    pub fn parse(text: &str) -> Result<Format, String> {
+        let mut pieces = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('$') {
+            literal.push_str(&rest[..at]);
+            rest = &rest[at + 1..];
+            let (name, after) = if let Some(braced) = rest.strip_prefix('{') {
+                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
+                (&braced[..end], &braced[end + 1..])
+            } else if let Some(after) = rest.strip_prefix('$') {
+                literal.push('$');
+                rest = after;
+                continue;
+            } else {
+                let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+                rest.split_at(end.unwrap_or(rest.len()))
+            };
+            if name.is_empty() {
+                return Err("`$` without a field name (write `$$` for a dollar sign)".into());
+            }
+            let field = name.parse()?;
+            if !literal.is_empty() {
+                pieces.push(Piece::Literal(std::mem::take(&mut literal)));
+            }
+            pieces.push(Piece::Field(field));
+            rest = after;
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            pieces.push(Piece::Literal(literal));
+        }
+        Ok(Format::Text(pieces))
+    }
+}
+
+/// How a request ended, as short codes in the style of Envoy's response
+/// flags (several may be set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags(u16);
+
+impl Flags {
+    /// `NR`: no route matched (404).
+    pub const NO_ROUTE: Flags = Flags(1);
+    /// `UH`: the cluster had no endpoint to pick (503).
+    pub const NO_HEALTHY_UPSTREAM: Flags = Flags(1 << 1);
+    /// `UO`: a circuit breaker was open: `max_requests`, `max_connections`, `max_pending` (503).
+    pub const UPSTREAM_OVERFLOW: Flags = Flags(1 << 2);
+    /// `UF`: no connection could be made to the upstream (502).
+    pub const UPSTREAM_CONNECT_FAILURE: Flags = Flags(1 << 3);
+    /// `UC`: the upstream connection broke after the request was sent, or
+    /// the response body broke while streaming.
+    pub const UPSTREAM_RESET: Flags = Flags(1 << 4);
+    /// `UT`: no response headers within the request timeout (504).
+    pub const UPSTREAM_TIMEOUT: Flags = Flags(1 << 5);
+    /// `URX`: the last try failed and the retry policy allowed no more (attempts, budget, deadline).
+    pub const RETRIES_EXHAUSTED: Flags = Flags(1 << 6);
+    /// `DC`: the client went away before the response body ended.
+    pub const DOWNSTREAM_CLOSED: Flags = Flags(1 << 7);
+    /// `BR`: the proxy refused the request as malformed (400).
+    pub const BAD_REQUEST: Flags = Flags(1 << 8);
+    /// `TL`: the request body was over `max_body_bytes` (413).
+    pub const TOO_LARGE: Flags = Flags(1 << 9);
+    /// `UP`: the connection was upgraded (101) and became a tunnel.
+    pub const UPGRADED: Flags = Flags(1 << 10);
+
+    const CODES: [(Flags, &'static str); 11] = [
+        (Flags::NO_ROUTE, "NR"),
+        (Flags::NO_HEALTHY_UPSTREAM, "UH"),
+        (Flags::UPSTREAM_OVERFLOW, "UO"),
+        (Flags::UPSTREAM_CONNECT_FAILURE, "UF"),
+        (Flags::UPSTREAM_RESET, "UC"),
+        (Flags::UPSTREAM_TIMEOUT, "UT"),
+        (Flags::RETRIES_EXHAUSTED, "URX"),
+        (Flags::DOWNSTREAM_CLOSED, "DC"),
+        (Flags::BAD_REQUEST, "BR"),
+        (Flags::TOO_LARGE, "TL"),
+        (Flags::UPGRADED, "UP"),
+    ];
+
+    /// Add `other`'s flags.
+    pub fn set(&mut self, other: Flags) {
+        self.0 |= other.0;
+    }
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    fn write(self, out: &mut String) {
+        if self.0 == 0 {
+            out.push('-');
+            return;
+        }
+        let mut first = true;
+        for (flag, code) in Flags::CODES {
+            if self.contains(flag) {
+                if !first {
+                    out.push(',');
+                }
+                out.push_str(code);
+                first = false;
+            }
+        }
+    }
+}
+
+/// One request, as logged. Plain data: filled by the request path, formatted
+/// by the log's thread.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// When the request arrived.
+    pub time: SystemTime,
+    /// The client.
+    pub client: SocketAddr,
+    /// Method.
+    pub method: Method,
+    /// The host the request was for, if it named one.
+    pub authority: Option<String>,
+    /// Path and query.
+    pub path: String,
+    /// The client's HTTP version.
+    pub protocol: Version,
+    /// Status sent to the client.
+    pub status: u16,
+    /// Request body bytes received.
+    pub bytes_in: u64,
+    /// Response body bytes sent.
+    pub bytes_out: u64,
+    /// Arrival to the end of the response body.
+    pub duration: Duration,
+    /// The routed cluster's name.
+    pub cluster: Option<String>,
+    /// What happened upstream, and how the request ended.
+    pub trace: Trace,
+    /// A gRPC response's status.
+    pub grpc_status: Option<u32>,
+}
+
+/// What the request path learns about a request's routing, tries and end:
+/// filled as it goes (cheaply, whether or not anything is logged), read
+/// into a [`Record`].
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// The routed cluster, by index in the worker's routing.
+    pub cluster: Option<usize>,
+    /// The last try's endpoint address.
+    pub addr: Option<SocketAddr>,
+    /// The last try's endpoint id.
+    pub endpoint: Option<u64>,
+    /// Tries after the first.
+    pub retries: u32,
+    /// The last try's connect time, if it opened a connection.
+    pub connect: Option<Duration>,
+    /// The last try's time to response headers.
+    pub response: Option<Duration>,
+    /// How the request ended, so far.
+    pub flags: Flags,
+}
+
+impl Trace {
+    /// A try goes to `pick`.
+    pub fn picked(&mut self, pick: &crate::cluster::Pick) {
+        self.addr = Some(pick.upstream.addr);
+        self.endpoint = Some(pick.ticket.endpoint().0);
+    }
+}
+
+fn ms(out: &mut String, d: Option<Duration>) {
+    match d {
+        Some(d) => {
+            let _ = write!(out, "{}.{:03}", d.as_millis(), d.subsec_micros() % 1000);
+        }
+        None => out.push('-'),
+    }
+}
+
+fn opt(out: &mut String, value: Option<impl std::fmt::Display>) {
+    match value {
+        Some(v) => {
+            let _ = write!(out, "{v}");
+        }
+        None => out.push('-'),
+    }
+}
+
+/// Client-controlled text with `"`, `\`, control and non-ASCII bytes
+/// escaped as `\xHH`, so that a line stays one line and fields stay apart.
+fn escaped(out: &mut String, text: &str) {
+    for b in text.bytes() {
+        if b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ' {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "\\x{b:02X}");
+        }
+    }
+}
+
+/// `text` as a JSON string (RFC 8259 §7: `"`, `\` and control characters escaped).
+fn json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn protocol(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
+impl Field {
+    /// Whether JSON lines give the field as a number.
+    fn numeric(self) -> bool {
+        use Field::*;
+        matches!(
+            self,
+            Status
+                | BytesIn
+                | BytesOut
+                | DurationMs
+                | UpstreamConnectMs
+                | UpstreamResponseMs
+                | Endpoint
+                | Retries
+                | GrpcStatus
+        )
+    }
+}
+
+impl Record {
+    /// Whether `field` has no value (`-` in text, `null` in JSON).
+    fn absent(&self, field: Field) -> bool {
+        let up = &self.trace;
+        match field {
+            Field::Authority => self.authority.is_none(),
+            Field::UpstreamConnectMs => up.connect.is_none(),
+            Field::UpstreamResponseMs => up.response.is_none(),
+            Field::Upstream => up.addr.is_none(),
+            Field::Cluster => self.cluster.is_none(),
+            Field::Endpoint => up.endpoint.is_none(),
+            Field::GrpcStatus => self.grpc_status.is_none(),
+            Field::Flags => up.flags == Flags::default(),
+            _ => false,
+        }
+    }
+
+    /// Append `field`'s text to `out`.
+    fn write_field(&self, field: Field, out: &mut String) {
+        let up = &self.trace;
+        match field {
+            Field::Time => {
+                let _ = write!(out, "{}", humantime::format_rfc3339_millis(self.time));
+            }
+            Field::Client => {
+                let _ = write!(out, "{}", self.client);
+            }
+            Field::Method => escaped(out, self.method.as_str()),
+            Field::Authority => match &self.authority {
+                Some(a) => escaped(out, a),
+                None => out.push('-'),
+            },
+            Field::Path => escaped(out, &self.path),
+            Field::Protocol => out.push_str(protocol(self.protocol)),
+            Field::Status => opt(out, Some(self.status)),
+            Field::BytesIn => opt(out, Some(self.bytes_in)),
+            Field::BytesOut => opt(out, Some(self.bytes_out)),
+            Field::DurationMs => ms(out, Some(self.duration)),
+            Field::UpstreamConnectMs => ms(out, up.connect),
+            Field::UpstreamResponseMs => ms(out, up.response),
+            Field::Upstream => opt(out, up.addr),
+            Field::Cluster => opt(out, self.cluster.as_deref()),
+            Field::Endpoint => opt(out, up.endpoint),
+            Field::Retries => opt(out, Some(up.retries)),
+            Field::GrpcStatus => opt(out, self.grpc_status),
+            Field::Flags => up.flags.write(out),
+        }
+    }
+
+    /// The record as one line (with its newline) in `format`.
+    pub fn line(&self, format: &Format, out: &mut String) {
+        match format {
+            Format::Text(pieces) => {
+                for piece in pieces {
+                    match piece {
+                        Piece::Literal(text) => out.push_str(text),
+                        Piece::Field(field) => self.write_field(*field, out),
+                    }
+                }
+            }
+            Format::Json => {
+                // Formatted on the writer thread for every line: no allocation.
+                let mut value = String::new();
+                out.push('{');
+                for (i, &field) in Field::ALL.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push('"');
+                    out.push_str(field.name());
+                    out.push_str("\":");
+                    if self.absent(field) {
+                        out.push_str("null");
+                        continue;
+                    }
+                    value.clear();
+                    let text = match field {
+                        // The client's text as it came, escaped by JSON's rules.
+                        Field::Method => self.method.as_str(),
+                        Field::Authority => self.authority.as_deref().unwrap_or_default(),
+                        Field::Path => &self.path,
+                        _ => {
+                            self.write_field(field, &mut value);
+                            &value
+                        }
+                    };
+                    if field.numeric() {
+                        out.push_str(text);
+                    } else {
+                        json_string(out, text);
+                    }
+                }
+                out.push('}');
+            }
+        }
+        out.push('\n');
+    }
+}
+
+/// A listener's log: where the request path sends records. Cloned into
+/// every worker.
+#[derive(Debug, Clone)]
+pub struct AccessLog {
+    /// Boxed records: a slot is a pointer, not a whole record.
+    queue: SyncSender<Box<Record>>,
+    /// Where dropped records are counted.
+    stats: Arc<ProxyStats>,
+}
+
+impl AccessLog {
+    /// Open `config`'s target and start its writer thread, which ends once
+    /// every clone of the log is dropped and the queue is written out.
+    pub fn start(
+        config: &AccessLogConfig,
+        name: String,
+        stats: Arc<ProxyStats>,
+    ) -> std::io::Result<(AccessLog, JoinHandle<()>)> {
+        let out: Box<dyn Write + Send> = match &config.target {
+            Target::Stdout => Box::new(std::io::stdout()),
+            Target::File(path) => Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
+        };
+        let (log, queue) = AccessLog::channel(QUEUE, stats);
+        let format = config.format.clone();
+        let thread = std::thread::Builder::new().name(name).spawn(move || write_lines(&queue, &format, out))?;
+        Ok((log, thread))
+    }
+
+    fn channel(capacity: usize, stats: Arc<ProxyStats>) -> (AccessLog, Receiver<Box<Record>>) {
+        let (queue, rx) = std::sync::mpsc::sync_channel(capacity);
+        (AccessLog { queue, stats }, rx)
+    }
+
+    /// Queue `record` for writing; if the queue is full, drop and count it.
+    pub fn log(&self, record: Box<Record>) {
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.queue.try_send(record) {
+            self.stats.access_log_dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// The writer thread: every [`PERIOD`], take what the queue holds, format
+/// it into a buffer and flush. It polls rather than waits on the queue, so
+/// that a request's `try_send` never has a sleeping reader to wake (a
+/// futex call per request), and lines go out in large writes.
+fn write_lines(queue: &Receiver<Box<Record>>, format: &Format, out: Box<dyn Write + Send>) {
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+    let mut line = String::with_capacity(256);
+    let mut failed = false;
+    loop {
+        let mut taken = 0;
+        let open = loop {
+            match queue.try_recv() {
+                Ok(record) => {
+                    line.clear();
+                    record.line(format, &mut line);
+                    if let Err(e) = out.write_all(line.as_bytes()) {
+                        report(&mut failed, &e);
+                    }
+                    taken += 1;
+                }
+                Err(TryRecvError::Empty) => break true,
+                Err(TryRecvError::Disconnected) => break false,
+            }
+        };
+        if taken > 0 || !open {
+            if let Err(e) = out.flush() {
+                report(&mut failed, &e);
+            }
+        }
+        if !open {
+            return;
+        }
+        // A queue that filled a quarter in one period is drained again at once.
+        if taken < QUEUE / 4 {
+            std::thread::sleep(PERIOD);
+        }
+    }
+}
+
+/// Say once that the log cannot be written (a full disk should not flood stderr).
+fn report(failed: &mut bool, e: &std::io::Error) {
+    if !*failed {
+        eprintln!("fulcrum: access log: cannot write: {e} (further errors are not reported)");
+        *failed = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            client: "127.0.0.1:5000".parse().unwrap(),
+            method: Method::GET,
+            authority: Some("a.test".into()),
+            path: "/x?y=\"1\"".into(),
+            protocol: Version::HTTP_11,
+            status: 502,
+            bytes_in: 0,
+            bytes_out: 37,
+            duration: Duration::from_micros(12_345),
+            cluster: Some("web".into()),
+            trace: Trace {
+                cluster: Some(0),
+                addr: Some("127.0.0.1:9001".parse().unwrap()),
+                endpoint: Some(3),
+                retries: 2,
+                connect: None,
+                response: Some(Duration::from_micros(1_002)),
+                flags: Flags::UPSTREAM_RESET,
+            },
+            grpc_status: None,
+        }
+    }
+
+    #[test]
+    fn the_default_format_writes_every_field() {
+        let Format::Text(_) = Format::parse(DEFAULT_FORMAT).unwrap() else { panic!() };
+        let mut r = record();
+        r.trace.flags.set(Flags::RETRIES_EXHAUSTED);
+        let mut line = String::new();
+        r.line(&Format::parse(DEFAULT_FORMAT).unwrap(), &mut line);
+        assert_eq!(
+            line,
+            "2023-11-14T22:13:20.123Z 127.0.0.1:5000 \"GET a.test/x?y=\\x221\\x22 HTTP/1.1\" 502 0 37 12.345 - 1.002 \
+             127.0.0.1:9001 web 3 2 UC,URX\n"
+        );
+    }
+
+    #[test]
+    fn formats_parse_braces_and_dollars_and_reject_unknown_fields() {
+        let f = Format::parse("${status}x $$ $retries").unwrap();
+        let mut line = String::new();
+        record().line(&f, &mut line);
+        assert_eq!(line, "502x $ 2\n");
+        assert!(Format::parse("$stauts").unwrap_err().contains("stauts"));
+        assert!(Format::parse("a $ b").is_err());
+        assert!(Format::parse("${status").is_err());
+    }
+
+    #[test]
+    fn json_lines_have_every_field_with_nulls_for_none() {
+        let mut line = String::new();
+        record().line(&Format::Json, &mut line);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), Field::ALL.len());
+        assert_eq!(v["status"], 502);
+        assert_eq!(v["path"], "/x?y=\"1\"");
+        assert_eq!(v["duration_ms"], 12.345);
+        assert_eq!(v["upstream_connect_ms"], serde_json::Value::Null);
+        assert_eq!(v["grpc_status"], serde_json::Value::Null);
+        assert_eq!(v["flags"], "UC");
+        assert_eq!(v["cluster"], "web");
+        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+        let mut odd = record();
+        odd.path = "/a\"b\\c\u{1}d\u{e9}".into();
+        line.clear();
+        odd.line(&Format::Json, &mut line);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["path"], "/a\"b\\c\u{1}d\u{e9}");
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_waiting() {
+        let stats = Arc::new(ProxyStats::default());
+        let (log, rx) = AccessLog::channel(2, stats.clone());
+        for _ in 0..5 {
+            log.log(Box::new(record()));
+        }
+        assert_eq!(stats.access_log_dropped.load(Relaxed), 3);
+        assert_eq!(rx.try_iter().count(), 2);
+    }
+}
