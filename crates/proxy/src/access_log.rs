@@ -315,9 +315,9 @@ pub struct Trace {
 
 impl Trace {
     /// A try goes to `pick`.
-    pub fn picked(&mut self, pick: &crate::cluster::Pick) {
-        self.addr = Some(pick.upstream.addr);
-        self.endpoint = Some(pick.ticket.endpoint().0);
+    pub fn picked(&mut self, addr: SocketAddr, endpoint: u64) {
+        self.addr = Some(addr);
+        self.endpoint = Some(endpoint);
     }
 }
 

@@ -473,7 +473,7 @@ impl HttpService {
                 }
             };
             trace.retries = tried.len() as u32;
-            trace.picked(&pick);
+            trace.picked(pick.upstream.addr, pick.ticket.endpoint().0);
             tried.push(pick.ticket.endpoint());
             let upstream_req = match self.try_request(&mut req, &pick, config.upstream) {
                 Ok(r) => r,
@@ -630,7 +630,7 @@ impl HttpService {
                 return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
             }
         };
-        trace.picked(&pick);
+        trace.picked(pick.upstream.addr, pick.ticket.endpoint().0);
         let client = match req.extensions_mut().remove::<LeanUpgrade>().and_then(|u| u.take()) {
             Some(lean) => ClientUpgrade::Lean(lean),
             None => ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
