@@ -197,25 +197,10 @@ impl Qdisc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::Kind;
 
+    /// A full-sized data segment of flow 0.
     fn data(seq: u32) -> Packet {
-        Packet {
-            flow: 0,
-            seq,
-            dst: 0,
-            wire: 1454,
-            kind: Kind::Data,
-            ect: true,
-            ce: false,
-            ece: false,
-            path: crate::packet::NO_PATH,
-            echo_path: crate::packet::NO_PATH,
-            lb: 0,
-            cwr: false,
-            enqueued: 0,
-            echo: 0,
-        }
+        crate::lb::testing::data(0, seq, 0)
     }
 
     #[test]

@@ -179,26 +179,10 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::Kind;
     use crate::qdisc::Marking;
 
     fn pkt(flow: u32, wire: u32) -> Packet {
-        Packet {
-            flow,
-            seq: 0,
-            dst: 0,
-            wire,
-            kind: Kind::Data,
-            ect: true,
-            ce: false,
-            ece: false,
-            path: crate::packet::NO_PATH,
-            echo_path: crate::packet::NO_PATH,
-            lb: 0,
-            cwr: false,
-            enqueued: 0,
-            echo: 0,
-        }
+        Packet { wire, ..crate::lb::testing::data(flow, 0, 0) }
     }
 
     fn three(policy: Policy) -> Scheduler {

@@ -15,8 +15,8 @@
 
 use fulcrum_balance::Rng;
 
-use super::{follow, Hooks, Scheme, SwitchCtx};
-use crate::packet::{Packet, NO_PATH};
+use super::{forced, Hooks, Scheme, SwitchCtx};
+use crate::packet::Packet;
 
 /// DRILL(d, m) at every switch.
 #[derive(Debug)]
@@ -45,13 +45,10 @@ impl Scheme for Drill {
     }
 
     fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {
-        if pkt.path != NO_PATH {
-            return follow(ctx, pkt.path);
+        if let Some(port) = forced(ctx, pkt) {
+            return port;
         }
         let g = ctx.group;
-        if g.len() == 1 {
-            return g[0];
-        }
         let m = self.m as usize;
         let slot = (ctx.switch * ctx.fabric.hosts + ctx.dst) as usize * m;
         if self.memory.len() < slot + m {

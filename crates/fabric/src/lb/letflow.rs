@@ -15,8 +15,8 @@ use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
 
-use super::{follow, Hooks, Scheme, SwitchCtx};
-use crate::packet::{Nanos, Packet, NO_PATH};
+use super::{forced, Hooks, Scheme, SwitchCtx};
+use crate::packet::{Nanos, Packet};
 
 /// A flow's current flowlet at one switch.
 #[derive(Clone, Copy, Debug)]
@@ -50,13 +50,10 @@ impl Scheme for LetFlow {
     }
 
     fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {
-        if pkt.path != NO_PATH {
-            return follow(ctx, pkt.path);
+        if let Some(port) = forced(ctx, pkt) {
+            return port;
         }
         let g = ctx.group;
-        if g.len() == 1 {
-            return g[0];
-        }
         let key = (ctx.switch as u64) << 33 | (pkt.flow as u64) << 1 | ctx.reverse as u64;
         let now = ctx.now;
         if let Some(f) = self.table.get_mut(&key) {

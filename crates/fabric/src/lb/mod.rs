@@ -176,6 +176,15 @@ pub fn follow(ctx: &SwitchCtx, path: u16) -> u32 {
     }
 }
 
+/// The port when a switch scheme has no choice to make: the packet follows
+/// the path an edge scheme chose, or the group has one port.
+pub fn forced(ctx: &SwitchCtx, pkt: &Packet) -> Option<u32> {
+    if pkt.path != NO_PATH {
+        return Some(follow(ctx, pkt.path));
+    }
+    (ctx.group.len() == 1).then(|| ctx.group[0])
+}
+
 /// A scheme and its parameters, as a scenario gives them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Config {
