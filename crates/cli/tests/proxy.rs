@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{app_config, closed_port, get, send, toml_list, Fulcrum};
+use common::{app_config, closed_port, get, send, spread, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, BACKEND_HEADER};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -49,32 +48,6 @@ fn wait_in_flight(admin: SocketAddr, n: u64) {
         assert!(Instant::now() < deadline, "{n} requests never in flight: {s}");
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// Which backend answered each of `n` requests sent from `threads` threads.
-fn spread(addr: SocketAddr, n: usize, threads: usize, extra: &str) -> HashMap<String, usize> {
-    let extra = extra.to_string();
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let extra = extra.clone();
-            std::thread::spawn(move || {
-                (0..n / threads)
-                    .map(|_| {
-                        let r = get(addr, "app", "/", &extra);
-                        assert_eq!(r.status, 200, "{r:?}");
-                        r.header(BACKEND_HEADER).unwrap().to_string()
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let mut counts = HashMap::new();
-    for h in handles {
-        for name in h.join().unwrap() {
-            *counts.entry(name).or_insert(0) += 1;
-        }
-    }
-    counts
 }
 
 #[test]

@@ -26,26 +26,7 @@ fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) 
 
 /// Which backend answered each of `n` requests (from 4 threads).
 fn spread(addr: SocketAddr, n: usize) -> HashMap<String, usize> {
-    let handles: Vec<_> = (0..4)
-        .map(|_| {
-            std::thread::spawn(move || {
-                (0..n / 4)
-                    .map(|_| {
-                        let r = get(addr, "app", "/", "");
-                        assert_eq!(r.status, 200, "{r:?}");
-                        r.header(BACKEND_HEADER).unwrap().to_string()
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let mut counts = HashMap::new();
-    for h in handles {
-        for name in h.join().unwrap() {
-            *counts.entry(name).or_insert(0) += 1;
-        }
-    }
-    counts
+    common::spread(addr, n, 4, "")
 }
 
 fn count(spread: &HashMap<String, usize>, name: &str) -> usize {

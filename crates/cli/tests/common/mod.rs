@@ -200,3 +200,29 @@ pub fn answer_with_name(conn: TcpStream, name: &str) {
         }
     }
 }
+
+/// Which backend answered each of `n` requests sent from `threads` threads.
+pub fn spread(addr: SocketAddr, n: usize, threads: usize, extra: &str) -> std::collections::HashMap<String, usize> {
+    let extra = extra.to_string();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let extra = extra.clone();
+            std::thread::spawn(move || {
+                (0..n / threads)
+                    .map(|_| {
+                        let r = get(addr, "app", "/", &extra);
+                        assert_eq!(r.status, 200, "{r:?}");
+                        r.header(fulcrum_load::BACKEND_HEADER).unwrap().to_string()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut counts = std::collections::HashMap::new();
+    for h in handles {
+        for name in h.join().unwrap() {
+            *counts.entry(name).or_insert(0) += 1;
+        }
+    }
+    counts
+}
