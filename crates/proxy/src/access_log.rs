@@ -342,8 +342,8 @@ fn decimal(out: &mut String, mut n: u64) {
             break;
         }
     }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    // One reservation for the digits, and no UTF-8 check of them.
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 fn ms(out: &mut String, d: Option<Duration>) {
