@@ -2,7 +2,11 @@
 //! from PyPI, which `scripts/test` installs) exchange messages both ways
 //! through `fulcrum serve`, and the connection survives a reload.
 //!
-//! The test fails, never skips, when python3 or the package is missing.
+//! A second test opens the WebSocket over HTTP/2 (RFC 8441 extended
+//! CONNECT) with hyper's HTTP/2 client, the frames written by hand (no
+//! installable client speaks RFC 8441), to the same Python server.
+//!
+//! The tests fail, never skip, when python3 or the package is missing.
 
 mod common;
 
@@ -86,6 +90,77 @@ fn websocket_messages_pass_both_ways_and_survive_a_reload() {
     }
     assert_eq!(balancer_active(&f), 0);
     drop(again);
+    drop(server);
+    assert!(f.terminate().success());
+}
+
+/// One WebSocket frame read from `io`: (opcode, payload). Server frames are
+/// not masked (RFC 6455 §5.1); payloads here are short.
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(io: &mut R) -> (u8, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 2];
+    io.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[1] & 0x80, 0, "a server frame is not masked");
+    let len = usize::from(head[1] & 0x7f);
+    assert!(len < 126, "short payloads only");
+    let mut payload = vec![0u8; len];
+    io.read_exact(&mut payload).await.unwrap();
+    (head[0] & 0x0f, payload)
+}
+
+/// A final, masked text frame (clients must mask, RFC 6455 §5.3).
+fn text_frame(text: &str) -> Vec<u8> {
+    let mask = [0x12, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81, 0x80 | u8::try_from(text.len()).unwrap()];
+    frame.extend_from_slice(&mask);
+    frame.extend(text.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+#[test]
+fn a_websocket_over_http2_reaches_an_http1_websocket_server() {
+    use bytes::Bytes;
+    use http_body_util::Empty;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::io::AsyncWriteExt;
+
+    let mut server = python(&["server"]);
+    let mut server_out = BufReader::new(server.0.stdout.take().unwrap());
+    let first = line(&mut server_out);
+    let port: u16 = first.strip_prefix("port ").and_then(|p| p.parse().ok()).unwrap_or_else(|| {
+        panic!("the WebSocket server did not start (is the websockets package installed?): {first:?}")
+    });
+    let config = app_config(&format!("\"127.0.0.1:{port}\""), "workers = 1", "", "");
+    let f = Fulcrum::serve("websocket-h2", &config);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let stream = tokio::net::TcpStream::connect(f.listen[0]).await.unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        // A plain request first: its answer comes after the proxy's SETTINGS,
+        // which must allow extended CONNECT before the client may send one.
+        let plain = send.send_request(http::Request::get("http://app/chat").body(Empty::<Bytes>::new()).unwrap());
+        let plain = plain.await.unwrap();
+        assert!(plain.status() == 426 || plain.status() == 400, "{plain:?}");
+
+        let mut req = http::Request::connect("http://app/chat")
+            .header("sec-websocket-version", "13")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        req.extensions_mut().insert(hyper::ext::Protocol::from_static("websocket"));
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200, "{resp:?}");
+        assert!(resp.headers().get("sec-websocket-accept").is_none(), "{resp:?}");
+        let mut ws = TokioIo::new(hyper::upgrade::on(resp).await.unwrap());
+        assert_eq!(read_frame(&mut ws).await, (1, b"hello".to_vec()));
+        for i in 0..3 {
+            ws.write_all(&text_frame(&format!("message {i}"))).await.unwrap();
+            assert_eq!(read_frame(&mut ws).await, (1, format!("echo: message {i}").into_bytes()));
+        }
+        assert_eq!(balancer_active(&f), 1, "the open tunnel counts as active");
+    });
+    drop(rt);
     drop(server);
     assert!(f.terminate().success());
 }

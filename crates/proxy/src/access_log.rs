@@ -94,6 +94,13 @@ macro_rules! fields {
                     $(Field::$variant => $name,)*
                 }
             }
+
+            /// `"name":`, the field's key in a JSON line.
+            fn json_key(self) -> &'static str {
+                match self {
+                    $(Field::$variant => concat!("\"", $name, "\":"),)*
+                }
+            }
         }
     };
 }
@@ -321,49 +328,115 @@ impl Trace {
     }
 }
 
+/// `n` in decimal: the digits straight into `out`, without `fmt`'s
+/// machinery (a formatter, padding checks, a call per piece), which was most
+/// of a line's cost.
+fn decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // One reservation for the digits, and no UTF-8 check of them.
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+}
+
 fn ms(out: &mut String, d: Option<Duration>) {
     match d {
         Some(d) => {
-            let _ = write!(out, "{}.{:03}", d.as_millis(), d.subsec_micros() % 1000);
+            decimal(out, d.as_millis() as u64);
+            let micros = d.subsec_micros() % 1000;
+            out.push('.');
+            out.push(char::from(b'0' + (micros / 100) as u8));
+            out.push(char::from(b'0' + (micros / 10 % 10) as u8));
+            out.push(char::from(b'0' + (micros % 10) as u8));
         }
         None => out.push('-'),
     }
 }
 
-fn opt(out: &mut String, value: Option<impl std::fmt::Display>) {
+fn opt(out: &mut String, value: Option<u64>) {
     match value {
-        Some(v) => {
-            let _ = write!(out, "{v}");
-        }
+        Some(v) => decimal(out, v),
         None => out.push('-'),
     }
+}
+
+/// `addr` as `Display` writes it (`a.b.c.d:port`, `[v6]:port`); IPv4 by
+/// hand, being the common case and costly through `fmt`.
+fn socket_addr(out: &mut String, addr: SocketAddr) {
+    match addr {
+        SocketAddr::V4(v4) => {
+            for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                decimal(out, octet.into());
+            }
+            out.push(':');
+            decimal(out, v4.port().into());
+        }
+        SocketAddr::V6(_) => {
+            let _ = write!(out, "{addr}");
+        }
+    }
+}
+
+/// Push `text` in runs of the bytes `keep` accepts, calling `escape` for
+/// each other byte (a push per run, not per character). `keep` must accept
+/// every non-ASCII byte or none, so that runs are whole characters.
+fn escape_runs(out: &mut String, text: &str, keep: impl Fn(u8) -> bool, mut escape: impl FnMut(&mut String, u8)) {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !keep(b) {
+            // A kept byte before `i` is ASCII: `start..i` is then whole characters.
+            if start < i {
+                out.push_str(&text[start..i]);
+            }
+            escape(out, b);
+            start = i + 1;
+        }
+    }
+    out.push_str(&text[start..]);
 }
 
 /// Client-controlled text with `"`, `\`, control and non-ASCII bytes
 /// escaped as `\xHH`, so that a line stays one line and fields stay apart.
 fn escaped(out: &mut String, text: &str) {
-    for b in text.bytes() {
-        if b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ' {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "\\x{b:02X}");
-        }
-    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    escape_runs(
+        out,
+        text,
+        |b| b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ',
+        |out, b| {
+            out.push_str("\\x");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        },
+    );
 }
 
 /// `text` as a JSON string (RFC 8259 §7: `"`, `\` and control characters escaped).
 fn json_string(out: &mut String, text: &str) {
     out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+    escape_runs(
+        out,
+        text,
+        |b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f,
+        |out, b| match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            _ => {
+                let _ = write!(out, "\\u{b:04x}");
             }
-            c => out.push(c),
-        }
-    }
+        },
+    );
     out.push('"');
 }
 
@@ -413,6 +486,18 @@ impl Record {
         }
     }
 
+    /// The text of a field that the client or the configuration chose, as it
+    /// came (JSON escapes it by its own rules).
+    fn free_text(&self, field: Field) -> Option<&str> {
+        match field {
+            Field::Method => Some(self.method.as_str()),
+            Field::Authority => self.authority.as_deref(),
+            Field::Path => Some(&self.path),
+            Field::Cluster => self.cluster.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Append `field`'s text to `out`.
     fn write_field(&self, field: Field, out: &mut String) {
         let up = &self.trace;
@@ -420,9 +505,7 @@ impl Record {
             Field::Time => {
                 let _ = write!(out, "{}", humantime::format_rfc3339_millis(self.time));
             }
-            Field::Client => {
-                let _ = write!(out, "{}", self.client);
-            }
+            Field::Client => socket_addr(out, self.client),
             Field::Method => escaped(out, self.method.as_str()),
             Field::Authority => match &self.authority {
                 Some(a) => escaped(out, a),
@@ -430,17 +513,20 @@ impl Record {
             },
             Field::Path => escaped(out, &self.path),
             Field::Protocol => out.push_str(protocol(self.protocol)),
-            Field::Status => opt(out, Some(self.status)),
-            Field::BytesIn => opt(out, Some(self.bytes_in)),
-            Field::BytesOut => opt(out, Some(self.bytes_out)),
+            Field::Status => decimal(out, self.status.into()),
+            Field::BytesIn => decimal(out, self.bytes_in),
+            Field::BytesOut => decimal(out, self.bytes_out),
             Field::DurationMs => ms(out, Some(self.duration)),
             Field::UpstreamConnectMs => ms(out, up.connect),
             Field::UpstreamResponseMs => ms(out, up.response),
-            Field::Upstream => opt(out, up.addr),
-            Field::Cluster => opt(out, self.cluster.as_deref()),
+            Field::Upstream => match up.addr {
+                Some(addr) => socket_addr(out, addr),
+                None => out.push('-'),
+            },
+            Field::Cluster => out.push_str(self.cluster.as_deref().unwrap_or("-")),
             Field::Endpoint => opt(out, up.endpoint),
-            Field::Retries => opt(out, Some(up.retries)),
-            Field::GrpcStatus => opt(out, self.grpc_status),
+            Field::Retries => decimal(out, up.retries.into()),
+            Field::GrpcStatus => opt(out, self.grpc_status.map(u64::from)),
             Field::Flags => up.flags.write(out),
         }
     }
@@ -457,35 +543,22 @@ impl Record {
                 }
             }
             Format::Json => {
-                // Formatted on the writer thread for every line: no allocation.
-                let mut value = String::new();
-                out.push('{');
+                // Formatted on the writer thread for every line: no allocation,
+                // and each value written in place.
                 for (i, &field) in Field::ALL.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push('"');
-                    out.push_str(field.name());
-                    out.push_str("\":");
+                    out.push_str(if i == 0 { "{" } else { "," });
+                    out.push_str(field.json_key());
                     if self.absent(field) {
                         out.push_str("null");
-                        continue;
-                    }
-                    value.clear();
-                    let text = match field {
-                        // The client's text as it came, escaped by JSON's rules.
-                        Field::Method => self.method.as_str(),
-                        Field::Authority => self.authority.as_deref().unwrap_or_default(),
-                        Field::Path => &self.path,
-                        _ => {
-                            self.write_field(field, &mut value);
-                            &value
-                        }
-                    };
-                    if field.numeric() {
-                        out.push_str(text);
-                    } else {
+                    } else if field.numeric() {
+                        self.write_field(field, out);
+                    } else if let Some(text) = self.free_text(field) {
                         json_string(out, text);
+                    } else {
+                        // The proxy's own text (times, addresses, codes): nothing to escape.
+                        out.push('"');
+                        self.write_field(field, out);
+                        out.push('"');
                     }
                 }
                 out.push('}');
@@ -658,6 +731,34 @@ mod tests {
         odd.line(&Format::Json, &mut line);
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["path"], "/a\"b\\c\u{1}d\u{e9}");
+    }
+
+    #[test]
+    fn hand_written_numbers_addresses_and_escapes_match_display() {
+        let mut out = String::new();
+        for n in [0, 7, 10, 999, 1_000, u64::from(u32::MAX), u64::MAX] {
+            out.clear();
+            decimal(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+        for addr in ["0.0.0.0:0", "255.255.255.255:65535", "10.0.12.3:8080", "[::1]:443", "[fe80::1%2]:80"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            out.clear();
+            socket_addr(&mut out, addr);
+            assert_eq!(out, addr.to_string());
+        }
+        for d in [0, 999, 1_000, 1_234_567, 86_400_000_001] {
+            let d = Duration::from_micros(d);
+            out.clear();
+            ms(&mut out, Some(d));
+            assert_eq!(out, format!("{}.{:03}", d.as_millis(), d.subsec_micros() % 1000));
+        }
+        out.clear();
+        escaped(&mut out, "é\"a\u{7f}\\ b\n");
+        assert_eq!(out, "\\xC3\\xA9\\x22a\\x7F\\x5C b\\x0A");
+        out.clear();
+        json_string(&mut out, "é\"\u{7f}\\\u{1f}x");
+        assert_eq!(out, "\"é\\\"\\u007f\\\\\\u001fx\"");
     }
 
     #[test]

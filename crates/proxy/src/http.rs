@@ -365,7 +365,7 @@ impl HttpService {
         };
         trace.cluster = Some(index);
         let cluster = &routing.clusters[index];
-        if is_upgrade(&req) {
+        if is_upgrade(&req) || crate::ext_connect::protocol(&req).is_some() {
             return self.upgrade(cluster, peer, req, trace).await;
         }
         match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req, body) {
@@ -636,12 +636,27 @@ impl HttpService {
             None => ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
         };
         let (mut parts, _) = req.into_parts();
-        let protocol = parts.headers.get(header::UPGRADE).cloned();
+        // An HTTP/2 extended CONNECT goes upstream as an HTTP/1.1 Upgrade (see `ext_connect`).
+        let h2 = parts.extensions.remove::<hyper::ext::Protocol>();
+        let protocol = match &h2 {
+            Some(p) => {
+                parts.method = http::Method::GET;
+                HeaderValue::from_str(p.as_str()).ok()
+            }
+            None => parts.headers.get(header::UPGRADE).cloned(),
+        };
+        let websocket_key = h2
+            .as_ref()
+            .filter(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+            .map(|_| crate::ext_connect::websocket_key());
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         let upstream_req = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1).zip(protocol).and_then(
             |(mut headers, protocol)| {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
                 headers.insert(header::UPGRADE, protocol);
+                if let Some(key) = websocket_key {
+                    headers.insert(header::SEC_WEBSOCKET_KEY, key);
+                }
                 let body = Either::Right(Empty::new());
                 rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
             },
@@ -684,8 +699,14 @@ impl HttpService {
                 tokio::spawn(tunnel(client, stream, early, completion, slot));
                 trace.flags.set(Flags::UPGRADED);
                 let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
-                *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
                 *response.headers_mut() = headers;
+                if h2.is_some() {
+                    // HTTP/2 has no 101 nor connection headers; the accept answered our key.
+                    strip_hop_by_hop(response.headers_mut());
+                    response.headers_mut().remove(header::SEC_WEBSOCKET_ACCEPT);
+                } else {
+                    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                }
                 response.headers_mut().append(header::VIA, via(Version::HTTP_11));
                 response
             }

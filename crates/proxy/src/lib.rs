@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod config;
 pub mod ctl;
 pub mod error;
+pub mod ext_connect;
 pub mod grpc;
 pub mod h1;
 pub mod h1_conn;

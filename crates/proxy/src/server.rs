@@ -413,6 +413,8 @@ impl Accept {
         builder
             .http2()
             .timer(TokioTimer::new())
+            // WebSockets over HTTP/2 (RFC 8441), proxied as HTTP/1.1 Upgrades.
+            .enable_connect_protocol()
             .max_concurrent_streams(1024)
             .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
         // An HTTP/2-only listener serves every connection as HTTP/2 (no
