@@ -16,10 +16,9 @@
 //! failure evidence below. Probe replies count as samples.
 //!
 //! **Path states.**
-//! - *failed*: a probe got no reply within the probe timeout; optionally
-//!   (the paper's rules, off by default because the ns-3 module sets its
-//!   thresholds out of reach) a flow timed out `fail_timeouts` times in a
-//!   row on it, or a block of `fail_sample_bytes` sent saw more than
+//! - *failed*: optionally (the paper's rules, off by default because the
+//!   ns-3 module sets its thresholds out of reach) a flow timed out
+//!   `fail_timeouts` times in a row on it, or a block of `fail_sample_bytes` sent saw more than
 //!   `fail_retx` of them retransmitted while the window's ECN fraction was
 //!   below `ecn_low` (losses without congestion). A failed path stays
 //!   failed (the module's reset period is 100 s). With the paper's rules on,
@@ -48,11 +47,18 @@
 //! module's flow aging; this is how a short flow leaves a black hole after
 //! its first timeout, which marked the path bad).
 //!
-//! **Probes**: every `probe_interval`, towards each other leaf, the path
-//! with the lowest delay plus up to two other paths drawn at random
-//! ([`Hermes::probe_plan`], [`Hermes::probe_reply`], [`Hermes::probe_lost`]).
-//! The simulator does not send probe packets yet (they belong to no flow),
-//! so [`HermesScheme`] senses paths through its host's own flows only.
+//! **Probes** ([`Hermes::probe_plan`], [`Hermes::probe_reply`]), as the
+//! module's prober does: in each rack, the host at position `j` probes the
+//! first host of rack `j` (so one prober per pair of racks); every
+//! `probe_interval` it sends a header-only probe (ECN-capable) on two
+//! distinct paths drawn at random; the probed host replies (by ECMP) with
+//! the probe's one-way delay and whether it arrived with CE; the reply is a
+//! sample of that path (its 20 bytes, its mark, its delay) for the prober
+//! and every other host of its rack (the prober forwards it to them; here
+//! they take it at once). The module also meant to probe the best path and
+//! to fail a path whose probe goes unanswered for 100 ms, but its best path
+//! is never set, and its probe timeout marks the table entry keyed (path,
+//! leaf) with the two swapped, not the probed path; neither is modelled.
 //!
 //! Simplification: path aging is lazy (applied when a path is next looked
 //! at, from the time of its last reset, rather than on a 25 µs timer);
@@ -63,7 +69,7 @@ use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
 
-use super::{max_paths, EdgeCtx, Scheme};
+use super::{max_paths, EdgeCtx, Probe, ProbeReply, Scheme};
 use crate::lb::conga::Dre;
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
@@ -105,10 +111,8 @@ pub struct HermesParams {
     pub flowlet_gap: Nanos,
     /// A flow with no ACK for this long is forgotten (1 ms).
     pub forget_after: Nanos,
-    /// Probe period (50 µs).
+    /// Probe period (`TLBProbingInterval`, 50 µs).
     pub probe_interval: Nanos,
-    /// A probe without reply for this long fails its path (100 ms).
-    pub probe_timeout: Nanos,
     /// DRE period and factor of the send-rate meter (30 µs, 0.2).
     pub tdre: Nanos,
     pub alpha: f64,
@@ -133,7 +137,6 @@ impl Default for HermesParams {
             flowlet_gap: 500_000,
             forget_after: 1_000_000,
             probe_interval: 50_000,
-            probe_timeout: 100_000_000,
             tdre: 30_000,
             alpha: 0.2,
         }
@@ -483,15 +486,13 @@ impl Hermes {
         }
     }
 
-    /// The paths to probe towards `dst_leaf` now: the one with the lowest
-    /// delay, then up to two others drawn with `draw` (distinct).
-    pub fn probe_plan(&mut self, now: Nanos, dst_leaf: usize, draw: u64) -> Vec<usize> {
-        let known: Vec<usize> = (0..self.paths).filter(|&q| self.table[dst_leaf * self.paths + q].is_some()).collect();
-        let best = known.into_iter().min_by_key(|&q| (self.view(now, dst_leaf, q).delay, q));
-        let mut plan: Vec<usize> = best.into_iter().collect();
+    /// The paths to probe towards `dst_leaf` now: two distinct paths drawn
+    /// with `draw` (the module's prober: at most ten draws, two probes).
+    pub fn probe_plan(&self, draw: u64) -> Vec<usize> {
+        let mut plan = Vec::with_capacity(2);
         let mut d = draw;
-        for _ in 0..self.paths.min(10) {
-            if plan.len() == 3 || plan.len() == self.paths {
+        for _ in 0..10 {
+            if plan.len() == 2.min(self.paths) {
                 break;
             }
             let q = (d % self.paths as u64) as usize;
@@ -507,11 +508,6 @@ impl Hermes {
     pub fn probe_reply(&mut self, now: Nanos, echo: Echo) {
         self.sample(now, echo);
     }
-
-    /// A probe on `path` to `dst_leaf` got no reply within the timeout.
-    pub fn probe_lost(&mut self, now: Nanos, dst_leaf: usize, path: usize) {
-        self.path(now, dst_leaf, path).failed = true;
-    }
 }
 
 /// Hermes at every sending host, as a routing scheme: a flow's forward
@@ -523,7 +519,19 @@ pub struct HermesScheme {
     hosts: Vec<Hermes>,
     flows: HashMap<u32, Sending>,
     rng: Rng,
+    /// Each rack's hosts, in order.
+    racks: Vec<Vec<u32>>,
+    /// `(prober, probed host)`: the host at position `j` of a rack probes
+    /// the first host of rack `j`.
+    probers: Vec<(u32, u32)>,
+    probe_interval: Nanos,
+    /// Each host's rack.
+    rack_of: Vec<usize>,
 }
+
+/// Bytes a probe counts for at its prober: the module adds the reply's
+/// size, an empty IPv4 packet.
+const PROBE_BYTES: u32 = 20;
 
 /// What the adapter tracks of a flow it routes.
 #[derive(Clone, Copy, Debug)]
@@ -540,12 +548,28 @@ struct Sending {
 
 impl HermesScheme {
     pub fn new(params: HermesParams, fabric: &Fabric, rng: Rng) -> Self {
-        let racks = fabric.racks().max(1) as usize;
+        let count = fabric.racks().max(1) as usize;
         let paths = max_paths(fabric);
+        let mut racks = vec![Vec::new(); count];
+        for h in 0..fabric.hosts {
+            racks[fabric.rack[h as usize] as usize].push(h);
+        }
+        let mut probers = Vec::new();
+        for (r, hosts) in racks.iter().enumerate() {
+            for (j, &h) in hosts.iter().enumerate() {
+                if let Some(&target) = racks.get(j).filter(|_| j != r).and_then(|t| t.first()) {
+                    probers.push((h, target));
+                }
+            }
+        }
         HermesScheme {
-            hosts: (0..fabric.hosts).map(|_| Hermes::new(params, racks, paths)).collect(),
+            hosts: (0..fabric.hosts).map(|_| Hermes::new(params, count, paths)).collect(),
             flows: HashMap::new(),
             rng,
+            racks,
+            probers,
+            probe_interval: params.probe_interval,
+            rack_of: fabric.rack.iter().map(|&r| r as usize).collect(),
         }
     }
 }
@@ -593,6 +617,33 @@ impl Scheme for HermesScheme {
     fn on_timeout(&mut self, now: Nanos, host: u32, flow: u32) {
         self.hosts[host as usize].timed_out(now, flow);
     }
+
+    fn probe_interval(&self) -> Option<Nanos> {
+        (self.probe_interval > 0 && !self.probers.is_empty()).then_some(self.probe_interval)
+    }
+
+    fn probes(&mut self, _now: Nanos, out: &mut Vec<Probe>) {
+        for &(from, to) in &self.probers {
+            for path in self.hosts[from as usize].probe_plan(self.rng.next_u64()) {
+                out.push(Probe { from, to, path: path as u16 });
+            }
+        }
+    }
+
+    /// The prober takes the reply as a sample of the probed path and
+    /// forwards it to every other host of its rack, which take it too.
+    fn on_probe_reply(&mut self, now: Nanos, reply: &ProbeReply) {
+        let echo = Echo {
+            dst_leaf: self.rack_of[reply.probe.to as usize],
+            path: usize::from(reply.probe.path),
+            bytes: PROBE_BYTES,
+            ece: reply.ce,
+            delay: reply.delay,
+        };
+        for &h in &self.racks[self.rack_of[reply.probe.from as usize]] {
+            self.hosts[h as usize].probe_reply(now, echo);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -607,6 +658,11 @@ mod tests {
 
     fn hermes() -> Hermes {
         Hermes::new(HermesParams::default(), 2, 4)
+    }
+
+    /// Marks `path` to `dst_leaf` failed (as the paper's rules would).
+    fn fail(h: &mut Hermes, now: Nanos, dst_leaf: usize, path: usize) {
+        h.path(now, dst_leaf, path).failed = true;
     }
 
     /// The paper's failure rules switched on.
@@ -651,7 +707,7 @@ mod tests {
     }
 
     #[test]
-    fn failure_by_timeouts_by_losses_and_by_probes() {
+    fn failure_by_timeouts_and_by_losses() {
         // Off by default: three timeouts leave the path bad, not failed.
         let mut off = hermes();
         off.route(0, 1, 1, 2);
@@ -687,8 +743,6 @@ mod tests {
             h.sent(i * US, 4, 1400, i % 10 == 0);
         }
         assert_ne!(h.view(300 * US, 1, c).state, PathState::Failed);
-        h.probe_lost(200 * US, 0, 0);
-        assert_eq!(h.view(200 * US, 0, 0).state, PathState::Failed);
     }
 
     #[test]
@@ -706,7 +760,7 @@ mod tests {
         assert_eq!(h.route(200 * US, 13, 1, 1), 2);
         // Failed paths are never chosen: all fail but 0.
         for q in 1..4 {
-            h.probe_lost(300 * US, 0, q);
+            fail(&mut h, 300 * US, 0, q);
         }
         for f in 20..25 {
             assert_eq!(h.route(300 * US, f, 0, f as u64), 0);
@@ -770,7 +824,7 @@ mod tests {
         // alone keeps it.
         assert_eq!(h.route(200 * US, 1, 1, 0), 0);
         // A failed path: the flow leaves whatever its size or rate.
-        h.probe_lost(201 * US, 1, 0);
+        fail(&mut h, 201 * US, 1, 0);
         assert_ne!(h.route(202 * US, 1, 1, 0), 0);
     }
 
@@ -802,18 +856,26 @@ mod tests {
     }
 
     #[test]
-    fn probes_go_to_the_best_path_and_two_others() {
-        let mut h = hermes();
-        assert_eq!(h.probe_plan(0, 1, 6).len(), 3);
-        h.probe_reply(0, echo(1, 2, 64, false, 20 * US));
-        h.probe_reply(0, echo(1, 3, 64, false, 60 * US));
-        let plan = h.probe_plan(0, 1, 6);
+    fn probes_go_to_two_distinct_random_paths_and_replies_are_samples() {
+        let h = hermes();
+        // Draw 6 over 4 paths: 6 % 4 = 2, then the next draw's.
+        let plan = h.probe_plan(6);
+        assert_eq!(plan.len(), 2);
         assert_eq!(plan[0], 2);
-        assert_eq!(plan.len(), 3);
-        let mut sorted = plan.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 3);
+        assert_ne!(plan[0], plan[1]);
+        // Every draw gives two distinct paths; one path gives one probe.
+        for draw in 0..200u64 {
+            let p = h.probe_plan(draw.wrapping_mul(0x2545_f491_4f6c_dd1d));
+            assert!(p.len() == 2 && p[0] != p[1] && p.iter().all(|&q| q < 4), "{p:?}");
+        }
+        assert_eq!(Hermes::new(HermesParams::default(), 2, 1).probe_plan(7), vec![0]);
+        // A reply is a path sample: 20 bytes, its mark, its delay (each
+        // sample moves the delay half way: 40 → 42 µs).
+        let mut h = hermes();
+        h.probe_reply(0, echo(1, 2, 20, true, 44 * US));
+        let v = h.view(0, 1, 2);
+        assert_eq!((v.state, v.delay), (PathState::Gray, 42 * US));
+        assert!((v.ecn_fraction - 21.0 / 23.0).abs() < 1e-9, "{v:?}");
     }
 
     mod scheme {
@@ -823,6 +885,37 @@ mod tests {
 
         fn edge(f: &Fabric, now: Nanos, host: u32, peer: u32) -> EdgeCtx<'_> {
             EdgeCtx { now, host, peer, reverse: false, paths: f.paths(host, peer), fabric: f }
+        }
+
+        #[test]
+        fn one_prober_per_pair_of_racks_and_its_rack_shares_the_replies() {
+            let f = fabric();
+            let mut s = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            // Host j of rack r (j < 4, j ≠ r) probes host 0 of rack j.
+            let mut expect = Vec::new();
+            for r in 0..4u32 {
+                for j in (0..4u32).filter(|&j| j != r) {
+                    expect.push((8 * r + j, 8 * j));
+                }
+            }
+            assert_eq!(s.probers, expect);
+            assert_eq!(s.probe_interval(), Some(50_000));
+            let mut out = Vec::new();
+            s.probes(0, &mut out);
+            assert_eq!(out.len(), 24);
+            for pair in out.chunks(2) {
+                assert_eq!((pair[0].from, pair[0].to), (pair[1].from, pair[1].to));
+                assert!(pair[0].path != pair[1].path && pair[0].path < 4 && pair[1].path < 4, "{pair:?}");
+            }
+            // Host 8 (rack 1) probed host 0 (rack 0) on path 3: every host of
+            // rack 1 takes the sample, no other host does.
+            let probe = Probe { from: 8, to: 0, path: 3 };
+            s.on_probe_reply(10_000, &ProbeReply { probe, delay: 44_000, ce: false });
+            for h in 0..32 {
+                let v = s.hosts[h].view(10_000, 0, 3);
+                let expected = if (8..16).contains(&h) { 42_000 } else { 40_000 };
+                assert_eq!(v.delay, expected, "host {h}");
+            }
         }
 
         #[test]
