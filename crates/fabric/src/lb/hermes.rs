@@ -746,6 +746,29 @@ mod tests {
     }
 
     #[test]
+    fn no_path_is_good_at_the_fabrics_least_one_way_delays() {
+        // On the 4 × 4 × 8 fabric (four 10 µs links) a probe's one-way
+        // delay is at least 40 072 ns and a full segment's about 44 700:
+        // the smoothed figure, starting at 40 µs, never goes below the
+        // 40 µs threshold, so no path is ever good (as in the original,
+        // whose links have the same 10 µs).
+        let mut h = hermes();
+        for i in 0..1_000u64 {
+            let now = i * US;
+            h.probe_reply(now, echo(1, 0, 20, false, 40_072));
+            h.acked(now, 999, echo(1, 0, 1454, false, 44_700));
+            let v = h.view(now, 1, 0);
+            assert!(v.delay >= 40_000 && v.state == PathState::Gray, "{v:?}");
+        }
+        // One microsecond less on every hop would make it good.
+        let mut h = hermes();
+        for _ in 0..20 {
+            h.acked(0, 999, echo(1, 0, 1454, false, 39_000));
+        }
+        assert_eq!(h.view(0, 1, 0).state, PathState::Good);
+    }
+
+    #[test]
     fn new_flows_prefer_good_paths_with_fewest_flows() {
         let mut h = hermes();
         feed(&mut h, 0, 1, 0, 30 * US);
