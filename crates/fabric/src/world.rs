@@ -784,7 +784,8 @@ impl World {
         self.flows[f].timer_at = None;
         match self.flows[f].sender.deadline {
             Some(d) if d <= now => {
-                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32);
+                let fresh = self.flows[f].sender.timeout_is_fresh();
+                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32, fresh);
                 let cfg = self.cfg.tcp;
                 if self.flows[f].sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);

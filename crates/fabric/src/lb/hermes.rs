@@ -13,13 +13,17 @@
 //! window starts at 3 bytes with 1 marked, so an unsampled path is not
 //! good); whether a flow timed out on it in the window; the number of its
 //! flows on it; a DRE of the bytes it sends on it (the send rate); and the
-//! failure evidence below. Probe replies count as samples.
+//! failure evidence below. Probe replies count as samples. As in the
+//! module's TCP hook, a retransmission timeout counts only when it starts a
+//! loss episode (or re-sends the SYN), and it blames the path of the data
+//! the flow's last ACK answered (the path the flow took, before any ACK),
+//! whether or not the host still tracks the flow.
 //!
 //! **Path states.**
 //! - *failed*: optionally (the paper's rules, off by default because the
 //!   ns-3 module sets its thresholds out of reach) a flow timed out
-//!   `fail_timeouts` times in a row on it, or a block of `fail_sample_bytes` sent saw more than
-//!   `fail_retx` of them retransmitted while the window's ECN fraction was
+//!   `fail_timeouts` times in a row on it, or a block of
+//!   `fail_sample_bytes` sent saw more than `fail_retx` of them retransmitted while the window's ECN fraction was
 //!   below `ecn_low` (losses without congestion). A failed path stays
 //!   failed (the module's reset period is 100 s). With the paper's rules on,
 //!   congestion losses on a 100 µs ECN window fail healthy paths for good in
@@ -466,11 +470,18 @@ impl Hermes {
         e.delay_at = now;
     }
 
-    /// `flow`'s retransmission timer fired at `now`.
-    pub fn timed_out(&mut self, now: Nanos, flow: u32) {
-        let Some(f) = self.flows.get_mut(&flow) else { return };
-        f.timeouts += 1;
-        let (dst_leaf, path, timeouts) = (f.dst_leaf, f.path, f.timeouts);
+    /// `flow`'s retransmission timer fired at `now`, blaming `path` to
+    /// `dst_leaf` (the module's sender blames the path its last ACK
+    /// answered). The path is marked even when the flow was forgotten; the
+    /// flow's count of timeouts in a row grows only if it is on that path.
+    pub fn timed_out(&mut self, now: Nanos, flow: u32, dst_leaf: usize, path: usize) {
+        let timeouts = match self.flows.get_mut(&flow) {
+            Some(f) if f.dst_leaf == dst_leaf && f.path == path => {
+                f.timeouts += 1;
+                f.timeouts
+            }
+            _ => 0,
+        };
         let limit = self.params.fail_timeouts;
         let e = self.path(now, dst_leaf, path);
         e.timed_out = true;
@@ -544,6 +555,10 @@ struct Sending {
     acked: u32,
     /// Wire size of the flow's full segments.
     segment: u32,
+    /// Path of the flow's last packet.
+    path: usize,
+    /// Path of the data its last ACK answered (`None`: no ACK yet).
+    acked_path: Option<usize>,
 }
 
 impl HermesScheme {
@@ -584,7 +599,14 @@ impl Scheme for HermesScheme {
             return None;
         }
         let rack = ctx.fabric.rack[ctx.peer as usize] as usize;
-        let s = self.flows.entry(pkt.flow).or_insert(Sending { rack, next_seq: 0, acked: 0, segment: 0 });
+        let s = self.flows.entry(pkt.flow).or_insert(Sending {
+            rack,
+            next_seq: 0,
+            acked: 0,
+            segment: 0,
+            path: 0,
+            acked_path: None,
+        });
         let retransmission = pkt.kind == Kind::Data && pkt.seq < s.next_seq;
         if pkt.kind == Kind::Data {
             s.next_seq = s.next_seq.max(pkt.seq + 1);
@@ -593,6 +615,7 @@ impl Scheme for HermesScheme {
         let h = &mut self.hosts[ctx.host as usize];
         let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
         h.sent(ctx.now, pkt.flow, pkt.wire, retransmission);
+        s.path = path;
         Some(path as u16)
     }
 
@@ -604,6 +627,7 @@ impl Scheme for HermesScheme {
         // Bytes newly acknowledged: new segments at the flow's segment size.
         let bytes = ack.seq.saturating_sub(s.acked) * s.segment;
         s.acked = s.acked.max(ack.seq);
+        s.acked_path = Some(usize::from(ack.echo_path));
         let echo = Echo {
             dst_leaf: s.rack,
             path: usize::from(ack.echo_path),
@@ -614,8 +638,13 @@ impl Scheme for HermesScheme {
         self.hosts[host as usize].acked(now, ack.flow, echo);
     }
 
-    fn on_timeout(&mut self, now: Nanos, host: u32, flow: u32) {
-        self.hosts[host as usize].timed_out(now, flow);
+    /// As the module's sender: only a timeout that starts a loss episode
+    /// (or re-sends the SYN) counts, and it blames the path the last ACK
+    /// answered (before any ACK, the path the flow took).
+    fn on_timeout(&mut self, now: Nanos, host: u32, flow: u32, fresh: bool) {
+        let Some(s) = self.flows.get(&flow).filter(|_| fresh) else { return };
+        let path = s.acked_path.unwrap_or(s.path);
+        self.hosts[host as usize].timed_out(now, flow, s.rack, path);
     }
 
     fn probe_interval(&self) -> Option<Nanos> {
@@ -700,7 +729,7 @@ mod tests {
         assert_eq!(h.view(10 * US, 1, 3).state, PathState::Bad);
         // A timeout makes a good path bad for the rest of its window.
         h.route(20 * US, 7, 1, 0); // lands on good path 0
-        h.timed_out(30 * US, 7);
+        h.timed_out(30 * US, 7, 1, 0);
         assert_eq!(h.view(30 * US, 1, 0).state, PathState::Bad);
         // The window (100 µs) ends: counters reset, too few bytes: gray.
         assert_eq!(h.view(120 * US, 1, 0).state, PathState::Gray);
@@ -712,16 +741,16 @@ mod tests {
         let mut off = hermes();
         off.route(0, 1, 1, 2);
         for t in [5_000, 15_000, 35_000] {
-            off.timed_out(t * US, 1);
+            off.timed_out(t * US, 1, 1, 2);
         }
         assert_eq!(off.view(35_000 * US, 1, 2).state, PathState::Bad);
         let mut h = Hermes::new(paper(), 2, 4);
         let path = h.route(0, 1, 1, 2);
         assert_eq!(path, 2);
-        h.timed_out(5_000 * US, 1);
-        h.timed_out(15_000 * US, 1);
+        h.timed_out(5_000 * US, 1, 1, 2);
+        h.timed_out(15_000 * US, 1, 1, 2);
         assert_ne!(h.view(15_000 * US, 1, 2).state, PathState::Failed);
-        h.timed_out(35_000 * US, 1);
+        h.timed_out(35_000 * US, 1, 1, 2);
         assert_eq!(h.view(35_000 * US, 1, 2).state, PathState::Failed);
         // Losses without marks: 2 retransmitted of 100 packets (> 1 %).
         let q = h.route(0, 2, 0, 3);
@@ -858,7 +887,7 @@ mod tests {
         // No ACK for 5 ms, then the timer fires: the path is bad for its
         // window, and the flow (silent for over 1 ms) is forgotten, so its
         // retransmission chooses again, among the gray paths 1..3.
-        h.timed_out(5_000 * US, 1);
+        h.timed_out(5_000 * US, 1, 1, 0);
         let again = h.route(5_000 * US, 1, 1, 0);
         assert_eq!(again, 1);
         assert_eq!(h.view(5_000 * US, 1, 0).flows, 0);
@@ -939,6 +968,32 @@ mod tests {
                 let expected = if (8..16).contains(&h) { 42_000 } else { 40_000 };
                 assert_eq!(v.delay, expected, "host {h}");
             }
+        }
+
+        #[test]
+        fn a_timeout_blames_the_last_acked_path_once_per_loss_episode() {
+            let f = fabric();
+            let rack = f.rack[31] as usize;
+            let mut s = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            let p0 = s.edge_path(&edge(&f, 0, 0, 31), &data(1, 0, 31)).unwrap();
+            let q = (p0 + 1) % 4;
+            // Before any ACK, a timeout blames the path the flow took.
+            s.on_timeout(1_000, 0, 1, true);
+            assert_eq!(s.hosts[0].view(1_000, rack, usize::from(p0)).state, PathState::Bad);
+            // The last ACK answered data sent on q (before a move, say).
+            let mut ack = data(1, 1, 0);
+            ack.kind = Kind::Ack;
+            ack.echo_path = q;
+            s.on_ack(200_000, 0, &ack);
+            // A backoff inside the loss episode blames nothing.
+            s.on_timeout(300_000, 0, 1, false);
+            assert_ne!(s.hosts[0].view(300_000, rack, usize::from(q)).state, PathState::Bad);
+            // The next episode's timeout blames q, not the flow's path,
+            // even after the host forgot the flow (no ACK for 1 ms).
+            s.edge_path(&edge(&f, 5_000_000, 0, 30), &data(2, 0, 30));
+            s.on_timeout(5_000_000, 0, 1, true);
+            assert_eq!(s.hosts[0].view(5_000_000, rack, usize::from(q)).state, PathState::Bad);
+            assert_ne!(s.hosts[0].view(5_000_000, rack, usize::from(p0)).state, PathState::Bad);
         }
 
         #[test]

@@ -159,8 +159,10 @@ pub trait Scheme: Send {
     /// `host` of flow `ack.flow`.
     fn on_ack(&mut self, _now: Nanos, _host: u32, _ack: &Packet) {}
 
-    /// Flow `flow`'s retransmission timer fired at its sender `host`.
-    fn on_timeout(&mut self, _now: Nanos, _host: u32, _flow: u32) {}
+    /// Flow `flow`'s retransmission timer fired at its sender `host`;
+    /// `fresh`: it re-sends a SYN or starts a loss episode (not a backoff
+    /// inside one).
+    fn on_timeout(&mut self, _now: Nanos, _host: u32, _flow: u32, _fresh: bool) {}
 
     /// Period of the probes the scheme's hosts send (Hermes); `None`: none.
     fn probe_interval(&self) -> Option<Nanos> {
