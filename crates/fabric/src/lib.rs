@@ -172,7 +172,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     let scheme = lb::build(&scenario.routing(), &fabric, &streams);
     let mut queue = Queue::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
-    world.set_routing(scheme);
+    world.set_routing(scheme, &mut queue);
     if let Some(faults) = faults {
         world.set_faults(faults);
     }

@@ -27,6 +27,13 @@ pub enum Kind {
     /// The sender acknowledges that FIN (sender → receiver): the flow's
     /// last forward packet, which the original's FCT counts.
     FinAck,
+    /// A path probe of an edge scheme (Hermes): header only, on the path the
+    /// prober chose; it belongs to no flow (see [`probe_flow`]).
+    Probe,
+    /// The probed host's answer: `lb` carries the probe's one-way delay,
+    /// `ece` whether it arrived with CE, `echo_path` its path, `seq` the
+    /// probed host.
+    ProbeReply,
 }
 
 /// One packet in flight.
@@ -68,10 +75,22 @@ pub struct Packet {
     pub echo: Nanos,
 }
 
+/// The `flow` field of probes sent by `host`: counted down from the top of
+/// the range, so that it names no flow and hashes per prober.
+pub fn probe_flow(host: u32) -> u32 {
+    u32::MAX - host
+}
+
 impl Packet {
     /// Whether the packet travels from a flow's receiver back to its sender.
     pub fn is_reverse(&self) -> bool {
-        matches!(self.kind, Kind::SynAck | Kind::Ack | Kind::Fin)
+        matches!(self.kind, Kind::SynAck | Kind::Ack | Kind::Fin | Kind::ProbeReply)
+    }
+
+    /// The host that sent the probe this packet is or answers (`None`: a
+    /// flow's packet).
+    pub fn prober(&self) -> Option<u32> {
+        matches!(self.kind, Kind::Probe | Kind::ProbeReply).then(|| u32::MAX - self.flow)
     }
 }
 

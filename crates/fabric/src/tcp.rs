@@ -449,6 +449,16 @@ impl Sender {
         self.rto = self.compute_rto(cfg, srtt, var);
     }
 
+    /// Whether a retransmission timeout now would start a loss episode
+    /// (or re-send the SYN) rather than back off inside one.
+    pub fn timeout_is_fresh(&self) -> bool {
+        match self.phase {
+            Phase::Connecting => true,
+            Phase::Open => self.state != CongState::Loss,
+            Phase::Done => false,
+        }
+    }
+
     /// The retransmission timer expired at `now` (the caller checked
     /// `deadline`). Returns true when the SYN must go again.
     pub fn on_timeout(&mut self, cfg: &TcpConfig, now: Nanos) -> bool {

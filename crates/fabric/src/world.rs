@@ -25,8 +25,8 @@ use std::collections::VecDeque;
 use fulcrum_des::{Model, Queue};
 
 use crate::faults::Faults;
-use crate::lb::{EdgeCtx, Hooks, Loads, Scheme, SwitchCtx};
-use crate::packet::{Kind, Nanos, Packet, NO_PATH};
+use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SwitchCtx};
+use crate::packet::{probe_flow, Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
 use crate::reseq::Resequencer;
 use crate::sched::{Policy, Scheduler};
@@ -36,6 +36,10 @@ use crate::workload::FlowSpec;
 
 /// Bytes of point-to-point framing on every packet (ns-3's PPP header).
 pub const FRAMING: u32 = 2;
+
+/// Wire size of a probe and of its reply: an empty IPv4 packet (the
+/// original's probes carry no payload) plus framing.
+const PROBE_WIRE: u32 = 20 + FRAMING;
 
 /// Settings of the model itself (the topology and flows come separately).
 #[derive(Clone, Debug)]
@@ -117,6 +121,8 @@ pub enum Ev {
     Throughput,
     /// A flow's resequencing buffer may have to flush.
     Reseq(u32),
+    /// The routing scheme's hosts send their probes.
+    Probe,
 }
 
 struct Port {
@@ -329,9 +335,60 @@ impl World {
     }
 
     /// Route with `scheme` instead of per-flow ECMP.
-    pub fn set_routing(&mut self, scheme: Box<dyn Scheme>) {
+    pub fn set_routing(&mut self, scheme: Box<dyn Scheme>, queue: &mut Queue<Ev>) {
         self.hooks = scheme.hooks();
+        if scheme.probe_interval().is_some() {
+            queue.schedule(0, Ev::Probe);
+        }
         self.routing = scheme;
+    }
+
+    /// The routing scheme's probes leave their hosts; the next round is
+    /// scheduled one probe interval on.
+    fn send_probes(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+        let Some(every) = self.routing.probe_interval() else { return };
+        let mut probes = Vec::new();
+        self.routing.probes(now, &mut probes);
+        for probe in probes {
+            let mut p = self.packet(probe_flow(probe.from), Kind::Probe, probe.from, 0, probe.to, now);
+            p.path = probe.path;
+            p.wire = PROBE_WIRE;
+            self.host_send(now, probe.from, p, q);
+        }
+        q.schedule(now + every.max(1), Ev::Probe);
+    }
+
+    /// A probe reached the host it probes (`h`), which answers with its
+    /// one-way delay and mark; or the answer reached the prober.
+    fn receive_probe(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        let prober = u32::MAX - p.flow;
+        if p.kind == Kind::Probe {
+            let mut reply = self.packet(p.flow, Kind::ProbeReply, h, 0, prober, now);
+            reply.lb = u32::try_from(now - p.echo).unwrap_or(u32::MAX);
+            reply.ece = p.ce;
+            reply.echo_path = p.path;
+            reply.wire = PROBE_WIRE;
+            self.host_send(now, h, reply, q);
+        } else {
+            let probe = Probe { from: prober, to: p.seq, path: p.echo_path };
+            self.routing.on_probe_reply(now, &ProbeReply { probe, delay: Nanos::from(p.lb), ce: p.ece });
+        }
+    }
+
+    /// The host that sent `p` (for routing contexts and faults).
+    fn packet_src(&self, p: &Packet) -> u32 {
+        match p.kind {
+            Kind::Probe => u32::MAX - p.flow,
+            Kind::ProbeReply => p.seq,
+            _ => {
+                let spec = &self.flows[p.flow as usize].spec;
+                if p.is_reverse() {
+                    spec.dst
+                } else {
+                    spec.src
+                }
+            }
+        }
     }
 
     /// Inject `faults` (bound to this fabric's ports; slow links already
@@ -433,7 +490,11 @@ impl World {
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
         // Only a port with several classes needs the flow's (a cache miss).
-        let class = if self.ports[i].qdisc.classes() > 1 { self.flows[p.flow as usize].spec.prio as usize } else { 0 };
+        let class = match p.prober() {
+            // Probes go in the highest-priority class.
+            None if self.ports[i].qdisc.classes() > 1 => self.flows[p.flow as usize].spec.prio as usize,
+            _ => 0,
+        };
         if !self.ports[i].qdisc.enqueue(now, class, p) {
             return;
         }
@@ -544,8 +605,7 @@ impl World {
                 let mut p = p;
                 let out = self.route(now, s, i as u32, &mut p);
                 if self.faults.any() {
-                    let spec = &self.flows[p.flow as usize].spec;
-                    let src = if p.is_reverse() { spec.dst } else { spec.src };
+                    let src = self.packet_src(&p);
                     if self.faults.drops(out, now, &p, src, &self.fabric.rack) {
                         return;
                     }
@@ -563,7 +623,7 @@ impl World {
         if full.len() == 1 && !self.hooks.single_port_hops {
             return full[0];
         }
-        let spec = &self.flows[p.flow as usize].spec;
+        let src = self.packet_src(p);
         let reverse = p.is_reverse();
         let mut group = full;
         if self.faults.may_unroute() && full.len() > 1 {
@@ -578,7 +638,7 @@ impl World {
             now,
             switch,
             in_port,
-            src: if reverse { spec.dst } else { spec.src },
+            src,
             dst: p.dst,
             reverse,
             group,
@@ -592,7 +652,8 @@ impl World {
     /// A host sends a packet through its NIC, on the path the routing
     /// scheme chooses for it.
     fn host_send(&mut self, now: Nanos, host: u32, mut p: Packet, q: &mut Queue<Ev>) {
-        if self.hooks.edge {
+        // A probe keeps the path its prober chose; a reply goes by ECMP.
+        if self.hooks.edge && p.prober().is_none() {
             self.choose_path(now, host, &mut p);
         }
         let port = self.fabric.host_port[host as usize];
@@ -652,7 +713,8 @@ impl World {
             dst,
             wire: payload + self.cfg.header + FRAMING,
             kind,
-            ect: kind == Kind::Data,
+            // Probes are ECN-capable too (the original's carry ECT(1)).
+            ect: matches!(kind, Kind::Data | Kind::Probe),
             ce: false,
             ece: false,
             path: NO_PATH,
@@ -722,7 +784,8 @@ impl World {
         self.flows[f].timer_at = None;
         match self.flows[f].sender.deadline {
             Some(d) if d <= now => {
-                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32);
+                let fresh = self.flows[f].sender.timeout_is_fresh();
+                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32, fresh);
                 let cfg = self.cfg.tcp;
                 if self.flows[f].sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
@@ -803,6 +866,9 @@ impl World {
 
     /// A packet reaches host `h`.
     fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+        if p.prober().is_some() {
+            return self.receive_probe(now, h, p, q);
+        }
         let f = p.flow as usize;
         let src = self.flows[f].spec.src;
         match p.kind {
@@ -823,6 +889,7 @@ impl World {
                 self.flows[f].sender.on_syn_ack();
                 self.pump(now, f, q);
             }
+            Kind::Probe | Kind::ProbeReply => {}
             Kind::Ack => {
                 self.routing.on_ack(now, h, &p);
                 let cfg = self.cfg.tcp;
@@ -850,6 +917,7 @@ impl Model for World {
             Ev::Sample => self.sample(now, q),
             Ev::Throughput => self.sample_throughput(now, q),
             Ev::Reseq(f) => self.reseq_timer(now, f as usize, q),
+            Ev::Probe => self.send_probes(now, q),
         }
     }
 
@@ -868,7 +936,20 @@ mod tests {
     /// marks + drops over all ports).
     fn lone_flow(bytes: u64, classes: Vec<Nanos>, service: Service) -> (Nanos, u64) {
         let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
-        let cfg = ModelConfig {
+        let cfg = config(classes, service);
+        let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0, prio: 0 };
+        let mut q = Queue::new();
+        let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
+        fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
+        let flow = &world.flows[0];
+        assert!(flow.done.is_some(), "the flow completes");
+        let troubles =
+            (0..world.fabric.ports.len() as u32).map(|p| world.queue_stats(p)).map(|s| s.marks + s.drops).sum();
+        (flow.last_rx.unwrap() - flow.first_tx.unwrap(), troubles)
+    }
+
+    fn config(classes: Vec<Nanos>, service: Service) -> ModelConfig {
+        ModelConfig {
             tcp: TcpConfig::default(),
             header: 52,
             device_packets: 10,
@@ -884,16 +965,54 @@ mod tests {
             salt: 1,
             service,
             delay_at: DelayAt::SwitchPort,
-        };
-        let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0, prio: 0 };
+        }
+    }
+
+    /// Host 0 probes host 8 (next leaf) on each of the four paths, once.
+    struct Prober {
+        sent: bool,
+        replies: std::sync::Arc<std::sync::Mutex<Vec<(Nanos, ProbeReply)>>>,
+    }
+
+    impl Scheme for Prober {
+        fn name(&self) -> &'static str {
+            "prober"
+        }
+        fn probe_interval(&self) -> Option<Nanos> {
+            Some(1_000_000)
+        }
+        fn probes(&mut self, _now: Nanos, out: &mut Vec<Probe>) {
+            if !std::mem::replace(&mut self.sent, true) {
+                out.extend((0..4).map(|path| Probe { from: 0, to: 8, path }));
+            }
+        }
+        fn on_probe_reply(&mut self, now: Nanos, reply: &ProbeReply) {
+            self.replies.lock().unwrap().push((now, *reply));
+        }
+    }
+
+    #[test]
+    fn probes_take_their_paths_and_replies_carry_the_one_way_delay() {
         let mut q = Queue::new();
-        let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
-        fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
-        let flow = &world.flows[0];
-        assert!(flow.done.is_some(), "the flow completes");
-        let troubles =
-            (0..world.fabric.ports.len() as u32).map(|p| world.queue_stats(p)).map(|s| s.marks + s.drops).sum();
-        (flow.last_rx.unwrap() - flow.first_tx.unwrap(), troubles)
+        let mut world =
+            World::new(config(vec![], Service::OnRoom), crate::lb::testing::fabric(), vec![], 100_000, &mut q);
+        let replies = std::sync::Arc::default();
+        world.set_routing(Box::new(Prober { sent: false, replies: std::sync::Arc::clone(&replies) }), &mut q);
+        fulcrum_des::run(&mut world, &mut q, 500_000, None);
+        let got = replies.lock().unwrap().clone();
+        // Four hops of 10 µs, each serialising a 22-byte probe (17.6 ns at
+        // 10 Gb/s): 40 072 ns one way on every path (each spine once); the
+        // probe on path k waited k serialisations at the prober's NIC.
+        let tx = world.tx_time(world.fabric.host_port[0] as usize, PROBE_WIRE);
+        let one_way = 4 * (10_000 + tx);
+        assert_eq!(got.len(), 4, "{got:?}");
+        for (k, (at, r)) in got.iter().enumerate() {
+            let delay = one_way + k as Nanos * tx;
+            assert_eq!((r.probe.from, r.probe.to, r.probe.path, r.delay, r.ce), (0, 8, k as u16, delay, false));
+            // The reply comes back by ECMP: one more one-way trip.
+            assert_eq!(*at, delay + one_way, "{r:?}");
+        }
+        assert!((40_000..40_100).contains(&one_way), "{one_way}");
     }
 
     #[test]

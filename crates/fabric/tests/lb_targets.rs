@@ -16,9 +16,8 @@
 //!   other.
 //! - asymmetric (a fifth of the leaf–spine links at 1/5 of their rate, load
 //!   0.7): Hermes and CONGA beat ECMP (asserted); Hermes is not ≤ CONGA nor
-//!   ≤ 0.85 × CLOVE (nor below CLOVE at all since the transport follows
-//!   ns-3's), and ECMP is not the worst (DRB and Presto spray packets over
-//!   the slow links too).
+//!   below CLOVE, and ECMP is not the worst (DRB and Presto spray packets
+//!   over the slow links too).
 //! - random drop (0.5 % at spine 0) and black hole (spine 0, leaf 0 → leaf
 //!   1), load 0.6: Hermes's small-flow p99 is not 30 % below every other
 //!   scheme's. Under the black hole the ACKs of flows from leaf 1 to leaf 0

@@ -164,7 +164,7 @@ impl Scheme for FlowBenderScheme {
         t.fb.acked(segments, ack.ece, ack.seq, t.next_seq);
     }
 
-    fn on_timeout(&mut self, _now: Nanos, _host: u32, flow: u32) {
+    fn on_timeout(&mut self, _now: Nanos, _host: u32, flow: u32, _fresh: bool) {
         if let Some(t) = self.flows.get_mut(&flow) {
             t.fb.timed_out();
         }
@@ -252,8 +252,8 @@ mod tests {
             }
             let v: Vec<u16> = (10..20).map(|q| path(&mut s, q)).collect();
             assert!(v.iter().all(|&p| p == v[0]));
-            s.on_timeout(0, 0, 1);
-            s.on_timeout(0, 0, 1);
+            s.on_timeout(0, 0, 1, true);
+            s.on_timeout(0, 0, 1, true);
             let w = path(&mut s, 20);
             // Golden: paths for V = 0, 1 and 3 under this salt.
             assert_eq!((first[0], v[0], w), (2, 3, 3));

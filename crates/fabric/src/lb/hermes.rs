@@ -13,14 +13,17 @@
 //! window starts at 3 bytes with 1 marked, so an unsampled path is not
 //! good); whether a flow timed out on it in the window; the number of its
 //! flows on it; a DRE of the bytes it sends on it (the send rate); and the
-//! failure evidence below. Probe replies count as samples.
+//! failure evidence below. Probe replies count as samples. As in the
+//! module's TCP hook, a retransmission timeout counts only when it starts a
+//! loss episode (or re-sends the SYN), and it blames the path of the data
+//! the flow's last ACK answered (the path the flow took, before any ACK),
+//! whether or not the host still tracks the flow.
 //!
 //! **Path states.**
-//! - *failed*: a probe got no reply within the probe timeout; optionally
-//!   (the paper's rules, off by default because the ns-3 module sets its
-//!   thresholds out of reach) a flow timed out `fail_timeouts` times in a
-//!   row on it, or a block of `fail_sample_bytes` sent saw more than
-//!   `fail_retx` of them retransmitted while the window's ECN fraction was
+//! - *failed*: optionally (the paper's rules, off by default because the
+//!   ns-3 module sets its thresholds out of reach) a flow timed out
+//!   `fail_timeouts` times in a row on it, or a block of
+//!   `fail_sample_bytes` sent saw more than `fail_retx` of them retransmitted while the window's ECN fraction was
 //!   below `ecn_low` (losses without congestion). A failed path stays
 //!   failed (the module's reset period is 100 s). With the paper's rules on,
 //!   congestion losses on a 100 µs ECN window fail healthy paths for good in
@@ -48,11 +51,18 @@
 //! module's flow aging; this is how a short flow leaves a black hole after
 //! its first timeout, which marked the path bad).
 //!
-//! **Probes**: every `probe_interval`, towards each other leaf, the path
-//! with the lowest delay plus up to two other paths drawn at random
-//! ([`Hermes::probe_plan`], [`Hermes::probe_reply`], [`Hermes::probe_lost`]).
-//! The simulator does not send probe packets yet (they belong to no flow),
-//! so [`HermesScheme`] senses paths through its host's own flows only.
+//! **Probes** ([`Hermes::probe_plan`], [`Hermes::probe_reply`]), as the
+//! module's prober does: in each rack, the host at position `j` probes the
+//! first host of rack `j` (so one prober per pair of racks); every
+//! `probe_interval` it sends a header-only probe (ECN-capable) on two
+//! distinct paths drawn at random; the probed host replies (by ECMP) with
+//! the probe's one-way delay and whether it arrived with CE; the reply is a
+//! sample of that path (its 20 bytes, its mark, its delay) for the prober
+//! and every other host of its rack (the prober forwards it to them; here
+//! they take it at once). The module also meant to probe the best path and
+//! to fail a path whose probe goes unanswered for 100 ms, but its best path
+//! is never set, and its probe timeout marks the table entry keyed (path,
+//! leaf) with the two swapped, not the probed path; neither is modelled.
 //!
 //! Simplification: path aging is lazy (applied when a path is next looked
 //! at, from the time of its last reset, rather than on a 25 µs timer);
@@ -63,7 +73,7 @@ use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
 
-use super::{max_paths, EdgeCtx, Scheme};
+use super::{max_paths, EdgeCtx, Probe, ProbeReply, Scheme};
 use crate::lb::conga::Dre;
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
@@ -105,10 +115,8 @@ pub struct HermesParams {
     pub flowlet_gap: Nanos,
     /// A flow with no ACK for this long is forgotten (1 ms).
     pub forget_after: Nanos,
-    /// Probe period (50 µs).
+    /// Probe period (`TLBProbingInterval`, 50 µs).
     pub probe_interval: Nanos,
-    /// A probe without reply for this long fails its path (100 ms).
-    pub probe_timeout: Nanos,
     /// DRE period and factor of the send-rate meter (30 µs, 0.2).
     pub tdre: Nanos,
     pub alpha: f64,
@@ -133,7 +141,6 @@ impl Default for HermesParams {
             flowlet_gap: 500_000,
             forget_after: 1_000_000,
             probe_interval: 50_000,
-            probe_timeout: 100_000_000,
             tdre: 30_000,
             alpha: 0.2,
         }
@@ -463,11 +470,18 @@ impl Hermes {
         e.delay_at = now;
     }
 
-    /// `flow`'s retransmission timer fired at `now`.
-    pub fn timed_out(&mut self, now: Nanos, flow: u32) {
-        let Some(f) = self.flows.get_mut(&flow) else { return };
-        f.timeouts += 1;
-        let (dst_leaf, path, timeouts) = (f.dst_leaf, f.path, f.timeouts);
+    /// `flow`'s retransmission timer fired at `now`, blaming `path` to
+    /// `dst_leaf` (the module's sender blames the path its last ACK
+    /// answered). The path is marked even when the flow was forgotten; the
+    /// flow's count of timeouts in a row grows only if it is on that path.
+    pub fn timed_out(&mut self, now: Nanos, flow: u32, dst_leaf: usize, path: usize) {
+        let timeouts = match self.flows.get_mut(&flow) {
+            Some(f) if f.dst_leaf == dst_leaf && f.path == path => {
+                f.timeouts += 1;
+                f.timeouts
+            }
+            _ => 0,
+        };
         let limit = self.params.fail_timeouts;
         let e = self.path(now, dst_leaf, path);
         e.timed_out = true;
@@ -483,15 +497,13 @@ impl Hermes {
         }
     }
 
-    /// The paths to probe towards `dst_leaf` now: the one with the lowest
-    /// delay, then up to two others drawn with `draw` (distinct).
-    pub fn probe_plan(&mut self, now: Nanos, dst_leaf: usize, draw: u64) -> Vec<usize> {
-        let known: Vec<usize> = (0..self.paths).filter(|&q| self.table[dst_leaf * self.paths + q].is_some()).collect();
-        let best = known.into_iter().min_by_key(|&q| (self.view(now, dst_leaf, q).delay, q));
-        let mut plan: Vec<usize> = best.into_iter().collect();
+    /// The paths to probe towards `dst_leaf` now: two distinct paths drawn
+    /// with `draw` (the module's prober: at most ten draws, two probes).
+    pub fn probe_plan(&self, draw: u64) -> Vec<usize> {
+        let mut plan = Vec::with_capacity(2);
         let mut d = draw;
-        for _ in 0..self.paths.min(10) {
-            if plan.len() == 3 || plan.len() == self.paths {
+        for _ in 0..10 {
+            if plan.len() == 2.min(self.paths) {
                 break;
             }
             let q = (d % self.paths as u64) as usize;
@@ -507,11 +519,6 @@ impl Hermes {
     pub fn probe_reply(&mut self, now: Nanos, echo: Echo) {
         self.sample(now, echo);
     }
-
-    /// A probe on `path` to `dst_leaf` got no reply within the timeout.
-    pub fn probe_lost(&mut self, now: Nanos, dst_leaf: usize, path: usize) {
-        self.path(now, dst_leaf, path).failed = true;
-    }
 }
 
 /// Hermes at every sending host, as a routing scheme: a flow's forward
@@ -523,7 +530,19 @@ pub struct HermesScheme {
     hosts: Vec<Hermes>,
     flows: HashMap<u32, Sending>,
     rng: Rng,
+    /// Each rack's hosts, in order.
+    racks: Vec<Vec<u32>>,
+    /// `(prober, probed host)`: the host at position `j` of a rack probes
+    /// the first host of rack `j`.
+    probers: Vec<(u32, u32)>,
+    probe_interval: Nanos,
+    /// Each host's rack.
+    rack_of: Vec<usize>,
 }
+
+/// Bytes a probe counts for at its prober: the module adds the reply's
+/// size, an empty IPv4 packet.
+const PROBE_BYTES: u32 = 20;
 
 /// What the adapter tracks of a flow it routes.
 #[derive(Clone, Copy, Debug)]
@@ -536,16 +555,36 @@ struct Sending {
     acked: u32,
     /// Wire size of the flow's full segments.
     segment: u32,
+    /// Path of the flow's last packet.
+    path: usize,
+    /// Path of the data its last ACK answered (`None`: no ACK yet).
+    acked_path: Option<usize>,
 }
 
 impl HermesScheme {
     pub fn new(params: HermesParams, fabric: &Fabric, rng: Rng) -> Self {
-        let racks = fabric.racks().max(1) as usize;
+        let count = fabric.racks().max(1) as usize;
         let paths = max_paths(fabric);
+        let mut racks = vec![Vec::new(); count];
+        for h in 0..fabric.hosts {
+            racks[fabric.rack[h as usize] as usize].push(h);
+        }
+        let mut probers = Vec::new();
+        for (r, hosts) in racks.iter().enumerate() {
+            for (j, &h) in hosts.iter().enumerate() {
+                if let Some(&target) = racks.get(j).filter(|_| j != r).and_then(|t| t.first()) {
+                    probers.push((h, target));
+                }
+            }
+        }
         HermesScheme {
-            hosts: (0..fabric.hosts).map(|_| Hermes::new(params, racks, paths)).collect(),
+            hosts: (0..fabric.hosts).map(|_| Hermes::new(params, count, paths)).collect(),
             flows: HashMap::new(),
             rng,
+            racks,
+            probers,
+            probe_interval: params.probe_interval,
+            rack_of: fabric.rack.iter().map(|&r| r as usize).collect(),
         }
     }
 }
@@ -560,7 +599,14 @@ impl Scheme for HermesScheme {
             return None;
         }
         let rack = ctx.fabric.rack[ctx.peer as usize] as usize;
-        let s = self.flows.entry(pkt.flow).or_insert(Sending { rack, next_seq: 0, acked: 0, segment: 0 });
+        let s = self.flows.entry(pkt.flow).or_insert(Sending {
+            rack,
+            next_seq: 0,
+            acked: 0,
+            segment: 0,
+            path: 0,
+            acked_path: None,
+        });
         let retransmission = pkt.kind == Kind::Data && pkt.seq < s.next_seq;
         if pkt.kind == Kind::Data {
             s.next_seq = s.next_seq.max(pkt.seq + 1);
@@ -569,6 +615,7 @@ impl Scheme for HermesScheme {
         let h = &mut self.hosts[ctx.host as usize];
         let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
         h.sent(ctx.now, pkt.flow, pkt.wire, retransmission);
+        s.path = path;
         Some(path as u16)
     }
 
@@ -580,6 +627,7 @@ impl Scheme for HermesScheme {
         // Bytes newly acknowledged: new segments at the flow's segment size.
         let bytes = ack.seq.saturating_sub(s.acked) * s.segment;
         s.acked = s.acked.max(ack.seq);
+        s.acked_path = Some(usize::from(ack.echo_path));
         let echo = Echo {
             dst_leaf: s.rack,
             path: usize::from(ack.echo_path),
@@ -590,8 +638,40 @@ impl Scheme for HermesScheme {
         self.hosts[host as usize].acked(now, ack.flow, echo);
     }
 
-    fn on_timeout(&mut self, now: Nanos, host: u32, flow: u32) {
-        self.hosts[host as usize].timed_out(now, flow);
+    /// As the module's sender: only a timeout that starts a loss episode
+    /// (or re-sends the SYN) counts, and it blames the path the last ACK
+    /// answered (before any ACK, the path the flow took).
+    fn on_timeout(&mut self, now: Nanos, host: u32, flow: u32, fresh: bool) {
+        let Some(s) = self.flows.get(&flow).filter(|_| fresh) else { return };
+        let path = s.acked_path.unwrap_or(s.path);
+        self.hosts[host as usize].timed_out(now, flow, s.rack, path);
+    }
+
+    fn probe_interval(&self) -> Option<Nanos> {
+        (self.probe_interval > 0 && !self.probers.is_empty()).then_some(self.probe_interval)
+    }
+
+    fn probes(&mut self, _now: Nanos, out: &mut Vec<Probe>) {
+        for &(from, to) in &self.probers {
+            for path in self.hosts[from as usize].probe_plan(self.rng.next_u64()) {
+                out.push(Probe { from, to, path: path as u16 });
+            }
+        }
+    }
+
+    /// The prober takes the reply as a sample of the probed path and
+    /// forwards it to every other host of its rack, which take it too.
+    fn on_probe_reply(&mut self, now: Nanos, reply: &ProbeReply) {
+        let echo = Echo {
+            dst_leaf: self.rack_of[reply.probe.to as usize],
+            path: usize::from(reply.probe.path),
+            bytes: PROBE_BYTES,
+            ece: reply.ce,
+            delay: reply.delay,
+        };
+        for &h in &self.racks[self.rack_of[reply.probe.from as usize]] {
+            self.hosts[h as usize].probe_reply(now, echo);
+        }
     }
 }
 
@@ -607,6 +687,11 @@ mod tests {
 
     fn hermes() -> Hermes {
         Hermes::new(HermesParams::default(), 2, 4)
+    }
+
+    /// Marks `path` to `dst_leaf` failed (as the paper's rules would).
+    fn fail(h: &mut Hermes, now: Nanos, dst_leaf: usize, path: usize) {
+        h.path(now, dst_leaf, path).failed = true;
     }
 
     /// The paper's failure rules switched on.
@@ -644,28 +729,28 @@ mod tests {
         assert_eq!(h.view(10 * US, 1, 3).state, PathState::Bad);
         // A timeout makes a good path bad for the rest of its window.
         h.route(20 * US, 7, 1, 0); // lands on good path 0
-        h.timed_out(30 * US, 7);
+        h.timed_out(30 * US, 7, 1, 0);
         assert_eq!(h.view(30 * US, 1, 0).state, PathState::Bad);
         // The window (100 µs) ends: counters reset, too few bytes: gray.
         assert_eq!(h.view(120 * US, 1, 0).state, PathState::Gray);
     }
 
     #[test]
-    fn failure_by_timeouts_by_losses_and_by_probes() {
+    fn failure_by_timeouts_and_by_losses() {
         // Off by default: three timeouts leave the path bad, not failed.
         let mut off = hermes();
         off.route(0, 1, 1, 2);
         for t in [5_000, 15_000, 35_000] {
-            off.timed_out(t * US, 1);
+            off.timed_out(t * US, 1, 1, 2);
         }
         assert_eq!(off.view(35_000 * US, 1, 2).state, PathState::Bad);
         let mut h = Hermes::new(paper(), 2, 4);
         let path = h.route(0, 1, 1, 2);
         assert_eq!(path, 2);
-        h.timed_out(5_000 * US, 1);
-        h.timed_out(15_000 * US, 1);
+        h.timed_out(5_000 * US, 1, 1, 2);
+        h.timed_out(15_000 * US, 1, 1, 2);
         assert_ne!(h.view(15_000 * US, 1, 2).state, PathState::Failed);
-        h.timed_out(35_000 * US, 1);
+        h.timed_out(35_000 * US, 1, 1, 2);
         assert_eq!(h.view(35_000 * US, 1, 2).state, PathState::Failed);
         // Losses without marks: 2 retransmitted of 100 packets (> 1 %).
         let q = h.route(0, 2, 0, 3);
@@ -687,8 +772,29 @@ mod tests {
             h.sent(i * US, 4, 1400, i % 10 == 0);
         }
         assert_ne!(h.view(300 * US, 1, c).state, PathState::Failed);
-        h.probe_lost(200 * US, 0, 0);
-        assert_eq!(h.view(200 * US, 0, 0).state, PathState::Failed);
+    }
+
+    #[test]
+    fn no_path_is_good_at_the_fabrics_least_one_way_delays() {
+        // On the 4 × 4 × 8 fabric (four 10 µs links) a probe's one-way
+        // delay is at least 40 072 ns and a full segment's about 44 700:
+        // the smoothed figure, starting at 40 µs, never goes below the
+        // 40 µs threshold, so no path is ever good (as in the original,
+        // whose links have the same 10 µs).
+        let mut h = hermes();
+        for i in 0..1_000u64 {
+            let now = i * US;
+            h.probe_reply(now, echo(1, 0, 20, false, 40_072));
+            h.acked(now, 999, echo(1, 0, 1454, false, 44_700));
+            let v = h.view(now, 1, 0);
+            assert!(v.delay >= 40_000 && v.state == PathState::Gray, "{v:?}");
+        }
+        // One microsecond less on every hop would make it good.
+        let mut h = hermes();
+        for _ in 0..20 {
+            h.acked(0, 999, echo(1, 0, 1454, false, 39_000));
+        }
+        assert_eq!(h.view(0, 1, 0).state, PathState::Good);
     }
 
     #[test]
@@ -706,7 +812,7 @@ mod tests {
         assert_eq!(h.route(200 * US, 13, 1, 1), 2);
         // Failed paths are never chosen: all fail but 0.
         for q in 1..4 {
-            h.probe_lost(300 * US, 0, q);
+            fail(&mut h, 300 * US, 0, q);
         }
         for f in 20..25 {
             assert_eq!(h.route(300 * US, f, 0, f as u64), 0);
@@ -770,7 +876,7 @@ mod tests {
         // alone keeps it.
         assert_eq!(h.route(200 * US, 1, 1, 0), 0);
         // A failed path: the flow leaves whatever its size or rate.
-        h.probe_lost(201 * US, 1, 0);
+        fail(&mut h, 201 * US, 1, 0);
         assert_ne!(h.route(202 * US, 1, 1, 0), 0);
     }
 
@@ -781,7 +887,7 @@ mod tests {
         // No ACK for 5 ms, then the timer fires: the path is bad for its
         // window, and the flow (silent for over 1 ms) is forgotten, so its
         // retransmission chooses again, among the gray paths 1..3.
-        h.timed_out(5_000 * US, 1);
+        h.timed_out(5_000 * US, 1, 1, 0);
         let again = h.route(5_000 * US, 1, 1, 0);
         assert_eq!(again, 1);
         assert_eq!(h.view(5_000 * US, 1, 0).flows, 0);
@@ -802,18 +908,26 @@ mod tests {
     }
 
     #[test]
-    fn probes_go_to_the_best_path_and_two_others() {
-        let mut h = hermes();
-        assert_eq!(h.probe_plan(0, 1, 6).len(), 3);
-        h.probe_reply(0, echo(1, 2, 64, false, 20 * US));
-        h.probe_reply(0, echo(1, 3, 64, false, 60 * US));
-        let plan = h.probe_plan(0, 1, 6);
+    fn probes_go_to_two_distinct_random_paths_and_replies_are_samples() {
+        let h = hermes();
+        // Draw 6 over 4 paths: 6 % 4 = 2, then the next draw's.
+        let plan = h.probe_plan(6);
+        assert_eq!(plan.len(), 2);
         assert_eq!(plan[0], 2);
-        assert_eq!(plan.len(), 3);
-        let mut sorted = plan.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 3);
+        assert_ne!(plan[0], plan[1]);
+        // Every draw gives two distinct paths; one path gives one probe.
+        for draw in 0..200u64 {
+            let p = h.probe_plan(draw.wrapping_mul(0x2545_f491_4f6c_dd1d));
+            assert!(p.len() == 2 && p[0] != p[1] && p.iter().all(|&q| q < 4), "{p:?}");
+        }
+        assert_eq!(Hermes::new(HermesParams::default(), 2, 1).probe_plan(7), vec![0]);
+        // A reply is a path sample: 20 bytes, its mark, its delay (each
+        // sample moves the delay half way: 40 → 42 µs).
+        let mut h = hermes();
+        h.probe_reply(0, echo(1, 2, 20, true, 44 * US));
+        let v = h.view(0, 1, 2);
+        assert_eq!((v.state, v.delay), (PathState::Gray, 42 * US));
+        assert!((v.ecn_fraction - 21.0 / 23.0).abs() < 1e-9, "{v:?}");
     }
 
     mod scheme {
@@ -823,6 +937,63 @@ mod tests {
 
         fn edge(f: &Fabric, now: Nanos, host: u32, peer: u32) -> EdgeCtx<'_> {
             EdgeCtx { now, host, peer, reverse: false, paths: f.paths(host, peer), fabric: f }
+        }
+
+        #[test]
+        fn one_prober_per_pair_of_racks_and_its_rack_shares_the_replies() {
+            let f = fabric();
+            let mut s = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            // Host j of rack r (j < 4, j ≠ r) probes host 0 of rack j.
+            let mut expect = Vec::new();
+            for r in 0..4u32 {
+                for j in (0..4u32).filter(|&j| j != r) {
+                    expect.push((8 * r + j, 8 * j));
+                }
+            }
+            assert_eq!(s.probers, expect);
+            assert_eq!(s.probe_interval(), Some(50_000));
+            let mut out = Vec::new();
+            s.probes(0, &mut out);
+            assert_eq!(out.len(), 24);
+            for pair in out.chunks(2) {
+                assert_eq!((pair[0].from, pair[0].to), (pair[1].from, pair[1].to));
+                assert!(pair[0].path != pair[1].path && pair[0].path < 4 && pair[1].path < 4, "{pair:?}");
+            }
+            // Host 8 (rack 1) probed host 0 (rack 0) on path 3: every host of
+            // rack 1 takes the sample, no other host does.
+            let probe = Probe { from: 8, to: 0, path: 3 };
+            s.on_probe_reply(10_000, &ProbeReply { probe, delay: 44_000, ce: false });
+            for h in 0..32 {
+                let v = s.hosts[h].view(10_000, 0, 3);
+                let expected = if (8..16).contains(&h) { 42_000 } else { 40_000 };
+                assert_eq!(v.delay, expected, "host {h}");
+            }
+        }
+
+        #[test]
+        fn a_timeout_blames_the_last_acked_path_once_per_loss_episode() {
+            let f = fabric();
+            let rack = f.rack[31] as usize;
+            let mut s = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            let p0 = s.edge_path(&edge(&f, 0, 0, 31), &data(1, 0, 31)).unwrap();
+            let q = (p0 + 1) % 4;
+            // Before any ACK, a timeout blames the path the flow took.
+            s.on_timeout(1_000, 0, 1, true);
+            assert_eq!(s.hosts[0].view(1_000, rack, usize::from(p0)).state, PathState::Bad);
+            // The last ACK answered data sent on q (before a move, say).
+            let mut ack = data(1, 1, 0);
+            ack.kind = Kind::Ack;
+            ack.echo_path = q;
+            s.on_ack(200_000, 0, &ack);
+            // A backoff inside the loss episode blames nothing.
+            s.on_timeout(300_000, 0, 1, false);
+            assert_ne!(s.hosts[0].view(300_000, rack, usize::from(q)).state, PathState::Bad);
+            // The next episode's timeout blames q, not the flow's path,
+            // even after the host forgot the flow (no ACK for 1 ms).
+            s.edge_path(&edge(&f, 5_000_000, 0, 30), &data(2, 0, 30));
+            s.on_timeout(5_000_000, 0, 1, true);
+            assert_eq!(s.hosts[0].view(5_000_000, rack, usize::from(q)).state, PathState::Bad);
+            assert_ne!(s.hosts[0].view(5_000_000, rack, usize::from(p0)).state, PathState::Bad);
         }
 
         #[test]

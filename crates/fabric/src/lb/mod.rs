@@ -159,8 +159,39 @@ pub trait Scheme: Send {
     /// `host` of flow `ack.flow`.
     fn on_ack(&mut self, _now: Nanos, _host: u32, _ack: &Packet) {}
 
-    /// Flow `flow`'s retransmission timer fired at its sender `host`.
-    fn on_timeout(&mut self, _now: Nanos, _host: u32, _flow: u32) {}
+    /// Flow `flow`'s retransmission timer fired at its sender `host`;
+    /// `fresh`: it re-sends a SYN or starts a loss episode (not a backoff
+    /// inside one).
+    fn on_timeout(&mut self, _now: Nanos, _host: u32, _flow: u32, _fresh: bool) {}
+
+    /// Period of the probes the scheme's hosts send (Hermes); `None`: none.
+    fn probe_interval(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// The probes to send at `now`, appended to `out`.
+    fn probes(&mut self, _now: Nanos, _out: &mut Vec<Probe>) {}
+
+    /// The reply to `reply.probe` reached its prober at `now`.
+    fn on_probe_reply(&mut self, _now: Nanos, _reply: &ProbeReply) {}
+}
+
+/// A probe a host sends on a path it chose (Hermes's path sensing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub from: u32,
+    pub to: u32,
+    pub path: u16,
+}
+
+/// What the reply to a probe tells its prober.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeReply {
+    pub probe: Probe,
+    /// The probe's one-way delay (sent → received).
+    pub delay: Nanos,
+    /// The probe arrived with CE.
+    pub ce: bool,
 }
 
 /// The member of the group a carried path takes: `path mod n` of the full
