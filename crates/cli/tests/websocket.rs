@@ -45,14 +45,20 @@ fn balancer_active(f: &Fulcrum) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-#[test]
-fn websocket_messages_pass_both_ways_and_survive_a_reload() {
+/// The Python WebSocket server, its output, and the port it listens on.
+fn websocket_server() -> (KillOnDrop, BufReader<ChildStdout>, u16) {
     let mut server = python(&["server"]);
-    let mut server_out = BufReader::new(server.0.stdout.take().unwrap());
-    let first = line(&mut server_out);
+    let mut out = BufReader::new(server.0.stdout.take().unwrap());
+    let first = line(&mut out);
     let port: u16 = first.strip_prefix("port ").and_then(|p| p.parse().ok()).unwrap_or_else(|| {
         panic!("the WebSocket server did not start (is the websockets package installed?): {first:?}")
     });
+    (server, out, port)
+}
+
+#[test]
+fn websocket_messages_pass_both_ways_and_survive_a_reload() {
+    let (server, _server_out, port) = websocket_server();
     let config = app_config(&format!("\"127.0.0.1:{port}\""), "workers = 1", "", "");
     let f = Fulcrum::serve("websocket", &config);
     let url = format!("ws://{}/chat", f.listen[0]);
@@ -124,12 +130,7 @@ fn a_websocket_over_http2_reaches_an_http1_websocket_server() {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use tokio::io::AsyncWriteExt;
 
-    let mut server = python(&["server"]);
-    let mut server_out = BufReader::new(server.0.stdout.take().unwrap());
-    let first = line(&mut server_out);
-    let port: u16 = first.strip_prefix("port ").and_then(|p| p.parse().ok()).unwrap_or_else(|| {
-        panic!("the WebSocket server did not start (is the websockets package installed?): {first:?}")
-    });
+    let (server, _server_out, port) = websocket_server();
     let config = app_config(&format!("\"127.0.0.1:{port}\""), "workers = 1", "", "");
     let f = Fulcrum::serve("websocket-h2", &config);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
