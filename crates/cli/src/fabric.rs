@@ -17,6 +17,7 @@ use fulcrum_fabric::Scenario;
 use fulcrum_workload::progress;
 
 use crate::cli::Failure;
+use crate::sim_options::SimOptions;
 
 /// Options of `fulcrum fabric`.
 #[derive(Debug, ClapArgs)]
@@ -27,6 +28,12 @@ Examples:
   fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml --set workload.load=0.4 --set aqm.threshold=30us
   fulcrum fabric scenarios/fabric/lb-4x4x8-asymmetric.toml --set routing.scheme=letflow
   fulcrum fabric --plot-sweep sweep.jsonl --out sweep.svg
+
+--json prints the report on one line, so that reports append to a .jsonl file (--plot-sweep
+reads such files). --csv writes flows.csv (one row per flow) and queues.csv, and queue_series.csv
+when the scenario names monitor.queue_ports. --plot draws the FCT distribution of each
+flow-size bucket, with panels of queue length (monitor.queue_ports) and of long flows'
+throughput over time when the run has them.
 
 Exit code 2 means the scenario or an option was rejected; the message names the file, line
 and field (or the --set that broke it).")]
@@ -50,37 +57,12 @@ pub struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
-    /// Run seeds seed, seed+1, …; report the mean and the 95 % interval of
-    /// every FCT figure. Runs are spread over the cores.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    runs: u32,
-
     /// Override a scenario field, e.g. --set workload.load=0.4 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
 
-    /// Print the report as one JSON line on stdout (nothing else goes to stdout).
-    #[arg(long)]
-    json: bool,
-
-    /// Also write flows.csv (one row per flow) and queues.csv into this directory
-    /// (and queue_series.csv when the scenario names monitor.queue_ports).
-    #[arg(long, value_name = "DIR")]
-    csv: Option<PathBuf>,
-
-    /// Also draw the FCT distribution of each flow-size bucket into this SVG file,
-    /// with panels of queue length (monitor.queue_ports) and long flows' throughput
-    /// over time when the run has them.
-    #[arg(long, value_name = "FILE.svg")]
-    plot: Option<PathBuf>,
-
-    /// Worker threads for --runs (default: one per core). Results do not depend on it.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    threads: Option<u32>,
-
-    /// Draw the progress bar even when stderr is not a terminal.
-    #[arg(long, hide = true)]
-    progress: bool,
+    #[command(flatten)]
+    options: SimOptions,
 }
 
 /// Load, run, report (or draw a sweep's figure).
@@ -88,34 +70,37 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let (Some(results), Some(out)) = (&args.plot_sweep, &args.out) {
         return plot_sweep(results, out);
     }
+    let options = &args.options;
     let path = args.scenario.as_ref().ok_or_else(|| Failure::input("a scenario file is needed".to_string()))?;
     let scenario = Scenario::load(path, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
     let seed = args.seed.unwrap_or(scenario.seed);
-    let threads =
-        args.threads.map(|t| t as usize).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = options
+        .threads
+        .map(|t| t as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // Progress counts simulated microseconds over all runs.
     let done = AtomicU64::new(0);
-    let expected = Some(scenario.end.0 / 1000 * args.runs as u64);
+    let expected = Some(scenario.end.0 / 1000 * options.runs as u64);
     let started = Instant::now();
     let outcomes = progress::while_running(
-        progress::wanted(args.progress),
+        progress::wanted(options.progress),
         |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "simulated µs", elapsed),
-        || fulcrum_fabric::run_many(&scenario, seed, args.runs as usize, threads, Some(&done)),
+        || fulcrum_fabric::run_many(&scenario, seed, options.runs as usize, threads, Some(&done)),
     );
     let wall = started.elapsed().as_secs_f64();
     let report = Report { scenario: &scenario.name, sets: &args.sets, outcomes: &outcomes, wall_seconds: wall };
-    let text = if args.json { report.json() } else { report.table() };
+    let text = if options.json { report.json() } else { report.table() };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
     stdout.flush().map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
-    if let Some(dir) = &args.csv {
+    if let Some(dir) = &options.csv {
         report.write_csv(dir).map_err(|e| Failure::runtime(format!("--csv {}: {e}", dir.display())))?;
     }
-    if let Some(file) = &args.plot {
+    if let Some(file) = &options.plot {
         std::fs::write(file, report.plot_svg())
             .map_err(|e| Failure::runtime(format!("--plot {}: {e}", file.display())))?;
     }
-    if !args.json {
+    if !options.json {
         let events: u64 = outcomes.iter().map(|o| o.events).sum();
         let packets: u64 = outcomes.iter().map(|o| o.data_packets).sum();
         eprintln!(

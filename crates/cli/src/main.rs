@@ -13,6 +13,7 @@ mod load;
 mod serve;
 mod signal;
 mod sim;
+mod sim_options;
 
 use std::process::ExitCode;
 

@@ -16,6 +16,7 @@ use fulcrum_sim::{report, Plan, Scenario};
 use fulcrum_workload::progress;
 
 use crate::cli::Failure;
+use crate::sim_options::SimOptions;
 
 /// Options of `fulcrum sim`.
 #[derive(Debug, ClapArgs)]
@@ -24,6 +25,10 @@ Examples:
   fulcrum sim scenarios/seed-000.toml
   fulcrum sim scenarios/seed-000.toml --runs 20 --json
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
+
+--runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run),
+requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x)
+and each server's share of requests over time.
 
 The scenario format is described in docs/simulator.md (Scenario format). Exit code 2 means
 the scenario or an option was rejected; the message names the file, line and field.")]
@@ -47,25 +52,6 @@ pub struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
-    /// Repeat each algorithm with seeds seed, seed+1, …; report the mean and
-    /// the 95 % interval of every figure.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    runs: u32,
-
-    /// Print the report as JSON on stdout (nothing else goes to stdout).
-    #[arg(long)]
-    json: bool,
-
-    /// Also write summary.csv, requests_per_server.csv, cdf.csv and share.csv
-    /// into this directory.
-    #[arg(long, value_name = "DIR")]
-    csv: Option<PathBuf>,
-
-    /// Also draw the latency CDFs (log-scale x) and each server's share of
-    /// requests over time into this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
-    plot: Option<PathBuf>,
-
     /// Keep every latency sample for exact percentiles, however many there
     /// are (as the scenario's `[metrics] exact = true`). Without it, a run
     /// past 1,000,000 measured requests switches to an HDR histogram
@@ -73,13 +59,8 @@ pub struct Args {
     #[arg(long)]
     exact: bool,
 
-    /// Worker threads (default: one per core). Results do not depend on it.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    threads: Option<u32>,
-
-    /// Draw the progress bar even when stderr is not a terminal.
-    #[arg(long, hide = true)]
-    progress: bool,
+    #[command(flatten)]
+    options: SimOptions,
 }
 
 /// Load, run, report.
@@ -106,32 +87,32 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if let Some(seed) = args.seed {
         plan.seed = seed;
     }
-    plan.runs = args.runs;
-    if let Some(t) = args.threads {
+    plan.runs = args.options.runs;
+    if let Some(t) = args.options.threads {
         plan.threads = t as usize;
     }
 
     let expected = scenario.total_requests().map(|n| n * plan.jobs() as u64);
     let done = AtomicU64::new(0);
     let report = progress::while_running(
-        progress::wanted(args.progress),
+        progress::wanted(args.options.progress),
         |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "requests", elapsed),
         || fulcrum_sim::simulate(&scenario, &plan, Some(&done)),
     )
     .map_err(|e| Failure::input(format!("{}: {e}", args.scenario.display())))?;
 
     let mut stdout = std::io::stdout().lock();
-    let text = if args.json { report::json(&report) } else { report::table(&report) };
+    let text = if args.options.json { report::json(&report) } else { report::table(&report) };
     stdout.write_all(text.as_bytes()).map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
     stdout.flush().map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
-    if let Some(dir) = &args.csv {
+    if let Some(dir) = &args.options.csv {
         report::write_csv(&report, dir).map_err(|e| Failure::runtime(format!("--csv {}: {e}", dir.display())))?;
     }
-    if let Some(file) = &args.plot {
+    if let Some(file) = &args.options.plot {
         std::fs::write(file, fulcrum_sim::plot::svg(&report))
             .map_err(|e| Failure::runtime(format!("--plot {}: {e}", file.display())))?;
     }
-    if !args.json {
+    if !args.options.json {
         eprintln!(
             "simulated {} requests ({} events) in {:.3} s wall ({:.3} µs per request, {:.2} M events/s)",
             report.simulated_requests,

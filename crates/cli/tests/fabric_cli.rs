@@ -87,3 +87,15 @@ fn load_balancing_scenarios_run_and_a_sweep_plots() {
     let drawn = drawn.unwrap();
     assert!(drawn.starts_with("<svg") && drawn.contains("drill") && drawn.contains("small-flow p99"), "{drawn}");
 }
+
+#[test]
+fn help_explains_the_options_and_what_they_write() {
+    let out = fulcrum(&["fabric", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in
+        ["--runs", "95 %", "--json", "one line", "--csv", "flows.csv", "--plot", "flow-size bucket", "--threads"]
+    {
+        assert!(help.contains(needle), "{needle} missing in\n{help}");
+    }
+}

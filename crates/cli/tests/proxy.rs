@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::h2c::{h2_client, h2c_client};
 use common::{app_config, closed_port, get, send, spread, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, BACKEND_HEADER};
 use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 
 fn backends(delays_ms: &[u64]) -> Backends {
     let delays: Vec<Duration> = delays_ms.iter().map(|&ms| Duration::from_millis(ms)).collect();
@@ -233,10 +233,7 @@ upstream = "http2"
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         // h2c with prior knowledge.
-        let stream = tokio::net::TcpStream::connect(f.listen[0]).await.unwrap();
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
-        tokio::spawn(conn);
+        let mut send = h2c_client(f.listen[0]).await;
         for _ in 0..4 {
             let req = http::Request::get("http://app/").body(Empty::<Bytes>::new()).unwrap();
             let resp = send.send_request(req).await.unwrap();
@@ -260,9 +257,7 @@ upstream = "http2"
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         let stream = connector.connect(name, tcp).await.unwrap();
         assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
-        tokio::spawn(conn);
+        let mut send = h2_client(stream).await;
         let req = http::Request::get("https://localhost/").body(Empty::<Bytes>::new()).unwrap();
         let resp = send.send_request(req).await.unwrap();
         assert_eq!((resp.status().as_u16(), resp.version()), (200, http::Version::HTTP_2));

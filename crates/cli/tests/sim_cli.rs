@@ -150,7 +150,7 @@ fn help_explains_the_options() {
     let o = fulcrum(&["sim", "--help"]);
     assert!(o.status.success());
     let help = stdout(&o);
-    for needle in ["--algorithms", "--seed", "--runs", "--json", "--csv", "--plot", "95 %", "Examples"] {
+    for needle in ["--algorithms", "--seed", "--runs", "--json", "--csv", "summary.csv", "--plot", "95 %", "Examples"] {
         assert!(help.contains(needle), "{needle} missing in\n{help}");
     }
 }

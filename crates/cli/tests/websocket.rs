@@ -14,6 +14,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{ChildStdout, Command, Stdio};
 
+use common::h2c::h2c_client;
 use common::{app_config, get, Fulcrum, KillOnDrop};
 
 fn peer_script() -> PathBuf {
@@ -127,7 +128,7 @@ fn text_frame(text: &str) -> Vec<u8> {
 fn a_websocket_over_http2_reaches_an_http1_websocket_server() {
     use bytes::Bytes;
     use http_body_util::Empty;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::rt::TokioIo;
     use tokio::io::AsyncWriteExt;
 
     let (server, _server_out, port) = websocket_server();
@@ -135,10 +136,7 @@ fn a_websocket_over_http2_reaches_an_http1_websocket_server() {
     let f = Fulcrum::serve("websocket-h2", &config);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let stream = tokio::net::TcpStream::connect(f.listen[0]).await.unwrap();
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
-        tokio::spawn(conn);
+        let mut send = h2c_client(f.listen[0]).await;
         // A plain request first: its answer comes after the proxy's SETTINGS,
         // which must allow extended CONNECT before the client may send one.
         let plain = send.send_request(http::Request::get("http://app/chat").body(Empty::<Bytes>::new()).unwrap());

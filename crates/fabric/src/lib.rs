@@ -67,7 +67,7 @@ pub use metrics::{Bucket, FctSummary, FlowRecord};
 pub use scenario::{Scenario, ScenarioError};
 
 use crate::faults::Faults;
-use crate::topology::{End, Fabric};
+use crate::topology::End;
 use crate::world::{ModelConfig, World, FRAMING};
 
 /// RNG stream of the workload draws.
@@ -132,8 +132,8 @@ pub struct Outcome {
 /// microseconds.
 pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outcome {
     let streams = Streams::new(seed);
-    let (shape, delay) = scenario.shape();
-    let mut fabric = Fabric::build(&shape, delay);
+    let shape = scenario.shape().0;
+    let mut fabric = scenario.fabric().clone();
     let faults =
         scenario.faults().map(|(cfg, leaves)| Faults::new(&cfg, &mut fabric, leaves, streams.stream(STREAM_FAULTS)));
     let classes: Vec<u64> = scenario.hosts.delay_classes.iter().map(|d| d.0).collect();

@@ -101,6 +101,11 @@ pub struct Scenario {
     /// The flows of a `list` workload, read with the scenario.
     #[serde(skip)]
     pub flow_list: Vec<FlowSpec>,
+    /// `topology` built once when loaded: named ports resolve against it
+    /// and every run starts from a copy. Private, so that a `Scenario`
+    /// only comes from [`Scenario::parse`], which sets it.
+    #[serde(skip)]
+    fabric: Option<Fabric>,
 }
 
 fn one() -> u64 {
@@ -680,6 +685,8 @@ impl Scenario {
                 _ => fail(format!("{field} {msg}")),
             }
         })?;
+        let (shape, delay) = scenario.shape();
+        scenario.fabric = Some(Fabric::build(&shape, delay));
         scenario.monitor.queue_port_ids = scenario.resolve_queue_ports().map_err(|msg| {
             let field = "monitor.queue_ports";
             match line_of(text, field) {
@@ -910,11 +917,10 @@ impl Scenario {
         if names.is_empty() {
             return Ok(None);
         }
-        let (shape, delay) = self.shape();
-        let fabric = Fabric::build(&shape, delay);
+        let (shape, fabric) = (self.shape().0, self.fabric());
         let mut ids = Vec::new();
         for name in names {
-            let port = ports::resolve(name, &fabric, &shape)?;
+            let port = ports::resolve(name, fabric, &shape)?;
             if matches!(fabric.ports[port as usize].from, End::Host(_)) {
                 return Err(format!("{name:?}: a host's NIC has no scheduler; name a switch port"));
             }
@@ -928,9 +934,8 @@ impl Scenario {
         if self.monitor.queue_ports.is_empty() {
             return Ok(Vec::new());
         }
-        let (shape, delay) = self.shape();
-        let fabric = Fabric::build(&shape, delay);
-        self.monitor.queue_ports.iter().map(|name| ports::resolve(name, &fabric, &shape)).collect()
+        let shape = self.shape().0;
+        self.monitor.queue_ports.iter().map(|name| ports::resolve(name, self.fabric(), &shape)).collect()
     }
 
     /// Range checks of `[faults]`.
@@ -1020,6 +1025,11 @@ impl Scenario {
             SchedulerCfg::Wfq { weights, .. } => Policy::Wfq { weights: weights.clone() },
         };
         Some((policy, n))
+    }
+
+    /// The topology, built when the scenario was loaded.
+    pub fn fabric(&self) -> &Fabric {
+        self.fabric.as_ref().expect("Scenario::parse builds the fabric before anything reads it")
     }
 
     /// The topology to build and its link delay.

@@ -93,8 +93,8 @@ fn asymmetric_hermes_and_conga_beat_ecmp() {
         hermes / clove
     );
     // Hermes below CLOVE held before the transport followed ns-3's send
-    // loop and congestion states (Hermes/CLOVE 0.90); it does not since
-    // (1.30 for these seeds), so only Hermes below ECMP is asserted.
+    // loop and congestion states, and no longer does (the line above prints
+    // Hermes/CLOVE), so only Hermes below ECMP is asserted.
     assert!(hermes < ecmp, "Hermes {hermes} ECMP {ecmp} CLOVE {clove}");
     assert!(conga < ecmp, "CONGA {conga} ECMP {ecmp}");
 }

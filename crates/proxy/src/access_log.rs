@@ -300,8 +300,8 @@ pub struct Record {
 }
 
 /// What the request path learns about a request's routing, tries and end:
-/// filled as it goes (cheaply, whether or not anything is logged), read
-/// into a [`Record`].
+/// filled as it goes, read into a [`Record`]. Only a request that will be
+/// logged has one; without an access log the path skips this bookkeeping.
 #[derive(Debug, Clone, Default)]
 pub struct Trace {
     /// The routed cluster, by index in the worker's routing.

@@ -315,6 +315,13 @@ fn classify(outcome: &Try, grpc: bool, grpc_retry: bool) -> (Option<RetryOn>, Re
     }
 }
 
+/// Add `flag` to the request's trace, if it has one (only with an access log).
+fn note(trace: &mut Option<&mut Trace>, flag: Flags) {
+    if let Some(t) = trace {
+        t.flags.set(flag);
+    }
+}
+
 impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a
     /// response. With an access log, the request's record is sent when its
@@ -323,13 +330,13 @@ impl HttpService {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
         let body = Arc::new(ClientFault::default());
-        let mut trace = Trace::default();
         let Some(log) = &self.access_log else {
-            return Ok(self.serve(&routing, peer, req, &body, &mut trace).await);
+            return Ok(self.serve(&routing, peer, req, &body, None).await);
         };
         let arrived = Instant::now();
         let mut record = Box::new(arriving(peer.addr, &req));
-        let mut response = self.serve(&routing, peer, req, &body, &mut trace).await;
+        let mut trace = Trace::default();
+        let mut response = self.serve(&routing, peer, req, &body, Some(&mut trace)).await;
         record.status = response.status().as_u16();
         record.cluster = trace.cluster.map(|i| routing.clusters[i].shared.config.name.clone());
         record.grpc_status = crate::grpc::status(response.headers());
@@ -343,27 +350,30 @@ impl HttpService {
     }
 
     /// [`handle`](Self::handle) without the log: `body` counts the request
-    /// body, `trace` learns the route and the tries.
+    /// body, `trace` (given only when there is a log) learns the route and
+    /// the tries.
     async fn serve(
         &self,
         routing: &Routing,
         peer: &Peer,
         req: Request<RequestBody>,
         body: &Arc<ClientFault>,
-        trace: &mut Trace,
+        mut trace: Option<&mut Trace>,
     ) -> Response<ProxyBody> {
         let listener = &routing.listeners[self.listener];
         if let Some(message) = bad_host(&req) {
             self.stats.bad_request.fetch_add(1, Relaxed);
-            trace.flags.set(Flags::BAD_REQUEST);
+            note(&mut trace, Flags::BAD_REQUEST);
             return local(StatusCode::BAD_REQUEST, message);
         }
         let Some(index) = route(listener, &req) else {
             self.stats.no_route.fetch_add(1, Relaxed);
-            trace.flags.set(Flags::NO_ROUTE);
+            note(&mut trace, Flags::NO_ROUTE);
             return local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n");
         };
-        trace.cluster = Some(index);
+        if let Some(t) = &mut trace {
+            t.cluster = Some(index);
+        }
         let cluster = &routing.clusters[index];
         if is_upgrade(&req) || crate::ext_connect::protocol(&req).is_some() {
             return self.upgrade(cluster, peer, req, trace).await;
@@ -371,7 +381,7 @@ impl HttpService {
         match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req, body) {
             Ok(prepared) => self.forward(cluster, &routing.pools[index], prepared, trace).await,
             Err((status, message, flag)) => {
-                trace.flags.set(flag);
+                note(&mut trace, flag);
                 local(status, message)
             }
         }
@@ -447,7 +457,7 @@ impl HttpService {
         cluster: &Arc<WorkerCluster>,
         pool: &Arc<UpstreamPool>,
         mut req: Prepared,
-        trace: &mut Trace,
+        mut trace: Option<&mut Trace>,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
@@ -463,27 +473,28 @@ impl HttpService {
                 Ok(p) => p,
                 Err(NoPick::Empty) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
-                    trace.flags.set(Flags::NO_HEALTHY_UPSTREAM);
+                    note(&mut trace, Flags::NO_HEALTHY_UPSTREAM);
                     return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
                 }
                 Err(NoPick::Overflow) => {
                     self.stats.unavailable.fetch_add(1, Relaxed);
-                    trace.flags.set(Flags::UPSTREAM_OVERFLOW);
+                    note(&mut trace, Flags::UPSTREAM_OVERFLOW);
                     return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n");
                 }
             };
-            trace.retries = tried.len() as u32;
-            trace.picked(pick.upstream.addr, pick.ticket.endpoint().0);
+            if let Some(t) = &mut trace {
+                t.retries = tried.len() as u32;
+                t.picked(pick.upstream.addr, pick.ticket.endpoint().0);
+            }
             tried.push(pick.ticket.endpoint());
             let upstream_req = match self.try_request(&mut req, &pick, config.upstream) {
                 Ok(r) => r,
                 Err((status, message)) => {
                     cluster.cancel(pick);
-                    trace.flags.set(if status == StatusCode::BAD_REQUEST {
-                        Flags::BAD_REQUEST
-                    } else {
-                        Flags::UPSTREAM_RESET
-                    });
+                    note(
+                        &mut trace,
+                        if status == StatusCode::BAD_REQUEST { Flags::BAD_REQUEST } else { Flags::UPSTREAM_RESET },
+                    );
                     return local(status, message);
                 }
             };
@@ -491,11 +502,13 @@ impl HttpService {
                 send_try(pool, pick.upstream.addr, upstream_req, (sent + per_try).min(deadline), &mut req).await;
             let elapsed = sent.elapsed();
             let latency = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-            trace.response = Some(elapsed);
-            trace.connect = match &outcome {
-                Try::Response(r) => r.extensions().get::<ConnectTime>().map(|c| c.0),
-                _ => None,
-            };
+            if let Some(t) = &mut trace {
+                t.response = Some(elapsed);
+                t.connect = match &outcome {
+                    Try::Response(r) => r.extensions().get::<ConnectTime>().map(|c| c.0),
+                    _ => None,
+                };
+            }
             let (failure, result) = classify(&outcome, config.grpc_status_failure, req.grpc_retry);
             // The policy says which failures it retries; a request that was
             // sent may go again only if resending it is safe, or the server
@@ -517,9 +530,9 @@ impl HttpService {
                 continue;
             }
             if failure.is_some_and(|f| config.retries.retries(f)) {
-                trace.flags.set(Flags::RETRIES_EXHAUSTED);
+                note(&mut trace, Flags::RETRIES_EXHAUSTED);
             }
-            return self.answer(cluster, pick, outcome, (latency, result), &req.fault, &mut trace.flags);
+            return self.answer(cluster, pick, outcome, (latency, result), &req.fault, trace);
         }
     }
 
@@ -556,7 +569,7 @@ impl HttpService {
         outcome: Try,
         (latency, result): (Nanos, RequestResult),
         fault: &ClientFault,
-        flags: &mut Flags,
+        mut trace: Option<&mut Trace>,
     ) -> Response<ProxyBody> {
         match outcome {
             Try::Response(response) => {
@@ -570,14 +583,14 @@ impl HttpService {
             }
             Try::Timeout => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
-                flags.set(Flags::UPSTREAM_TIMEOUT);
+                note(&mut trace, Flags::UPSTREAM_TIMEOUT);
                 self.stats.gateway_timeout.fetch_add(1, Relaxed);
                 local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }
             Try::Overflow => {
                 cluster.cancel(pick);
                 cluster.shared.counters.overflows.fetch_add(1, Relaxed);
-                flags.set(Flags::UPSTREAM_OVERFLOW);
+                note(&mut trace, Flags::UPSTREAM_OVERFLOW);
                 self.stats.unavailable.fetch_add(1, Relaxed);
                 local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
             }
@@ -585,22 +598,25 @@ impl HttpService {
             // client's fault, not the upstream's.
             Try::Reset if fault.get() == Some(Fault::TooLarge) => {
                 cluster.cancel(pick);
-                flags.set(Flags::TOO_LARGE);
+                note(&mut trace, Flags::TOO_LARGE);
                 self.stats.payload_too_large.fetch_add(1, Relaxed);
                 local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
             }
             Try::Reset if fault.get() == Some(Fault::Broken) => {
                 cluster.cancel(pick);
-                flags.set(Flags::BAD_REQUEST);
+                note(&mut trace, Flags::BAD_REQUEST);
                 self.stats.bad_request.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_REQUEST, "fulcrum: malformed request body\n")
             }
             Try::ConnectFailure | Try::Reset => {
                 cluster.complete(pick, self.epoch.now(), latency, result);
-                flags.set(match outcome {
-                    Try::ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
-                    _ => Flags::UPSTREAM_RESET,
-                });
+                note(
+                    &mut trace,
+                    match outcome {
+                        Try::ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
+                        _ => Flags::UPSTREAM_RESET,
+                    },
+                );
                 self.stats.bad_gateway.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
             }
@@ -618,7 +634,7 @@ impl HttpService {
         cluster: &Arc<WorkerCluster>,
         peer: &Peer,
         mut req: Request<RequestBody>,
-        trace: &mut Trace,
+        mut trace: Option<&mut Trace>,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
         let key = hash_key(&config.hash_key, &req, peer.addr);
@@ -626,11 +642,13 @@ impl HttpService {
             Ok(p) => p,
             Err(_) => {
                 self.stats.unavailable.fetch_add(1, Relaxed);
-                trace.flags.set(Flags::NO_HEALTHY_UPSTREAM);
+                note(&mut trace, Flags::NO_HEALTHY_UPSTREAM);
                 return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
             }
         };
-        trace.picked(pick.upstream.addr, pick.ticket.endpoint().0);
+        if let Some(t) = &mut trace {
+            t.picked(pick.upstream.addr, pick.ticket.endpoint().0);
+        }
         let client = match req.extensions_mut().remove::<LeanUpgrade>().and_then(|u| u.take()) {
             Some(lean) => ClientUpgrade::Lean(lean),
             None => ClientUpgrade::Hyper(hyper::upgrade::on(&mut req)),
@@ -663,7 +681,7 @@ impl HttpService {
         );
         let Some(upstream_req) = upstream_req else {
             cluster.cancel(pick);
-            trace.flags.set(Flags::BAD_REQUEST);
+            note(&mut trace, Flags::BAD_REQUEST);
             self.stats.bad_request.fetch_add(1, Relaxed);
             return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
         };
@@ -685,7 +703,9 @@ impl HttpService {
             crate::h1::upgrade(stream, &upstream_req).await
         };
         let answer = tokio::time::timeout(config.request_timeout, answer).await;
-        trace.response = Some(sent.elapsed());
+        if let Some(t) = &mut trace {
+            t.response = Some(sent.elapsed());
+        }
         let latency = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
         match answer {
             Ok(Some(UpgradeAnswer::Switched { headers, stream, early })) => {
@@ -697,7 +717,7 @@ impl HttpService {
                     result: RequestResult::Success,
                 };
                 tokio::spawn(tunnel(client, stream, early, completion, slot));
-                trace.flags.set(Flags::UPGRADED);
+                note(&mut trace, Flags::UPGRADED);
                 let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
                 *response.headers_mut() = headers;
                 if h2.is_some() {
@@ -722,13 +742,13 @@ impl HttpService {
             }
             Ok(None) => {
                 cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
-                trace.flags.set(Flags::UPSTREAM_CONNECT_FAILURE);
+                note(&mut trace, Flags::UPSTREAM_CONNECT_FAILURE);
                 self.stats.bad_gateway.fetch_add(1, Relaxed);
                 local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
             }
             Err(_) => {
                 cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
-                trace.flags.set(Flags::UPSTREAM_TIMEOUT);
+                note(&mut trace, Flags::UPSTREAM_TIMEOUT);
                 self.stats.gateway_timeout.fetch_add(1, Relaxed);
                 local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
             }

@@ -1,0 +1,39 @@
+//! The options both simulators' commands take (`fulcrum sim`, `fulcrum
+//! fabric`): how many seeded runs, on how many threads, and where the
+//! report goes. Each command's help says, after the options, which files
+//! and figures its `--csv` and `--plot` write.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Runs, threads and report outputs of a simulation command.
+#[derive(Debug, Args)]
+pub struct SimOptions {
+    /// Repeat each simulation with seeds seed, seed+1, …; report the mean
+    /// and the 95 % interval of every figure.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub runs: u32,
+
+    /// Print the report as JSON on stdout (nothing else goes to stdout).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write the report's tables as CSV files into this directory
+    /// (listed below).
+    #[arg(long, value_name = "DIR")]
+    pub csv: Option<PathBuf>,
+
+    /// Also draw the report's figures into this SVG file (described below).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
+    /// Worker threads for the runs (default: one per core). Results do not
+    /// depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+
+    /// Draw the progress bar even when stderr is not a terminal.
+    #[arg(long, hide = true)]
+    pub progress: bool,
+}
