@@ -34,6 +34,7 @@ use std::collections::VecDeque;
 
 use crate::codel::{self, CoDel};
 use crate::packet::{Nanos, Packet};
+use crate::ring;
 
 /// The marking rule of one queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -137,8 +138,9 @@ impl Qdisc {
     }
 
     /// Take the head packet, marking it if the rule says so.
+    #[inline]
     pub fn dequeue(&mut self, now: Nanos) -> Option<Packet> {
-        let Some(mut p) = self.fifo.pop_front() else {
+        let Some(mut p) = ring::pop_front(&mut self.fifo) else {
             self.codel.on_empty();
             return None;
         };

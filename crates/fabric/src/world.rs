@@ -29,6 +29,7 @@ use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SwitchCtx};
 use crate::packet::{probe_flow, Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
 use crate::reseq::Resequencer;
+use crate::ring;
 use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
 use crate::topology::{End, Fabric};
@@ -135,6 +136,10 @@ struct Port {
     delayed: bool,
     /// Packets in the delay stage.
     held: u32,
+    /// The earliest due time at the front of the port's delay FIFOs
+    /// (`Nanos::MAX` when they are empty): servicing a delay stage with
+    /// nothing due yet, the common case, skips the look at every FIFO.
+    next_due: Nanos,
     /// Packets on the wire: (arrival time, packet).
     link: VecDeque<(Nanos, Packet)>,
     /// Nanoseconds of transmission per byte × 2^16 (fixed point).
@@ -207,6 +212,12 @@ pub struct World {
     ready: Vec<Packet>,
 }
 
+/// The earliest due time at the fronts of a port's delay FIFOs
+/// (`Nanos::MAX` when every one is empty).
+fn earliest_due(fifos: &[VecDeque<(Nanos, Packet)>]) -> Nanos {
+    fifos.iter().filter_map(|f| f.front().map(|&(due, _)| due)).min().unwrap_or(Nanos::MAX)
+}
+
 /// Port backlogs as routing schemes read them.
 struct PortLoads<'a>(&'a [Port]);
 
@@ -264,6 +275,7 @@ impl World {
                     qdisc,
                     delayed,
                     held: 0,
+                    next_due: Nanos::MAX,
                     device: VecDeque::new(),
                     busy_until: 0,
                     tx_armed: false,
@@ -545,6 +557,9 @@ impl World {
     /// Move port `i`'s delayed packets that are due, oldest due first, into
     /// its device queue while it has room.
     fn fill_from_delay(&mut self, now: Nanos, i: usize) {
+        if self.ports[i].next_due > now {
+            return; // nothing due yet
+        }
         let classes = self.cfg.delay_classes.len();
         let cap = self.cfg.device_packets as usize;
         let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
@@ -554,15 +569,16 @@ impl World {
                 .filter(|&(due, _)| due <= now)
                 .min();
             let Some((_, c)) = next else { break };
-            let (_, p) = fifos[c].pop_front().expect("front was just seen");
+            let (_, p) = ring::pop_front(&mut fifos[c]).expect("front was just seen");
             self.ports[i].device.push_back(p);
             self.ports[i].held -= 1;
         }
+        self.ports[i].next_due = earliest_due(fifos);
     }
 
     /// Start sending the device queue's head (the transmitter is idle).
     fn transmit(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
-        let Some(p) = self.ports[i].device.pop_front() else { return };
+        let Some(p) = ring::pop_front(&mut self.ports[i].device) else { return };
         let done = now + self.tx_time(i, p.wire);
         if self.cfg.service == Service::OnRoom {
             self.refill(now, i);
@@ -596,7 +612,7 @@ impl World {
     /// The oldest packet on a link arrives at its far end.
     fn arrive(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
         let port = &mut self.ports[i];
-        let Some((_, p)) = port.link.pop_front() else { return };
+        let Some((_, p)) = ring::pop_front(&mut port.link) else { return };
         if let Some(&(next, _)) = port.link.front() {
             q.schedule(next, Ev::Arrive(i as u32));
         }
@@ -686,6 +702,7 @@ impl World {
         let was_empty = self.delay_fifo[fifo].is_empty();
         self.delay_fifo[fifo].push_back((due, p));
         self.ports[i].held += 1;
+        self.ports[i].next_due = self.ports[i].next_due.min(due);
         self.note_backlog(i);
         match self.cfg.service {
             Service::OnRoom if was_empty => q.schedule(due, Ev::Release(fifo as u32)),
@@ -697,12 +714,14 @@ impl World {
     }
 
     fn release(&mut self, now: Nanos, fifo: usize, q: &mut Queue<Ev>) {
-        let Some((_, p)) = self.delay_fifo[fifo].pop_front() else { return };
+        let Some((_, p)) = ring::pop_front(&mut self.delay_fifo[fifo]) else { return };
         if let Some(&(next, _)) = self.delay_fifo[fifo].front() {
             q.schedule(next, Ev::Release(fifo as u32));
         }
-        let i = fifo / self.cfg.delay_classes.len();
+        let classes = self.cfg.delay_classes.len();
+        let i = fifo / classes;
         self.ports[i].held -= 1;
+        self.ports[i].next_due = earliest_due(&self.delay_fifo[i * classes..(i + 1) * classes]);
         self.enqueue(now, i, p, q);
     }
 
