@@ -140,8 +140,9 @@ struct Port {
     /// (`Nanos::MAX` when they are empty): servicing a delay stage with
     /// nothing due yet, the common case, skips the look at every FIFO.
     next_due: Nanos,
-    /// Packets on the wire: (arrival time, packet).
-    link: VecDeque<(Nanos, Packet)>,
+    /// Packets on the wire, each stamped with its arrival time (see
+    /// [`Packet::enqueued`]).
+    link: VecDeque<Packet>,
     /// Nanoseconds of transmission per byte × 2^16 (fixed point).
     ns_per_byte_q16: u64,
     delay: Nanos,
@@ -176,7 +177,8 @@ pub struct World {
     pub cfg: ModelConfig,
     pub fabric: Fabric,
     ports: Vec<Port>,
-    delay_fifo: Vec<VecDeque<(Nanos, Packet)>>,
+    /// Packets in delay stages, each stamped with its due time.
+    delay_fifo: Vec<VecDeque<Packet>>,
     pub flows: Vec<Flow>,
     pub data_packets: u64,
     /// Sampling interval of port backlogs, and the sums so far.
@@ -214,8 +216,8 @@ pub struct World {
 
 /// The earliest due time at the fronts of a port's delay FIFOs
 /// (`Nanos::MAX` when every one is empty).
-fn earliest_due(fifos: &[VecDeque<(Nanos, Packet)>]) -> Nanos {
-    fifos.iter().filter_map(|f| f.front().map(|&(due, _)| due)).min().unwrap_or(Nanos::MAX)
+fn earliest_due(fifos: &[VecDeque<Packet>]) -> Nanos {
+    fifos.iter().filter_map(|f| f.front().map(|p| p.enqueued)).min().unwrap_or(Nanos::MAX)
 }
 
 /// Port backlogs as routing schemes read them.
@@ -565,11 +567,11 @@ impl World {
         let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
         while self.ports[i].device.len() < cap {
             let next = (0..classes)
-                .filter_map(|c| fifos[c].front().map(|&(due, _)| (due, c)))
+                .filter_map(|c| fifos[c].front().map(|p| (p.enqueued, c)))
                 .filter(|&(due, _)| due <= now)
                 .min();
             let Some((_, c)) = next else { break };
-            let (_, p) = ring::pop_front(&mut fifos[c]).expect("front was just seen");
+            let p = ring::pop_front(&mut fifos[c]).expect("front was just seen");
             self.ports[i].device.push_back(p);
             self.ports[i].held -= 1;
         }
@@ -578,7 +580,7 @@ impl World {
 
     /// Start sending the device queue's head (the transmitter is idle).
     fn transmit(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
-        let Some(p) = ring::pop_front(&mut self.ports[i].device) else { return };
+        let Some(mut p) = ring::pop_front(&mut self.ports[i].device) else { return };
         let done = now + self.tx_time(i, p.wire);
         if self.cfg.service == Service::OnRoom {
             self.refill(now, i);
@@ -591,7 +593,8 @@ impl World {
         if port.link.is_empty() {
             q.schedule(done + port.delay, Ev::Arrive(i as u32));
         }
-        port.link.push_back((done + port.delay, p));
+        p.enqueued = done + port.delay;
+        port.link.push_back(p);
         if !port.device.is_empty() || wake {
             port.tx_armed = true;
             q.schedule(done, Ev::Tx(i as u32));
@@ -612,9 +615,9 @@ impl World {
     /// The oldest packet on a link arrives at its far end.
     fn arrive(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
         let port = &mut self.ports[i];
-        let Some((_, p)) = ring::pop_front(&mut port.link) else { return };
-        if let Some(&(next, _)) = port.link.front() {
-            q.schedule(next, Ev::Arrive(i as u32));
+        let Some(p) = ring::pop_front(&mut port.link) else { return };
+        if let Some(next) = port.link.front() {
+            q.schedule(next.enqueued, Ev::Arrive(i as u32));
         }
         match port.to {
             End::Switch(s) => {
@@ -693,14 +696,15 @@ impl World {
 
     /// A packet enters port `i`'s delay stage: it waits its class's delay.
     /// Data segments use their flow's class, other packets the control class.
-    fn delay(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
+    fn delay(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Queue<Ev>) {
         let classes = self.cfg.delay_classes.len();
         let class = if p.kind == Kind::Data { self.flows[p.flow as usize].spec.class } else { self.cfg.control_class };
         let c = (class as usize).min(classes - 1);
         let fifo = i * classes + c;
         let due = now + self.cfg.delay_classes[c];
         let was_empty = self.delay_fifo[fifo].is_empty();
-        self.delay_fifo[fifo].push_back((due, p));
+        p.enqueued = due;
+        self.delay_fifo[fifo].push_back(p);
         self.ports[i].held += 1;
         self.ports[i].next_due = self.ports[i].next_due.min(due);
         self.note_backlog(i);
@@ -714,9 +718,9 @@ impl World {
     }
 
     fn release(&mut self, now: Nanos, fifo: usize, q: &mut Queue<Ev>) {
-        let Some((_, p)) = ring::pop_front(&mut self.delay_fifo[fifo]) else { return };
-        if let Some(&(next, _)) = self.delay_fifo[fifo].front() {
-            q.schedule(next, Ev::Release(fifo as u32));
+        let Some(p) = ring::pop_front(&mut self.delay_fifo[fifo]) else { return };
+        if let Some(next) = self.delay_fifo[fifo].front() {
+            q.schedule(next.enqueued, Ev::Release(fifo as u32));
         }
         let classes = self.cfg.delay_classes.len();
         let i = fifo / classes;
