@@ -126,27 +126,32 @@ pub enum Ev {
     Probe,
 }
 
+/// One output port. `repr(C)` and cache-line alignment keep the fields a
+/// packet's hop touches together: the transmitter's in the first line, the
+/// link's and the delay stage's in the second, then the discipline, four
+/// lines in all (Rust's own order spread them over five or six).
+#[repr(C, align(64))]
 struct Port {
-    qdisc: Scheduler,
     device: VecDeque<Packet>,
     busy_until: Nanos,
-    tx_armed: bool,
-    max_backlog: u32,
-    /// Packets wait their delay class here before the discipline.
-    delayed: bool,
+    /// Nanoseconds of transmission per byte × 2^16 (fixed point).
+    ns_per_byte_q16: u64,
+    delay: Nanos,
     /// Packets in the delay stage.
     held: u32,
+    max_backlog: u32,
+    /// Packets on the wire, each stamped with its arrival time (see
+    /// [`Packet::enqueued`]).
+    link: VecDeque<Packet>,
     /// The earliest due time at the front of the port's delay FIFOs
     /// (`Nanos::MAX` when they are empty): servicing a delay stage with
     /// nothing due yet, the common case, skips the look at every FIFO.
     next_due: Nanos,
-    /// Packets on the wire, each stamped with its arrival time (see
-    /// [`Packet::enqueued`]).
-    link: VecDeque<Packet>,
-    /// Nanoseconds of transmission per byte × 2^16 (fixed point).
-    ns_per_byte_q16: u64,
-    delay: Nanos,
     to: End,
+    tx_armed: bool,
+    /// Packets wait their delay class here before the discipline.
+    delayed: bool,
+    qdisc: Scheduler,
 }
 
 /// One flow's state and record.
