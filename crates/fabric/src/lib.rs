@@ -49,6 +49,7 @@ pub mod ports;
 pub mod qdisc;
 pub mod report;
 pub mod reseq;
+mod ring;
 pub mod scenario;
 pub mod sched;
 pub mod sweep;

@@ -68,7 +68,11 @@ pub struct Packet {
     /// Congestion Window Reduced on a data segment: the sender has cut its
     /// window for an echo (the receiver then stops echoing).
     pub cwr: bool,
-    /// When the queue the packet now waits in took it (for sojourn time).
+    /// The time stamp of the stage the packet is in: in a queue
+    /// discipline, when it took the packet (for the sojourn time); on a
+    /// link, when the packet reaches the far end; in a delay stage, when it
+    /// is due. (One field for the three keeps a packet on the wire or in a
+    /// delay FIFO at 48 bytes instead of 56 with a time beside it.)
     pub enqueued: Nanos,
     /// Send time of the data segment an ACK answers (the timestamp echo that
     /// gives an RTT sample on every ACK).

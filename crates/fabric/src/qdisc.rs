@@ -34,6 +34,7 @@ use std::collections::VecDeque;
 
 use crate::codel::{self, CoDel};
 use crate::packet::{Nanos, Packet};
+use crate::ring;
 
 /// The marking rule of one queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -137,11 +138,20 @@ impl Qdisc {
     }
 
     /// Take the head packet, marking it if the rule says so.
+    #[inline]
     pub fn dequeue(&mut self, now: Nanos) -> Option<Packet> {
-        let Some(mut p) = self.fifo.pop_front() else {
+        // Every refill of a device queue that drains the discipline ends
+        // with this empty case: answered here, inlined, without the call.
+        if self.fifo.is_empty() {
             self.codel.on_empty();
             return None;
-        };
+        }
+        self.dequeue_head(now)
+    }
+
+    /// [`Qdisc::dequeue`] of a discipline holding packets.
+    fn dequeue_head(&mut self, now: Nanos) -> Option<Packet> {
+        let mut p = ring::pop_front(&mut self.fifo)?;
         self.bytes -= p.wire as u64;
         let sojourn = now - p.enqueued;
         let mark = match self.marking {

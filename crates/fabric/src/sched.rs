@@ -49,9 +49,16 @@ enum State {
 
 /// A port's classes and the scheduler between them.
 #[derive(Debug)]
-pub struct Scheduler {
-    classes: Vec<Qdisc>,
-    state: State,
+pub struct Scheduler(Classes);
+
+#[derive(Debug)]
+enum Classes {
+    /// One class and no choice (most ports): the discipline is held inline,
+    /// which saves a pointer to follow (and often a cache miss) on every
+    /// packet the port enqueues, dequeues or counts.
+    Fifo(Qdisc),
+    /// Several classes and the rule between them.
+    Several { classes: Vec<Qdisc>, state: State },
 }
 
 impl Scheduler {
@@ -68,22 +75,35 @@ impl Scheduler {
                 State::Wfq { weights, tags: vec![VecDeque::new(); n], last: vec![0; n], virtual_time: 0 }
             }
         };
-        Scheduler { classes, state }
+        match (state, classes.len()) {
+            // One strict class is a plain discipline (the ports without a
+            // scheduler).
+            (State::Strict, 1) => Scheduler::fifo(classes.into_iter().next().expect("one class")),
+            (state, _) => Scheduler(Classes::Several { classes, state }),
+        }
     }
 
     /// A single class: the port behaves as its one discipline.
     pub fn fifo(q: Qdisc) -> Scheduler {
-        Scheduler::new(Policy::Strict, vec![q])
+        Scheduler(Classes::Fifo(q))
+    }
+
+    /// The classes' disciplines, in class order.
+    fn all(&self) -> &[Qdisc] {
+        match &self.0 {
+            Classes::Fifo(q) => std::slice::from_ref(q),
+            Classes::Several { classes, .. } => classes,
+        }
     }
 
     /// Number of classes.
     pub fn classes(&self) -> usize {
-        self.classes.len()
+        self.all().len()
     }
 
     /// Marking and drop counters summed over the classes.
     pub fn stats(&self) -> QueueStats {
-        self.classes.iter().fold(QueueStats::default(), |a, q| QueueStats {
+        self.all().iter().fold(QueueStats::default(), |a, q| QueueStats {
             marks: a.marks + q.stats.marks,
             drops: a.drops + q.stats.drops,
             enqueued: a.enqueued + q.stats.enqueued,
@@ -92,27 +112,40 @@ impl Scheduler {
 
     /// The child discipline of `class`.
     pub fn class(&self, class: usize) -> &Qdisc {
-        &self.classes[class]
+        &self.all()[class]
     }
 
     /// Packets waiting in every class.
+    #[inline]
     pub fn len(&self) -> usize {
-        self.classes.iter().map(Qdisc::len).sum()
+        match &self.0 {
+            Classes::Fifo(q) => q.len(),
+            Classes::Several { classes, .. } => classes.iter().map(Qdisc::len).sum(),
+        }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        self.classes.iter().all(Qdisc::is_empty)
+        match &self.0 {
+            Classes::Fifo(q) => q.is_empty(),
+            Classes::Several { classes, .. } => classes.iter().all(Qdisc::is_empty),
+        }
     }
 
     /// Offer a packet to `class` (clamped to the last class); false when
     /// that class's discipline dropped it.
+    #[inline]
     pub fn enqueue(&mut self, now: Nanos, class: usize, p: Packet) -> bool {
-        let c = class.min(self.classes.len() - 1);
+        let (classes, state) = match &mut self.0 {
+            Classes::Fifo(q) => return q.enqueue(now, p),
+            Classes::Several { classes, state } => (classes, state),
+        };
+        let c = class.min(classes.len() - 1);
         let wire = p.wire;
-        if !self.classes[c].enqueue(now, p) {
+        if !classes[c].enqueue(now, p) {
             return false;
         }
-        match &mut self.state {
+        match state {
             State::Dwrr { active, listed, .. } => {
                 if !listed[c] {
                     listed[c] = true;
@@ -130,9 +163,8 @@ impl Scheduler {
     }
 
     /// The class that sends next, or None when every class is empty.
-    fn pick(&mut self) -> Option<usize> {
-        let classes = &self.classes;
-        match &mut self.state {
+    fn pick(classes: &[Qdisc], state: &mut State) -> Option<usize> {
+        match state {
             State::Dwrr { quanta, deficit, active, .. } => loop {
                 let &c = active.front()?;
                 let head = classes[c].head_wire().expect("listed classes are backlogged") as u64;
@@ -158,15 +190,17 @@ impl Scheduler {
     }
 
     /// Take the next packet (marked by its class's rule if it says so).
+    #[inline]
     pub fn dequeue(&mut self, now: Nanos) -> Option<(usize, Packet)> {
-        // The common single-class port (`fifo`): no choice to make.
-        if let (State::Strict, [only]) = (&self.state, &mut self.classes[..]) {
-            return only.dequeue(now).map(|p| (0, p));
-        }
-        let c = self.pick()?;
-        let p = self.classes[c].dequeue(now).expect("picked classes are backlogged");
-        if let State::Dwrr { deficit, active, listed, .. } = &mut self.state {
-            if self.classes[c].is_empty() {
+        let (classes, state) = match &mut self.0 {
+            // The common single-class port (`fifo`): no choice to make.
+            Classes::Fifo(q) => return q.dequeue(now).map(|p| (0, p)),
+            Classes::Several { classes, state } => (classes, state),
+        };
+        let c = Scheduler::pick(classes, state)?;
+        let p = classes[c].dequeue(now).expect("picked classes are backlogged");
+        if let State::Dwrr { deficit, active, listed, .. } = state {
+            if classes[c].is_empty() {
                 deficit[c] = 0;
                 listed[c] = false;
                 active.retain(|&x| x != c);

@@ -71,10 +71,12 @@ pub struct Fabric {
     pub host_port: Vec<u32>,
     /// Rack (leaf, or side) of each host.
     pub rack: Vec<u32>,
-    /// Equal-cost port groups.
-    groups: Vec<Vec<u32>>,
-    /// Group index for (switch, destination host): `switch * hosts + host`.
-    route: Vec<u32>,
+    /// The ports of every equal-cost group, one group after the other (one
+    /// allocation: the few groups of a fabric stay on a few cache lines).
+    members: Vec<u32>,
+    /// The group of (switch, destination host), `switch * hosts + host`:
+    /// where it starts in `members` and how many ports it has.
+    route: Vec<(u32, u32)>,
     /// Rate of the hosts' links (bits/s), for load and ideal FCT.
     pub host_bps: u64,
     /// What each host's rack can send out of the rack (bits/s per host).
@@ -87,7 +89,7 @@ fn bps(gbps: f64) -> u64 {
 
 struct Builder {
     f: Fabric,
-    groups: std::collections::HashMap<Vec<u32>, u32>,
+    groups: std::collections::HashMap<Vec<u32>, (u32, u32)>,
 }
 
 impl Builder {
@@ -98,8 +100,8 @@ impl Builder {
             ports: Vec::new(),
             host_port: vec![u32::MAX; hosts as usize],
             rack: vec![0; hosts as usize],
-            groups: Vec::new(),
-            route: vec![u32::MAX; (switches * hosts) as usize],
+            members: Vec::new(),
+            route: vec![(u32::MAX, 0); (switches * hosts) as usize],
             host_bps,
             uplink_bps_per_host: host_bps as f64,
         };
@@ -117,11 +119,11 @@ impl Builder {
     }
 
     fn set_route(&mut self, switch: u32, host: u32, ports: Vec<u32>) {
-        let next = self.groups.len() as u32;
-        let g = *self.groups.entry(ports.clone()).or_insert(next);
-        if g == next {
-            self.f.groups.push(ports);
-        }
+        let members = &mut self.f.members;
+        let g = *self.groups.entry(ports).or_insert_with_key(|ports| {
+            members.extend(ports);
+            ((members.len() - ports.len()) as u32, ports.len() as u32)
+        });
         self.f.route[(switch * self.f.hosts + host) as usize] = g;
     }
 }
@@ -209,7 +211,8 @@ impl Fabric {
     /// The equal-cost output ports of `switch` toward host `dst`.
     #[inline]
     pub fn group(&self, switch: u32, dst: u32) -> &[u32] {
-        &self.groups[self.route[(switch * self.hosts + dst) as usize] as usize]
+        let (start, len) = self.route[(switch * self.hosts + dst) as usize];
+        &self.members[start as usize..(start + len) as usize]
     }
 
     /// The output port switch `switch` uses for a packet of `flow` (its
