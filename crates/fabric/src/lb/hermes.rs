@@ -266,6 +266,87 @@ struct Flow {
     tried: Nanos,
 }
 
+/// What Hermes did in a run, counted only in builds with debug assertions
+/// (tests), to explain its figures; release builds carry none of it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// New flows (and forgotten flows choosing afresh) placed on a good,
+    /// gray or bad path, or at random (no path qualified).
+    pub placed: [u64; 4],
+    /// Of those, flows that had been forgotten (no ACK for `forget_after`).
+    pub restarted: u64,
+    /// Placements per path index.
+    pub per_path: Vec<u64>,
+    /// Packets routed for a known flow whose path was judged good, gray,
+    /// bad or failed at that moment.
+    pub judged: [u64; 4],
+    /// Moves allowed by the cautious conditions, by trigger: the path bad,
+    /// the flow paused (flowlet), the path failed.
+    pub allowed_bad: u64,
+    pub allowed_idle: u64,
+    pub allowed_failed: u64,
+    /// Allowed moves the coin refused, and those that found no better path.
+    pub refused: u64,
+    pub no_target: u64,
+    /// Flows moved, by trigger (bad path, pause, failed path).
+    pub moved_bad: u64,
+    pub moved_idle: u64,
+    pub moved_failed: u64,
+    /// Segments in flight (sent, not acknowledged) when a flow moved.
+    pub in_flight_at_move: u64,
+    /// Timeouts blamed on a path.
+    pub timeouts: u64,
+}
+
+#[cfg(debug_assertions)]
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        for i in 0..4 {
+            self.placed[i] += o.placed[i];
+            self.judged[i] += o.judged[i];
+        }
+        if self.per_path.len() < o.per_path.len() {
+            self.per_path.resize(o.per_path.len(), 0);
+        }
+        for (a, b) in self.per_path.iter_mut().zip(&o.per_path) {
+            *a += b;
+        }
+        self.restarted += o.restarted;
+        self.allowed_bad += o.allowed_bad;
+        self.allowed_idle += o.allowed_idle;
+        self.allowed_failed += o.allowed_failed;
+        self.refused += o.refused;
+        self.no_target += o.no_target;
+        self.moved_bad += o.moved_bad;
+        self.moved_idle += o.moved_idle;
+        self.moved_failed += o.moved_failed;
+        self.in_flight_at_move += o.in_flight_at_move;
+        self.timeouts += o.timeouts;
+    }
+}
+
+#[cfg(debug_assertions)]
+fn state_index(s: PathState) -> usize {
+    match s {
+        PathState::Good => 0,
+        PathState::Gray => 1,
+        PathState::Bad => 2,
+        PathState::Failed => 3,
+    }
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    static LAST: std::cell::RefCell<Option<Stats>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The counters of the last Hermes run that ended on this thread (builds
+/// with debug assertions only: tests).
+#[cfg(debug_assertions)]
+pub fn last_stats() -> Option<Stats> {
+    LAST.with(|l| l.borrow_mut().take())
+}
+
 /// One host's Hermes state.
 #[derive(Clone, Debug)]
 pub struct Hermes {
@@ -276,6 +357,8 @@ pub struct Hermes {
     flows: HashMap<u32, Flow>,
     /// When silent flows were last swept out.
     swept: Nanos,
+    #[cfg(debug_assertions)]
+    stats: Stats,
 }
 
 /// Period of the sweep that forgets silent flows (the module's aging
@@ -291,7 +374,15 @@ impl Hermes {
     /// A host in a fabric of `leaves` leaves with `paths` paths between any
     /// two of them.
     pub fn new(params: HermesParams, leaves: usize, paths: usize) -> Self {
-        Hermes { params, paths, table: vec![None; leaves * paths], flows: HashMap::new(), swept: 0 }
+        Hermes {
+            params,
+            paths,
+            table: vec![None; leaves * paths],
+            flows: HashMap::new(),
+            swept: 0,
+            #[cfg(debug_assertions)]
+            stats: Stats { per_path: vec![0; paths], ..Stats::default() },
+        }
     }
 
     fn path(&mut self, now: Nanos, dst_leaf: usize, path: usize) -> &mut Path {
@@ -325,6 +416,10 @@ impl Hermes {
         };
         if now.saturating_sub(f.live) >= self.params.forget_after {
             self.release(now, f);
+            #[cfg(debug_assertions)]
+            {
+                self.stats.restarted += 1;
+            }
             return self.start(now, flow, dst_leaf, draw);
         }
         let idle = now.saturating_sub(f.active) > self.params.flowlet_gap;
@@ -345,8 +440,18 @@ impl Hermes {
     fn reroute_target(&mut self, now: Nanos, f: &mut Flow, idle: bool, draw: u64) -> Option<usize> {
         let p = self.params;
         let old = self.view(now, f.dst_leaf, f.path);
+        #[cfg(debug_assertions)]
+        {
+            self.stats.judged[state_index(old.state)] += 1;
+        }
         if old.state == PathState::Failed {
-            return self.select(now, f.dst_leaf, Some(f.path), draw);
+            let to = self.select(now, f.dst_leaf, Some(f.path), draw);
+            #[cfg(debug_assertions)]
+            {
+                self.stats.allowed_failed += 1;
+                self.stats.moved_failed += u64::from(to.is_some_and(|t| t != f.path));
+            }
+            return to;
         }
         let rate = self.path(now, f.dst_leaf, f.path).rate.value(now, p.tdre, p.alpha);
         let rate_bps = rate as f64 * 8.0 * p.alpha / (p.tdre as f64 * 1e-9);
@@ -357,12 +462,38 @@ impl Hermes {
         if !allowed {
             return None;
         }
+        let bad = old.state == PathState::Bad;
+        #[cfg(debug_assertions)]
+        {
+            if bad {
+                self.stats.allowed_bad += 1;
+            } else {
+                self.stats.allowed_idle += 1;
+            }
+        }
         let (chance, pick) = split(draw);
         if chance >= p.reroute_probability {
             f.tried = now;
+            #[cfg(debug_assertions)]
+            {
+                self.stats.refused += 1;
+            }
             return None;
         }
-        self.select(now, f.dst_leaf, Some(f.path), pick)
+        let to = self.select(now, f.dst_leaf, Some(f.path), pick);
+        #[cfg(debug_assertions)]
+        match to {
+            Some(t) if t != f.path => {
+                if bad {
+                    self.stats.moved_bad += 1;
+                } else {
+                    self.stats.moved_idle += 1;
+                }
+            }
+            _ => self.stats.no_target += 1,
+        }
+        let _ = bad;
+        to
     }
 
     /// Forgets every flow with no ACK for `forget_after` (finished flows
@@ -380,7 +511,16 @@ impl Hermes {
     }
 
     fn start(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
-        let path = self.select(now, dst_leaf, None, draw).unwrap_or_else(|| {
+        let chosen = self.select(now, dst_leaf, None, draw);
+        #[cfg(debug_assertions)]
+        {
+            let kind = match chosen {
+                Some(q) => state_index(self.view(now, dst_leaf, q).state),
+                None => 3,
+            };
+            self.stats.placed[kind] += 1;
+        }
+        let path = chosen.unwrap_or_else(|| {
             let open: Vec<usize> =
                 (0..self.paths).filter(|&q| self.view(now, dst_leaf, q).state != PathState::Failed).collect();
             if open.is_empty() {
@@ -390,6 +530,10 @@ impl Hermes {
             }
         });
         self.assign(now, flow, dst_leaf, path);
+        #[cfg(debug_assertions)]
+        {
+            self.stats.per_path[path] += 1;
+        }
         path
     }
 
@@ -483,6 +627,10 @@ impl Hermes {
             _ => 0,
         };
         let limit = self.params.fail_timeouts;
+        #[cfg(debug_assertions)]
+        {
+            self.stats.timeouts += 1;
+        }
         let e = self.path(now, dst_leaf, path);
         e.timed_out = true;
         if limit > 0 && timeouts >= limit {
@@ -589,6 +737,17 @@ impl HermesScheme {
     }
 }
 
+#[cfg(debug_assertions)]
+impl Drop for HermesScheme {
+    fn drop(&mut self) {
+        let mut all = Stats::default();
+        for h in &self.hosts {
+            all.add(&h.stats);
+        }
+        LAST.with(|l| *l.borrow_mut() = Some(all));
+    }
+}
+
 impl Scheme for HermesScheme {
     fn name(&self) -> &'static str {
         "hermes"
@@ -615,6 +774,10 @@ impl Scheme for HermesScheme {
         let h = &mut self.hosts[ctx.host as usize];
         let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
         h.sent(ctx.now, pkt.flow, pkt.wire, retransmission);
+        #[cfg(debug_assertions)]
+        if path != s.path && s.next_seq > 0 {
+            h.stats.in_flight_at_move += u64::from(s.next_seq.saturating_sub(s.acked + 1));
+        }
         s.path = path;
         Some(path as u16)
     }

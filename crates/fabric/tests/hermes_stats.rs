@@ -1,0 +1,54 @@
+//! What Hermes does on the 4 × 4 × 8 symmetric fabric (issue #15): where it
+//! places flows, how often it judges a flow's path bad and moves the flow,
+//! and how much data is in flight when it does. The counters exist only in
+//! builds with debug assertions (tests); `--nocapture` prints them.
+//!
+//! Finding (documented in fabric-lb): with the experiment program's 40 µs
+//! good-path threshold no path is ever good, so every flow is placed on a
+//! gray path (fewest of the host's own flows), and the flows that move do so
+//! because their path read bad (one-way delay ≥ 180 µs), with tens of
+//! segments in flight, which the receiver sees as reordering.
+
+use std::path::Path;
+
+use fulcrum_fabric::lb::hermes::{last_stats, Stats};
+use fulcrum_fabric::{Outcome, Scenario};
+
+fn run(extra: &[&str]) -> (Outcome, Stats) {
+    let path = format!("{}/../../scenarios/fabric/lb-4x4x8-symmetric.toml", env!("CARGO_MANIFEST_DIR"));
+    let sets: Vec<String> =
+        ["end=\"60ms\"", "workload.launch_end=\"40ms\"", "workload.load=0.8", "routing.scheme=\"hermes\""]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+    let scenario = Scenario::load(Path::new(&path), &sets).unwrap();
+    let out = fulcrum_fabric::run(&scenario, 1, None);
+    let stats = last_stats().expect("a Hermes run leaves its counters");
+    eprintln!("{extra:?}: avg {:.3} ms, small p99 {:.3} ms\n{stats:?}", out.fct.avg, out.fct.small_p99);
+    (out, stats)
+}
+
+#[test]
+fn hermes_places_on_gray_paths_and_moves_off_bad_ones() {
+    let (_, s) = run(&[]);
+    let placed: u64 = s.placed.iter().sum();
+    assert!(placed > 200, "{s:?}");
+    assert_eq!(s.placed[0], 0, "no path is ever good under the 40 µs threshold: {s:?}");
+    assert_eq!(s.judged[0], 0, "{s:?}");
+    assert!(s.judged[2] > 0, "some packets find their path bad: {s:?}");
+    // Every path gets flows (no bias towards the first one).
+    let (lo, hi) = (s.per_path.iter().min().unwrap(), s.per_path.iter().max().unwrap());
+    assert!(*lo * 2 > *hi, "{s:?}");
+    // Moves: only bad paths and pauses trigger them (failure is off), the
+    // bad path far more often; each leaves segments in flight behind.
+    assert_eq!(s.moved_failed, 0, "{s:?}");
+    assert!(s.moved_bad > 10 * s.moved_idle.max(1), "{s:?}");
+    assert!(s.in_flight_at_move > 10 * s.moved_bad, "{s:?}");
+    // Without rerouting the same flows never move.
+    // Without rerouting no flow moves (only a flow forgotten after 1 ms
+    // without an ACK chooses afresh).
+    let (_, still) = run(&["routing.reroute_probability=0"]);
+    assert_eq!(still.moved_bad + still.moved_idle + still.moved_failed, 0, "{still:?}");
+    assert!(still.in_flight_at_move * 100 < s.in_flight_at_move, "{still:?}");
+}
