@@ -37,6 +37,18 @@ fn a_black_hole_strands_ecmp_flows_and_drops_are_counted() {
     assert!(holed.fault_drops > 0);
     // Flows of which nothing arrived have no FCT record; count them all.
     assert!(holed.unfinished > clean.unfinished, "{} vs {}", holed.unfinished, clean.unfinished);
+    // They are the stranded flows: none on the clean fabric (every flow
+    // launched 20 ms before the end), some under the black hole, each
+    // without a record and at least as old as the time since the launches
+    // ended; the censored small-flow p99 counts them.
+    assert!(clean.stranded.is_empty(), "{:?}", clean.stranded);
+    assert_eq!(clean.fct.small_p99_censored, clean.fct.small_p99);
+    assert!(holed.stranded.iter().any(|f| f.small), "{:?}", holed.stranded);
+    for f in &holed.stranded {
+        assert!(holed.flows.iter().all(|r| r.id != f.id), "{f:?} has a record");
+        assert!(f.age_ns >= 20_000_000, "{f:?}");
+    }
+    assert!(holed.fct.small_p99_censored > holed.fct.small_p99, "{:?}", holed.fct);
 }
 
 #[test]
