@@ -64,6 +64,11 @@
 //! is never set, and its probe timeout marks the table entry keyed (path,
 //! leaf) with the two swapped, not the probed path; neither is modelled.
 //!
+//! **Reverse-ACK routing** (`reverse_ack`, off by default as in the
+//! experiment program; the module's `TLBReverseACK`): the receiving host
+//! routes a flow's ACKs by its own path table toward the sender's rack in
+//! ACK flowlets ([`Hermes::ack_path`]).
+//!
 //! Simplification: path aging is lazy (applied when a path is next looked
 //! at, from the time of its last reset, rather than on a 25 µs timer);
 //! silent flows are swept out when the host routes a packet at least 25 µs
@@ -120,6 +125,12 @@ pub struct HermesParams {
     /// DRE period and factor of the send-rate meter (30 µs, 0.2).
     pub tdre: Nanos,
     pub alpha: f64,
+    /// The receiving side routes its ACKs too (the module's reverse-ACK
+    /// option, `TLBReverseACK`; off in the experiment program).
+    pub reverse_ack: bool,
+    /// An ACK flowlet keeps its path while ACKs leave within this of each
+    /// other (`AckletTimeout`, 300 µs).
+    pub acklet_timeout: Nanos,
 }
 
 impl Default for HermesParams {
@@ -143,6 +154,8 @@ impl Default for HermesParams {
             probe_interval: 50_000,
             tdre: 30_000,
             alpha: 0.2,
+            reverse_ack: false,
+            acklet_timeout: 300_000,
         }
     }
 }
@@ -355,6 +368,9 @@ pub struct Hermes {
     /// `[dst_leaf * paths + path]`.
     table: Vec<Option<Path>>,
     flows: HashMap<u32, Flow>,
+    /// Reverse-ACK routing: each received flow's ACK path and when it last
+    /// carried an ACK.
+    acklets: HashMap<u32, (usize, Nanos)>,
     /// When silent flows were last swept out.
     swept: Nanos,
     #[cfg(debug_assertions)]
@@ -364,6 +380,10 @@ pub struct Hermes {
 /// Period of the sweep that forgets silent flows (the module's aging
 /// check, 25 µs).
 const SWEEP: Nanos = 25_000;
+
+/// An ACK flowlet silent this long moves to another path (the module's
+/// fix for ACKs stuck in a black hole, 1 ms).
+const ACKLET_STALE: Nanos = 1_000_000;
 
 /// Splits one uniform 64-bit draw into a probability and an index draw.
 fn split(draw: u64) -> (f64, u64) {
@@ -379,6 +399,7 @@ impl Hermes {
             paths,
             table: vec![None; leaves * paths],
             flows: HashMap::new(),
+            acklets: HashMap::new(),
             swept: 0,
             #[cfg(debug_assertions)]
             stats: Stats { per_path: vec![0; paths], ..Stats::default() },
@@ -520,20 +541,44 @@ impl Hermes {
             };
             self.stats.placed[kind] += 1;
         }
-        let path = chosen.unwrap_or_else(|| {
-            let open: Vec<usize> =
-                (0..self.paths).filter(|&q| self.view(now, dst_leaf, q).state != PathState::Failed).collect();
-            if open.is_empty() {
-                (draw % self.paths as u64) as usize
-            } else {
-                open[(draw % open.len() as u64) as usize]
-            }
-        });
+        let path = chosen.unwrap_or_else(|| self.random_path(now, dst_leaf, None, draw));
         self.assign(now, flow, dst_leaf, path);
         #[cfg(debug_assertions)]
         {
             self.stats.per_path[path] += 1;
         }
+        path
+    }
+
+    /// A uniform non-failed path other than `not` (any path other than
+    /// `not` if all have failed): the module's random choice.
+    fn random_path(&mut self, now: Nanos, dst_leaf: usize, not: Option<usize>, draw: u64) -> usize {
+        let open: Vec<usize> = (0..self.paths)
+            .filter(|&q| Some(q) != not && self.view(now, dst_leaf, q).state != PathState::Failed)
+            .collect();
+        if open.is_empty() {
+            let any: Vec<usize> = (0..self.paths).filter(|&q| Some(q) != not).collect();
+            any.get((draw % any.len().max(1) as u64) as usize).copied().unwrap_or(0)
+        } else {
+            open[(draw % open.len() as u64) as usize]
+        }
+    }
+
+    /// The path of an ACK of `flow` (received here) going back to
+    /// `dst_leaf`, with reverse-ACK routing (the module's `GetAckPath`): an
+    /// ACK within `acklet_timeout` of the flow's last one keeps its path; one
+    /// after a silence of [`ACKLET_STALE`] or more takes a uniform path other
+    /// than the last (how the module lets ACKs leave a black hole); otherwise
+    /// the path a new flow would take.
+    pub fn ack_path(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
+        let path = match self.acklets.get(&flow) {
+            Some(&(path, active)) if now.saturating_sub(active) <= self.params.acklet_timeout => path,
+            Some(&(path, active)) if now.saturating_sub(active) >= ACKLET_STALE && self.paths > 1 => {
+                self.random_path(now, dst_leaf, Some(path), draw)
+            }
+            _ => self.select(now, dst_leaf, None, draw).unwrap_or_else(|| self.random_path(now, dst_leaf, None, draw)),
+        };
+        self.acklets.insert(flow, (path, now));
         path
     }
 
@@ -670,7 +715,9 @@ impl Hermes {
 }
 
 /// Hermes at every sending host, as a routing scheme: a flow's forward
-/// packets carry the path Hermes chooses; ACKs go by ECMP. Each ACK reports
+/// packets carry the path Hermes chooses; ACKs go by ECMP, or with
+/// `reverse_ack` on the path the receiver's Hermes chooses
+/// ([`Hermes::ack_path`]). Each ACK reports
 /// the one-way delay of the data it answers in [`Packet::lb`] (the
 /// receiver writes it), the ECN echo and the path ([`Packet::echo_path`]).
 #[derive(Debug)]
@@ -686,6 +733,8 @@ pub struct HermesScheme {
     probe_interval: Nanos,
     /// Each host's rack.
     rack_of: Vec<usize>,
+    /// Receivers route their ACKs too.
+    reverse_ack: bool,
 }
 
 /// Bytes a probe counts for at its prober: the module adds the reply's
@@ -733,6 +782,7 @@ impl HermesScheme {
             probers,
             probe_interval: params.probe_interval,
             rack_of: fabric.rack.iter().map(|&r| r as usize).collect(),
+            reverse_ack: params.reverse_ack,
         }
     }
 }
@@ -754,10 +804,14 @@ impl Scheme for HermesScheme {
     }
 
     fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {
-        if ctx.reverse || ctx.paths <= 1 {
+        if ctx.paths <= 1 || (ctx.reverse && !self.reverse_ack) {
             return None;
         }
         let rack = ctx.fabric.rack[ctx.peer as usize] as usize;
+        if ctx.reverse {
+            let path = self.hosts[ctx.host as usize].ack_path(ctx.now, pkt.flow, rack, self.rng.next_u64());
+            return Some(path as u16);
+        }
         let s = self.flows.entry(pkt.flow).or_insert(Sending {
             rack,
             next_seq: 0,
@@ -1093,6 +1147,31 @@ mod tests {
         assert!((v.ecn_fraction - 21.0 / 23.0).abs() < 1e-9, "{v:?}");
     }
 
+    #[test]
+    fn acks_keep_their_path_within_an_acklet_and_leave_it_after_a_silence() {
+        let mut h = hermes();
+        // A first ACK takes the path a new flow would: every path gray
+        // with no flows, so the draw picks (2 of 4).
+        assert_eq!(h.ack_path(0, 9, 1, 2), 2);
+        // Within 300 µs of the last ACK the path holds, whatever the draw
+        // and even when the path turns bad.
+        assert_eq!(h.ack_path(250 * US, 9, 1, 0), 2);
+        h.timed_out(500 * US, 4, 1, 2);
+        assert_eq!(h.view(550 * US, 1, 2).state, PathState::Bad);
+        assert_eq!(h.ack_path(550 * US, 9, 1, 1), 2);
+        // After 300 µs to 1 ms of silence it is chosen afresh: gray paths
+        // only (2 timed out again in this window), draw 2 of [0, 1, 3].
+        h.timed_out(880 * US, 4, 1, 2);
+        assert_eq!(h.view(900 * US, 1, 2).state, PathState::Bad);
+        assert_eq!(h.ack_path(900 * US, 9, 1, 2), 3);
+        // After a silence of 1 ms or more: a uniform path other than the
+        // last (draw 0 of [0, 1, 2]), good, gray or bad alike.
+        assert_eq!(h.ack_path(1_900 * US, 9, 1, 0), 0);
+        assert_eq!(h.ack_path(2_900 * US, 9, 1, 0), 1);
+        // Other flows keep their own acklets.
+        assert_eq!(h.ack_path(2_900 * US, 8, 1, 1), 1);
+    }
+
     mod scheme {
         use super::super::super::testing::*;
         use super::*;
@@ -1131,6 +1210,29 @@ mod tests {
                 let expected = if (8..16).contains(&h) { 42_000 } else { 40_000 };
                 assert_eq!(v.delay, expected, "host {h}");
             }
+        }
+
+        #[test]
+        fn acks_go_by_ecmp_unless_reverse_ack_routing_is_on() {
+            let f = fabric();
+            let back = |now| EdgeCtx { reverse: true, ..edge(&f, now, 31, 0) };
+            let mut ack = data(1, 1, 0);
+            ack.kind = Kind::Ack;
+            let mut off = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            assert_eq!(off.edge_path(&back(0), &ack), None);
+            let on = HermesParams { reverse_ack: true, ..HermesParams::default() };
+            let mut s = HermesScheme::new(on, &f, Rng::new(5));
+            let first = s.edge_path(&back(0), &ack).expect("a path for the ACK");
+            assert!(first < 4);
+            // The next ACKs of the flow keep it (one acklet) …
+            for t in 1..10 {
+                assert_eq!(s.edge_path(&back(t * 100_000), &ack), Some(first));
+            }
+            // … until 1 ms of silence, after which another path is taken.
+            let later = s.edge_path(&back(2_000_000), &ack).unwrap();
+            assert_ne!(later, first);
+            // The receiver's choice is its own: host 31 now counts no flow.
+            assert!(s.flows.is_empty());
         }
 
         #[test]
