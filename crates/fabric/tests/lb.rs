@@ -76,3 +76,24 @@ fn resequencing_spares_per_packet_schemes_spurious_retransmissions() {
     assert_eq!(drb.flows.len(), held.flows.len());
     assert!(resent(&held) < resent(&drb), "{} vs {} bytes resent", resent(&held), resent(&drb));
 }
+
+#[test]
+fn hermes_reverse_ack_routing_lets_acks_leave_a_black_hole() {
+    let hole = |reverse: &str| {
+        run(
+            "lb-4x4x8-black-hole",
+            &["routing.scheme=hermes", "workload.load=0.6", &format!("routing.reverse_ack={reverse}")],
+        )
+    };
+    let (ecmp_acks, routed) = (hole("false"), hole("true"));
+    let stuck = |o: &Outcome| o.unfinished;
+    eprintln!(
+        "black hole, Hermes: ACKs by ECMP {:?} unfinished {}; routed {:?} unfinished {}",
+        ecmp_acks.fct,
+        stuck(&ecmp_acks),
+        routed.fct,
+        stuck(&routed)
+    );
+    assert!(stuck(&routed) < stuck(&ecmp_acks), "{} vs {}", stuck(&routed), stuck(&ecmp_acks));
+    assert!(routed.fct.small_p99_censored < ecmp_acks.fct.small_p99_censored);
+}
