@@ -307,6 +307,12 @@ pub struct Stats {
     pub moved_failed: u64,
     /// Segments in flight (sent, not acknowledged) when a flow moved.
     pub in_flight_at_move: u64,
+    /// Sums over the moves off a bad path, to compare with the module's
+    /// path-change trace: the old path's smoothed delay (ns) and its send
+    /// rate quantised as the module's DRE (⌊8 × rate ÷ 1 Gb/s⌋, moves
+    /// allowed up to 40).
+    pub old_delay_at_move: u64,
+    pub dre_at_move: u64,
     /// Timeouts blamed on a path.
     pub timeouts: u64,
 }
@@ -334,6 +340,8 @@ impl Stats {
         self.moved_idle += o.moved_idle;
         self.moved_failed += o.moved_failed;
         self.in_flight_at_move += o.in_flight_at_move;
+        self.old_delay_at_move += o.old_delay_at_move;
+        self.dre_at_move += o.dre_at_move;
         self.timeouts += o.timeouts;
     }
 }
@@ -507,6 +515,8 @@ impl Hermes {
             Some(t) if t != f.path => {
                 if bad {
                     self.stats.moved_bad += 1;
+                    self.stats.old_delay_at_move += old.delay;
+                    self.stats.dre_at_move += (rate_bps * 8.0 / 1e9) as u64;
                 } else {
                     self.stats.moved_idle += 1;
                 }
