@@ -64,10 +64,11 @@ use std::sync::Mutex;
 use fulcrum_des::{Queue, Streams};
 use serde::Serialize;
 
-pub use metrics::{Bucket, FctSummary, FlowRecord};
+pub use metrics::{Bucket, FctSummary, FlowRecord, Stranded};
 pub use scenario::{Scenario, ScenarioError};
 
 use crate::faults::Faults;
+use crate::packet::Nanos;
 use crate::topology::End;
 use crate::world::{ModelConfig, World, FRAMING};
 
@@ -120,6 +121,9 @@ pub struct Outcome {
     pub data_packets: u64,
     /// Flows that had not received every byte when the run ended.
     pub unfinished: usize,
+    /// Flows of which nothing arrived before the run ended (they have no
+    /// FCT record; among `unfinished`).
+    pub stranded: Vec<Stranded>,
     /// Packets dropped by injected faults (`[faults]`).
     pub fault_drops: u64,
     /// Long flows' throughput samples: (time ns, Gb/s of each long flow
@@ -189,6 +193,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     }
     let ran = fulcrum_des::run(&mut world, &mut queue, scenario.end.0, progress);
     let flows = records(&world);
+    let stranded = stranded(&world, scenario.end.0);
     let queue_series: Vec<QueueSeries> = watched
         .iter()
         .zip(std::mem::take(&mut world.queue_series))
@@ -202,13 +207,14 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     queues.extend(watched.iter().zip(&queue_series).map(|(&port, s)| port_summary(&world, port, s)));
     Outcome {
         seed,
-        fct: metrics::summarise(&flows),
+        fct: metrics::summarise(&flows, &stranded),
         buckets: metrics::buckets(&flows),
         queues,
         simulated_ns: scenario.end.0,
         events: ran.events,
         data_packets: world.data_packets,
         unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
+        stranded,
         fault_drops: world.fault_drops(),
         flows,
         throughput: std::mem::take(&mut world.throughput),
@@ -287,6 +293,29 @@ fn records(world: &World) -> Vec<FlowRecord> {
                 complete: f.done.is_some(),
                 tx_bytes: f.tx_bytes,
                 slowdown: fct as f64 / ideal,
+            })
+        })
+        .collect()
+}
+
+/// The flows that sent their first packet but of which nothing arrived by
+/// `end`; small by their payload and headers sent once.
+fn stranded(world: &World, end: Nanos) -> Vec<Stranded> {
+    let cfg = &world.cfg;
+    world
+        .flows
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.last_rx.is_none())
+        .filter_map(|(i, f)| {
+            let first = f.first_tx?;
+            let segs = f.spec.bytes.div_ceil(cfg.tcp.mss as u64).max(1);
+            let once = f.spec.bytes + segs * u64::from(cfg.header);
+            Some(Stranded {
+                id: i as u32,
+                bytes: f.spec.bytes,
+                age_ns: end.saturating_sub(first),
+                small: once < metrics::SMALL_BYTES,
             })
         })
         .collect()

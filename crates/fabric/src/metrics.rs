@@ -7,7 +7,17 @@
 //!   the sender's ACK of the receiver's FIN, one round trip after the last
 //!   data byte, as ns-3's flow monitor sees it. Flows still running when the
 //!   run ends count too, with the FCT they have so far; flows of which
-//!   nothing arrived are left out.
+//!   nothing arrived are left out, as the original's parser skips flow
+//!   monitor entries without a received packet.
+//! - *Stranded* flows are those left out: they sent their first packet but
+//!   nothing of theirs arrived before the run ended (a SYN black-holed on
+//!   every try, say). Leaving them out flatters a scheme that strands flows,
+//!   so the summary also gives `small_p99_censored`: the small-flow p99
+//!   with every stranded small flow counted at its age when the run ended
+//!   (a lower bound of its FCT). A stranded flow is small when its payload
+//!   and headers, sent once, come under 100 000 bytes (it sent too little
+//!   to classify it by what it sent). Without stranded flows the two p99s
+//!   are equal.
 //! - A flow is small when it sent fewer than 100 000 IP bytes, large when it
 //!   sent more than 10 000 000 (headers and retransmissions included, as the
 //!   flow monitor counts them).
@@ -44,6 +54,21 @@ pub struct FctSummary {
     pub small_avg: f64,
     pub small_p99: f64,
     pub large_avg: f64,
+    /// The small-flow p99 counting stranded small flows at their age when
+    /// the run ended.
+    pub small_p99_censored: f64,
+}
+
+/// A flow of which nothing arrived before the run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Stranded {
+    pub id: u32,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Its first packet left this long before the run ended.
+    pub age_ns: Nanos,
+    /// Its payload and headers, sent once, come under [`SMALL_BYTES`].
+    pub small: bool,
 }
 
 /// FCTs of flows within a payload-size range.
@@ -91,11 +116,16 @@ fn p99(sorted: &[Nanos]) -> f64 {
     sorted.get(sorted.len() * 99 / 100).map_or(0.0, |&x| x as f64)
 }
 
-/// The summary figures of `flows`.
-pub fn summarise(flows: &[FlowRecord]) -> FctSummary {
+/// The summary figures of `flows`, and of the `stranded` ones for
+/// `small_p99_censored`.
+pub fn summarise(flows: &[FlowRecord], stranded: &[Stranded]) -> FctSummary {
     let mut small: Vec<Nanos> = flows.iter().filter(|f| f.tx_bytes < SMALL_BYTES).map(|f| f.fct_ns).collect();
     small.sort_unstable();
+    let mut censored = small.clone();
+    censored.extend(stranded.iter().filter(|f| f.small).map(|f| f.age_ns));
+    censored.sort_unstable();
     FctSummary {
+        small_p99_censored: ms(p99(&censored)),
         avg: ms(mean(flows.iter().map(|f| f.fct_ns as f64))),
         small_avg: ms(mean(small.iter().map(|&x| x as f64))),
         small_p99: ms(p99(&small)),
@@ -146,9 +176,10 @@ mod tests {
         let mut flows: Vec<FlowRecord> = (1..=200).map(|i| flow(1000, i)).collect();
         flows.push(flow(20_000_000, 100));
         flows.push(flow(5_000_000, 50));
-        let s = summarise(&flows);
+        let s = summarise(&flows, &[]);
         assert_eq!(s.small_avg, 100.5);
         assert_eq!(s.small_p99, 199.0, "index ⌊0.99·200⌋ = 198");
+        assert_eq!(s.small_p99_censored, s.small_p99, "nothing stranded");
         assert_eq!(s.large_avg, 100.0);
         assert!((s.avg - (20100.0 + 150.0) / 202.0).abs() < 1e-9);
         let b = buckets(&flows);
@@ -160,6 +191,20 @@ mod tests {
         // 99 000 payload bytes: 71 packets of headers push it over 100 000.
         let f = flow(99_000, 1);
         assert!(f.tx_bytes >= SMALL_BYTES);
-        assert_eq!(summarise(&[f]).small_avg, 0.0);
+        assert_eq!(summarise(&[f], &[]).small_avg, 0.0);
+    }
+
+    #[test]
+    fn stranded_small_flows_count_only_in_the_censored_p99() {
+        let flows: Vec<FlowRecord> = (1..=98).map(|i| flow(1000, i)).collect();
+        let stranded = |id, small| Stranded { id, bytes: 1000, age_ns: 500_000_000, small };
+        // Two stranded small flows (500 ms old) and a stranded large one.
+        let s = summarise(&flows, &[stranded(98, true), stranded(99, true), stranded(100, false)]);
+        assert_eq!(s.small_p99, 98.0, "index ⌊0.99·98⌋ = 97: the stranded are left out");
+        assert_eq!(s.small_p99_censored, 500.0, "index ⌊0.99·100⌋ = 99: a stranded flow");
+        assert_eq!(s.avg, summarise(&flows, &[]).avg, "the other figures leave them out");
+        // One stranded small flow after 97 finished ones: index 97 of 98.
+        let one = summarise(&flows[..97], &[stranded(98, true)]);
+        assert_eq!((one.small_p99, one.small_p99_censored), (97.0, 500.0));
     }
 }

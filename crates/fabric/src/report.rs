@@ -5,10 +5,11 @@
 //! JSON-lines file:
 //!
 //! `{"scenario", "set", "seed", ["runs"], "flows", "fct_ms": {"avg",
-//! "small_avg", "small_p99", "large_avg"}, ["ci95_ms": {…}], ["per_seed":
-//! [{"seed", "fct_ms"}]], "buckets": [{"size", "flows", "avg_ms", "p99_ms",
-//! "avg_slowdown"}], "queues": [{"port", "mean_packets", "max_packets",
-//! "marks", "drops"}], "unfinished_flows", "data_packets",
+//! "small_avg", "small_p99", "large_avg", "small_p99_censored"}, ["ci95_ms":
+//! {…}], ["per_seed": [{"seed", "fct_ms"}]], "buckets": [{"size", "flows",
+//! "avg_ms", "p99_ms", "avg_slowdown"}], "queues": [{"port", "mean_packets",
+//! "max_packets", "marks", "drops"}], "unfinished_flows", "stranded_flows",
+//! "stranded_small_flows", "data_packets",
 //! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"],
 //! ["queue_series"]}`
 //!
@@ -33,6 +34,14 @@
 //! `queues.csv` (one row per port group, or named port, and seed), and with
 //! named ports `queue_series.csv` (seed, port, t_ns, packets: one row per
 //! sample).
+//!
+//! `stranded_flows` counts the flows of which nothing arrived before the
+//! run ended (`stranded_small_flows` the small ones): they have no FCT, so
+//! every FCT figure but `small_p99_censored` leaves them out, as the
+//! original's flow-monitor parser does; `small_p99_censored` counts the
+//! stranded small flows at their age when the run ended
+//! ([`crate::metrics`]). The table prints a `stranded` line when there are
+//! any.
 //!
 //! With several runs every figure is the mean over the runs (seeds `seed`,
 //! `seed + 1`, …) and `ci95_ms` holds the 95 % half-interval of each FCT
@@ -77,6 +86,8 @@ struct Json<'a> {
     buckets: Vec<Bucket>,
     queues: Vec<QueueSummary>,
     unfinished_flows: f64,
+    stranded_flows: f64,
+    stranded_small_flows: f64,
     data_packets: f64,
     simulated_seconds: f64,
     events: f64,
@@ -112,9 +123,16 @@ impl Report<'_> {
         let (small_avg, small_ci) = self.each(|s| s.small_avg);
         let (small_p99, p99_ci) = self.each(|s| s.small_p99);
         let (large_avg, large_ci) = self.each(|s| s.large_avg);
+        let (small_p99_censored, censored_ci) = self.each(|s| s.small_p99_censored);
         (
-            FctSummary { avg, small_avg, small_p99, large_avg },
-            FctSummary { avg: avg_ci, small_avg: small_ci, small_p99: p99_ci, large_avg: large_ci },
+            FctSummary { avg, small_avg, small_p99, large_avg, small_p99_censored },
+            FctSummary {
+                avg: avg_ci,
+                small_avg: small_ci,
+                small_p99: p99_ci,
+                large_avg: large_ci,
+                small_p99_censored: censored_ci,
+            },
         )
     }
 
@@ -191,6 +209,8 @@ impl Report<'_> {
             buckets: self.buckets(),
             queues: self.queues(),
             unfinished_flows: per(|o| o.unfinished as f64),
+            stranded_flows: per(|o| o.stranded.len() as f64),
+            stranded_small_flows: per(|o| o.stranded.iter().filter(|f| f.small).count() as f64),
             data_packets: per(|o| o.data_packets as f64),
             simulated_seconds: self.outcomes[0].simulated_ns as f64 / 1e9,
             events: per(|o| o.events as f64),
@@ -233,6 +253,16 @@ impl Report<'_> {
         row(&mut out, "mean", &fct);
         if n > 1 {
             row(&mut out, "95 % ±", &ci);
+        }
+        let stranded = mean(self.outcomes.iter().map(|o| o.stranded.len() as f64));
+        if stranded > 0.0 {
+            let small = mean(self.outcomes.iter().map(|o| o.stranded.iter().filter(|f| f.small).count() as f64));
+            let _ = writeln!(
+                out,
+                "stranded      {stranded:.1} flows ({small:.1} small) of which nothing arrived, left out above; \
+                 small p99 counting them at their age: {:.3} ms",
+                fct.small_p99_censored
+            );
         }
         let _ = writeln!(out, "\nBy size       flows   avg ms   p99 ms  slowdown");
         for b in self.buckets() {

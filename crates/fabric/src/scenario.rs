@@ -496,6 +496,8 @@ pub enum RoutingCfg {
         retry_gap: Option<Dur>,
         flowlet_gap: Option<Dur>,
         forget_after: Option<Dur>,
+        reverse_ack: Option<bool>,
+        acklet_timeout: Option<Dur>,
     },
 }
 
@@ -1159,6 +1161,7 @@ impl Scenario {
                     ("retry_gap", p.retry_gap),
                     ("flowlet_gap", p.flowlet_gap),
                     ("forget_after", p.forget_after),
+                    ("acklet_timeout", p.acklet_timeout),
                     ("fail_sample_bytes", p.fail_sample_bytes),
                     ("max_rate_gbps", p.max_rate_bps),
                 ] {
@@ -1202,6 +1205,8 @@ impl Scenario {
             retry_gap,
             flowlet_gap,
             forget_after,
+            reverse_ack,
+            acklet_timeout,
         }) = self.routing
         else {
             return d;
@@ -1222,6 +1227,8 @@ impl Scenario {
             retry_gap: ns(retry_gap, d.retry_gap),
             flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
             forget_after: ns(forget_after, d.forget_after),
+            reverse_ack: reverse_ack.unwrap_or(d.reverse_ack),
+            acklet_timeout: ns(acklet_timeout, d.acklet_timeout),
             ..d
         }
     }
@@ -1420,6 +1427,11 @@ mod tests {
         assert_eq!(s.routing(), lb::Config::FlowBender(fb));
         let s = parse(&with("scheme = \"hermes\"\nmin_bytes = 100000\nmax_rate_gbps = 2.5"), &[]).unwrap();
         let h = HermesParams { min_bytes: 100_000, max_rate_bps: 2_500_000_000, ..HermesParams::default() };
+        assert_eq!(s.routing(), lb::Config::Hermes(h));
+        let s =
+            parse(&base(), &["routing.scheme=hermes", "routing.reverse_ack=true", "routing.acklet_timeout=\"200us\""])
+                .unwrap();
+        let h = HermesParams { reverse_ack: true, acklet_timeout: 200_000, ..HermesParams::default() };
         assert_eq!(s.routing(), lb::Config::Hermes(h));
         for (text, field) in [
             ("scheme = \"conga\"\nq_bits = 7", "routing.q_bits = 7"),

@@ -37,6 +37,18 @@ fn a_black_hole_strands_ecmp_flows_and_drops_are_counted() {
     assert!(holed.fault_drops > 0);
     // Flows of which nothing arrived have no FCT record; count them all.
     assert!(holed.unfinished > clean.unfinished, "{} vs {}", holed.unfinished, clean.unfinished);
+    // They are the stranded flows: none on the clean fabric (every flow
+    // launched 20 ms before the end), some under the black hole, each
+    // without a record and at least as old as the time since the launches
+    // ended; the censored small-flow p99 counts them.
+    assert!(clean.stranded.is_empty(), "{:?}", clean.stranded);
+    assert_eq!(clean.fct.small_p99_censored, clean.fct.small_p99);
+    assert!(holed.stranded.iter().any(|f| f.small), "{:?}", holed.stranded);
+    for f in &holed.stranded {
+        assert!(holed.flows.iter().all(|r| r.id != f.id), "{f:?} has a record");
+        assert!(f.age_ns >= 20_000_000, "{f:?}");
+    }
+    assert!(holed.fct.small_p99_censored > holed.fct.small_p99, "{:?}", holed.fct);
 }
 
 #[test]
@@ -63,4 +75,25 @@ fn resequencing_spares_per_packet_schemes_spurious_retransmissions() {
     let held = run("lb-4x4x8-symmetric", &["routing.scheme=drb", "workload.load=0.6", "resequence.enabled=true"]);
     assert_eq!(drb.flows.len(), held.flows.len());
     assert!(resent(&held) < resent(&drb), "{} vs {} bytes resent", resent(&held), resent(&drb));
+}
+
+#[test]
+fn hermes_reverse_ack_routing_lets_acks_leave_a_black_hole() {
+    let hole = |reverse: &str| {
+        run(
+            "lb-4x4x8-black-hole",
+            &["routing.scheme=hermes", "workload.load=0.6", &format!("routing.reverse_ack={reverse}")],
+        )
+    };
+    let (ecmp_acks, routed) = (hole("false"), hole("true"));
+    let stuck = |o: &Outcome| o.unfinished;
+    eprintln!(
+        "black hole, Hermes: ACKs by ECMP {:?} unfinished {}; routed {:?} unfinished {}",
+        ecmp_acks.fct,
+        stuck(&ecmp_acks),
+        routed.fct,
+        stuck(&routed)
+    );
+    assert!(stuck(&routed) < stuck(&ecmp_acks), "{} vs {}", stuck(&routed), stuck(&ecmp_acks));
+    assert!(routed.fct.small_p99_censored < ecmp_acks.fct.small_p99_censored);
 }

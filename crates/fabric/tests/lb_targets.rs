@@ -51,9 +51,11 @@ fn fct(name: &str, scheme: &str, load: f64) -> FctSummary {
     let outcomes = fulcrum_fabric::run_many(&scenario, 1, SEEDS, threads, None);
     let report = Report { scenario: &scenario.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let (mean, _) = report.fct();
+    let stranded = outcomes.iter().map(|o| o.stranded.len()).sum::<usize>() as f64 / SEEDS as f64;
     eprintln!(
-        "{name} {scheme:10} load {load}: avg {:.3} small avg {:.3} small p99 {:.3} large avg {:.3}",
-        mean.avg, mean.small_avg, mean.small_p99, mean.large_avg
+        "{name} {scheme:10} load {load}: avg {:.3} small avg {:.3} small p99 {:.3} large avg {:.3} \
+         stranded {stranded:.1} small p99 censored {:.3}",
+        mean.avg, mean.small_avg, mean.small_p99, mean.large_avg, mean.small_p99_censored
     );
     mean
 }
@@ -99,14 +101,17 @@ fn asymmetric_hermes_and_conga_beat_ecmp() {
     assert!(conga < ecmp, "CONGA {conga} ECMP {ecmp}");
 }
 
-/// Hermes's small-flow p99 against the best of the other schemes.
+/// Hermes's small-flow p99 against the best of the other schemes, with
+/// stranded flows (nothing of theirs arrived) counted at their age when the
+/// run ended (`small_p99_censored`), so that a scheme does not gain by
+/// stranding flows.
 fn tail_ratio(name: &str) -> Vec<(&'static str, FctSummary)> {
     let figures: Vec<(&str, FctSummary)> = ALL.iter().map(|&s| (s, fct(name, s, 0.6))).collect();
-    let hermes = figures.iter().find(|(s, _)| *s == "hermes").unwrap().1.small_p99;
+    let hermes = figures.iter().find(|(s, _)| *s == "hermes").unwrap().1.small_p99_censored;
     let (best, other) = figures
         .iter()
         .filter(|(s, _)| *s != "hermes")
-        .map(|(s, f)| (*s, f.small_p99))
+        .map(|(s, f)| (*s, f.small_p99_censored))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .unwrap();
     eprintln!("{name}: Hermes small p99 / best other ({best}) = {:.3} (target ≤ 0.70)", hermes / other);
@@ -118,14 +123,14 @@ fn random_drop_small_flow_tails() {
     let figures = tail_ratio("lb-4x4x8-random-drop");
     // Every scheme still completes its small flows within the run.
     for (s, f) in &figures {
-        assert!(f.small_p99 < 50.0, "{s}: {f:?}");
+        assert!(f.small_p99_censored < 50.0, "{s}: {f:?}");
     }
 }
 
 #[test]
 fn black_hole_strands_ecmp_but_not_letflow() {
     let figures = tail_ratio("lb-4x4x8-black-hole");
-    let p99 = |name: &str| figures.iter().find(|(s, _)| *s == name).unwrap().1.small_p99;
+    let p99 = |name: &str| figures.iter().find(|(s, _)| *s == name).unwrap().1.small_p99_censored;
     assert!(p99("ecmp") > 40.0, "ECMP's stranded small flows: {}", p99("ecmp"));
     assert!(p99("letflow") < p99("ecmp") / 2.0, "LetFlow {} ECMP {}", p99("letflow"), p99("ecmp"));
 }

@@ -64,6 +64,11 @@
 //! is never set, and its probe timeout marks the table entry keyed (path,
 //! leaf) with the two swapped, not the probed path; neither is modelled.
 //!
+//! **Reverse-ACK routing** (`reverse_ack`, off by default as in the
+//! experiment program; the module's `TLBReverseACK`): the receiving host
+//! routes a flow's ACKs by its own path table toward the sender's rack in
+//! ACK flowlets ([`Hermes::ack_path`]).
+//!
 //! Simplification: path aging is lazy (applied when a path is next looked
 //! at, from the time of its last reset, rather than on a 25 µs timer);
 //! silent flows are swept out when the host routes a packet at least 25 µs
@@ -120,6 +125,12 @@ pub struct HermesParams {
     /// DRE period and factor of the send-rate meter (30 µs, 0.2).
     pub tdre: Nanos,
     pub alpha: f64,
+    /// The receiving side routes its ACKs too (the module's reverse-ACK
+    /// option, `TLBReverseACK`; off in the experiment program).
+    pub reverse_ack: bool,
+    /// An ACK flowlet keeps its path while ACKs leave within this of each
+    /// other (`AckletTimeout`, 300 µs).
+    pub acklet_timeout: Nanos,
 }
 
 impl Default for HermesParams {
@@ -143,6 +154,8 @@ impl Default for HermesParams {
             probe_interval: 50_000,
             tdre: 30_000,
             alpha: 0.2,
+            reverse_ack: false,
+            acklet_timeout: 300_000,
         }
     }
 }
@@ -266,6 +279,95 @@ struct Flow {
     tried: Nanos,
 }
 
+/// What Hermes did in a run, counted only in builds with debug assertions
+/// (tests), to explain its figures; release builds carry none of it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// New flows (and forgotten flows choosing afresh) placed on a good,
+    /// gray or bad path, or at random (no path qualified).
+    pub placed: [u64; 4],
+    /// Of those, flows that had been forgotten (no ACK for `forget_after`).
+    pub restarted: u64,
+    /// Placements per path index.
+    pub per_path: Vec<u64>,
+    /// Packets routed for a known flow whose path was judged good, gray,
+    /// bad or failed at that moment.
+    pub judged: [u64; 4],
+    /// Moves allowed by the cautious conditions, by trigger: the path bad,
+    /// the flow paused (flowlet), the path failed.
+    pub allowed_bad: u64,
+    pub allowed_idle: u64,
+    pub allowed_failed: u64,
+    /// Allowed moves the coin refused, and those that found no better path.
+    pub refused: u64,
+    pub no_target: u64,
+    /// Flows moved, by trigger (bad path, pause, failed path).
+    pub moved_bad: u64,
+    pub moved_idle: u64,
+    pub moved_failed: u64,
+    /// Segments in flight (sent, not acknowledged) when a flow moved.
+    pub in_flight_at_move: u64,
+    /// Sums over the moves off a bad path, to compare with the module's
+    /// path-change trace: the old path's smoothed delay (ns) and its send
+    /// rate quantised as the module's DRE (⌊8 × rate ÷ 1 Gb/s⌋, moves
+    /// allowed up to 40).
+    pub old_delay_at_move: u64,
+    pub dre_at_move: u64,
+    /// Timeouts blamed on a path.
+    pub timeouts: u64,
+}
+
+#[cfg(debug_assertions)]
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        for i in 0..4 {
+            self.placed[i] += o.placed[i];
+            self.judged[i] += o.judged[i];
+        }
+        if self.per_path.len() < o.per_path.len() {
+            self.per_path.resize(o.per_path.len(), 0);
+        }
+        for (a, b) in self.per_path.iter_mut().zip(&o.per_path) {
+            *a += b;
+        }
+        self.restarted += o.restarted;
+        self.allowed_bad += o.allowed_bad;
+        self.allowed_idle += o.allowed_idle;
+        self.allowed_failed += o.allowed_failed;
+        self.refused += o.refused;
+        self.no_target += o.no_target;
+        self.moved_bad += o.moved_bad;
+        self.moved_idle += o.moved_idle;
+        self.moved_failed += o.moved_failed;
+        self.in_flight_at_move += o.in_flight_at_move;
+        self.old_delay_at_move += o.old_delay_at_move;
+        self.dre_at_move += o.dre_at_move;
+        self.timeouts += o.timeouts;
+    }
+}
+
+#[cfg(debug_assertions)]
+fn state_index(s: PathState) -> usize {
+    match s {
+        PathState::Good => 0,
+        PathState::Gray => 1,
+        PathState::Bad => 2,
+        PathState::Failed => 3,
+    }
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    static LAST: std::cell::RefCell<Option<Stats>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The counters of the last Hermes run that ended on this thread (builds
+/// with debug assertions only: tests).
+#[cfg(debug_assertions)]
+pub fn last_stats() -> Option<Stats> {
+    LAST.with(|l| l.borrow_mut().take())
+}
+
 /// One host's Hermes state.
 #[derive(Clone, Debug)]
 pub struct Hermes {
@@ -274,13 +376,22 @@ pub struct Hermes {
     /// `[dst_leaf * paths + path]`.
     table: Vec<Option<Path>>,
     flows: HashMap<u32, Flow>,
+    /// Reverse-ACK routing: each received flow's ACK path and when it last
+    /// carried an ACK.
+    acklets: HashMap<u32, (usize, Nanos)>,
     /// When silent flows were last swept out.
     swept: Nanos,
+    #[cfg(debug_assertions)]
+    stats: Stats,
 }
 
 /// Period of the sweep that forgets silent flows (the module's aging
 /// check, 25 µs).
 const SWEEP: Nanos = 25_000;
+
+/// An ACK flowlet silent this long moves to another path (the module's
+/// fix for ACKs stuck in a black hole, 1 ms).
+const ACKLET_STALE: Nanos = 1_000_000;
 
 /// Splits one uniform 64-bit draw into a probability and an index draw.
 fn split(draw: u64) -> (f64, u64) {
@@ -291,7 +402,16 @@ impl Hermes {
     /// A host in a fabric of `leaves` leaves with `paths` paths between any
     /// two of them.
     pub fn new(params: HermesParams, leaves: usize, paths: usize) -> Self {
-        Hermes { params, paths, table: vec![None; leaves * paths], flows: HashMap::new(), swept: 0 }
+        Hermes {
+            params,
+            paths,
+            table: vec![None; leaves * paths],
+            flows: HashMap::new(),
+            acklets: HashMap::new(),
+            swept: 0,
+            #[cfg(debug_assertions)]
+            stats: Stats { per_path: vec![0; paths], ..Stats::default() },
+        }
     }
 
     fn path(&mut self, now: Nanos, dst_leaf: usize, path: usize) -> &mut Path {
@@ -325,6 +445,10 @@ impl Hermes {
         };
         if now.saturating_sub(f.live) >= self.params.forget_after {
             self.release(now, f);
+            #[cfg(debug_assertions)]
+            {
+                self.stats.restarted += 1;
+            }
             return self.start(now, flow, dst_leaf, draw);
         }
         let idle = now.saturating_sub(f.active) > self.params.flowlet_gap;
@@ -345,8 +469,18 @@ impl Hermes {
     fn reroute_target(&mut self, now: Nanos, f: &mut Flow, idle: bool, draw: u64) -> Option<usize> {
         let p = self.params;
         let old = self.view(now, f.dst_leaf, f.path);
+        #[cfg(debug_assertions)]
+        {
+            self.stats.judged[state_index(old.state)] += 1;
+        }
         if old.state == PathState::Failed {
-            return self.select(now, f.dst_leaf, Some(f.path), draw);
+            let to = self.select(now, f.dst_leaf, Some(f.path), draw);
+            #[cfg(debug_assertions)]
+            {
+                self.stats.allowed_failed += 1;
+                self.stats.moved_failed += u64::from(to.is_some_and(|t| t != f.path));
+            }
+            return to;
         }
         let rate = self.path(now, f.dst_leaf, f.path).rate.value(now, p.tdre, p.alpha);
         let rate_bps = rate as f64 * 8.0 * p.alpha / (p.tdre as f64 * 1e-9);
@@ -357,12 +491,40 @@ impl Hermes {
         if !allowed {
             return None;
         }
+        let bad = old.state == PathState::Bad;
+        #[cfg(debug_assertions)]
+        {
+            if bad {
+                self.stats.allowed_bad += 1;
+            } else {
+                self.stats.allowed_idle += 1;
+            }
+        }
         let (chance, pick) = split(draw);
         if chance >= p.reroute_probability {
             f.tried = now;
+            #[cfg(debug_assertions)]
+            {
+                self.stats.refused += 1;
+            }
             return None;
         }
-        self.select(now, f.dst_leaf, Some(f.path), pick)
+        let to = self.select(now, f.dst_leaf, Some(f.path), pick);
+        #[cfg(debug_assertions)]
+        match to {
+            Some(t) if t != f.path => {
+                if bad {
+                    self.stats.moved_bad += 1;
+                    self.stats.old_delay_at_move += old.delay;
+                    self.stats.dre_at_move += (rate_bps * 8.0 / 1e9) as u64;
+                } else {
+                    self.stats.moved_idle += 1;
+                }
+            }
+            _ => self.stats.no_target += 1,
+        }
+        let _ = bad;
+        to
     }
 
     /// Forgets every flow with no ACK for `forget_after` (finished flows
@@ -380,16 +542,53 @@ impl Hermes {
     }
 
     fn start(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
-        let path = self.select(now, dst_leaf, None, draw).unwrap_or_else(|| {
-            let open: Vec<usize> =
-                (0..self.paths).filter(|&q| self.view(now, dst_leaf, q).state != PathState::Failed).collect();
-            if open.is_empty() {
-                (draw % self.paths as u64) as usize
-            } else {
-                open[(draw % open.len() as u64) as usize]
-            }
-        });
+        let chosen = self.select(now, dst_leaf, None, draw);
+        #[cfg(debug_assertions)]
+        {
+            let kind = match chosen {
+                Some(q) => state_index(self.view(now, dst_leaf, q).state),
+                None => 3,
+            };
+            self.stats.placed[kind] += 1;
+        }
+        let path = chosen.unwrap_or_else(|| self.random_path(now, dst_leaf, None, draw));
         self.assign(now, flow, dst_leaf, path);
+        #[cfg(debug_assertions)]
+        {
+            self.stats.per_path[path] += 1;
+        }
+        path
+    }
+
+    /// A uniform non-failed path other than `not` (any path other than
+    /// `not` if all have failed): the module's random choice.
+    fn random_path(&mut self, now: Nanos, dst_leaf: usize, not: Option<usize>, draw: u64) -> usize {
+        let open: Vec<usize> = (0..self.paths)
+            .filter(|&q| Some(q) != not && self.view(now, dst_leaf, q).state != PathState::Failed)
+            .collect();
+        if open.is_empty() {
+            let any: Vec<usize> = (0..self.paths).filter(|&q| Some(q) != not).collect();
+            any.get((draw % any.len().max(1) as u64) as usize).copied().unwrap_or(0)
+        } else {
+            open[(draw % open.len() as u64) as usize]
+        }
+    }
+
+    /// The path of an ACK of `flow` (received here) going back to
+    /// `dst_leaf`, with reverse-ACK routing (the module's `GetAckPath`): an
+    /// ACK within `acklet_timeout` of the flow's last one keeps its path; one
+    /// after a silence of [`ACKLET_STALE`] or more takes a uniform path other
+    /// than the last (how the module lets ACKs leave a black hole); otherwise
+    /// the path a new flow would take.
+    pub fn ack_path(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
+        let path = match self.acklets.get(&flow) {
+            Some(&(path, active)) if now.saturating_sub(active) <= self.params.acklet_timeout => path,
+            Some(&(path, active)) if now.saturating_sub(active) >= ACKLET_STALE && self.paths > 1 => {
+                self.random_path(now, dst_leaf, Some(path), draw)
+            }
+            _ => self.select(now, dst_leaf, None, draw).unwrap_or_else(|| self.random_path(now, dst_leaf, None, draw)),
+        };
+        self.acklets.insert(flow, (path, now));
         path
     }
 
@@ -483,6 +682,10 @@ impl Hermes {
             _ => 0,
         };
         let limit = self.params.fail_timeouts;
+        #[cfg(debug_assertions)]
+        {
+            self.stats.timeouts += 1;
+        }
         let e = self.path(now, dst_leaf, path);
         e.timed_out = true;
         if limit > 0 && timeouts >= limit {
@@ -522,7 +725,9 @@ impl Hermes {
 }
 
 /// Hermes at every sending host, as a routing scheme: a flow's forward
-/// packets carry the path Hermes chooses; ACKs go by ECMP. Each ACK reports
+/// packets carry the path Hermes chooses; ACKs go by ECMP, or with
+/// `reverse_ack` on the path the receiver's Hermes chooses
+/// ([`Hermes::ack_path`]). Each ACK reports
 /// the one-way delay of the data it answers in [`Packet::lb`] (the
 /// receiver writes it), the ECN echo and the path ([`Packet::echo_path`]).
 #[derive(Debug)]
@@ -538,6 +743,8 @@ pub struct HermesScheme {
     probe_interval: Nanos,
     /// Each host's rack.
     rack_of: Vec<usize>,
+    /// Receivers route their ACKs too.
+    reverse_ack: bool,
 }
 
 /// Bytes a probe counts for at its prober: the module adds the reply's
@@ -585,7 +792,19 @@ impl HermesScheme {
             probers,
             probe_interval: params.probe_interval,
             rack_of: fabric.rack.iter().map(|&r| r as usize).collect(),
+            reverse_ack: params.reverse_ack,
         }
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for HermesScheme {
+    fn drop(&mut self) {
+        let mut all = Stats::default();
+        for h in &self.hosts {
+            all.add(&h.stats);
+        }
+        LAST.with(|l| *l.borrow_mut() = Some(all));
     }
 }
 
@@ -595,10 +814,14 @@ impl Scheme for HermesScheme {
     }
 
     fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {
-        if ctx.reverse || ctx.paths <= 1 {
+        if ctx.paths <= 1 || (ctx.reverse && !self.reverse_ack) {
             return None;
         }
         let rack = ctx.fabric.rack[ctx.peer as usize] as usize;
+        if ctx.reverse {
+            let path = self.hosts[ctx.host as usize].ack_path(ctx.now, pkt.flow, rack, self.rng.next_u64());
+            return Some(path as u16);
+        }
         let s = self.flows.entry(pkt.flow).or_insert(Sending {
             rack,
             next_seq: 0,
@@ -615,6 +838,10 @@ impl Scheme for HermesScheme {
         let h = &mut self.hosts[ctx.host as usize];
         let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
         h.sent(ctx.now, pkt.flow, pkt.wire, retransmission);
+        #[cfg(debug_assertions)]
+        if path != s.path && s.next_seq > 0 {
+            h.stats.in_flight_at_move += u64::from(s.next_seq.saturating_sub(s.acked + 1));
+        }
         s.path = path;
         Some(path as u16)
     }
@@ -930,6 +1157,31 @@ mod tests {
         assert!((v.ecn_fraction - 21.0 / 23.0).abs() < 1e-9, "{v:?}");
     }
 
+    #[test]
+    fn acks_keep_their_path_within_an_acklet_and_leave_it_after_a_silence() {
+        let mut h = hermes();
+        // A first ACK takes the path a new flow would: every path gray
+        // with no flows, so the draw picks (2 of 4).
+        assert_eq!(h.ack_path(0, 9, 1, 2), 2);
+        // Within 300 µs of the last ACK the path holds, whatever the draw
+        // and even when the path turns bad.
+        assert_eq!(h.ack_path(250 * US, 9, 1, 0), 2);
+        h.timed_out(500 * US, 4, 1, 2);
+        assert_eq!(h.view(550 * US, 1, 2).state, PathState::Bad);
+        assert_eq!(h.ack_path(550 * US, 9, 1, 1), 2);
+        // After 300 µs to 1 ms of silence it is chosen afresh: gray paths
+        // only (2 timed out again in this window), draw 2 of [0, 1, 3].
+        h.timed_out(880 * US, 4, 1, 2);
+        assert_eq!(h.view(900 * US, 1, 2).state, PathState::Bad);
+        assert_eq!(h.ack_path(900 * US, 9, 1, 2), 3);
+        // After a silence of 1 ms or more: a uniform path other than the
+        // last (draw 0 of [0, 1, 2]), good, gray or bad alike.
+        assert_eq!(h.ack_path(1_900 * US, 9, 1, 0), 0);
+        assert_eq!(h.ack_path(2_900 * US, 9, 1, 0), 1);
+        // Other flows keep their own acklets.
+        assert_eq!(h.ack_path(2_900 * US, 8, 1, 1), 1);
+    }
+
     mod scheme {
         use super::super::super::testing::*;
         use super::*;
@@ -968,6 +1220,29 @@ mod tests {
                 let expected = if (8..16).contains(&h) { 42_000 } else { 40_000 };
                 assert_eq!(v.delay, expected, "host {h}");
             }
+        }
+
+        #[test]
+        fn acks_go_by_ecmp_unless_reverse_ack_routing_is_on() {
+            let f = fabric();
+            let back = |now| EdgeCtx { reverse: true, ..edge(&f, now, 31, 0) };
+            let mut ack = data(1, 1, 0);
+            ack.kind = Kind::Ack;
+            let mut off = HermesScheme::new(HermesParams::default(), &f, Rng::new(5));
+            assert_eq!(off.edge_path(&back(0), &ack), None);
+            let on = HermesParams { reverse_ack: true, ..HermesParams::default() };
+            let mut s = HermesScheme::new(on, &f, Rng::new(5));
+            let first = s.edge_path(&back(0), &ack).expect("a path for the ACK");
+            assert!(first < 4);
+            // The next ACKs of the flow keep it (one acklet) …
+            for t in 1..10 {
+                assert_eq!(s.edge_path(&back(t * 100_000), &ack), Some(first));
+            }
+            // … until 1 ms of silence, after which another path is taken.
+            let later = s.edge_path(&back(2_000_000), &ack).unwrap();
+            assert_ne!(later, first);
+            // The receiver's choice is its own: host 31 now counts no flow.
+            assert!(s.flows.is_empty());
         }
 
         #[test]

@@ -1,0 +1,75 @@
+//! What Hermes does on the 4 × 4 × 8 symmetric fabric (issue #15): where it
+//! places flows, how often it judges a flow's path bad and moves the flow,
+//! and how much data is in flight when it does. The counters exist only in
+//! builds with debug assertions (tests); `--nocapture` prints them.
+//!
+//! Finding (documented in fabric-lb): with the experiment program's 40 µs
+//! good-path threshold no path is ever good, so every flow is placed on a
+//! gray path (fewest of the host's own flows), and the flows that move do so
+//! because their path read bad (one-way delay ≥ 180 µs), with tens of
+//! segments in flight on the old path. The new path delivers first; the
+//! receiver's duplicate ACKs start a fast retransmit, and each partial ACK of
+//! NewReno's recovery (as in ns-3) resends the next segment, still on its
+//! way: a move resends most of what was in flight. Without rerouting the
+//! same flows resend almost nothing.
+
+use std::path::Path;
+
+use fulcrum_fabric::lb::hermes::{last_stats, Stats};
+use fulcrum_fabric::{Outcome, Scenario};
+
+/// Share of the completed flows' IP bytes sent more than once.
+fn resent(o: &Outcome) -> f64 {
+    let wire = |bytes: u64| bytes + bytes.div_ceil(1400).max(1) * 52;
+    let done = || o.flows.iter().filter(|f| f.complete);
+    let extra: u64 = done().map(|f| f.tx_bytes.saturating_sub(wire(f.bytes))).sum();
+    extra as f64 / done().map(|f| wire(f.bytes)).sum::<u64>() as f64
+}
+
+fn run(extra: &[&str]) -> (Outcome, Stats) {
+    let path = format!("{}/../../scenarios/fabric/lb-4x4x8-symmetric.toml", env!("CARGO_MANIFEST_DIR"));
+    let sets: Vec<String> =
+        ["end=\"60ms\"", "workload.launch_end=\"40ms\"", "workload.load=0.8", "routing.scheme=\"hermes\""]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+    let scenario = Scenario::load(Path::new(&path), &sets).unwrap();
+    let out = fulcrum_fabric::run(&scenario, 1, None);
+    let stats = last_stats().expect("a Hermes run leaves its counters");
+    eprintln!(
+        "{extra:?}: avg {:.3} ms, small p99 {:.3} ms, resent {:.2} %\n{stats:?}",
+        out.fct.avg,
+        out.fct.small_p99,
+        100.0 * resent(&out)
+    );
+    (out, stats)
+}
+
+#[test]
+fn hermes_places_on_gray_paths_and_moves_off_bad_ones() {
+    let (moving, s) = run(&[]);
+    let placed: u64 = s.placed.iter().sum();
+    assert!(placed > 200, "{s:?}");
+    assert_eq!(s.placed[0], 0, "no path is ever good under the 40 µs threshold: {s:?}");
+    assert_eq!(s.judged[0], 0, "{s:?}");
+    assert!(s.judged[2] > 0, "some packets find their path bad: {s:?}");
+    // Every path gets flows (no bias towards the first one).
+    let (lo, hi) = (s.per_path.iter().min().unwrap(), s.per_path.iter().max().unwrap());
+    assert!(*lo * 2 > *hi, "{s:?}");
+    // Moves: only bad paths and pauses trigger them (failure is off), the
+    // bad path far more often; each leaves segments in flight behind.
+    assert_eq!(s.moved_failed, 0, "{s:?}");
+    assert!(s.moved_bad > 10 * s.moved_idle.max(1), "{s:?}");
+    assert!(s.in_flight_at_move > 10 * s.moved_bad, "{s:?}");
+    // Without rerouting the same flows never move.
+    // Without rerouting no flow moves (only a flow forgotten after 1 ms
+    // without an ACK chooses afresh).
+    let (staying, still) = run(&["routing.reroute_probability=0"]);
+    assert_eq!(still.moved_bad + still.moved_idle + still.moved_failed, 0, "{still:?}");
+    assert!(still.in_flight_at_move * 100 < s.in_flight_at_move, "{still:?}");
+    // The moves cost retransmissions: over 3 % of the bytes resent, ten
+    // times what the same flows resend when they stay put.
+    assert!(resent(&moving) > 0.03, "{}", resent(&moving));
+    assert!(resent(&moving) > 10.0 * resent(&staying), "{} vs {}", resent(&moving), resent(&staying));
+}
