@@ -219,6 +219,14 @@ impl Sender {
         self.alpha
     }
 
+    /// cwnd, ssthresh and data in flight in bytes, the congestion state, α
+    /// and the RTO, comma-separated (for [`crate::trace`]).
+    pub fn describe(&self, mss: u32) -> String {
+        let b = |segs: f64| (segs * mss as f64).min(u32::MAX as f64) as u64;
+        let state = format!("{:?}", self.state);
+        format!("{},{},{},{state},{:.4},{}", b(self.cwnd), b(self.ssthresh), b(self.pipe()), self.alpha, self.rto)
+    }
+
     /// The SYN was just sent.
     pub fn on_syn_sent(&mut self, now: Nanos) {
         self.deadline = Some(now + self.rto);

@@ -761,6 +761,11 @@ impl World {
             let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
             p.ect = !seg.again;
             p.cwr = seg.cwr;
+            #[cfg(debug_assertions)]
+            if crate::trace::traced(f) {
+                let what = if seg.again { "retx" } else { "tx" };
+                crate::trace::event(now, what, seg.seq, &self.flows[f].sender, self.cfg.tcp.mss);
+            }
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
         }
@@ -787,6 +792,10 @@ impl World {
                 let fresh = self.flows[f].sender.timeout_is_fresh();
                 self.routing.on_timeout(now, self.flows[f].spec.src, f as u32, fresh);
                 let cfg = self.cfg.tcp;
+                #[cfg(debug_assertions)]
+                if crate::trace::traced(f) {
+                    crate::trace::event(now, "timeout", 0, &self.flows[f].sender, cfg.mss);
+                }
                 if self.flows[f].sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
                     self.send_forward(now, f, syn, q);
@@ -895,6 +904,10 @@ impl World {
                 let cfg = self.cfg.tcp;
                 let sender = &mut self.flows[f].sender;
                 sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
+                #[cfg(debug_assertions)]
+                if crate::trace::traced(f) {
+                    crate::trace::event(now, if p.ece { "ack-ece" } else { "ack" }, p.seq, sender, cfg.mss);
+                }
                 if sender.phase != Phase::Done {
                     self.pump(now, f, q);
                 }
