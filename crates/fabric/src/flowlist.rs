@@ -1,11 +1,14 @@
 //! Explicit flow lists: a CSV file with one flow per line,
-//! `start,src,dst,bytes[,class]`, for replaying a trace or writing a
-//! scenario flow by flow.
+//! `start,src,dst,bytes[,class[,delay]]`, for replaying a trace or writing
+//! a scenario flow by flow (e.g. the flow list an ns-3 run generated, to
+//! compare the two models on the same flows: `bench/ns3/`).
 //!
 //! - `start` is a duration (`10us`, `1.5ms`) or a whole number of
 //!   nanoseconds; `src` and `dst` are host numbers; `bytes` is the payload;
 //!   `class`, optional, is the scheduler class of the flow's packets
-//!   (0 when left out).
+//!   (0 when left out); `delay`, optional, is the flow's host delay class,
+//!   an index into `hosts.delay_classes` (0 when left out), as the original's
+//!   per-flow TOS picks it.
 //! - A first line starting with `start` is a header and skipped; blank
 //!   lines and lines starting with `#` are skipped.
 //! - Every error names the file, the line and the column (1-based), e.g.
@@ -18,11 +21,12 @@ use crate::scenario::parse_duration;
 use crate::workload::FlowSpec;
 
 /// The columns, in order.
-const COLUMNS: [&str; 5] = ["start", "src", "dst", "bytes", "class"];
+const COLUMNS: [&str; 6] = ["start", "src", "dst", "bytes", "class", "delay"];
 
 /// Parse the flow list `text` read from `file` (named in errors). Hosts
-/// must be below `hosts` and differ; classes below `classes`.
-pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32) -> Result<Vec<FlowSpec>, String> {
+/// must be below `hosts` and differ; classes below `classes`; delay classes
+/// below `delays` (a scenario without delay classes accepts only 0).
+pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32, delays: u32) -> Result<Vec<FlowSpec>, String> {
     let mut flows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
@@ -30,13 +34,13 @@ pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32) -> Result<Vec<Fl
             continue;
         }
         let fail = |col: usize, msg: String| {
-            format!("{}: line {}, column {} ({}): {msg}", file.display(), i + 1, col + 1, COLUMNS[col.min(4)])
+            format!("{}: line {}, column {} ({}): {msg}", file.display(), i + 1, col + 1, COLUMNS[col.min(5)])
         };
         let cells: Vec<&str> = t.split(',').map(str::trim).collect();
-        if !(4..=5).contains(&cells.len()) {
+        if !(4..=6).contains(&cells.len()) {
             return Err(fail(
-                cells.len().min(4),
-                format!("expected start,src,dst,bytes[,class]: found {} columns", cells.len()),
+                cells.len().min(5),
+                format!("expected start,src,dst,bytes[,class[,delay]]: found {} columns", cells.len()),
             ));
         }
         let start: Nanos = match cells[0].parse::<u64>() {
@@ -62,11 +66,15 @@ pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32) -> Result<Vec<Fl
         if bytes == 0 {
             return Err(fail(3, "must be above 0".into()));
         }
-        let class = if cells.len() == 5 { number(4)? } else { 0 };
+        let class = if cells.len() >= 5 { number(4)? } else { 0 };
         if class >= classes as u64 {
             return Err(fail(4, format!("= {class}: the scheduler has no such class")));
         }
-        flows.push(FlowSpec { src, dst, bytes, start, class: 0, prio: class as u8 });
+        let delay = if cells.len() == 6 { number(5)? } else { 0 };
+        if delay >= u64::from(delays.max(1)) {
+            return Err(fail(5, format!("= {delay}: hosts.delay_classes has no such class")));
+        }
+        flows.push(FlowSpec { src, dst, bytes, start, class: delay as u8, prio: class as u8 });
     }
     if flows.is_empty() {
         return Err(format!("{}: no flows", file.display()));
@@ -79,7 +87,7 @@ mod tests {
     use super::*;
 
     fn p(text: &str) -> Result<Vec<FlowSpec>, String> {
-        parse(text, Path::new("flows.csv"), 4, 2)
+        parse(text, Path::new("flows.csv"), 4, 2, 3)
     }
 
     #[test]
@@ -89,6 +97,8 @@ mod tests {
         assert_eq!(f[0], FlowSpec { src: 0, dst: 1, bytes: 1000, start: 0, class: 0, prio: 0 });
         assert_eq!((f[1].start, f[1].src, f[1].dst, f[1].bytes, f[1].prio), (1_500_000, 2, 3, 28_000, 1));
         assert_eq!(f[2].start, 2500);
+        let f = p("0,0,1,1000,1,2\n5us,1,0,10,0\n").unwrap();
+        assert_eq!((f[0].class, f[0].prio, f[1].class), (2, 1, 0));
     }
 
     #[test]
@@ -105,6 +115,10 @@ mod tests {
         assert!(e.contains("column 3") && e.contains("to itself"), "{e}");
         let e = p("0,0,1,5,2\n").unwrap_err();
         assert!(e.contains("column 5 (class)") && e.contains("no such class"), "{e}");
+        let e = p("0,0,1,5,0,3\n").unwrap_err();
+        assert!(e.contains("column 6 (delay)") && e.contains("delay_classes has no such class"), "{e}");
+        let e = p("0,0,1,5,0,1,9\n").unwrap_err();
+        assert!(e.contains("found 7 columns"), "{e}");
         assert!(p("# nothing\n").unwrap_err().contains("no flows"));
     }
 }

@@ -55,6 +55,7 @@ pub mod sched;
 pub mod sweep;
 pub mod tcp;
 pub mod topology;
+pub mod trace;
 pub mod workload;
 pub mod world;
 

@@ -715,7 +715,8 @@ impl Scenario {
                 let line = line_of(text, "workload.file").map_or(String::new(), |l| format!("line {l}: "));
                 fail(format!("{line}workload.file: {}: {e}", list_path.display()))
             })?;
-            scenario.flow_list = flowlist::parse(&text, &list_path, hosts, classes).map_err(ScenarioError)?;
+            let delays = scenario.hosts.delay_classes.len() as u32;
+            scenario.flow_list = flowlist::parse(&text, &list_path, hosts, classes, delays).map_err(ScenarioError)?;
         }
         let Workload::Poisson { cdf, .. } = &scenario.workload else { return Ok(scenario) };
         let cdf_path = path.parent().unwrap_or(Path::new(".")).join(cdf);

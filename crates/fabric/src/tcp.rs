@@ -219,6 +219,14 @@ impl Sender {
         self.alpha
     }
 
+    /// cwnd, ssthresh and data in flight in bytes, the congestion state, α
+    /// and the RTO, comma-separated (for [`crate::trace`]).
+    pub fn describe(&self, mss: u32) -> String {
+        let b = |segs: f64| (segs * mss as f64).min(u32::MAX as f64) as u64;
+        let state = format!("{:?}", self.state);
+        format!("{},{},{},{state},{:.4},{}", b(self.cwnd), b(self.ssthresh), b(self.pipe()), self.alpha, self.rto)
+    }
+
     /// The SYN was just sent.
     pub fn on_syn_sent(&mut self, now: Nanos) {
         self.deadline = Some(now + self.rto);
@@ -524,6 +532,20 @@ impl Receiver {
         self.next >= self.segs
     }
 
+    /// Whether a data segment arriving now goes unanswered. Once every
+    /// segment is in, ns3-ecn-sharp's receiver has taken the FIN on the last
+    /// one and sent its own (CLOSE_WAIT, then LAST_ACK): only the next
+    /// sequence number is then in range, so a retransmitted segment is
+    /// dropped without an ACK (`TcpSocketBase::DoForwardUp`), and after the
+    /// LAST_ACK timer has closed the socket the port's listening socket
+    /// ignores anything but a SYN. So a late copy of the last segment never
+    /// releases the receiver's own ACK and FIN if they wait in its NIC's
+    /// delay queue: the sender's timeouts repeat, doubling, until other
+    /// traffic leaves that NIC.
+    pub fn ignores(&self) -> bool {
+        self.complete()
+    }
+
     fn has(&self, seq: u32) -> bool {
         self.ooo.get(seq as usize / 64).is_some_and(|w| w >> (seq % 64) & 1 == 1)
     }
@@ -553,6 +575,16 @@ mod tests {
     use super::*;
 
     const MSS: u64 = 1400;
+
+    #[test]
+    fn receiver_ignores_segments_once_complete() {
+        let mut r = Receiver::new(2);
+        assert!(!r.ignores());
+        r.on_data(1);
+        assert!(!r.ignores(), "out of order, still open");
+        r.on_data(0);
+        assert!(r.complete() && r.ignores());
+    }
 
     fn newreno() -> TcpConfig {
         TcpConfig { dctcp_g: None, ..TcpConfig::default() }

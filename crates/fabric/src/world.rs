@@ -790,6 +790,11 @@ impl World {
             let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
             p.ect = !seg.again;
             p.cwr = seg.cwr;
+            #[cfg(debug_assertions)]
+            if crate::trace::traced(f) {
+                let what = if seg.again { "retx" } else { "tx" };
+                crate::trace::event(now, what, seg.seq, &self.flows[f].sender, self.cfg.tcp.mss);
+            }
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
         }
@@ -816,6 +821,10 @@ impl World {
                 let fresh = self.flows[f].sender.timeout_is_fresh();
                 self.routing.on_timeout(now, self.flows[f].spec.src, f as u32, fresh);
                 let cfg = self.cfg.tcp;
+                #[cfg(debug_assertions)]
+                if crate::trace::traced(f) {
+                    crate::trace::event(now, "timeout", 0, &self.flows[f].sender, cfg.mss);
+                }
                 if self.flows[f].sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
                     self.send_forward(now, f, syn, q);
@@ -831,6 +840,10 @@ impl World {
         let flow = &mut self.flows[p.flow as usize];
         let src = flow.spec.src;
         flow.last_rx = Some(now);
+        if flow.receiver.ignores() {
+            // Counted as received (the flow monitor sees it), not answered.
+            return;
+        }
         let next = flow.receiver.on_data(p.seq);
         let ece = flow.receiver.ecn_echo(p.ect, p.ce, p.cwr);
         let closes = flow.done.is_none() && flow.receiver.complete();
@@ -924,6 +937,10 @@ impl World {
                 let cfg = self.cfg.tcp;
                 let sender = &mut self.flows[f].sender;
                 sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
+                #[cfg(debug_assertions)]
+                if crate::trace::traced(f) {
+                    crate::trace::event(now, if p.ece { "ack-ece" } else { "ack" }, p.seq, sender, cfg.mss);
+                }
                 if sender.phase != Phase::Done {
                     self.pump(now, f, q);
                 }

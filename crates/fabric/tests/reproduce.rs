@@ -9,15 +9,15 @@
 //! | TCN 70 µs | 10.822 | 86.49     | 1.995     | 10.53     |
 //! | TCN 30 µs |  9.951 | 79.06     | 1.540     | 10.31     |
 //!
-//! `orderings_and_small_flow_magnitudes_hold_over_five_seeds` checks what the ns-3 model shows on
-//! average: ECN#'s small flows finish sooner than TCN-high's, and TCN-high
-//! has the highest average FCT of the three. It also checks the small-flow
-//! magnitudes against the table, within the bounds issue #14 sets: the
-//! small-flow average within ±15 % and the small-flow p99 within ±25 %.
-//! The average and the large-flow average are not met yet — large flows
-//! finish about 30 % sooner than in ns-3, which pulls the average 20–25 %
-//! below — so they are not asserted here; the figures are compared in the
-//! documentation (fabric simulator, reproduction table).
+//! `orderings_and_magnitudes_hold_over_five_seeds` checks what the ns-3
+//! model shows on average: ECN#'s small flows finish sooner than TCN-high's,
+//! and TCN-high has the highest average FCT of the three. It also checks all
+//! four figures against the table, within the bounds issue #14 sets: the
+//! average and the small-flow average within ±15 %, the large-flow average
+//! and the small-flow p99 within ±25 %. (The large-flow average was met
+//! once the receiver stopped answering segments after its FIN, as ns-3's
+//! does: the timeout chains this causes at the end of flows are what made
+//! ns-3's large flows slower; `bench/ns3/` runs the original to compare.)
 
 use std::path::Path;
 
@@ -37,21 +37,29 @@ fn mean_of(name: &str) -> FctSummary {
     mean
 }
 
-/// ns-3's 5-seed means: small-flow average and p99 (ms).
-const NS3_SMALL: [(&str, f64, f64); 3] = [
-    ("large-scale-ecnsharp", 1.744, 10.07),
-    ("large-scale-tcn-high", 1.995, 10.53),
-    ("large-scale-tcn-low", 1.540, 10.31),
+/// ns-3's 5-seed means (ms): average, large-flow average, small-flow
+/// average and p99.
+const NS3: [(&str, f64, f64, f64, f64); 3] = [
+    ("large-scale-ecnsharp", 10.139, 83.26, 1.744, 10.07),
+    ("large-scale-tcn-high", 10.822, 86.49, 1.995, 10.53),
+    ("large-scale-tcn-low", 9.951, 79.06, 1.540, 10.31),
 ];
 
+/// Within `tolerance` (a fraction) of the ns-3 figure.
+fn near(ours: f64, ns3: f64, tolerance: f64) -> bool {
+    (ours - ns3).abs() <= tolerance * ns3
+}
+
 #[test]
-fn orderings_and_small_flow_magnitudes_hold_over_five_seeds() {
+fn orderings_and_magnitudes_hold_over_five_seeds() {
     let ecn_sharp = mean_of("large-scale-ecnsharp");
     let tcn_high = mean_of("large-scale-tcn-high");
     let tcn_low = mean_of("large-scale-tcn-low");
-    for ((name, avg, p99), ours) in NS3_SMALL.iter().zip([&ecn_sharp, &tcn_high, &tcn_low]) {
-        assert!((ours.small_avg - avg).abs() <= 0.15 * avg, "{name}: small avg {ours:?} vs ns-3 {avg}");
-        assert!((ours.small_p99 - p99).abs() <= 0.25 * p99, "{name}: small p99 {ours:?} vs ns-3 {p99}");
+    for ((name, avg, large, small, p99), ours) in NS3.iter().zip([&ecn_sharp, &tcn_high, &tcn_low]) {
+        assert!(near(ours.avg, *avg, 0.15), "{name}: avg {ours:?} vs ns-3 {avg}");
+        assert!(near(ours.large_avg, *large, 0.25), "{name}: large avg {ours:?} vs ns-3 {large}");
+        assert!(near(ours.small_avg, *small, 0.15), "{name}: small avg {ours:?} vs ns-3 {small}");
+        assert!(near(ours.small_p99, *p99, 0.25), "{name}: small p99 {ours:?} vs ns-3 {p99}");
     }
     assert!(ecn_sharp.small_avg < tcn_high.small_avg, "ECN# small {ecn_sharp:?} vs TCN-high {tcn_high:?}");
     assert!(tcn_high.avg > ecn_sharp.avg && tcn_high.avg > tcn_low.avg, "{ecn_sharp:?} {tcn_high:?} {tcn_low:?}");
