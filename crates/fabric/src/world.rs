@@ -831,9 +831,6 @@ impl World {
         let flow = &mut self.flows[p.flow as usize];
         let src = flow.spec.src;
         flow.last_rx = Some(now);
-        if flow.receiver.stale(p.seq) {
-            return;
-        }
         let next = flow.receiver.on_data(p.seq);
         let ece = flow.receiver.ecn_echo(p.ect, p.ce, p.cwr);
         let closes = flow.done.is_none() && flow.receiver.complete();
