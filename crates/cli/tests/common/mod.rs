@@ -81,7 +81,7 @@ impl Fulcrum {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         let status = self.child.wait().unwrap();
-        std::mem::forget(self);
+        // Drop then only removes the directory (the child is reaped).
         status
     }
 }
