@@ -515,11 +515,15 @@ impl World {
             None if self.ports[i].qdisc.classes() > 1 => self.flows[p.flow as usize].spec.prio as usize,
             _ => 0,
         };
-        if !self.ports[i].qdisc.enqueue(now, class, p) {
-            return;
-        }
+        let kept = self.ports[i].qdisc.enqueue(now, class, p);
+        // ns-3's traffic-control layer runs the discipline after every
+        // packet handed to it, kept or dropped: a full discipline still
+        // tops up a device queue that has room, so drops alternate with
+        // admissions instead of coming in runs of a device queue's size.
         self.service(now, i, q);
-        self.note_backlog(i);
+        if kept {
+            self.note_backlog(i);
+        }
     }
 
     fn note_backlog(&mut self, i: usize) {
