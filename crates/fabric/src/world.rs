@@ -1081,6 +1081,28 @@ mod tests {
     }
 
     #[test]
+    fn a_packet_dropped_by_a_full_discipline_still_services_its_port() {
+        // A host NIC whose discipline is full and whose device queue is
+        // empty (packets put there without a service): the next packet
+        // handed over is dropped, and the port is serviced all the same, as
+        // ns-3 runs the discipline after every enqueue. Without that the
+        // discipline stayed full until the device queue drained, dropping
+        // every packet in between.
+        let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let cfg = ModelConfig { host_limit: 3, ..config(vec![], Service::OnEmpty) };
+        let mut q = Queue::new();
+        let mut world = World::new(cfg, fabric, vec![], 100_000, &mut q);
+        let p = world.fabric.host_port[0] as usize;
+        for seq in 0..3 {
+            assert!(world.ports[p].qdisc.enqueue(0, 0, crate::lb::testing::data(0, seq, 0)));
+        }
+        world.enqueue(0, p, crate::lb::testing::data(0, 3, 0), &mut q);
+        assert_eq!(world.queue_stats(p as u32).drops, 1);
+        assert!(world.ports[p].qdisc.is_empty(), "the device queue took the discipline's packets");
+        assert_eq!(world.ports[p].device.len(), 2, "one is on the wire");
+    }
+
+    #[test]
     fn ns3_service_strands_a_lone_delayed_packet_until_a_timeout() {
         // With the delay on the switch port and ns-3's service rule, the
         // SYN waits behind its 1 µs delay until the next packet for that
