@@ -844,8 +844,8 @@ impl World {
         let flow = &mut self.flows[p.flow as usize];
         let src = flow.spec.src;
         flow.last_rx = Some(now);
-        // Counted as received (the flow monitor sees it), not answered.
-        if flow.receiver.ignores() || flow.receiver.stale(p.seq) {
+        if flow.receiver.ignores() {
+            // Counted as received (the flow monitor sees it), not answered.
             return;
         }
         let next = flow.receiver.on_data(p.seq);
