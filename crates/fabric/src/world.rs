@@ -515,11 +515,15 @@ impl World {
             None if self.ports[i].qdisc.classes() > 1 => self.flows[p.flow as usize].spec.prio as usize,
             _ => 0,
         };
-        if !self.ports[i].qdisc.enqueue(now, class, p) {
-            return;
-        }
+        let kept = self.ports[i].qdisc.enqueue(now, class, p);
+        // ns-3's traffic-control layer runs the discipline after every
+        // packet handed to it, kept or dropped: a full discipline still
+        // tops up a device queue that has room, so drops alternate with
+        // admissions instead of coming in runs of a device queue's size.
         self.service(now, i, q);
-        self.note_backlog(i);
+        if kept {
+            self.note_backlog(i);
+        }
     }
 
     fn note_backlog(&mut self, i: usize) {
@@ -1074,6 +1078,28 @@ mod tests {
         let (fct, troubles) = lone_flow(140_000, vec![], Service::OnRoom);
         assert!((300_000..400_000).contains(&fct), "{fct}");
         assert_eq!(troubles, 0);
+    }
+
+    #[test]
+    fn a_packet_dropped_by_a_full_discipline_still_services_its_port() {
+        // A host NIC whose discipline is full and whose device queue is
+        // empty (packets put there without a service): the next packet
+        // handed over is dropped, and the port is serviced all the same, as
+        // ns-3 runs the discipline after every enqueue. Without that the
+        // discipline stayed full until the device queue drained, dropping
+        // every packet in between.
+        let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let cfg = ModelConfig { host_limit: 3, ..config(vec![], Service::OnEmpty) };
+        let mut q = Queue::new();
+        let mut world = World::new(cfg, fabric, vec![], 100_000, &mut q);
+        let p = world.fabric.host_port[0] as usize;
+        for seq in 0..3 {
+            assert!(world.ports[p].qdisc.enqueue(0, 0, crate::lb::testing::data(0, seq, 0)));
+        }
+        world.enqueue(0, p, crate::lb::testing::data(0, 3, 0), &mut q);
+        assert_eq!(world.queue_stats(p as u32).drops, 1);
+        assert!(world.ports[p].qdisc.is_empty(), "the device queue took the discipline's packets");
+        assert_eq!(world.ports[p].device.len(), 2, "one is on the wire");
     }
 
     #[test]
