@@ -266,6 +266,13 @@ pub fn run_many(
     outcomes
 }
 
+/// Bytes of a `payload` sent once in full segments, each carrying
+/// `per_segment` bytes of headers.
+fn sent_once(cfg: &ModelConfig, payload: u64, per_segment: u32) -> u64 {
+    let segs = payload.div_ceil(u64::from(cfg.tcp.mss)).max(1);
+    payload + segs * u64::from(per_segment)
+}
+
 /// Per-flow records of the flows of which something arrived.
 fn records(world: &World) -> Vec<FlowRecord> {
     let cfg = &world.cfg;
@@ -279,8 +286,7 @@ fn records(world: &World) -> Vec<FlowRecord> {
             let spec = &f.spec;
             let class = |c: u8| cfg.delay_classes.get(c as usize).copied().unwrap_or(0);
             let one_way = world.fabric.path_delay(spec.src, spec.dst, i as u32, cfg.salt);
-            let segs = spec.bytes.div_ceil(cfg.tcp.mss as u64).max(1);
-            let wire = spec.bytes + segs * (cfg.header + FRAMING) as u64;
+            let wire = sent_once(cfg, spec.bytes, cfg.header + FRAMING);
             let ideal = 3 * one_way + class(spec.class) + 2 * class(cfg.control_class);
             let ideal = ideal as f64 + wire as f64 * 8e9 / rate;
             let fct = last - first;
@@ -310,13 +316,11 @@ fn stranded(world: &World, end: Nanos) -> Vec<Stranded> {
         .filter(|(_, f)| f.last_rx.is_none())
         .filter_map(|(i, f)| {
             let first = f.first_tx?;
-            let segs = f.spec.bytes.div_ceil(cfg.tcp.mss as u64).max(1);
-            let once = f.spec.bytes + segs * u64::from(cfg.header);
             Some(Stranded {
                 id: i as u32,
                 bytes: f.spec.bytes,
                 age_ns: end.saturating_sub(first),
-                small: once < metrics::SMALL_BYTES,
+                small: sent_once(cfg, f.spec.bytes, cfg.header) < metrics::SMALL_BYTES,
             })
         })
         .collect()
