@@ -198,6 +198,28 @@ impl<E> Queue<E> {
     /// If `at` is earlier than the last event popped: time cannot go back.
     #[inline]
     pub fn schedule(&mut self, at: Nanos, ev: E) {
+        // The common case, an event ahead of the clock filed at or above the
+        // lowest bucket with room in its vector, has no call in it, so that
+        // it needs no saved registers; everything else is `schedule_slow`.
+        if at > self.last {
+            let b = bucket(at, self.last);
+            let events = &mut self.buckets[b];
+            if b >= self.low && events.len() < events.capacity() {
+                let seq = self.seq;
+                events.push(Entry { at, seq, ev });
+                self.seq += 1;
+                self.len += 1;
+                self.occupied[b / 64] |= 1 << (b % 64);
+                return;
+            }
+        }
+        self.schedule_slow(at, ev);
+    }
+
+    /// [`Queue::schedule`] at the clock, below the lowest bucket, into a
+    /// full vector, or in the past (a panic).
+    #[inline(never)]
+    fn schedule_slow(&mut self, at: Nanos, ev: E) {
         assert!(at >= self.last, "event scheduled at {at} ns, before the last event popped ({} ns)", self.last);
         self.len += 1;
         let seq = self.next_seq();
