@@ -30,6 +30,7 @@
 //! instead: ns-3's own flow lists of seeds 1–4 (`tests/data/`, their
 //! README says how they were made), where Fulcrum's small-flow average
 //! and average FCT are each held within ±15 % of ns-3's on the same lists.
+
 use std::path::Path;
 
 use fulcrum_fabric::report::Report;
