@@ -850,8 +850,9 @@ impl World {
         let flow = &mut self.flows[p.flow as usize];
         let src = flow.spec.src;
         flow.last_rx = Some(now);
-        if flow.receiver.ignores() {
-            // Counted as received (the flow monitor sees it), not answered.
+        // Counted as received (the flow monitor sees it), not answered: a
+        // segment after the connection closed, or a stale copy (tcp.rs).
+        if flow.receiver.ignores() || flow.receiver.stale(p.seq) {
             #[cfg(debug_assertions)]
             crate::trace::note(p.flow as usize, now, format_args!("rx-unanswered,{},{}", p.seq, p.ce as u8));
             return;

@@ -8,10 +8,13 @@
 //! gray path (fewest of the host's own flows), and the flows that move do so
 //! because their path read bad (one-way delay ≥ 180 µs), with tens of
 //! segments in flight on the old path. The new path delivers first; the
-//! receiver's duplicate ACKs start a fast retransmit, and each partial ACK of
-//! NewReno's recovery (as in ns-3) resends the next segment, still on its
-//! way: a move resends most of what was in flight. Without rerouting the
-//! same flows resend almost nothing.
+//! receiver's duplicate ACKs start a fast retransmit, and partial ACKs of
+//! NewReno's recovery (as in ns-3) resend segments still on their way. The
+//! late copies arrive stale and go unanswered (as in ns-3), so a move costs
+//! one recovery: 0.5 % of the bytes resent in seed 1 at load 0.8, against
+//! 0.01 % without rerouting. (When the receiver still answered stale
+//! copies, their duplicate ACKs chained recoveries and over 3 % was
+//! resent.)
 // The counters, and so this whole test, exist only with debug assertions;
 // without this a `cargo test --release` would not compile.
 #![cfg(debug_assertions)]
@@ -71,8 +74,7 @@ fn hermes_places_on_gray_paths_and_moves_off_bad_ones() {
     let (staying, still) = run(&["routing.reroute_probability=0"]);
     assert_eq!(still.moved_bad + still.moved_idle + still.moved_failed, 0, "{still:?}");
     assert!(still.in_flight_at_move * 100 < s.in_flight_at_move, "{still:?}");
-    // The moves cost retransmissions: over 3 % of the bytes resent, ten
-    // times what the same flows resend when they stay put.
-    assert!(resent(&moving) > 0.03, "{}", resent(&moving));
+    // The moves cost retransmissions: ten times what the same flows resend
+    // when they stay put.
     assert!(resent(&moving) > 10.0 * resent(&staying), "{} vs {}", resent(&moving), resent(&staying));
 }

@@ -3,30 +3,36 @@
 //! scenarios: flows launched over 100 ms, the run ending at 150 ms, seeds 1
 //! and 2 pooled (the figures are the mean over the two runs).
 //!
-//! Each test prints every figure it compares (`--nocapture`) and asserts the
-//! parts of the target that hold in this model. The parts that do not hold
-//! are printed with their ratio and stated in the documentation, with the
-//! reason; no scheme was tuned to meet a target:
+//! Each test prints every figure it compares (`--nocapture`) and asserts
+//! each part of a target that holds in this model, as the issue states it.
+//! The parts that do not hold are printed with their ratio and listed here;
+//! no scheme was tuned to meet a target. The figures are those of the model
+//! whose receiver drops stale segments unanswered, as ns-3's does (before
+//! that, Hermes's moves cost it chains of fast recoveries, and it lost to
+//! ECMP on the symmetric fabric and to CLOVE on the asymmetric one).
 //!
 //! Presto and DRB run with the receiver's resequencing buffer, as the
 //! original's experiment scripts run them.
 //!
-//! - symmetric: CONGA and Presto beat ECMP at load 0.8 (asserted); Hermes
-//!   does not, and Hermes, CONGA and Presto are not within 10 % of each
-//!   other.
+//! - symmetric: Hermes, CONGA and Presto each beat ECMP at load 0.8
+//!   (asserted; 0.962, 0.784 and 0.896 × ECMP's average FCT). They are not
+//!   within 10 % of each other: the largest average is 1.30 × the smallest
+//!   at load 0.6 and 1.23 × at 0.8 (CONGA is the fastest, Hermes the
+//!   slowest).
 //! - asymmetric (a fifth of the leaf–spine links at 1/5 of their rate, load
-//!   0.7): Hermes and CONGA beat ECMP (asserted); Hermes is not ≤ CONGA nor
-//!   below CLOVE, and ECMP is not the worst (DRB and Presto spray packets
-//!   over the slow links too).
+//!   0.7): Hermes's average FCT is ≤ 0.85 × CLOVE's (asserted; 0.820), and
+//!   Hermes and CONGA beat ECMP (asserted). Hermes is not ≤ CONGA (1.16 ×),
+//!   and ECMP is not the worst: Presto and DRB spray packets over the slow
+//!   links too, and are slower.
 //! - random drop (0.5 % at spine 0) and black hole (spine 0, leaf 0 → leaf
 //!   1), load 0.6: Hermes's small-flow p99 is not 30 % below every other
-//!   scheme's. Under the black hole the ACKs of flows from leaf 1 to leaf 0
-//!   cross spine 0 too and no sender-side scheme moves them; what is
-//!   asserted is that ECMP strands flows (its small-flow p99 is the
-//!   stranded flows' age) and that LetFlow, which moves ACKs too, keeps its
-//!   tail below half of ECMP's: its flowlets leave the black hole, so it
-//!   strands few flows (none in seed 1, two in seed 2, with the hosts' NICs
-//!   marking as in the original, against ECMP's 11 and 26).
+//!   scheme's (0.98 × the best other's, FlowBender's, under random drop;
+//!   4.8 × LetFlow's under the black hole). Under the black hole the ACKs
+//!   of flows from leaf 1 to leaf 0 cross spine 0 too and no sender-side
+//!   scheme moves them; what is asserted is that ECMP strands flows (its
+//!   small-flow p99 is the stranded flows' age) and that LetFlow, which
+//!   moves ACKs too, keeps its tail below half of ECMP's: its flowlets
+//!   leave the black hole, so it strands few flows.
 
 use std::path::Path;
 
@@ -66,7 +72,7 @@ fn fct(name: &str, scheme: &str, load: f64) -> FctSummary {
 const ALL: [&str; 9] = ["ecmp", "drb", "presto", "letflow", "drill", "conga", "clove", "flowbender", "hermes"];
 
 #[test]
-fn symmetric_conga_and_presto_beat_ecmp_at_high_load() {
+fn symmetric_hermes_conga_and_presto_beat_ecmp_at_high_load() {
     for load in [0.6, 0.8] {
         let [ecmp, presto, conga, hermes] =
             ["ecmp", "presto", "conga", "hermes"].map(|s| fct("lb-4x4x8-symmetric", s, load));
@@ -80,6 +86,7 @@ fn symmetric_conga_and_presto_beat_ecmp_at_high_load() {
             presto.avg / ecmp.avg
         );
         if load == 0.8 {
+            assert!(hermes.avg < ecmp.avg, "Hermes {hermes:?} ECMP {ecmp:?}");
             assert!(conga.avg < ecmp.avg, "CONGA {conga:?} ECMP {ecmp:?}");
             assert!(presto.avg < ecmp.avg, "Presto {presto:?} ECMP {ecmp:?}");
         }
@@ -87,7 +94,7 @@ fn symmetric_conga_and_presto_beat_ecmp_at_high_load() {
 }
 
 #[test]
-fn asymmetric_hermes_and_conga_beat_ecmp() {
+fn asymmetric_hermes_beats_clove_and_with_conga_beats_ecmp() {
     let figures: Vec<(&str, FctSummary)> = ALL.iter().map(|&s| (s, fct("lb-4x4x8-asymmetric", s, 0.7))).collect();
     let avg = |name: &str| figures.iter().find(|(s, _)| *s == name).unwrap().1.avg;
     let (hermes, conga, clove, ecmp) = (avg("hermes"), avg("conga"), avg("clove"), avg("ecmp"));
@@ -97,10 +104,8 @@ fn asymmetric_hermes_and_conga_beat_ecmp() {
         hermes / conga,
         hermes / clove
     );
-    // Hermes below CLOVE held before the transport followed ns-3's send
-    // loop and congestion states, and no longer does (the line above prints
-    // Hermes/CLOVE), so only Hermes below ECMP is asserted.
-    assert!(hermes < ecmp, "Hermes {hermes} ECMP {ecmp} CLOVE {clove}");
+    assert!(hermes <= 0.85 * clove, "Hermes {hermes} CLOVE {clove}");
+    assert!(hermes < ecmp, "Hermes {hermes} ECMP {ecmp}");
     assert!(conga < ecmp, "CONGA {conga} ECMP {ecmp}");
 }
 
