@@ -111,13 +111,16 @@ impl<E: Copy> Wheel<E> {
     fn file(&mut self, at: Nanos, ev: E) {
         let i = (at >> SLOT_BITS) as usize % SLOTS;
         let slot = &mut self.slots[i];
-        match slot.last() {
-            Some(&(t, _)) if t > at => {
-                let k = slot.partition_point(|&(t, _)| t <= at);
-                slot.insert(k, (at, ev));
-            }
-            _ => slot.push((at, ev)),
+        // Appended, then moved down past the later events, as one step of
+        // an insertion sort: it usually belongs at or near the end, where a
+        // short backward walk is cheaper than a binary search and a move.
+        slot.push((at, ev));
+        let mut k = slot.len() - 1;
+        while k > 0 && slot[k - 1].0 > at {
+            slot[k] = slot[k - 1];
+            k -= 1;
         }
+        slot[k] = (at, ev);
         self.occupied[i / 64] |= 1 << (i % 64);
         self.len += 1;
     }
