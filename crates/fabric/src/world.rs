@@ -223,7 +223,13 @@ pub struct World {
 /// The earliest due time at the fronts of a port's delay FIFOs
 /// (`Nanos::MAX` when every one is empty).
 fn earliest_due(fifos: &[VecDeque<Packet>]) -> Nanos {
-    fifos.iter().filter_map(|f| f.front().map(|p| p.enqueued)).min().unwrap_or(Nanos::MAX)
+    earliest_front(fifos).map_or(Nanos::MAX, |(due, _)| due)
+}
+
+/// The (due time, class) of the earliest front of a port's delay FIFOs,
+/// the lowest class first among equal times; `None` when all are empty.
+fn earliest_front(fifos: &[VecDeque<Packet>]) -> Option<(Nanos, usize)> {
+    fifos.iter().enumerate().filter_map(|(c, f)| f.front().map(|p| (p.enqueued, c))).min()
 }
 
 /// Port backlogs as routing schemes read them.
@@ -575,17 +581,22 @@ impl World {
         let classes = self.cfg.delay_classes.len();
         let cap = self.cfg.device_packets as usize;
         let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
-        while self.ports[i].device.len() < cap {
-            let next = (0..classes)
-                .filter_map(|c| fifos[c].front().map(|p| (p.enqueued, c)))
-                .filter(|&(due, _)| due <= now)
-                .min();
-            let Some((_, c)) = next else { break };
-            let p = ring::pop_front(&mut fifos[c]).expect("front was just seen");
-            self.ports[i].device.push_back(p);
-            self.ports[i].held -= 1;
+        // One look at the fronts per packet moved: the earliest front is
+        // the next to go if it is due, else the port's next due time.
+        loop {
+            let next = earliest_front(fifos);
+            match next {
+                Some((due, c)) if due <= now && self.ports[i].device.len() < cap => {
+                    let p = ring::pop_front(&mut fifos[c]).expect("front was just seen");
+                    self.ports[i].device.push_back(p);
+                    self.ports[i].held -= 1;
+                }
+                _ => {
+                    self.ports[i].next_due = next.map_or(Nanos::MAX, |(due, _)| due);
+                    return;
+                }
+            }
         }
-        self.ports[i].next_due = earliest_due(fifos);
     }
 
     /// Start sending the device queue's head (the transmitter is idle).
