@@ -9,9 +9,11 @@
 //! is filed once in the slot of its time on a wheel (Varghese and Lauck,
 //! "Hashed and hierarchical timing wheels", SOSP 1987): [`SLOTS`] slots of
 //! [`SLOT_NS`] nanoseconds each, a ring covering the [`HORIZON`] from the
-//! clock's slot on. Each slot is kept sorted by time; an event goes after
-//! every event of its slot due at or before its time, so events at the
-//! same time leave in the order they were scheduled, as in [`Queue`].
+//! clock's slot on. An event is appended to its slot; a slot is sorted by
+//! time (a stable sort) when the clock reaches it, and an event filed into
+//! the clock's own slot goes after every event there due at or before it.
+//! Either way events at the same time leave in the order they were
+//! scheduled, as in [`Queue`].
 //! Events due beyond the horizon (timeouts, flow starts, samples) wait in
 //! a [`Queue`], the overflow.
 //!
@@ -22,8 +24,8 @@
 //! any event can be scheduled straight into it, and the overflow hands
 //! its events over in (time, scheduling) order. A slot therefore holds its
 //! events from the overflow first, then those scheduled into it, each
-//! group in scheduling order, and the sorted insertion keeps equal times
-//! in that order. The property test below checks the pop order against
+//! group in scheduling order, and the stable sort and the sorted insertion
+//! keep equal times in that order. The property test below checks the pop order against
 //! [`Queue`] for random interleavings.
 //!
 //! As with [`Queue`], no event may be scheduled before the time of the last
@@ -49,8 +51,9 @@ const WORDS: usize = SLOTS / 64;
 /// [`Queue`]; cheaper than it when most events are due within [`HORIZON`].
 pub struct Wheel<E> {
     /// Slot `s % SLOTS` holds the events due in slot `s` (times
-    /// `s · SLOT_NS …`) for `s` from `cur` to `cur + SLOTS − 1`, sorted by
-    /// time, equal times in scheduling order.
+    /// `s · SLOT_NS …`) for `s` from `cur` to `cur + SLOTS − 1`, in the
+    /// order they were filed; the clock's slot sorted by time, equal times
+    /// in scheduling order.
     slots: Vec<Vec<(Nanos, E)>>,
     /// Bit `i` set when slot `i` holds events not yet popped.
     occupied: [u64; WORDS],
@@ -105,22 +108,25 @@ impl<E: Copy> Wheel<E> {
         }
     }
 
-    /// Put an event due within the horizon in its slot, after every event
-    /// there due at or before it.
+    /// Put an event due within the horizon in its slot: at the end, or in
+    /// the clock's slot (sorted, being popped) after every event due at or
+    /// before it. Other slots are sorted when the clock reaches them.
     #[inline]
     fn file(&mut self, at: Nanos, ev: E) {
-        let i = (at >> SLOT_BITS) as usize % SLOTS;
+        let s = at >> SLOT_BITS;
+        let i = s as usize % SLOTS;
         let slot = &mut self.slots[i];
-        // Appended, then moved down past the later events, as one step of
-        // an insertion sort: it usually belongs at or near the end, where a
-        // short backward walk is cheaper than a binary search and a move.
         slot.push((at, ev));
-        let mut k = slot.len() - 1;
-        while k > 0 && slot[k - 1].0 > at {
-            slot[k] = slot[k - 1];
-            k -= 1;
+        if s == self.cur {
+            // Moved down past the later events, one step of an insertion
+            // sort; never past the popped ones, which are due by now.
+            let mut k = slot.len() - 1;
+            while k > 0 && slot[k - 1].0 > at {
+                slot[k] = slot[k - 1];
+                k -= 1;
+            }
+            slot[k] = (at, ev);
         }
-        slot[k] = (at, ev);
         self.occupied[i / 64] |= 1 << (i % 64);
         self.len += 1;
     }
@@ -148,7 +154,11 @@ impl<E: Copy> Wheel<E> {
             }
             match self.next_slot() {
                 Some(s) => {
-                    if self.slots[s as usize % SLOTS][0].0 > until {
+                    // A stable sort by time keeps equal times in the order
+                    // they were filed, which is their scheduling order.
+                    let slot = &mut self.slots[s as usize % SLOTS];
+                    slot.sort_by_key(|&(at, _)| at);
+                    if slot[0].0 > until {
                         return None;
                     }
                     self.advance(s);
