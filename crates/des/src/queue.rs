@@ -132,7 +132,7 @@ pub struct Queue<E> {
     due: VecDeque<(u64, E)>,
     /// `buckets[64·p + v]` holds events whose time first differs from
     /// `last` at digit position `p`, where its digit is `v`.
-    buckets: Vec<Vec<Entry<E>>>,
+    buckets: Box<[Vec<Entry<E>>; BUCKETS]>,
     /// Bit `i` (of word `i / 64`) set when `buckets[i]` is not empty.
     occupied: [u64; WORDS],
     /// The lowest non-empty bucket ([`BUCKETS`] when none), kept up to
@@ -163,7 +163,7 @@ impl<E> Queue<E> {
             last: 0,
             seq: 0,
             due: VecDeque::new(),
-            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            buckets: Box::new(std::array::from_fn(|_| Vec::new())),
             occupied: [0; WORDS],
             low: BUCKETS,
             low_floor: Nanos::MAX,
@@ -198,6 +198,28 @@ impl<E> Queue<E> {
     /// If `at` is earlier than the last event popped: time cannot go back.
     #[inline]
     pub fn schedule(&mut self, at: Nanos, ev: E) {
+        // The common case, an event ahead of the clock filed at or above the
+        // lowest bucket with room in its vector, has no call in it, so that
+        // it needs no saved registers; everything else is `schedule_slow`.
+        if at > self.last {
+            let b = bucket(at, self.last);
+            let events = &mut self.buckets[b];
+            if b >= self.low && events.len() < events.capacity() {
+                let seq = self.seq;
+                events.push(Entry { at, seq, ev });
+                self.seq += 1;
+                self.len += 1;
+                self.occupied[b / 64] |= 1 << (b % 64);
+                return;
+            }
+        }
+        self.schedule_slow(at, ev);
+    }
+
+    /// [`Queue::schedule`] at the clock, below the lowest bucket, into a
+    /// full vector, or in the past (a panic).
+    #[inline(never)]
+    fn schedule_slow(&mut self, at: Nanos, ev: E) {
         assert!(at >= self.last, "event scheduled at {at} ns, before the last event popped ({} ns)", self.last);
         self.len += 1;
         let seq = self.next_seq();
@@ -308,9 +330,17 @@ impl<E> Queue<E> {
         self.buckets[b].push(e);
         self.occupied[b / 64] |= 1 << (b % 64);
         if b < self.low {
-            self.low = b;
-            self.low_floor = floor(b, self.last);
+            self.lower_low(b);
         }
+    }
+
+    /// [`Queue::file`] below the lowest bucket, which is rare (events are
+    /// filed ahead of the clock): kept out of line, so that `file`, inlined
+    /// into `schedule` and the refile loop, stays small.
+    #[inline(never)]
+    fn lower_low(&mut self, b: usize) {
+        self.low = b;
+        self.low_floor = floor(b, self.last);
     }
 
     /// Bring `low` and `low_floor` up to date after buckets were emptied.
@@ -422,18 +452,30 @@ impl<E> Queue<E> {
         let mut events = std::mem::take(&mut self.buckets[b]);
         let origin = events.iter().map(|e| e.at).min().expect("an occupied bucket has events").min(at);
         self.last = origin;
-        for e in events.drain(..) {
-            if e.at == origin {
-                self.due.push_back((e.seq, e.ev));
-            } else {
-                self.file(e);
-            }
-        }
+        self.refile(&mut events);
         // Keep the allocation for the next time this bucket fills.
         self.buckets[b] = events;
         match self.due.front() {
             Some(&(s, _)) if origin < at || s < seq => self.due.pop_front().map(|(_, ev)| (origin, ev)),
             _ => None,
+        }
+    }
+
+    /// File `events` (emptying it) around the origin `last`, those at it in
+    /// `due`, leaving `low` and `low_floor` for the caller to recompute.
+    /// Out of line, the loop keeps its values in registers (inlined into
+    /// the run loop, it spilled several per event).
+    #[inline(never)]
+    fn refile(&mut self, events: &mut Vec<Entry<E>>) {
+        let last = self.last;
+        for e in events.drain(..) {
+            if e.at == last {
+                self.due.push_back((e.seq, e.ev));
+            } else {
+                let b = bucket(e.at, last);
+                self.buckets[b].push(e);
+                self.occupied[b / 64] |= 1 << (b % 64);
+            }
         }
     }
 

@@ -6,7 +6,11 @@
 //! hot path does not pay for them): with `FULCRUM_TRACE_FLOW=N` in the
 //! environment, every segment flow N sends, every ACK it receives and every
 //! timeout print one line to stderr,
-//! `t_ns,event,seq,cwnd_bytes,ssthresh_bytes,pipe_bytes,state,alpha,rto_ns`.
+//! `t_ns,event,seq,cwnd_bytes,ssthresh_bytes,pipe_bytes,state,alpha,rto_ns`;
+//! the receiver prints `t_ns,rx,seq,ce,ack,ece` for each data segment it
+//! answers and `t_ns,rx-unanswered,seq,ce` for one it drops without an
+//! answer, and each of the flow's packets a queue discipline drops prints
+//! `t_ns,drop,seq,kind,port` (ns-3's side: `bench/ns3/mq-trace.patch`).
 
 use std::sync::OnceLock;
 
@@ -22,4 +26,11 @@ pub fn traced(f: usize) -> bool {
 /// One line: `event` about segment (or ACK number) `seq` of `s`, at `now`.
 pub fn event(now: Nanos, event: &str, seq: u32, s: &Sender, mss: u32) {
     eprintln!("{now},{event},{seq},{}", s.describe(mss));
+}
+
+/// One line about flow `f` that is not the sender's: `now`, then `what`.
+pub fn note(f: usize, now: Nanos, what: std::fmt::Arguments) {
+    if traced(f) {
+        eprintln!("{now},{what}");
+    }
 }

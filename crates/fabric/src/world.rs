@@ -521,7 +521,13 @@ impl World {
             None if self.ports[i].qdisc.classes() > 1 => self.flows[p.flow as usize].spec.prio as usize,
             _ => 0,
         };
+        #[cfg(debug_assertions)]
+        let (flow, seq, kind) = (p.flow as usize, p.seq, p.kind);
         let kept = self.ports[i].qdisc.enqueue(now, class, p);
+        #[cfg(debug_assertions)]
+        if !kept {
+            crate::trace::note(flow, now, format_args!("drop,{seq},{kind:?},{i}"));
+        }
         // ns-3's traffic-control layer runs the discipline after every
         // packet handed to it, kept or dropped: a full discipline still
         // tops up a device queue that has room, so drops alternate with
@@ -857,10 +863,14 @@ impl World {
         flow.last_rx = Some(now);
         if flow.receiver.ignores() {
             // Counted as received (the flow monitor sees it), not answered.
+            #[cfg(debug_assertions)]
+            crate::trace::note(p.flow as usize, now, format_args!("rx-unanswered,{},{}", p.seq, p.ce as u8));
             return;
         }
         let next = flow.receiver.on_data(p.seq);
         let ece = flow.receiver.ecn_echo(p.ect, p.ce, p.cwr);
+        #[cfg(debug_assertions)]
+        crate::trace::note(p.flow as usize, now, format_args!("rx,{},{},{next},{}", p.seq, p.ce as u8, ece as u8));
         let closes = flow.done.is_none() && flow.receiver.complete();
         if closes {
             flow.done = Some(now);
