@@ -24,8 +24,10 @@
 mod queue;
 mod run;
 mod streams;
+mod wheel;
 
 pub use fulcrum_balance::{Nanos, Rng};
 pub use queue::{Lane, Queue};
-pub use run::{run, Model, Ran, PROGRESS_EVENTS};
+pub use run::{run, Model, Pending, Ran, PROGRESS_EVENTS};
 pub use streams::Streams;
+pub use wheel::{Wheel, HORIZON, SLOTS, SLOT_NS};

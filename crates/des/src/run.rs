@@ -6,15 +6,41 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fulcrum_balance::Nanos;
 
 use crate::queue::Queue;
+use crate::wheel::Wheel;
+
+/// A set of pending events that [`run`] pops in (time, scheduling) order:
+/// [`Queue`], or [`Wheel`] for models whose events are nearly all due
+/// shortly after they are scheduled.
+pub trait Pending<E> {
+    /// The earliest event if it is due at or before `until`; otherwise
+    /// `None`, and the set is unchanged.
+    fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)>;
+}
+
+impl<E> Pending<E> for Queue<E> {
+    #[inline]
+    fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
+        Queue::pop_until(self, until)
+    }
+}
+
+impl<E: Copy> Pending<E> for Wheel<E> {
+    #[inline]
+    fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
+        Wheel::pop_until(self, until)
+    }
+}
 
 /// A simulation's state and its reaction to events.
 pub trait Model {
     /// What happens (small `Copy` values: indices, not owned data).
     type Event;
+    /// Where its pending events wait (usually `Queue<Self::Event>`).
+    type Queue: Pending<Self::Event>;
 
     /// Handle `ev`, due at `now`; schedule what follows on `queue` (at `now`
     /// or later).
-    fn handle(&mut self, now: Nanos, ev: Self::Event, queue: &mut Queue<Self::Event>);
+    fn handle(&mut self, now: Nanos, ev: Self::Event, queue: &mut Self::Queue);
 
     /// Work done so far, in the unit the progress counter counts. The
     /// default is events handled (`events`); the request simulator counts
@@ -45,7 +71,7 @@ pub struct Ran {
 /// [`Model::work_done`]: every [`PROGRESS_EVENTS`] events and once at the
 /// end, so that when `run` returns it has grown by exactly the work done in
 /// this call. Several runs (threads) may share one counter.
-pub fn run<M: Model>(model: &mut M, queue: &mut Queue<M::Event>, until: Nanos, progress: Option<&AtomicU64>) -> Ran {
+pub fn run<M: Model>(model: &mut M, queue: &mut M::Queue, until: Nanos, progress: Option<&AtomicU64>) -> Ran {
     let mut events = 0u64;
     let mut end = 0;
     let start = model.work_done(0);
@@ -80,6 +106,7 @@ mod tests {
 
     impl Model for Countdown {
         type Event = u32;
+        type Queue = Queue<u32>;
         fn handle(&mut self, now: Nanos, ev: u32, queue: &mut Queue<u32>) {
             self.log.push((now, ev));
             if ev > 0 {
@@ -124,6 +151,7 @@ mod tests {
 
     impl Model for Evens {
         type Event = u32;
+        type Queue = Queue<u32>;
         fn handle(&mut self, now: Nanos, ev: u32, queue: &mut Queue<u32>) {
             self.0 += u64::from(ev.is_multiple_of(2));
             if ev > 0 {

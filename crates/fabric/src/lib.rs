@@ -62,7 +62,7 @@ pub mod world;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use fulcrum_des::{Queue, Streams};
+use fulcrum_des::{Streams, Wheel};
 use serde::Serialize;
 
 pub use metrics::{Bucket, FctSummary, FlowRecord, Stranded};
@@ -176,7 +176,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         delay_at: scenario.hosts.delay_at.into(),
     };
     let scheme = lb::build(&scenario.routing(), &fabric, &streams);
-    let mut queue = Queue::new();
+    let mut queue = Wheel::new();
     let mut world = World::new(cfg, fabric, specs, scenario.monitor.interval.0, &mut queue);
     world.set_routing(scheme, &mut queue);
     if let Some(faults) = faults {

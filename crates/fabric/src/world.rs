@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 
-use fulcrum_des::{Model, Queue};
+use fulcrum_des::{Model, Wheel};
 
 use crate::faults::Faults;
 use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SwitchCtx};
@@ -223,7 +223,13 @@ pub struct World {
 /// The earliest due time at the fronts of a port's delay FIFOs
 /// (`Nanos::MAX` when every one is empty).
 fn earliest_due(fifos: &[VecDeque<Packet>]) -> Nanos {
-    fifos.iter().filter_map(|f| f.front().map(|p| p.enqueued)).min().unwrap_or(Nanos::MAX)
+    earliest_front(fifos).map_or(Nanos::MAX, |(due, _)| due)
+}
+
+/// The (due time, class) of the earliest front of a port's delay FIFOs,
+/// the lowest class first among equal times; `None` when all are empty.
+fn earliest_front(fifos: &[VecDeque<Packet>]) -> Option<(Nanos, usize)> {
+    fifos.iter().enumerate().filter_map(|(c, f)| f.front().map(|p| (p.enqueued, c))).min()
 }
 
 /// Port backlogs as routing schemes read them.
@@ -244,7 +250,7 @@ impl World {
         fabric: Fabric,
         specs: Vec<FlowSpec>,
         sample_every: Nanos,
-        queue: &mut Queue<Ev>,
+        queue: &mut Wheel<Ev>,
     ) -> World {
         let ports = fabric
             .ports
@@ -355,7 +361,7 @@ impl World {
     }
 
     /// Route with `scheme` instead of per-flow ECMP.
-    pub fn set_routing(&mut self, scheme: Box<dyn Scheme>, queue: &mut Queue<Ev>) {
+    pub fn set_routing(&mut self, scheme: Box<dyn Scheme>, queue: &mut Wheel<Ev>) {
         self.hooks = scheme.hooks();
         if scheme.probe_interval().is_some() {
             queue.schedule(0, Ev::Probe);
@@ -365,7 +371,7 @@ impl World {
 
     /// The routing scheme's probes leave their hosts; the next round is
     /// scheduled one probe interval on.
-    fn send_probes(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+    fn send_probes(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
         let Some(every) = self.routing.probe_interval() else { return };
         let mut probes = Vec::new();
         self.routing.probes(now, &mut probes);
@@ -380,7 +386,7 @@ impl World {
 
     /// A probe reached the host it probes (`h`), which answers with its
     /// one-way delay and mark; or the answer reached the prober.
-    fn receive_probe(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+    fn receive_probe(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Wheel<Ev>) {
         let prober = u32::MAX - p.flow;
         if p.kind == Kind::Probe {
             let mut reply = self.packet(p.flow, Kind::ProbeReply, h, 0, prober, now);
@@ -431,7 +437,7 @@ impl World {
     /// Sample the throughput of `flows` every `every` from time 0 on, as
     /// the original's mq program does: the bytes the receiver delivered in
     /// order during the interval, over the interval.
-    pub fn watch_throughput(&mut self, flows: Vec<u32>, every: Nanos, queue: &mut Queue<Ev>) {
+    pub fn watch_throughput(&mut self, flows: Vec<u32>, every: Nanos, queue: &mut Wheel<Ev>) {
         self.watched_rx = vec![0; flows.len()];
         self.watched = flows;
         self.watch_every = every;
@@ -446,7 +452,7 @@ impl World {
         self.watched_ports = ports;
     }
 
-    fn sample_throughput(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+    fn sample_throughput(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
         let mss = self.cfg.tcp.mss as u64;
         let secs = self.watch_every as f64 / 1e9;
         let gbps = (0..self.watched.len())
@@ -483,7 +489,7 @@ impl World {
         self.backlog_sum[port as usize] as f64 / self.samples.max(1) as f64
     }
 
-    fn sample(&mut self, now: Nanos, q: &mut Queue<Ev>) {
+    fn sample(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
         for i in 0..self.ports.len() {
             self.backlog_sum[i] += self.backlog(i as u32) as u64;
         }
@@ -500,7 +506,7 @@ impl World {
 
     /// Hand a packet to an output port: its delay stage if it has one,
     /// else its discipline, which is then serviced.
-    fn offer(&mut self, now: Nanos, port: u32, p: Packet, q: &mut Queue<Ev>) {
+    fn offer(&mut self, now: Nanos, port: u32, p: Packet, q: &mut Wheel<Ev>) {
         if self.ports[port as usize].delayed {
             self.delay(now, port as usize, p, q);
         } else {
@@ -508,7 +514,7 @@ impl World {
         }
     }
 
-    fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Queue<Ev>) {
+    fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Wheel<Ev>) {
         // Only a port with several classes needs the flow's (a cache miss).
         let class = match p.prober() {
             // Probes go in the highest-priority class.
@@ -542,7 +548,7 @@ impl World {
     /// the discipline — or, for a delay stage in [`Service::OnEmpty`] mode,
     /// from its packets that are due — and start the transmitter if it is
     /// idle.
-    fn service(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+    fn service(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
         if self.ports[i].delayed && self.cfg.service == Service::OnEmpty {
             self.fill_from_delay(now, i);
         } else {
@@ -581,21 +587,26 @@ impl World {
         let classes = self.cfg.delay_classes.len();
         let cap = self.cfg.device_packets as usize;
         let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
-        while self.ports[i].device.len() < cap {
-            let next = (0..classes)
-                .filter_map(|c| fifos[c].front().map(|p| (p.enqueued, c)))
-                .filter(|&(due, _)| due <= now)
-                .min();
-            let Some((_, c)) = next else { break };
-            let p = ring::pop_front(&mut fifos[c]).expect("front was just seen");
-            self.ports[i].device.push_back(p);
-            self.ports[i].held -= 1;
+        // One look at the fronts per packet moved: the earliest front is
+        // the next to go if it is due, else the port's next due time.
+        loop {
+            let next = earliest_front(fifos);
+            match next {
+                Some((due, c)) if due <= now && self.ports[i].device.len() < cap => {
+                    let p = ring::pop_front(&mut fifos[c]).expect("front was just seen");
+                    self.ports[i].device.push_back(p);
+                    self.ports[i].held -= 1;
+                }
+                _ => {
+                    self.ports[i].next_due = next.map_or(Nanos::MAX, |(due, _)| due);
+                    return;
+                }
+            }
         }
-        self.ports[i].next_due = earliest_due(fifos);
     }
 
     /// Start sending the device queue's head (the transmitter is idle).
-    fn transmit(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+    fn transmit(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
         let Some(mut p) = ring::pop_front(&mut self.ports[i].device) else { return };
         let done = now + self.tx_time(i, p.wire);
         if self.cfg.service == Service::OnRoom {
@@ -619,7 +630,7 @@ impl World {
 
     /// The transmitter of port `i` finished: send the next packet of the
     /// device queue, or service the port when the device queue is empty.
-    fn tx_done(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+    fn tx_done(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
         self.ports[i].tx_armed = false;
         if self.ports[i].device.is_empty() {
             self.service(now, i, q);
@@ -629,7 +640,7 @@ impl World {
     }
 
     /// The oldest packet on a link arrives at its far end.
-    fn arrive(&mut self, now: Nanos, i: usize, q: &mut Queue<Ev>) {
+    fn arrive(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
         let port = &mut self.ports[i];
         let Some(p) = ring::pop_front(&mut port.link) else { return };
         if let Some(next) = port.link.front() {
@@ -686,7 +697,7 @@ impl World {
 
     /// A host sends a packet through its NIC, on the path the routing
     /// scheme chooses for it.
-    fn host_send(&mut self, now: Nanos, host: u32, mut p: Packet, q: &mut Queue<Ev>) {
+    fn host_send(&mut self, now: Nanos, host: u32, mut p: Packet, q: &mut Wheel<Ev>) {
         // A probe keeps the path its prober chose; a reply goes by ECMP.
         if self.hooks.edge && p.prober().is_none() {
             self.choose_path(now, host, &mut p);
@@ -712,7 +723,7 @@ impl World {
 
     /// A packet enters port `i`'s delay stage: it waits its class's delay.
     /// Data segments use their flow's class, other packets the control class.
-    fn delay(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Queue<Ev>) {
+    fn delay(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let classes = self.cfg.delay_classes.len();
         let class = if p.kind == Kind::Data { self.flows[p.flow as usize].spec.class } else { self.cfg.control_class };
         let c = (class as usize).min(classes - 1);
@@ -733,7 +744,7 @@ impl World {
         }
     }
 
-    fn release(&mut self, now: Nanos, fifo: usize, q: &mut Queue<Ev>) {
+    fn release(&mut self, now: Nanos, fifo: usize, q: &mut Wheel<Ev>) {
         let Some(p) = ring::pop_front(&mut self.delay_fifo[fifo]) else { return };
         if let Some(next) = self.delay_fifo[fifo].front() {
             q.schedule(next.enqueued, Ev::Release(fifo as u32));
@@ -777,7 +788,7 @@ impl World {
     }
 
     /// Sender-side transmission of a forward packet of flow `f`.
-    fn send_forward(&mut self, now: Nanos, f: usize, p: Packet, q: &mut Queue<Ev>) {
+    fn send_forward(&mut self, now: Nanos, f: usize, p: Packet, q: &mut Wheel<Ev>) {
         let flow = &mut self.flows[f];
         flow.tx_bytes += (p.wire - FRAMING) as u64;
         flow.tx_packets += 1;
@@ -785,7 +796,7 @@ impl World {
         self.host_send(now, src, p, q);
     }
 
-    fn start(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+    fn start(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
         let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
         self.flows[f].first_tx = Some(now);
         self.flows[f].sender.on_syn_sent(now);
@@ -794,7 +805,7 @@ impl World {
     }
 
     /// Send whatever the sender's window allows, then keep its timer armed.
-    fn pump(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+    fn pump(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
         while let Some(seg) = self.flows[f].sender.poll_send(now) {
             let payload = self.payload(f, seg.seq);
             let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
@@ -811,7 +822,7 @@ impl World {
         self.arm_timer(f, q);
     }
 
-    fn arm_timer(&mut self, f: usize, q: &mut Queue<Ev>) {
+    fn arm_timer(&mut self, f: usize, q: &mut Wheel<Ev>) {
         let flow = &mut self.flows[f];
         if let Some(d) = flow.sender.deadline {
             if flow.timer_at.is_none_or(|t| t > d) {
@@ -821,7 +832,7 @@ impl World {
         }
     }
 
-    fn timer(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+    fn timer(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
         if self.flows[f].timer_at != Some(now) {
             return; // superseded by an earlier one
         }
@@ -846,7 +857,7 @@ impl World {
     }
 
     /// A data segment goes up to TCP at its receiver `h`, which answers.
-    fn receive_data(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+    fn receive_data(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Wheel<Ev>) {
         let flow = &mut self.flows[p.flow as usize];
         let src = flow.spec.src;
         flow.last_rx = Some(now);
@@ -883,7 +894,7 @@ impl World {
 
     /// A data segment reaches receiver `h`'s resequencing buffer; what it
     /// releases goes up to TCP, and a flush is scheduled while it holds any.
-    fn resequence(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+    fn resequence(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Wheel<Ev>) {
         let f = p.flow as usize;
         let mut ready = std::mem::take(&mut self.ready);
         self.flows[f].reseq.arrive(now, p, &mut ready);
@@ -891,7 +902,7 @@ impl World {
     }
 
     /// The resequencing buffer of flow `f` may be due to flush.
-    fn reseq_timer(&mut self, now: Nanos, f: usize, q: &mut Queue<Ev>) {
+    fn reseq_timer(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
         if self.flows[f].reseq_at != Some(now) {
             return; // superseded
         }
@@ -906,7 +917,7 @@ impl World {
     }
 
     /// Hand `ready` to TCP in order, then keep flow `f`'s flush timer armed.
-    fn hand_up(&mut self, now: Nanos, h: u32, f: usize, mut ready: Vec<Packet>, q: &mut Queue<Ev>) {
+    fn hand_up(&mut self, now: Nanos, h: u32, f: usize, mut ready: Vec<Packet>, q: &mut Wheel<Ev>) {
         for p in ready.drain(..) {
             self.receive_data(now, h, p, q);
         }
@@ -922,7 +933,7 @@ impl World {
     }
 
     /// A packet reaches host `h`.
-    fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Queue<Ev>) {
+    fn deliver(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Wheel<Ev>) {
         if p.prober().is_some() {
             return self.receive_probe(now, h, p, q);
         }
@@ -966,8 +977,9 @@ impl World {
 
 impl Model for World {
     type Event = Ev;
+    type Queue = Wheel<Ev>;
 
-    fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Queue<Ev>) {
+    fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Wheel<Ev>) {
         self.now = now;
         match ev {
             Ev::Tx(port) => self.tx_done(now, port as usize, q),
@@ -999,7 +1011,7 @@ mod tests {
         let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
         let cfg = config(classes, service);
         let spec = FlowSpec { src: 0, dst: 1, bytes, start: 1000, class: 0, prio: 0 };
-        let mut q = Queue::new();
+        let mut q = Wheel::new();
         let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
         fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
         let flow = &world.flows[0];
@@ -1054,7 +1066,7 @@ mod tests {
 
     #[test]
     fn probes_take_their_paths_and_replies_carry_the_one_way_delay() {
-        let mut q = Queue::new();
+        let mut q = Wheel::new();
         let mut world =
             World::new(config(vec![], Service::OnRoom), crate::lb::testing::fabric(), vec![], 100_000, &mut q);
         let replies = std::sync::Arc::default();
@@ -1101,7 +1113,7 @@ mod tests {
         // every packet in between.
         let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
         let cfg = ModelConfig { host_limit: 3, ..config(vec![], Service::OnEmpty) };
-        let mut q = Queue::new();
+        let mut q = Wheel::new();
         let mut world = World::new(cfg, fabric, vec![], 100_000, &mut q);
         let p = world.fabric.host_port[0] as usize;
         for seq in 0..3 {

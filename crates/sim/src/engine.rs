@@ -833,6 +833,7 @@ struct Running<'e, 'a>(&'e mut Engine<'a>);
 
 impl Model for Running<'_, '_> {
     type Event = Ev;
+    type Queue = Queue<Ev>;
 
     fn handle(&mut self, now: Nanos, ev: Ev, queue: &mut Queue<Ev>) {
         self.0.now = now;
