@@ -335,8 +335,8 @@ impl<E> Queue<E> {
     }
 
     /// [`Queue::file`] below the lowest bucket, which is rare (events are
-    /// filed ahead of the clock): kept out of line, so that `file`, inlined
-    /// into `schedule` and the refile loop, stays small.
+    /// filed ahead of the clock): kept out of line, so that `file` stays
+    /// small where it is inlined.
     #[inline(never)]
     fn lower_low(&mut self, b: usize) {
         self.low = b;
@@ -472,6 +472,10 @@ impl<E> Queue<E> {
             if e.at == last {
                 self.due.push_back((e.seq, e.ev));
             } else {
+                // `file` without its `low` check (the caller recomputes
+                // `low`), written out: through a `&mut self` helper the
+                // loop reloads the bucket array each time (+5 instructions
+                // per fleet-1000 request under cachegrind).
                 let b = bucket(e.at, last);
                 self.buckets[b].push(e);
                 self.occupied[b / 64] |= 1 << (b % 64);
