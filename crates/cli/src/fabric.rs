@@ -30,7 +30,7 @@ Examples:
   fulcrum fabric --plot-sweep sweep.jsonl --out sweep.svg
 
 --json prints the report on one line, so that reports append to a .jsonl file (--plot-sweep
-reads such files). --csv writes flows.csv (one row per flow) and queues.csv, and queue_series.csv
+reads such files, draws them and prints the same figures as Markdown tables on stdout). --csv writes flows.csv (one row per flow) and queues.csv, and queue_series.csv
 when the scenario names monitor.queue_ports. --plot draws the FCT distribution of each
 flow-size bucket, with panels of queue length (monitor.queue_ports) and of long flows'
 throughput over time when the run has them.
@@ -45,7 +45,8 @@ pub struct Args {
     /// Instead of running: draw the FCT of a load-balancing sweep
     /// (`--json` lines of runs with `--set routing.scheme=…` and
     /// `--set workload.load=…`, e.g. from bench/fabric-sweep) against load,
-    /// normalised to ECMP's, into the SVG file given by --out.
+    /// normalised to ECMP's, into the SVG file given by --out, and print
+    /// the figures as Markdown tables.
     #[arg(long, value_name = "RESULTS.jsonl", conflicts_with = "scenario", requires = "out")]
     plot_sweep: Option<PathBuf>,
 
@@ -112,11 +113,15 @@ pub fn run(args: Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `--plot-sweep RESULTS --out FILE`: the sweep's figure.
+/// `--plot-sweep RESULTS --out FILE`: the sweep's figure, and its tables
+/// on stdout.
 fn plot_sweep(results: &Path, out: &Path) -> Result<(), Failure> {
     let text = std::fs::read_to_string(results).map_err(|e| Failure::input(format!("{}: {e}", results.display())))?;
     let bad = |e: fulcrum_fabric::sweep::SweepError| Failure::input(format!("{}: {e}", results.display()));
     let points = fulcrum_fabric::sweep::parse(&text).map_err(bad)?;
     let svg = fulcrum_fabric::sweep::plot(&points).map_err(bad)?;
-    std::fs::write(out, svg).map_err(|e| Failure::runtime(format!("--out {}: {e}", out.display())))
+    let tables = fulcrum_fabric::sweep::table(&points).map_err(bad)?;
+    std::fs::write(out, svg).map_err(|e| Failure::runtime(format!("--out {}: {e}", out.display())))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(tables.as_bytes()).map_err(|e| Failure::runtime(format!("writing the tables: {e}")))
 }

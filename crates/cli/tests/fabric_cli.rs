@@ -86,6 +86,8 @@ fn load_balancing_scenarios_run_and_a_sweep_plots() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let drawn = drawn.unwrap();
     assert!(drawn.starts_with("<svg") && drawn.contains("drill") && drawn.contains("small-flow p99"), "{drawn}");
+    let tables = String::from_utf8(out.stdout).unwrap();
+    assert!(tables.contains("| ecmp | 1.00 / 1.00 |") && tables.contains("| drill | "), "{tables}");
 }
 
 #[test]

@@ -8,7 +8,11 @@
 //! `workload.load=…`, `workload.cdf=…`; ECMP and the scenario's own CDF
 //! when absent). Lines group by scenario and workload; each group is one
 //! row of two charts, average FCT and small-flow p99, drawn with the shared
-//! plot code of `fulcrum_workload::plot`.
+//! plot code of `fulcrum_workload::plot`, and [`table`] gives the same
+//! figures as Markdown tables. The small-flow p99 is the censored one
+//! (`small_p99_censored`: flows of which nothing arrived count at their
+//! age), so that a fault that strands flows shows in it; lines without
+//! that field use `small_p99`.
 
 use std::collections::BTreeMap;
 
@@ -63,7 +67,7 @@ pub fn parse(text: &str) -> Result<Vec<Point>, SweepError> {
             scheme: set_value(sets, "routing.scheme").unwrap_or("ecmp").to_string(),
             load,
             avg_ms: fct("avg")?,
-            small_p99_ms: fct("small_p99")?,
+            small_p99_ms: fct("small_p99_censored").or_else(|_| fct("small_p99"))?,
         });
     }
     if out.is_empty() {
@@ -74,24 +78,33 @@ pub fn parse(text: &str) -> Result<Vec<Point>, SweepError> {
 
 /// Per (scenario, workload): per scheme, (load, avg ÷ ECMP's, small p99 ÷
 /// ECMP's) in load order. Several runs of one point are averaged first.
-pub type Normalised = BTreeMap<(String, String), BTreeMap<String, Vec<(f64, f64, f64)>>>;
+pub type Normalised = BTreeMap<(String, String), ByScheme>;
+
+/// Per scheme, (load, avg ÷ ECMP's, small p99 ÷ ECMP's) in load order.
+pub type ByScheme = BTreeMap<String, Vec<(f64, f64, f64)>>;
 
 /// (scenario, workload), scheme, load in thousandths.
 type Key = ((String, String), String, i64);
 
-/// Normalise every point to ECMP's at its load; a load without an ECMP
-/// run is an error.
-pub fn normalise(points: &[Point]) -> Result<Normalised, SweepError> {
-    // (group, scheme, load in per-mille) → (sum avg, sum p99, runs)
+/// Per point (group, scheme, load), the mean over its runs of the average
+/// FCT and of the small-flow p99, in ms.
+fn means(points: &[Point]) -> BTreeMap<Key, (f64, f64)> {
     let mut sums: BTreeMap<Key, (f64, f64, u32)> = BTreeMap::new();
     for p in points {
         let key = ((p.scenario.clone(), p.workload.clone()), p.scheme.clone(), (p.load * 1000.0).round() as i64);
         let e = sums.entry(key).or_default();
         *e = (e.0 + p.avg_ms, e.1 + p.small_p99_ms, e.2 + 1);
     }
-    let mean = |k: &Key| sums.get(k).map(|&(a, p, n)| (a / n as f64, p / n as f64));
+    sums.into_iter().map(|(k, (a, p, n))| (k, (a / n as f64, p / n as f64))).collect()
+}
+
+/// Normalise every point to ECMP's at its load; a load without an ECMP
+/// run is an error.
+pub fn normalise(points: &[Point]) -> Result<Normalised, SweepError> {
+    let means = means(points);
+    let mean = |k: &Key| means.get(k).copied();
     let mut out: Normalised = BTreeMap::new();
-    for key in sums.keys() {
+    for key in means.keys() {
         let (group, scheme, load) = key;
         let base = mean(&(group.clone(), "ecmp".to_string(), *load)).ok_or_else(|| SweepError {
             line: 0,
@@ -104,16 +117,95 @@ pub fn normalise(points: &[Point]) -> Result<Normalised, SweepError> {
     Ok(out)
 }
 
-/// The figure: a row of two charts per (scenario, workload).
-pub fn plot(points: &[Point]) -> Result<String, SweepError> {
+/// The schemes of `groups`, ECMP first (the baseline keeps the first
+/// colour and row), then by name.
+fn schemes(groups: &Normalised) -> Vec<&String> {
+    let mut s: Vec<&String> = groups.values().flat_map(|g| g.keys()).collect();
+    s.sort_by_key(|name| (name.as_str() != "ecmp", name.as_str()));
+    s.dedup();
+    s
+}
+
+/// The figures as Markdown: per scenario, a table of the average FCT and
+/// one of the small-flow p99, each ÷ ECMP's at the same load, a row per
+/// scheme, a column per workload, a cell per load (`a / b / …` in load
+/// order, `–` where a scheme has no run); then ECMP's own figures in ms.
+pub fn table(points: &[Point]) -> Result<String, SweepError> {
+    use std::fmt::Write;
     let groups = normalise(points)?;
-    let schemes: Vec<&String> = {
-        // ECMP first (the baseline keeps the first colour), then by name.
-        let mut s: Vec<&String> = groups.values().flat_map(|g| g.keys()).collect();
-        s.sort_by_key(|name| (name.as_str() != "ecmp", name.as_str()));
+    let means = means(points);
+    let schemes = schemes(&groups);
+    let scenarios: Vec<&String> = {
+        let mut s: Vec<&String> = groups.keys().map(|(scenario, _)| scenario).collect();
         s.dedup();
         s
     };
+    let mut out = String::new();
+    for scenario in scenarios {
+        let workloads: Vec<(&String, &ByScheme)> =
+            groups.iter().filter(|((s, _), _)| s == scenario).map(|((_, w), g)| (w, g)).collect();
+        let mut loads: Vec<f64> = workloads.iter().flat_map(|(_, g)| g.values().flatten().map(|r| r.0)).collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        let loads_text: Vec<String> = loads.iter().map(|&l| trim(l)).collect();
+        for (what, pick) in [("average FCT", 1usize), ("small-flow p99 FCT", 2)] {
+            let _ = writeln!(
+                out,
+                "
+{scenario}: {what} ÷ ECMP's at loads {}
+",
+                loads_text.join(" / ")
+            );
+            let names: Vec<&str> = workloads.iter().map(|(w, _)| w.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "| scheme | {} |
+|---|{}",
+                names.join(" | "),
+                "---|".repeat(names.len())
+            );
+            for scheme in &schemes {
+                let cells: Vec<String> = workloads
+                    .iter()
+                    .map(|(_, g)| {
+                        let rows = g.get(*scheme);
+                        let cell = |&load: &f64| {
+                            let r = rows.and_then(|rows| rows.iter().find(|r| r.0 == load));
+                            r.map_or("–".to_string(), |r| format!("{:.2}", if pick == 1 { r.1 } else { r.2 }))
+                        };
+                        loads.iter().map(cell).collect::<Vec<_>>().join(" / ")
+                    })
+                    .collect();
+                let _ = writeln!(out, "| {scheme} | {} |", cells.join(" | "));
+            }
+            let ecmp: Vec<String> = workloads
+                .iter()
+                .map(|(w, _)| {
+                    let ms = |&load: &f64| {
+                        let key =
+                            ((scenario.clone(), (*w).clone()), "ecmp".to_string(), (load * 1000.0).round() as i64);
+                        means
+                            .get(&key)
+                            .map_or("–".to_string(), |m| format!("{:.2}", if pick == 1 { m.0 } else { m.1 }))
+                    };
+                    format!("{w} {}", loads.iter().map(ms).collect::<Vec<_>>().join(" / "))
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "
+ECMP's own, ms: {}",
+                ecmp.join("; ")
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The figure: a row of two charts per (scenario, workload).
+pub fn plot(points: &[Point]) -> Result<String, SweepError> {
+    let groups = normalise(points)?;
+    let schemes = schemes(&groups);
     let (row_h, width) = (330.0, 1160.0);
     let mut svg = Svg::new(width, row_h * groups.len() as f64 + 20.0);
     for (row, ((scenario, workload), by_scheme)) in groups.iter().enumerate() {
@@ -191,6 +283,18 @@ mod tests {
         assert_eq!(g["drill"], [(0.3, 0.5, 0.5), (0.6, 1.0, 0.25)], "two runs at 0.6 averaged");
         let svg = plot(&points).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("drill") && svg.matches("<polyline").count() == 4, "{svg}");
+        let table = table(&points).unwrap();
+        assert!(table.contains("| ecmp | 1.00 / 1.00 |\n| drill | 0.50 / 1.00 |"), "{table}");
+        assert!(table.contains("| drill | 0.50 / 0.25 |"), "small p99 table: {table}");
+        assert!(table.contains("ECMP's own, ms: data-mining 2.00 / 4.00"), "{table}");
+        assert!(table.contains("ECMP's own, ms: data-mining 4.00 / 8.00"), "{table}");
+    }
+
+    #[test]
+    fn the_small_flow_p99_is_the_censored_one_when_given() {
+        let censored = r#"{"scenario":"lb","set":["workload.load=0.3"],"fct_ms":{"avg":1,"small_p99":2,"small_p99_censored":300}}"#;
+        assert_eq!(parse(censored).unwrap()[0].small_p99_ms, 300.0);
+        assert_eq!(parse(&line("ecmp", 0.3, 1.0, 2.0)).unwrap()[0].small_p99_ms, 2.0, "older lines: small_p99");
     }
 
     #[test]
