@@ -118,11 +118,21 @@ impl Qdisc {
     }
 
     /// Offer a packet; false when it was dropped for lack of room.
-    pub fn enqueue(&mut self, now: Nanos, mut p: Packet) -> bool {
+    pub fn enqueue(&mut self, now: Nanos, p: Packet) -> bool {
+        let Some(p) = self.admit(now, p) else { return false };
+        self.bytes += p.wire as u64;
+        self.fifo.push_back(p);
+        true
+    }
+
+    /// Everything [`Qdisc::enqueue`] does but the queueing: the limit, the
+    /// arrival's mark, the time stamp and the count; None when dropped.
+    #[inline]
+    fn admit(&mut self, now: Nanos, mut p: Packet) -> Option<Packet> {
         let len = self.fifo.len() as u32;
         if len >= self.limit {
             self.stats.drops += 1;
-            return false;
+            return None;
         }
         if let Marking::Red { k } = self.marking {
             if len >= k && p.ect {
@@ -131,10 +141,21 @@ impl Qdisc {
             }
         }
         p.enqueued = now;
-        self.bytes += p.wire as u64;
-        self.fifo.push_back(p);
         self.stats.enqueued += 1;
-        true
+        Some(p)
+    }
+
+    /// A packet offered to an empty discipline whose device queue takes it
+    /// at once: the same as [`Qdisc::enqueue`], [`Qdisc::dequeue`] (a
+    /// sojourn of zero, so the marking rule's state moves as it would) and
+    /// the empty dequeue that ends the refill, without the FIFO's round
+    /// trip. None when dropped.
+    #[inline]
+    pub fn pass(&mut self, now: Nanos, p: Packet) -> Option<Packet> {
+        debug_assert!(self.fifo.is_empty());
+        let p = self.admit(now, p).map(|p| self.leave(now, p));
+        self.codel.on_empty();
+        p
     }
 
     /// Take the head packet, marking it if the rule says so.
@@ -151,8 +172,14 @@ impl Qdisc {
 
     /// [`Qdisc::dequeue`] of a discipline holding packets.
     fn dequeue_head(&mut self, now: Nanos) -> Option<Packet> {
-        let mut p = ring::pop_front(&mut self.fifo)?;
+        let p = ring::pop_front(&mut self.fifo)?;
         self.bytes -= p.wire as u64;
+        Some(self.leave(now, p))
+    }
+
+    /// The dequeue's marking rule for `p`, just taken off the FIFO.
+    #[inline]
+    fn leave(&mut self, now: Nanos, mut p: Packet) -> Packet {
         let sojourn = now - p.enqueued;
         let mark = match self.marking {
             Marking::CoDel(params) => self.codel.on_dequeue(&params, now, sojourn, self.bytes, p.ect),
@@ -167,7 +194,7 @@ impl Qdisc {
             p.ce = true;
             self.stats.marks += 1;
         }
-        Some(p)
+        p
     }
 
     /// ECN#'s persistent rule: whether this dequeue marks.
@@ -282,6 +309,52 @@ mod tests {
         q.enqueue(0, data(1));
         assert!(!q.dequeue(70).unwrap().ce);
         assert!(q.dequeue(71).unwrap().ce);
+    }
+
+    #[test]
+    fn a_packet_passing_an_empty_discipline_leaves_it_as_the_fifo_would() {
+        // `pass` against enqueue, dequeue and the empty dequeue after it,
+        // under every rule, with standing queues in between so that the
+        // rules' states are armed or marking when a packet passes; the
+        // whole discipline (state, counters, bytes) must agree each time.
+        let codel = codel::Params { target: 1_000, interval: 5_000, min_bytes: 0 };
+        let rules = [
+            Marking::DropTail,
+            Marking::Red { k: 0 },
+            Marking::Red { k: 2 },
+            Marking::Tcn { threshold: 0 },
+            Marking::EcnSharp { threshold: 50_000, target: 0, interval: 3_000 },
+            Marking::EcnSharp { threshold: 4_000, target: 1_000, interval: 3_000 },
+            Marking::CoDel(codel),
+        ];
+        for rule in rules {
+            let (mut fifo, mut pass) = (Qdisc::new(5, rule), Qdisc::new(5, rule));
+            let mut passed = 0;
+            for t in 0..600u64 {
+                let now = t * 700;
+                let p = data(t as u32);
+                if t % 40 < 25 {
+                    // A queue builds (up to the limit, then drops).
+                    for q in [&mut fifo, &mut pass] {
+                        q.enqueue(now, p);
+                        q.enqueue(now, p);
+                        q.dequeue(now);
+                    }
+                } else if !pass.is_empty() {
+                    for q in [&mut fifo, &mut pass] {
+                        q.dequeue(now);
+                    }
+                } else {
+                    assert!(fifo.enqueue(now, p));
+                    let through = fifo.dequeue(now);
+                    assert!(fifo.dequeue(now).is_none());
+                    assert_eq!(pass.pass(now, p), through, "{rule:?} at {now}");
+                    passed += 1;
+                }
+                assert_eq!(format!("{fifo:?}"), format!("{pass:?}"), "{rule:?} at {now}");
+            }
+            assert!(passed > 50 && pass.stats.drops > 0, "{rule:?}: {passed} passed");
+        }
     }
 
     #[test]

@@ -515,6 +515,14 @@ impl World {
     }
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Wheel<Ev>) {
+        if let Some(pass) = self.idle_pass(now, i) {
+            // An idle port: the packet goes straight to the transmitter.
+            if let Some(p) = pass.pass(now, p) {
+                self.send(now, i, p, q);
+                self.note_backlog(i);
+            }
+            return;
+        }
         // Only a port with several classes needs the flow's (a cache miss).
         let class = match p.prober() {
             // Probes go in the highest-priority class.
@@ -535,6 +543,27 @@ impl World {
         self.service(now, i, q);
         if kept {
             self.note_backlog(i);
+        }
+    }
+
+    /// Port `i`'s discipline when a packet handed to it now would go
+    /// straight through to the transmitter: a single class and a device
+    /// queue both empty, the transmitter free and no wake-up pending, and
+    /// the port serviced from its discipline. The general path (enqueue,
+    /// service, refill, transmit) would then move the packet into the
+    /// discipline, out again with a zero sojourn, into the device queue and
+    /// out again, and schedule nothing else; [`Qdisc::pass`] does the
+    /// discipline's part of that, [`World::send`] the transmitter's, in the
+    /// same order, so every counter, mark and event is as before.
+    #[inline]
+    fn idle_pass(&mut self, now: Nanos, i: usize) -> Option<&mut Qdisc> {
+        let on_empty = self.cfg.service == Service::OnEmpty;
+        let port = &mut self.ports[i];
+        let idle = port.device.is_empty() && !port.tx_armed && port.busy_until <= now && !(port.delayed && on_empty);
+        if idle {
+            port.qdisc.idle_fifo()
+        } else {
+            None
         }
     }
 
@@ -607,7 +636,14 @@ impl World {
 
     /// Start sending the device queue's head (the transmitter is idle).
     fn transmit(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
-        let Some(mut p) = ring::pop_front(&mut self.ports[i].device) else { return };
+        let Some(p) = ring::pop_front(&mut self.ports[i].device) else { return };
+        self.send(now, i, p, q);
+    }
+
+    /// The idle transmitter of port `i` starts sending `p`, just taken from
+    /// the device queue (or passed straight through, [`World::idle_pass`]).
+    #[inline]
+    fn send(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let done = now + self.tx_time(i, p.wire);
         if self.cfg.service == Service::OnRoom {
             self.refill(now, i);
