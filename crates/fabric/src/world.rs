@@ -705,7 +705,7 @@ impl World {
         if full.len() == 1 && !self.hooks.single_port_hops {
             return full[0];
         }
-        let src = self.packet_src(p);
+        let src = if self.hooks.src { self.packet_src(p) } else { crate::lb::NO_HOST };
         let reverse = p.is_reverse();
         let mut group = full;
         if self.faults.may_unroute() && full.len() > 1 {
