@@ -58,35 +58,47 @@ pub enum Marking {
     CoDel(codel::Params),
 }
 
-/// ECN#'s persistent-marking state.
+/// ECN#'s persistent-marking state (`repr(C)`: what every dequeue reads
+/// first, the next mark's time, read only while marking, last).
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 struct Persistent {
     /// Deadline after which a packet above target is ok to mark (0: unarmed).
     first_above: Nanos,
     marking: bool,
-    next_mark: Nanos,
     count: u32,
+    next_mark: Nanos,
 }
 
-/// Counters of one queue.
+/// Counters of one queue (`repr(C)`: the two every packet may move first).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct QueueStats {
+    pub enqueued: u64,
     pub marks: u64,
     pub drops: u64,
-    pub enqueued: u64,
 }
 
 /// A bounded FIFO with one marking rule.
+///
+/// `repr(C)`, in the order a packet's visit reads the fields: a port holds
+/// its discipline 8 bytes into its third cache line (`world::Port`, after
+/// the scheduler's tag), so the FIFO, the limit and the counters of
+/// admitted and marked packets share that line, and the rule, its state
+/// and the byte count the next; CoDel's state, which only CoDel queues
+/// touch, comes last. (In Rust's own order the limit and the counters sat
+/// two lines apart: a packet through a cold port missed both.)
 #[derive(Debug)]
+#[repr(C)]
 pub struct Qdisc {
     fifo: VecDeque<Packet>,
     limit: u32,
+    pub stats: QueueStats,
+    /// Wire bytes queued (CoDel's `min_bytes` rule reads it).
+    bytes: u64,
     marking: Marking,
     state: Persistent,
     codel: CoDel,
-    /// Wire bytes queued (CoDel's `min_bytes` rule reads it).
-    bytes: u64,
-    pub stats: QueueStats,
 }
 
 impl Qdisc {
@@ -154,8 +166,17 @@ impl Qdisc {
     pub fn pass(&mut self, now: Nanos, p: Packet) -> Option<Packet> {
         debug_assert!(self.fifo.is_empty());
         let p = self.admit(now, p).map(|p| self.leave(now, p));
-        self.codel.on_empty();
+        self.on_empty();
         p
+    }
+
+    /// An empty dequeue ends CoDel's marking state (only CoDel queues
+    /// read it, so the others leave its line alone).
+    #[inline]
+    fn on_empty(&mut self) {
+        if let Marking::CoDel(_) = self.marking {
+            self.codel.on_empty();
+        }
     }
 
     /// Take the head packet, marking it if the rule says so.
@@ -164,7 +185,7 @@ impl Qdisc {
         // Every refill of a device queue that drains the discipline ends
         // with this empty case: answered here, inlined, without the call.
         if self.fifo.is_empty() {
-            self.codel.on_empty();
+            self.on_empty();
             return None;
         }
         self.dequeue_head(now)
