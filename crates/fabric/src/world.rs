@@ -529,13 +529,20 @@ impl World {
     }
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Wheel<Ev>) {
-        if let Some(pass) = self.idle_pass(now, i) {
-            // An idle port: the packet goes straight to the transmitter.
-            if let Some(p) = pass.pass(now, p) {
-                self.send(now, i, p, q);
-                self.note_backlog(i);
+        // A packet goes straight through a discipline that is a single
+        // class holding nothing, on a port with room in its device queue
+        // serviced from its discipline (not from a delay stage); see
+        // `passed`.
+        let cap = self.cfg.device_packets as usize;
+        let on_empty = self.cfg.service == Service::OnEmpty;
+        let port = &mut self.ports[i];
+        let queued = port.device.len();
+        if queued < cap && !(port.delayed && on_empty) {
+            let idle = queued == 0 && !port.tx_armed && port.busy_until <= now;
+            if let Some(qdisc) = port.qdisc.idle_fifo() {
+                let p = qdisc.pass(now, p, queued + 1 < cap);
+                return self.passed(now, i, p, idle, q);
             }
-            return;
         }
         // Only a port with several classes needs the flow's (a cache miss).
         let class = match p.prober() {
@@ -560,25 +567,27 @@ impl World {
         }
     }
 
-    /// Port `i`'s discipline when a packet handed to it now would go
-    /// straight through to the transmitter: a single class and a device
-    /// queue both empty, the transmitter free and no wake-up pending, and
-    /// the port serviced from its discipline. The general path (enqueue,
-    /// service, refill, transmit) would then move the packet into the
-    /// discipline, out again with a zero sojourn, into the device queue and
-    /// out again, and schedule nothing else; [`Qdisc::pass`] does the
-    /// discipline's part of that, [`World::send`] the transmitter's, in the
-    /// same order, so every counter, mark and event is as before.
-    #[inline]
-    fn idle_pass(&mut self, now: Nanos, i: usize) -> Option<&mut Qdisc> {
-        let on_empty = self.cfg.service == Service::OnEmpty;
-        let port = &mut self.ports[i];
-        let idle = port.device.is_empty() && !port.tx_armed && port.busy_until <= now && !(port.delayed && on_empty);
-        if idle {
-            port.qdisc.idle_fifo()
-        } else {
-            None
+    /// A packet went straight through port `i`'s discipline
+    /// ([`Qdisc::pass`], None: dropped). The general path (enqueue,
+    /// service, refill) would have moved it into the discipline and at
+    /// once out again, with a zero sojourn, into the device queue;
+    /// [`Qdisc::pass`] did the discipline's part (the enqueue, the dequeue
+    /// and, if the device queue still has room after the packet, the
+    /// refill's closing empty dequeue) in the same order, and this does
+    /// the rest, so every counter, mark and event is as before. An `idle`
+    /// transmitter takes the packet at once ([`World::send`]), without the
+    /// device queue's round trip.
+    fn passed(&mut self, now: Nanos, i: usize, p: Option<Packet>, idle: bool, q: &mut Wheel<Ev>) {
+        match p {
+            // Dropped (a discipline without room): serviced all the same.
+            None => return self.service(now, i, q),
+            Some(p) if idle => self.send(now, i, p, q),
+            Some(p) => {
+                self.ports[i].device.push_back(p);
+                self.start_transmitter(now, i, q);
+            }
         }
+        self.note_backlog(i);
     }
 
     fn note_backlog(&mut self, i: usize) {
@@ -597,6 +606,14 @@ impl World {
         } else {
             self.refill(now, i);
         }
+        self.start_transmitter(now, i, q);
+    }
+
+    /// Start port `i`'s transmitter on the device queue's head if it is
+    /// free, or arm its `Tx` for when it frees up (unless it is armed or
+    /// has nothing to send).
+    #[inline]
+    fn start_transmitter(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
         let port = &mut self.ports[i];
         if port.tx_armed || port.device.is_empty() {
             return;
@@ -657,7 +674,7 @@ impl World {
     }
 
     /// The idle transmitter of port `i` starts sending `p`, just taken from
-    /// the device queue (or passed straight through, [`World::idle_pass`]).
+    /// the device queue (or passed straight through, [`World::pass`]).
     #[inline]
     fn send(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let done = now + self.tx_time(i, p.wire);
