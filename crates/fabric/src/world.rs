@@ -13,6 +13,11 @@
 //! facing hosts: [`DelayAt`]) hold each packet for its delay class first, in
 //! one FIFO per class, again with at most one event for the oldest.
 //!
+//! Most packets find their port's discipline empty with room in the device
+//! queue behind it: they pass straight through (the discipline counts and
+//! marks them as if they had been queued and taken out again at once) into
+//! the device queue, or onto the link if the transmitter is free.
+//!
 //! Routing is the load-balancing scheme's ([`crate::lb`]): hosts ask it for
 //! a path for each packet they send ([`Scheme::edge_path`]), switches for
 //! an output port ([`Scheme::switch_port`], per-flow ECMP by default), and
@@ -674,7 +679,7 @@ impl World {
     }
 
     /// The idle transmitter of port `i` starts sending `p`, just taken from
-    /// the device queue (or passed straight through, [`World::pass`]).
+    /// the device queue (or passed straight through, [`World::passed`]).
     #[inline]
     fn send(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let done = now + self.tx_time(i, p.wire);
@@ -818,9 +823,10 @@ impl World {
 
     fn release(&mut self, now: Nanos, fifo: usize, q: &mut Wheel<Ev>) {
         let Some(p) = ring::pop_front(&mut self.delay_fifo[fifo]) else { return };
-        self.delay_front[fifo] = self.delay_fifo[fifo].front().map_or(Nanos::MAX, |p| p.enqueued);
-        if let Some(next) = self.delay_fifo[fifo].front() {
-            q.schedule(next.enqueued, Ev::Release(fifo as u32));
+        let next = self.delay_fifo[fifo].front().map(|p| p.enqueued);
+        self.delay_front[fifo] = next.unwrap_or(Nanos::MAX);
+        if let Some(due) = next {
+            q.schedule(due, Ev::Release(fifo as u32));
         }
         let classes = self.cfg.delay_classes.len();
         let i = fifo / classes;
