@@ -797,6 +797,9 @@ impl World {
 
     /// A packet enters port `i`'s delay stage: it waits its class's delay.
     /// Data segments use their flow's class, other packets the control class.
+    /// (Kept out of line: inlined in [`World::offer`], its register saves
+    /// were paid by every packet offered, most of which go to a discipline.)
+    #[inline(never)]
     fn delay(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let classes = self.cfg.delay_classes.len();
         let class = if p.kind == Kind::Data { self.flows[p.flow as usize].spec.class } else { self.cfg.control_class };
