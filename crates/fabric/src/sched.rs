@@ -132,6 +132,16 @@ impl Scheduler {
         }
     }
 
+    /// The discipline of a single-class port when it holds no packet (a
+    /// packet offered to it may pass straight through, [`Qdisc::pass`]).
+    #[inline]
+    pub fn idle_fifo(&mut self) -> Option<&mut Qdisc> {
+        match &mut self.0 {
+            Classes::Fifo(q) if q.is_empty() => Some(q),
+            _ => None,
+        }
+    }
+
     /// Offer a packet to `class` (clamped to the last class); false when
     /// that class's discipline dropped it.
     #[inline]

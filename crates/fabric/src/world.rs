@@ -13,6 +13,11 @@
 //! facing hosts: [`DelayAt`]) hold each packet for its delay class first, in
 //! one FIFO per class, again with at most one event for the oldest.
 //!
+//! Most packets find their port's discipline empty with room in the device
+//! queue behind it: they pass straight through (the discipline counts and
+//! marks them as if they had been queued and taken out again at once) into
+//! the device queue, or onto the link if the transmitter is free.
+//!
 //! Routing is the load-balancing scheme's ([`crate::lb`]): hosts ask it for
 //! a path for each packet they send ([`Scheme::edge_path`]), switches for
 //! an output port ([`Scheme::switch_port`], per-flow ECMP by default), and
@@ -185,6 +190,11 @@ pub struct World {
     ports: Vec<Port>,
     /// Packets in delay stages, each stamped with its due time.
     delay_fifo: Vec<VecDeque<Packet>>,
+    /// The due time of each delay FIFO's front packet (`Nanos::MAX` when
+    /// it is empty), kept beside the FIFOs: choosing the next packet to
+    /// leave a delay stage reads these few times, one line per port,
+    /// instead of every FIFO's header and front packet.
+    delay_front: Vec<Nanos>,
     pub flows: Vec<Flow>,
     pub data_packets: u64,
     /// Sampling interval of port backlogs, and the sums so far.
@@ -221,15 +231,22 @@ pub struct World {
 }
 
 /// The earliest due time at the fronts of a port's delay FIFOs
-/// (`Nanos::MAX` when every one is empty).
-fn earliest_due(fifos: &[VecDeque<Packet>]) -> Nanos {
-    earliest_front(fifos).map_or(Nanos::MAX, |(due, _)| due)
+/// (`Nanos::MAX` when every one is empty), from [`World::delay_front`].
+fn earliest_due(fronts: &[Nanos]) -> Nanos {
+    earliest_front(fronts).map_or(Nanos::MAX, |(due, _)| due)
 }
 
 /// The (due time, class) of the earliest front of a port's delay FIFOs,
 /// the lowest class first among equal times; `None` when all are empty.
-fn earliest_front(fifos: &[VecDeque<Packet>]) -> Option<(Nanos, usize)> {
-    fifos.iter().enumerate().filter_map(|(c, f)| f.front().map(|p| (p.enqueued, c))).min()
+/// `fronts` is the port's slice of [`World::delay_front`].
+fn earliest_front(fronts: &[Nanos]) -> Option<(Nanos, usize)> {
+    let mut first = (Nanos::MAX, 0);
+    for (c, &due) in fronts.iter().enumerate() {
+        if due < first.0 {
+            first = (due, c);
+        }
+    }
+    (first.0 != Nanos::MAX).then_some(first)
 }
 
 /// Port backlogs as routing schemes read them.
@@ -303,6 +320,7 @@ impl World {
             .collect();
         let classes = cfg.delay_classes.len().max(1);
         let delay_fifo = (0..fabric.ports.len() * classes).map(|_| VecDeque::new()).collect();
+        let delay_front = vec![Nanos::MAX; fabric.ports.len() * classes];
         let mss = cfg.tcp.mss as u64;
         let flows = specs
             .into_iter()
@@ -337,6 +355,7 @@ impl World {
             fabric,
             ports,
             delay_fifo,
+            delay_front,
             flows,
             data_packets: 0,
             sample_every,
@@ -515,6 +534,21 @@ impl World {
     }
 
     fn enqueue(&mut self, now: Nanos, i: usize, p: Packet, q: &mut Wheel<Ev>) {
+        // A packet goes straight through a discipline that is a single
+        // class holding nothing, on a port with room in its device queue
+        // serviced from its discipline (not from a delay stage); see
+        // `passed`.
+        let cap = self.cfg.device_packets as usize;
+        let on_empty = self.cfg.service == Service::OnEmpty;
+        let port = &mut self.ports[i];
+        let queued = port.device.len();
+        if queued < cap && !(port.delayed && on_empty) {
+            let idle = queued == 0 && !port.tx_armed && port.busy_until <= now;
+            if let Some(qdisc) = port.qdisc.idle_fifo() {
+                let p = qdisc.pass(now, p, queued + 1 < cap);
+                return self.passed(now, i, p, idle, q);
+            }
+        }
         // Only a port with several classes needs the flow's (a cache miss).
         let class = match p.prober() {
             // Probes go in the highest-priority class.
@@ -538,6 +572,29 @@ impl World {
         }
     }
 
+    /// A packet went straight through port `i`'s discipline
+    /// ([`Qdisc::pass`], None: dropped). The general path (enqueue,
+    /// service, refill) would have moved it into the discipline and at
+    /// once out again, with a zero sojourn, into the device queue;
+    /// [`Qdisc::pass`] did the discipline's part (the enqueue, the dequeue
+    /// and, if the device queue still has room after the packet, the
+    /// refill's closing empty dequeue) in the same order, and this does
+    /// the rest, so every counter, mark and event is as before. An `idle`
+    /// transmitter takes the packet at once ([`World::send`]), without the
+    /// device queue's round trip.
+    fn passed(&mut self, now: Nanos, i: usize, p: Option<Packet>, idle: bool, q: &mut Wheel<Ev>) {
+        match p {
+            // Dropped (a discipline without room): serviced all the same.
+            None => return self.service(now, i, q),
+            Some(p) if idle => self.send(now, i, p, q),
+            Some(p) => {
+                self.ports[i].device.push_back(p);
+                self.start_transmitter(now, i, q);
+            }
+        }
+        self.note_backlog(i);
+    }
+
     fn note_backlog(&mut self, i: usize) {
         let b = self.backlog(i as u32) as u32;
         let port = &mut self.ports[i];
@@ -554,6 +611,14 @@ impl World {
         } else {
             self.refill(now, i);
         }
+        self.start_transmitter(now, i, q);
+    }
+
+    /// Start port `i`'s transmitter on the device queue's head if it is
+    /// free, or arm its `Tx` for when it frees up (unless it is armed or
+    /// has nothing to send).
+    #[inline]
+    fn start_transmitter(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
         let port = &mut self.ports[i];
         if port.tx_armed || port.device.is_empty() {
             return;
@@ -587,13 +652,15 @@ impl World {
         let classes = self.cfg.delay_classes.len();
         let cap = self.cfg.device_packets as usize;
         let fifos = &mut self.delay_fifo[i * classes..(i + 1) * classes];
+        let fronts = &mut self.delay_front[i * classes..(i + 1) * classes];
         // One look at the fronts per packet moved: the earliest front is
         // the next to go if it is due, else the port's next due time.
         loop {
-            let next = earliest_front(fifos);
+            let next = earliest_front(fronts);
             match next {
                 Some((due, c)) if due <= now && self.ports[i].device.len() < cap => {
                     let p = ring::pop_front(&mut fifos[c]).expect("front was just seen");
+                    fronts[c] = fifos[c].front().map_or(Nanos::MAX, |p| p.enqueued);
                     self.ports[i].device.push_back(p);
                     self.ports[i].held -= 1;
                 }
@@ -607,7 +674,14 @@ impl World {
 
     /// Start sending the device queue's head (the transmitter is idle).
     fn transmit(&mut self, now: Nanos, i: usize, q: &mut Wheel<Ev>) {
-        let Some(mut p) = ring::pop_front(&mut self.ports[i].device) else { return };
+        let Some(p) = ring::pop_front(&mut self.ports[i].device) else { return };
+        self.send(now, i, p, q);
+    }
+
+    /// The idle transmitter of port `i` starts sending `p`, just taken from
+    /// the device queue (or passed straight through, [`World::passed`]).
+    #[inline]
+    fn send(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let done = now + self.tx_time(i, p.wire);
         if self.cfg.service == Service::OnRoom {
             self.refill(now, i);
@@ -669,7 +743,7 @@ impl World {
         if full.len() == 1 && !self.hooks.single_port_hops {
             return full[0];
         }
-        let src = self.packet_src(p);
+        let src = if self.hooks.src { self.packet_src(p) } else { crate::lb::NO_HOST };
         let reverse = p.is_reverse();
         let mut group = full;
         if self.faults.may_unroute() && full.len() > 1 {
@@ -723,6 +797,9 @@ impl World {
 
     /// A packet enters port `i`'s delay stage: it waits its class's delay.
     /// Data segments use their flow's class, other packets the control class.
+    /// (Kept out of line: inlined in [`World::offer`], its register saves
+    /// were paid by every packet offered, most of which go to a discipline.)
+    #[inline(never)]
     fn delay(&mut self, now: Nanos, i: usize, mut p: Packet, q: &mut Wheel<Ev>) {
         let classes = self.cfg.delay_classes.len();
         let class = if p.kind == Kind::Data { self.flows[p.flow as usize].spec.class } else { self.cfg.control_class };
@@ -730,6 +807,9 @@ impl World {
         let fifo = i * classes + c;
         let due = now + self.cfg.delay_classes[c];
         let was_empty = self.delay_fifo[fifo].is_empty();
+        if was_empty {
+            self.delay_front[fifo] = due;
+        }
         p.enqueued = due;
         self.delay_fifo[fifo].push_back(p);
         self.ports[i].held += 1;
@@ -746,13 +826,15 @@ impl World {
 
     fn release(&mut self, now: Nanos, fifo: usize, q: &mut Wheel<Ev>) {
         let Some(p) = ring::pop_front(&mut self.delay_fifo[fifo]) else { return };
-        if let Some(next) = self.delay_fifo[fifo].front() {
-            q.schedule(next.enqueued, Ev::Release(fifo as u32));
+        let next = self.delay_fifo[fifo].front().map(|p| p.enqueued);
+        self.delay_front[fifo] = next.unwrap_or(Nanos::MAX);
+        if let Some(due) = next {
+            q.schedule(due, Ev::Release(fifo as u32));
         }
         let classes = self.cfg.delay_classes.len();
         let i = fifo / classes;
         self.ports[i].held -= 1;
-        self.ports[i].next_due = earliest_due(&self.delay_fifo[i * classes..(i + 1) * classes]);
+        self.ports[i].next_due = earliest_due(&self.delay_front[i * classes..(i + 1) * classes]);
         self.enqueue(now, i, p, q);
     }
 

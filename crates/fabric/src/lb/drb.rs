@@ -75,7 +75,7 @@ impl Scheme for RoundRobinPaths {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks { edge: true, single_port_hops: false }
+        Hooks { edge: true, single_port_hops: false, src: false }
     }
 
     fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {

@@ -46,7 +46,7 @@ impl Scheme for LetFlow {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks { edge: false, single_port_hops: false }
+        Hooks { edge: false, single_port_hops: false, src: false }
     }
 
     fn switch_port(&mut self, ctx: &SwitchCtx, pkt: &mut Packet) -> u32 {

@@ -92,7 +92,14 @@ pub struct Hooks {
     /// [`Scheme::switch_port`] also where the group has one port (needed
     /// by schemes that read or stamp packets at every switch, e.g. CONGA).
     pub single_port_hops: bool,
+    /// [`SwitchCtx::src`] filled in: the sending host is looked up in the
+    /// packet's flow record, a cache miss on every hop with a choice; a
+    /// scheme that never reads it says false and gets [`NO_HOST`] there.
+    pub src: bool,
 }
+
+/// [`SwitchCtx::src`] of a scheme that does not read it ([`Hooks::src`]).
+pub const NO_HOST: u32 = u32::MAX;
 
 /// What a switch scheme sees when it forwards one packet.
 pub struct SwitchCtx<'a> {
@@ -100,7 +107,8 @@ pub struct SwitchCtx<'a> {
     pub switch: u32,
     /// Port the packet arrived on (its sending end's index).
     pub in_port: u32,
-    /// Sending and receiving host of the packet.
+    /// Sending and receiving host of the packet ([`NO_HOST`] as `src` for
+    /// a scheme whose [`Hooks::src`] is false).
     pub src: u32,
     pub dst: u32,
     /// The packet goes from the flow's receiver back to its sender.
@@ -136,7 +144,7 @@ pub trait Scheme: Send {
     /// world then skips the calls it does not need (ECMP's runs cost
     /// what they did before the hook).
     fn hooks(&self) -> Hooks {
-        Hooks { edge: true, single_port_hops: true }
+        Hooks { edge: true, single_port_hops: true, src: true }
     }
 
     /// Path for `pkt`, which `ctx.host` is about to send; `None` leaves the
