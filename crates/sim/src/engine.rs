@@ -1,8 +1,9 @@
 //! The event loop: one run of one algorithm over one scenario with one seed.
 //!
-//! [`Engine`] runs as a [`fulcrum_des::Model`]: its events wait in a
-//! [`fulcrum_des::Queue`] ordered by time in integer nanoseconds, events at
-//! the same instant in the order they were scheduled, so that a run is a
+//! [`Engine`] runs as a [`fulcrum_des::Model`]: its events wait on a
+//! timing wheel with lanes ([`fulcrum_des::Wheel`]) ordered by time in
+//! integer nanoseconds, events at the same instant in the order they were
+//! scheduled, exactly as in the radix heap `fulcrum_des::Queue`, so that a run is a
 //! pure function of scenario, algorithm and seed. A request travels client → balancer → server →
 //! balancer → client; each hop is a network message whose delay is the hop's
 //! latency plus, the first time one node sends to another, the first-contact
@@ -12,8 +13,8 @@
 //! scenarios cost about one queue operation per request. A hop of fixed
 //! latency (and no first-contact delay) goes on the queue's lane for that
 //! delay ([`fulcrum_des::Lane`]): its messages arrive in the order they
-//! were sent, so they are filed once in a FIFO instead of moving through
-//! the radix heap, in the same order as through the heap.
+//! were sent, so they are filed once in a FIFO instead of in a slot of
+//! the wheel, in the same order as through the wheel.
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -32,7 +33,7 @@ use std::sync::atomic::AtomicU64;
 use fulcrum_balance::{
     pick_avoiding, AlgorithmConfig, Balancer, BuildError, Endpoint, EndpointId, Nanos, Outcome, Rng, Ticket,
 };
-use fulcrum_des::{Lane, Model, Queue};
+use fulcrum_des::{Lane, Model, Wheel};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
@@ -89,6 +90,9 @@ enum Ev {
     /// Tick the outlier detectors and step slow start.
     Guard,
 }
+
+/// The pending events: a timing wheel with lanes (see [`Engine::new`]).
+type Events = Wheel<Ev, u64>;
 
 /// A request in flight. Every event of a request reads its slot, so it is
 /// kept to one cache line (64 bytes, aligned): the servers of earlier tries
@@ -181,7 +185,7 @@ pub struct Engine<'a> {
     scenario: &'a Scenario,
     now: Nanos,
     /// The events scheduled at setup, handed to the run loop by [`Engine::run`].
-    initial: Queue<Ev>,
+    initial: Events,
     requests: Vec<Request>,
     /// Servers of the earlier tries of the request in the same slot (kept
     /// apart so that requests stay small; grown only when a retry happens).
@@ -277,7 +281,8 @@ impl<'a> Engine<'a> {
         } else {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
-        let mut initial = Queue::new();
+        // 4,096 ns × 4,096 slots: a 16.8 ms horizon.
+        let mut initial = Wheel::with_slots(12, 4096);
         let net = &scenario.network;
         let mut hop_lane = |latency: &Dist| match latency {
             Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
@@ -363,7 +368,7 @@ impl<'a> Engine<'a> {
     /// takes no time. The lane's case, four of a fleet request's six
     /// events, is inlined into every handler; the general one is a call.
     #[inline(always)]
-    fn send(&mut self, pair: Pair, ev: Ev, q: &mut Queue<Ev>) {
+    fn send(&mut self, pair: Pair, ev: Ev, q: &mut Events) {
         let client_hop = matches!(pair, Pair::ClientLb(_) | Pair::LbClient(_));
         if let Some(lane) = if client_hop { self.client_lane } else { self.server_lane } {
             // Due at now + the fixed latency, like the general path below.
@@ -376,7 +381,7 @@ impl<'a> Engine<'a> {
     /// [`Engine::send`] over a hop without a lane: first contact, then the
     /// hop's latency drawn.
     #[inline(never)]
-    fn send_timed(&mut self, pair: Pair, client_hop: bool, ev: Ev, q: &mut Queue<Ev>) {
+    fn send_timed(&mut self, pair: Pair, client_hop: bool, ev: Ev, q: &mut Events) {
         let latency = if client_hop { &self.scenario.network.client_lb } else { &self.scenario.network.lb_server };
         let mut at = self.now;
         if !self.ready.is_empty() {
@@ -411,7 +416,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn dispatch(&mut self, ev: Ev, q: &mut Queue<Ev>) {
+    fn dispatch(&mut self, ev: Ev, q: &mut Events) {
         self.out.events += 1;
         match ev {
             Ev::Start { client } => {
@@ -467,7 +472,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn begin(&mut self, client: u32, q: &mut Queue<Ev>) {
+    fn begin(&mut self, client: u32, q: &mut Events) {
         match self.scenario.clients.arrivals {
             Arrivals::Closed(n) => {
                 for _ in 0..n {
@@ -488,7 +493,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The client sends a new request.
-    fn issue(&mut self, client: u32, q: &mut Queue<Ev>) {
+    fn issue(&mut self, client: u32, q: &mut Events) {
         self.clients[client as usize].sent += 1;
         let key = match self.scenario.clients.keys {
             Keys::Random => self.workload.next_u64(),
@@ -535,7 +540,7 @@ impl<'a> Engine<'a> {
     }
 
     /// A request arrives at its balancer: its first try.
-    fn at_balancer(&mut self, req: u32, gen: u32, q: &mut Queue<Ev>) {
+    fn at_balancer(&mut self, req: u32, gen: u32, q: &mut Events) {
         if !self.guards.is_empty() {
             let b = self.requests[req as usize].balancer as usize;
             if let Some(budget) = &mut self.guards[b].budget {
@@ -546,7 +551,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Pick an endpoint for the request's current try and send it there.
-    fn forward(&mut self, req: u32, gen: u32, q: &mut Queue<Ev>) {
+    fn forward(&mut self, req: u32, gen: u32, q: &mut Events) {
         let r = &self.requests[req as usize];
         let (key, attempt, b) = (self.key(r), r.attempt, r.balancer);
         let picked = if attempt == 0 {
@@ -594,15 +599,7 @@ impl<'a> Engine<'a> {
     ///
     /// With resilience mechanisms, the try's result also goes to the
     /// outlier detector, and a failed try may be retried at once instead.
-    fn answer_at_balancer(
-        &mut self,
-        req: u32,
-        gen: u32,
-        attempt: u8,
-        res: TryResult,
-        overall: bool,
-        q: &mut Queue<Ev>,
-    ) {
+    fn answer_at_balancer(&mut self, req: u32, gen: u32, attempt: u8, res: TryResult, overall: bool, q: &mut Events) {
         let r = &mut self.requests[req as usize];
         if r.gen != gen || (!overall && r.attempt != attempt) {
             return;
@@ -675,7 +672,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The resilience timer: returns from ejection, interval rules, slow-start steps.
-    fn guard_tick(&mut self, q: &mut Queue<Ev>) {
+    fn guard_tick(&mut self, q: &mut Events) {
         for b in 0..self.guards.len() {
             for server in self.guards[b].tick(self.now) {
                 self.note_ejection(server);
@@ -688,7 +685,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Queue<Ev>) {
+    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Events) {
         if self.abandons {
             let r = &self.requests[req as usize];
             if r.gen != gen || r.attempt != attempt {
@@ -717,7 +714,7 @@ impl<'a> Engine<'a> {
     }
 
     /// A server slot is free: start the next queued request still wanted.
-    fn release(&mut self, server: u32, q: &mut Queue<Ev>) {
+    fn release(&mut self, server: u32, q: &mut Events) {
         let now = self.now;
         let s = &mut self.servers[server as usize];
         s.busy -= 1;
@@ -736,7 +733,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn at_client(&mut self, req: u32, gen: u32, ok: bool, q: &mut Queue<Ev>) {
+    fn at_client(&mut self, req: u32, gen: u32, ok: bool, q: &mut Events) {
         let r = &mut self.requests[req as usize];
         if r.gen != gen {
             return;
@@ -833,9 +830,9 @@ struct Running<'e, 'a>(&'e mut Engine<'a>);
 
 impl Model for Running<'_, '_> {
     type Event = Ev;
-    type Queue = Queue<Ev>;
+    type Queue = Events;
 
-    fn handle(&mut self, now: Nanos, ev: Ev, queue: &mut Queue<Ev>) {
+    fn handle(&mut self, now: Nanos, ev: Ev, queue: &mut Events) {
         self.0.now = now;
         self.0.dispatch(ev, queue);
     }
