@@ -149,7 +149,8 @@ pub struct Wheel<E, S: Order = ()> {
     /// No event on the wheel or in the overflow is due before this time
     /// (`Nanos::MAX` when there is none), and while the clock's slot has
     /// events left it is the time of the first: a lane's front before it
-    /// is handed over with no look at the slots.
+    /// is handed over with no look at the slots. Kept only on a wheel
+    /// with lanes.
     floor: Nanos,
     /// The lanes (none unless `S` counts).
     lanes: Vec<LaneEvents<E, S>>,
@@ -226,7 +227,9 @@ impl<E: Copy, S: Order> Wheel<E, S> {
                 }
                 self.occupied[i / 64] |= 1 << (i % 64);
                 self.len += 1;
-                self.floor = self.floor.min(at);
+                if S::COUNTED {
+                    self.floor = self.floor.min(at);
+                }
                 return;
             }
         }
@@ -247,7 +250,9 @@ impl<E: Copy, S: Order> Wheel<E, S> {
         } else {
             self.overflow.schedule(at, (seq, ev));
             self.overflow_next = self.overflow_next.min(at);
-            self.floor = self.floor.min(at);
+            if S::COUNTED {
+                self.floor = self.floor.min(at);
+            }
         }
     }
 
@@ -272,7 +277,9 @@ impl<E: Copy, S: Order> Wheel<E, S> {
         }
         self.occupied[i / 64] |= 1 << (i % 64);
         self.len += 1;
-        self.floor = self.floor.min(e.at);
+        if S::COUNTED {
+            self.floor = self.floor.min(e.at);
+        }
     }
 
     /// The earliest event if it is due at or before `until`; otherwise
@@ -290,7 +297,7 @@ impl<E: Copy, S: Order> Wheel<E, S> {
             }
             let i = (self.cur & self.mask) as usize;
             if let Some(&Entry { at, seq, ev }) = self.slots[i].get(self.head) {
-                debug_assert_eq!(at, self.floor, "the floor is the clock's slot's first event");
+                debug_assert!(!S::COUNTED || at == self.floor, "the floor is the clock's slot's first event");
                 if let Some((lane, l_at, l_seq)) = lane {
                     if l_at == at && l_seq < seq.seq() {
                         return self.pop_lane(lane, l_at, until);
@@ -303,12 +310,18 @@ impl<E: Copy, S: Order> Wheel<E, S> {
                 self.last = at;
                 self.len -= 1;
                 match self.slots[i].get(self.head) {
-                    Some(e) => self.floor = e.at,
+                    Some(e) => {
+                        if S::COUNTED {
+                            self.floor = e.at;
+                        }
+                    }
                     None => {
                         self.slots[i].clear();
                         self.head = 0;
                         self.occupied[i / 64] &= !(1 << (i % 64));
-                        self.floor = self.next_start();
+                        if S::COUNTED {
+                            self.floor = self.next_start();
+                        }
                     }
                 }
                 return Some((at, ev));

@@ -281,8 +281,8 @@ impl<'a> Engine<'a> {
         } else {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
-        // 4,096 ns × 4,096 slots: a 16.8 ms horizon.
-        let mut initial = Wheel::with_slots(12, 4096);
+        let (slot_bits, slots) = wheel_shape(scenario);
+        let mut initial = Wheel::with_slots(slot_bits, slots);
         let net = &scenario.network;
         let mut hop_lane = |latency: &Dist| match latency {
             Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
@@ -843,6 +843,30 @@ impl Model for Running<'_, '_> {
     }
 }
 
+/// Slots on the request simulator's wheel.
+const WHEEL_SLOTS: usize = 8192;
+
+/// The wheel for `scenario`: [`WHEEL_SLOTS`] slots of the power of two of
+/// nanoseconds that makes the horizon at least three times its typical
+/// random delay, the servers' mean service time (averaged over the
+/// servers) or an open-loop client's mean gap, whichever is longer. Most
+/// ends of service and ticks are then filed once, in a slot holding a few
+/// events; the rare longer delays (a slow server's, a timeout) wait in the
+/// wheel's overflow. On fleet-1000 (service 10.9 ms on average: 4,096 ns ×
+/// 8,192, a 33.6 ms horizon) cachegrind counted fewer instructions per
+/// request than with half or twice the slots or slot width.
+fn wheel_shape(scenario: &Scenario) -> (u32, usize) {
+    let n = scenario.servers.len().max(1) as f64;
+    let service = scenario.servers.iter().map(|s| s.service.mean()).sum::<f64>() / n;
+    let gap = match scenario.clients.arrivals {
+        Arrivals::Poisson(mean) => mean,
+        Arrivals::Fixed(interval) => interval as f64,
+        Arrivals::Closed(_) => 0.0,
+    };
+    let width = (3.0 * service.max(gap) / WHEEL_SLOTS as f64).ceil().min((1u64 << 40) as f64) as u64;
+    (width.max(1).next_power_of_two().trailing_zeros(), WHEEL_SLOTS)
+}
+
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {
     scenario
         .servers
@@ -852,4 +876,45 @@ fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoin
         .filter(|(_, (_, state))| state.joined)
         .map(|(i, (s, _))| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn scenario(text: &str) -> Scenario {
+        Scenario::parse(text, "t.toml", "t", Path::new(".")).expect("a valid scenario")
+    }
+
+    #[test]
+    fn the_wheel_covers_three_typical_delays() {
+        let fleet = scenario(
+            r#"
+[clients]
+count = 10
+loop = "open"
+rate = 1000
+duration = "1s"
+[[servers]]
+count = 99
+service = { dist = "exponential", mean = "10ms" }
+[[servers]]
+count = 1
+service = { dist = "exponential", mean = "100ms" }
+"#,
+        );
+        // 10.9 ms: 3 × 10.9 ms / 8,192 = 3,992 ns, so 4,096 ns slots.
+        assert_eq!(wheel_shape(&fleet), (12, WHEEL_SLOTS));
+        // A client's gap longer than the service decides.
+        let sparse =
+            scenario("[clients]\nloop = \"open\"\ninterval = \"1s\"\nrequests = 3\n[[servers]]\nservice = \"5ms\"\n");
+        let (bits, slots) = wheel_shape(&sparse);
+        assert!((slots as u64) << bits >= 3_000_000_000 && (slots as u64) << (bits - 1) < 3_000_000_000);
+        // Zero service in a closed loop: the narrowest slots, still valid.
+        let zero =
+            scenario("[clients]\nloop = \"closed\"\nin_flight = 2\nrequests = 3\n[[servers]]\nservice = \"0ms\"\n");
+        assert_eq!(wheel_shape(&zero), (0, WHEEL_SLOTS));
+    }
 }
