@@ -205,6 +205,9 @@ pub struct Engine<'a> {
     client_lane: Option<Lane>,
     server_lane: Option<Lane>,
     zero_client_hop: bool,
+    /// The client lane's latency when an answer's arrival at its client is
+    /// handled when the balancer sends it (see [`Engine::answer_at_balancer`]).
+    fold_client: Option<Nanos>,
     zero_server_hop: bool,
     /// Whether a try can be given up before its server answers (a
     /// timeout); without one, a try reaching its server is always the
@@ -305,6 +308,7 @@ impl<'a> Engine<'a> {
             client_lane,
             server_lane,
             zero_client_hop: scenario.network.client_lb.is_zero(),
+            fold_client: None,
             zero_server_hop: scenario.network.lb_server.is_zero(),
             abandons: scenario.balancers.timeout.is_some() || scenario.resilience.per_try_timeout().is_some(),
             out: RawRun {
@@ -330,6 +334,10 @@ impl<'a> Engine<'a> {
                 ..ResilienceStats::default()
             },
         };
+        engine.fold_client = match engine.client_lane {
+            Some(lane) if engine.folds_client() => Some(engine.initial.lane_delay(lane)),
+            _ => None,
+        };
         let q = &mut engine.initial;
         for i in 0..c.count {
             q.schedule(c.start + c.stagger * i as u64, Ev::Start { client: i });
@@ -343,12 +351,26 @@ impl<'a> Engine<'a> {
         Ok(engine)
     }
 
+    /// Whether an answer's arrival at its client can be handled when its
+    /// balancer sends it instead of as an event one lane delay later, with
+    /// every output the same. There the client only records the latency
+    /// (due at a known time), counts the request and frees its slot; that
+    /// observes nothing another event changes, and the lane hands answers
+    /// over in the order they were sent, so the latencies are recorded in
+    /// the same order. It holds for open-loop clients (a closed-loop
+    /// client sends its next request on the answer's arrival) without
+    /// timeouts or resilience mechanisms (their events read the request's
+    /// slot, and the guard's timer stops when no other event is pending).
+    fn folds_client(&self) -> bool {
+        !matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && !self.abandons && self.guards.is_empty()
+    }
+
     /// Run to the end and return what was measured.
     pub fn run(mut self) -> RawRun {
         let mut queue = std::mem::take(&mut self.initial);
         let progress = self.progress;
         fulcrum_des::run(&mut Running(&mut self), &mut queue, Nanos::MAX, progress);
-        self.out.end = self.now;
+        self.out.end = self.out.end.max(self.now);
         // Every measured request is in the share series too (one count
         // per request instead of two on the hot path).
         self.out.per_server = self.out.share.totals();
@@ -466,7 +488,7 @@ impl<'a> Engine<'a> {
             Ev::Timeout { req, gen, attempt, overall } => {
                 self.answer_at_balancer(req, gen, attempt, TryResult::Timeout, overall, q)
             }
-            Ev::BackAtClient { req, gen, ok } => self.at_client(req, gen, ok, q),
+            Ev::BackAtClient { req, gen, ok } => self.at_client(self.now, req, gen, ok, q),
             Ev::Change { index } => self.change(index as usize),
             Ev::Guard => self.guard_tick(q),
         }
@@ -624,6 +646,15 @@ impl<'a> Engine<'a> {
                 return;
             }
         }
+        if let Some(delay) = self.fold_client {
+            // Handled now, as due one lane delay later (see `folds_client`):
+            // one event fewer through the wheel.
+            let at = self.now + delay;
+            self.out.events += 1;
+            self.out.end = at;
+            self.at_client(at, req, gen, ok, q);
+            return;
+        }
         self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok }, q);
     }
 
@@ -733,7 +764,8 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn at_client(&mut self, req: u32, gen: u32, ok: bool, q: &mut Events) {
+    /// The answer to `req` reaches its client at `now`.
+    fn at_client(&mut self, now: Nanos, req: u32, gen: u32, ok: bool, q: &mut Events) {
         let r = &mut self.requests[req as usize];
         if r.gen != gen {
             return;
@@ -748,7 +780,7 @@ impl<'a> Engine<'a> {
         if r.measured {
             if ok {
                 let latency = match self.scenario.metrics.latency_at {
-                    MeasureAt::Client => self.now - r.sent,
+                    MeasureAt::Client => now - r.sent,
                     MeasureAt::Balancer => r.at_lb,
                 };
                 self.out.latency.record(latency);
@@ -760,6 +792,7 @@ impl<'a> Engine<'a> {
         r.gen = r.gen.wrapping_add(1);
         self.free.push(req);
         self.completed += 1;
+        // Closed loop: never folded, so `now` is the clock.
         if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client) {
             self.issue(client, q);
         }
@@ -916,5 +949,53 @@ service = { dist = "exponential", mean = "100ms" }
         let zero =
             scenario("[clients]\nloop = \"closed\"\nin_flight = 2\nrequests = 3\n[[servers]]\nservice = \"0ms\"\n");
         assert_eq!(wheel_shape(&zero), (0, WHEEL_SLOTS));
+    }
+
+    /// Runs `scenario`'s first algorithm with the client's arrivals folded
+    /// or not: what it measured, and the events handled and the end.
+    fn measured(scenario: &Scenario, fold: bool) -> (String, u64, u64, Nanos) {
+        let mut engine = Engine::new(scenario, &scenario.algorithms[0], 7, None).expect("an engine");
+        assert_eq!(engine.fold_client.is_some(), engine.folds_client());
+        if !fold {
+            engine.fold_client = None;
+        }
+        let mut raw = engine.run();
+        let summary = format!("{:?} {} {:?} {:?}", raw.latency.summary(), raw.failed, raw.per_server, raw.share);
+        (summary, raw.events, raw.completed, raw.end)
+    }
+
+    #[test]
+    fn an_answer_folded_into_its_balancers_event_changes_nothing() {
+        // Open loop, fixed hops, exponential service: ties between the
+        // lanes and the wheel happen, and the last event is an answer.
+        let text = r#"
+[clients]
+count = 20
+loop = "open"
+rate = 2000
+duration = "200ms"
+[[servers]]
+count = 8
+service = { dist = "exponential", mean = "2ms" }
+concurrency = 2
+[network]
+client_lb = "100us"
+lb_server = "50us"
+[balancers]
+count = 3
+"#;
+        for measure in ["", "\n[metrics]\nlatency = \"balancer\"\n"] {
+            let open = scenario(&format!("{text}{measure}"));
+            let folded = measured(&open, true);
+            assert_eq!(folded, measured(&open, false));
+            assert!(folded.2 > 5_000, "requests completed: {}", folded.2);
+        }
+        // A closed loop sends on the answer's arrival: never folded.
+        let closed = scenario(
+            &text
+                .replace("rate = 2000\nduration = \"200ms\"", "in_flight = 2\nrequests = 50")
+                .replace("\"open\"", "\"closed\""),
+        );
+        assert!(Engine::new(&closed, &closed.algorithms[0], 7, None).expect("an engine").fold_client.is_none());
     }
 }
