@@ -208,7 +208,7 @@ impl<E: Copy, S: Order> Wheel<E, S> {
     ///
     /// # Panics
     /// If `at` is earlier than the last event popped: time cannot go back.
-    #[inline]
+    #[inline(always)]
     pub fn schedule(&mut self, at: Nanos, ev: E) {
         // The common case, an event for a later slot within the horizon
         // whose vector has room, has no call in it (so it needs no saved
