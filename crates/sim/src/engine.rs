@@ -285,7 +285,7 @@ impl<'a> Engine<'a> {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
         let (slot_bits, slots) = wheel_shape(scenario);
-        let mut initial = Wheel::with_slots(slot_bits, slots);
+        let mut initial = Wheel::with_slots(slot_bits, slots, WHEEL_BLOCK);
         let net = &scenario.network;
         let mut hop_lane = |latency: &Dist| match latency {
             Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
@@ -878,6 +878,11 @@ impl Model for Running<'_, '_> {
 
 /// Slots on the request simulator's wheel.
 const WHEEL_SLOTS: usize = 8192;
+/// Events per slot in the wheel's shared block (fleet-1000's slots hold
+/// about eight; the rare fuller slot spills into a vector of its own).
+/// Against a vector per slot: about 12 % less CPU time on fleet-1000
+/// shortened to 0.5 s, from fewer cache misses.
+const WHEEL_BLOCK: usize = 16;
 
 /// The wheel for `scenario`: [`WHEEL_SLOTS`] slots of the power of two of
 /// nanoseconds that makes the horizon at least three times its typical
