@@ -242,8 +242,7 @@ impl<E: Copy, S: Order> Wheel<E, S> {
         if at >= self.last && s != self.cur && s - self.cur <= self.mask {
             let i = (s & self.mask) as usize;
             let e = Entry { at, seq: S::nth(self.seq), ev };
-            // (Without a block, no length to read.)
-            let n = if self.cap == 0 { 0 } else { self.lens[i] as usize };
+            let n = self.lens[i] as usize;
             let filed = if n < self.cap {
                 match self.block.get_mut(i * self.cap + n) {
                     Some(free) => {
