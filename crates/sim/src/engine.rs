@@ -1,9 +1,8 @@
 //! The event loop: one run of one algorithm over one scenario with one seed.
 //!
-//! [`Engine`] runs as a [`fulcrum_des::Model`]: its events wait on a
-//! timing wheel with lanes ([`fulcrum_des::Wheel`]) ordered by time in
-//! integer nanoseconds, events at the same instant in the order they were
-//! scheduled, exactly as in the radix heap `fulcrum_des::Queue`, so that a run is a
+//! [`Engine`] runs as a [`fulcrum_des::Model`]: its events wait in a
+//! [`fulcrum_des::Queue`] ordered by time in integer nanoseconds, events at
+//! the same instant in the order they were scheduled, so that a run is a
 //! pure function of scenario, algorithm and seed. A request travels client → balancer → server →
 //! balancer → client; each hop is a network message whose delay is the hop's
 //! latency plus, the first time one node sends to another, the first-contact
@@ -13,8 +12,8 @@
 //! scenarios cost about one queue operation per request. A hop of fixed
 //! latency (and no first-contact delay) goes on the queue's lane for that
 //! delay ([`fulcrum_des::Lane`]): its messages arrive in the order they
-//! were sent, so they are filed once in a FIFO instead of in a slot of
-//! the wheel, in the same order as through the wheel.
+//! were sent, so they are filed once in a FIFO instead of moving through
+//! the radix heap, in the same order as through the heap.
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -33,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 use fulcrum_balance::{
     pick_avoiding, AlgorithmConfig, Balancer, BuildError, Endpoint, EndpointId, Nanos, Outcome, Rng, Ticket,
 };
-use fulcrum_des::{Lane, Model, Wheel};
+use fulcrum_des::{Lane, Model, Queue};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
@@ -91,8 +90,11 @@ enum Ev {
     Guard,
 }
 
-/// The pending events: a timing wheel with lanes (see [`Engine::new`]).
-type Events = Wheel<Ev, u64>;
+/// The pending events: the radix heap with lanes. (A timing wheel with
+/// lanes, `fulcrum_des::Wheel<Ev, u64>`, cut fleet-1000's instructions
+/// per request by 17 % but not its time on the development machine; see
+/// the project's notes on the simulator's speed.)
+type Events = Queue<Ev>;
 
 /// A request in flight. Every event of a request reads its slot, so it is
 /// kept to one cache line (64 bytes, aligned): the servers of earlier tries
@@ -284,8 +286,7 @@ impl<'a> Engine<'a> {
         } else {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
-        let (slot_bits, slots) = wheel_shape(scenario);
-        let mut initial = Wheel::with_slots(slot_bits, slots, WHEEL_BLOCK);
+        let mut initial = Queue::new();
         let net = &scenario.network;
         let mut hop_lane = |latency: &Dist| match latency {
             Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
@@ -876,35 +877,6 @@ impl Model for Running<'_, '_> {
     }
 }
 
-/// Slots on the request simulator's wheel.
-const WHEEL_SLOTS: usize = 8192;
-/// Events per slot in the wheel's shared block (fleet-1000's slots hold
-/// about eight; the rare fuller slot spills into a vector of its own).
-/// Against a vector per slot: about 12 % less CPU time on fleet-1000
-/// shortened to 0.5 s, from fewer cache misses.
-const WHEEL_BLOCK: usize = 16;
-
-/// The wheel for `scenario`: [`WHEEL_SLOTS`] slots of the power of two of
-/// nanoseconds that makes the horizon at least three times its typical
-/// random delay, the servers' mean service time (averaged over the
-/// servers) or an open-loop client's mean gap, whichever is longer. Most
-/// ends of service and ticks are then filed once, in a slot holding a few
-/// events; the rare longer delays (a slow server's, a timeout) wait in the
-/// wheel's overflow. On fleet-1000 (service 10.9 ms on average: 4,096 ns ×
-/// 8,192, a 33.6 ms horizon) cachegrind counted fewer instructions per
-/// request than with half or twice the slots or slot width.
-fn wheel_shape(scenario: &Scenario) -> (u32, usize) {
-    let n = scenario.servers.len().max(1) as f64;
-    let service = scenario.servers.iter().map(|s| s.service.mean()).sum::<f64>() / n;
-    let gap = match scenario.clients.arrivals {
-        Arrivals::Poisson(mean) => mean,
-        Arrivals::Fixed(interval) => interval as f64,
-        Arrivals::Closed(_) => 0.0,
-    };
-    let width = (3.0 * service.max(gap) / WHEEL_SLOTS as f64).ceil().min((1u64 << 40) as f64) as u64;
-    (width.max(1).next_power_of_two().trailing_zeros(), WHEEL_SLOTS)
-}
-
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {
     scenario
         .servers
@@ -924,36 +896,6 @@ mod tests {
 
     fn scenario(text: &str) -> Scenario {
         Scenario::parse(text, "t.toml", "t", Path::new(".")).expect("a valid scenario")
-    }
-
-    #[test]
-    fn the_wheel_covers_three_typical_delays() {
-        let fleet = scenario(
-            r#"
-[clients]
-count = 10
-loop = "open"
-rate = 1000
-duration = "1s"
-[[servers]]
-count = 99
-service = { dist = "exponential", mean = "10ms" }
-[[servers]]
-count = 1
-service = { dist = "exponential", mean = "100ms" }
-"#,
-        );
-        // 10.9 ms: 3 × 10.9 ms / 8,192 = 3,992 ns, so 4,096 ns slots.
-        assert_eq!(wheel_shape(&fleet), (12, WHEEL_SLOTS));
-        // A client's gap longer than the service decides.
-        let sparse =
-            scenario("[clients]\nloop = \"open\"\ninterval = \"1s\"\nrequests = 3\n[[servers]]\nservice = \"5ms\"\n");
-        let (bits, slots) = wheel_shape(&sparse);
-        assert!((slots as u64) << bits >= 3_000_000_000 && (slots as u64) << (bits - 1) < 3_000_000_000);
-        // Zero service in a closed loop: the narrowest slots, still valid.
-        let zero =
-            scenario("[clients]\nloop = \"closed\"\nin_flight = 2\nrequests = 3\n[[servers]]\nservice = \"0ms\"\n");
-        assert_eq!(wheel_shape(&zero), (0, WHEEL_SLOTS));
     }
 
     /// Runs `scenario`'s first algorithm with the client's arrivals folded
