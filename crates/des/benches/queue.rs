@@ -9,7 +9,7 @@
 //! (`Queue::schedule_lane`), which files each event once in a FIFO.
 //! The timing wheel (`fulcrum_des::Wheel`) runs shaped as the request
 //! simulator shapes it for this mean (8,192 slots of 512 ns, a horizon of
-//! 4.2 ms, at least three means; 16 events per slot in the shared block),
+//! 4.2 ms, at least three means),
 //! with a lane for the constant increment.
 //!
 //!   cargo bench -p fulcrum-des --bench queue
@@ -81,7 +81,7 @@ struct Wheeled {
 
 impl Default for Wheeled {
     fn default() -> Self {
-        let mut wheel = Wheel::with_slots(9, 8192, 16);
+        let mut wheel = Wheel::with_slots(9, 8192);
         let lane = wheel.lane(MEAN as Nanos);
         Wheeled { wheel, lane }
     }

@@ -125,19 +125,7 @@ pub struct Wheel<E, S: Order = ()> {
     /// `s << slot_bits …`) for `s` from `cur` to `cur + slots − 1`, in the
     /// order they were filed; the clock's slot sorted by time, equal times
     /// in scheduling order.
-    ///
-    /// Slot `i`'s first `lens[i]` events are `block[i · cap …]`, one block
-    /// shared by all slots, and its later ones `spill[i]`, a vector of its
-    /// own (every event when `cap` is 0). The block is allocated with the
-    /// first event filed (copies of it fill the unused entries, never read).
-    lens: Vec<u16>,
-    block: Vec<Entry<E, S>>,
-    spill: Vec<Vec<Entry<E, S>>>,
-    /// Events per slot in the block.
-    cap: usize,
-    /// The clock's slot's events, taken out of the ring and sorted when
-    /// the clock reached it; the first `head` popped.
-    current: Vec<Entry<E, S>>,
+    slots: Vec<Vec<Entry<E, S>>>,
     /// Bit `i` (of word `i / 64`) set when slot `i` holds events not yet
     /// popped.
     occupied: Vec<u64>,
@@ -181,31 +169,21 @@ impl<E: Copy, S: Order> Wheel<E, S> {
     /// An empty wheel of [`SLOTS`] slots of [`SLOT_NS`] (the fabric's)
     /// whose clock is at time 0.
     pub fn new() -> Self {
-        Self::with_slots(SLOT_BITS, SLOTS, 0)
+        Self::with_slots(SLOT_BITS, SLOTS)
     }
 
     /// An empty wheel of `slots` slots of `2^slot_bits` ns each, whose
     /// clock is at time 0: it files events due within `slots << slot_bits`
     /// ns of the clock's slot once, later ones go through the overflow.
-    /// Each slot keeps its first `block` events in one block shared by all
-    /// slots and the rest in a vector of its own: a large wheel's slots
-    /// then take one allocation and a small array of lengths instead of
-    /// thousands of vectors (0: every slot a vector, best for a small
-    /// wheel whose slots hold an event or two).
     ///
     /// # Panics
-    /// If `slots` is not a power of two of at least 64, if the horizon
-    /// overflows 64 bits, or if `block` exceeds 65,535.
-    pub fn with_slots(slot_bits: u32, slots: usize, block: usize) -> Self {
-        assert!(block <= usize::from(u16::MAX), "at most 65,535 events per slot in the block");
+    /// If `slots` is not a power of two of at least 64, or the horizon
+    /// overflows 64 bits.
+    pub fn with_slots(slot_bits: u32, slots: usize) -> Self {
         assert!(slots.is_power_of_two() && slots >= 64, "a wheel has a power of two of at least 64 slots");
         assert!(slot_bits + slots.trailing_zeros() < 63, "the horizon fits 63 bits");
         Wheel {
-            lens: vec![0; slots],
-            block: Vec::new(),
-            spill: (0..slots).map(|_| Vec::new()).collect(),
-            cap: block,
-            current: Vec::new(),
+            slots: (0..slots).map(|_| Vec::new()).collect(),
             occupied: vec![0; slots / 64],
             slot_bits,
             mask: slots as u64 - 1,
@@ -233,7 +211,7 @@ impl<E: Copy, S: Order> Wheel<E, S> {
     #[inline(always)]
     pub fn schedule(&mut self, at: Nanos, ev: E) {
         // The common case, an event for a later slot within the horizon
-        // with room in its block or vector, has no call in it (so it needs no saved
+        // whose vector has room, has no call in it (so it needs no saved
         // registers where it is inlined); everything else is
         // `schedule_slow`. `at >> slot_bits` is at least `cur` when `at`
         // is not in the past: the clock is never before the clock's slot
@@ -241,26 +219,9 @@ impl<E: Copy, S: Order> Wheel<E, S> {
         let s = at >> self.slot_bits;
         if at >= self.last && s != self.cur && s - self.cur <= self.mask {
             let i = (s & self.mask) as usize;
-            let e = Entry { at, seq: S::nth(self.seq), ev };
-            let n = self.lens[i] as usize;
-            let filed = if n < self.cap {
-                match self.block.get_mut(i * self.cap + n) {
-                    Some(free) => {
-                        *free = e;
-                        self.lens[i] += 1;
-                        true
-                    }
-                    // The block is made with the first event filed.
-                    None => false,
-                }
-            } else {
-                let spill = &mut self.spill[i];
-                spill.len() < spill.capacity() && {
-                    spill.push(e);
-                    true
-                }
-            };
-            if filed {
+            let slot = &mut self.slots[i];
+            if slot.len() < slot.capacity() {
+                slot.push(Entry { at, seq: S::nth(self.seq), ev });
                 if S::COUNTED {
                     self.seq += 1;
                 }
@@ -301,31 +262,20 @@ impl<E: Copy, S: Order> Wheel<E, S> {
     #[inline]
     fn file(&mut self, e: Entry<E, S>) {
         let s = e.at >> self.slot_bits;
+        let i = (s & self.mask) as usize;
+        let slot = &mut self.slots[i];
+        slot.push(e);
         if s == self.cur {
             // Moved down past the later events, one step of an insertion
             // sort; never past the popped ones, which are due by now.
-            let slot = &mut self.current;
-            slot.push(e);
             let mut k = slot.len() - 1;
             while k > 0 && slot[k - 1].at > e.at {
                 slot[k] = slot[k - 1];
                 k -= 1;
             }
             slot[k] = e;
-        } else {
-            let i = (s & self.mask) as usize;
-            let n = self.lens[i] as usize;
-            if n < self.cap {
-                if self.block.is_empty() {
-                    self.block = vec![e; self.lens.len() * self.cap];
-                }
-                self.block[i * self.cap + n] = e;
-                self.lens[i] += 1;
-            } else {
-                self.spill[i].push(e);
-            }
-            self.occupied[i / 64] |= 1 << (i % 64);
         }
+        self.occupied[i / 64] |= 1 << (i % 64);
         self.len += 1;
         if S::COUNTED {
             self.floor = self.floor.min(e.at);
@@ -345,7 +295,8 @@ impl<E: Copy, S: Order> Wheel<E, S> {
                     return self.pop_lane(lane, l_at, until);
                 }
             }
-            if let Some(&Entry { at, seq, ev }) = self.current.get(self.head) {
+            let i = (self.cur & self.mask) as usize;
+            if let Some(&Entry { at, seq, ev }) = self.slots[i].get(self.head) {
                 debug_assert!(!S::COUNTED || at == self.floor, "the floor is the clock's slot's first event");
                 if let Some((lane, l_at, l_seq)) = lane {
                     if l_at == at && l_seq < seq.seq() {
@@ -358,15 +309,16 @@ impl<E: Copy, S: Order> Wheel<E, S> {
                 self.head += 1;
                 self.last = at;
                 self.len -= 1;
-                match self.current.get(self.head) {
+                match self.slots[i].get(self.head) {
                     Some(e) => {
                         if S::COUNTED {
                             self.floor = e.at;
                         }
                     }
                     None => {
-                        self.current.clear();
+                        self.slots[i].clear();
                         self.head = 0;
+                        self.occupied[i / 64] &= !(1 << (i % 64));
                         if S::COUNTED {
                             self.floor = self.next_start();
                         }
@@ -413,50 +365,21 @@ impl<E: Copy, S: Order> Wheel<E, S> {
     /// way the floor becomes that slot's earliest time.
     #[inline]
     fn enter(&mut self, s: u64, until: Nanos) -> bool {
-        let i = (s & self.mask) as usize;
-        let (from, n) = (i * self.cap, self.lens[i] as usize);
-        if n == 0 {
-            // A slot in its own vector only: sorted in place (a stable sort
-            // by time keeps equal times in the order they were filed, which
-            // is their scheduling order). An empty one is the overflow's,
-            // which hands its events over in order.
-            let spill = &mut self.spill[i];
-            spill.sort_by_key(|e| e.at);
-            self.floor = spill.first().map_or(self.overflow_next, |e| e.at);
+        let slot = &mut self.slots[(s & self.mask) as usize];
+        if slot.is_empty() {
+            // From the overflow, which hands its events over in order.
+            self.floor = self.overflow_next;
         } else {
-            let mut min = Nanos::MAX;
-            for e in &self.block[from..from + n] {
-                min = min.min(e.at);
-            }
-            if n == self.cap {
-                for e in &self.spill[i] {
-                    min = min.min(e.at);
-                }
-            }
-            self.floor = min;
+            // A stable sort by time keeps equal times in the order they
+            // were filed, which is their scheduling order.
+            slot.sort_by_key(|e| e.at);
+            self.floor = slot[0].at;
         }
         if self.floor > until {
             return false;
         }
         self.cur = s;
         self.head = 0;
-        if n == 0 {
-            // The slot's vector becomes the clock's slot, and the old one,
-            // spent, goes back to the ring.
-            self.current.clear();
-            std::mem::swap(&mut self.current, &mut self.spill[i]);
-        } else {
-            // Out of the block, in the order filed (the block's first), and
-            // sorted by time, stably as above.
-            self.current.clear();
-            self.current.extend_from_slice(&self.block[from..from + n]);
-            if n == self.cap {
-                self.current.append(&mut self.spill[i]);
-            }
-            self.current.sort_by_key(|e| e.at);
-            self.lens[i] = 0;
-        }
-        self.occupied[i / 64] &= !(1 << (i % 64));
         let end = (s + self.mask + 1) << self.slot_bits;
         if self.overflow_next < end {
             self.migrate(end);
@@ -643,7 +566,7 @@ mod tests {
     fn lane_events_merge_with_the_slots_by_scheduling_order() {
         // 4 µs slots, 64 of them: a 100 µs lane, and slot events at the
         // same times as lane events, before and after them.
-        let mut w: Wheel<char, u64> = Wheel::with_slots(12, 64, 4);
+        let mut w: Wheel<char, u64> = Wheel::with_slots(12, 64);
         assert_eq!(w.horizon(), 64 << 12);
         let hop = w.lane(100_000);
         assert_eq!(w.lane(100_000), hop, "one lane per delay");
@@ -667,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_lane_event_due_by_until_goes_before_a_later_slot() {
-        let mut w: Wheel<u8, u64> = Wheel::with_slots(10, 64, 0);
+        let mut w: Wheel<u8, u64> = Wheel::with_slots(10, 64);
         let lane = w.lane(1_030);
         w.schedule(1_040, 1); // slot 1 (1,024 …)
         w.schedule_lane(lane, 2); // 1,030: in slot 1, before 1,040
@@ -750,23 +673,21 @@ mod tests {
     }
 
     /// The shapes tested: the fabric's, and narrower and wider slots, fewer
-    /// and more of them, each slot's events in a vector of its own or
-    /// first in the shared block (2 per slot: most slots spill).
-    fn shape() -> impl Strategy<Value = (u32, usize, usize)> {
-        let slots = prop_oneof![Just(64usize), Just(128), Just(1024)];
-        prop_oneof![Just((SLOT_BITS, SLOTS, 0)), (0u32..13, slots, prop_oneof![Just(0usize), Just(2), Just(16)])]
+    /// and more of them.
+    fn shape() -> impl Strategy<Value = (u32, usize)> {
+        prop_oneof![Just((SLOT_BITS, SLOTS)), (0u32..13, prop_oneof![Just(64usize), Just(128), Just(1024)])]
     }
 
     proptest! {
         #[test]
-        fn pops_in_the_order_of_the_radix_heap(((bits, slots, block), ops) in shape().prop_flat_map(|s| (Just(s), ops(s.0, s.1, false)))) {
+        fn pops_in_the_order_of_the_radix_heap(((bits, slots), ops) in shape().prop_flat_map(|s| (Just(s), ops(s.0, s.1, false)))) {
             let never = |_: &mut Wheel<usize>, _, _| unreachable!("no lane events");
-            check(Wheel::<usize>::with_slots(bits, slots, block), ops, never)?;
+            check(Wheel::<usize>::with_slots(bits, slots), ops, never)?;
         }
 
         #[test]
-        fn lanes_pop_in_the_order_of_the_radix_heaps(((bits, slots, block), ops) in shape().prop_flat_map(|s| (Just(s), ops(s.0, s.1, true)))) {
-            let mut wheel = Wheel::<usize, u64>::with_slots(bits, slots, block);
+        fn lanes_pop_in_the_order_of_the_radix_heaps(((bits, slots), ops) in shape().prop_flat_map(|s| (Just(s), ops(s.0, s.1, true)))) {
+            let mut wheel = Wheel::<usize, u64>::with_slots(bits, slots);
             let lanes: Vec<Lane> = DELAYS.iter().map(|&d| wheel.lane(d)).collect();
             let lane = move |w: &mut Wheel<usize, u64>, d: Nanos, n| {
                 let i = DELAYS.iter().position(|&x| x == d).expect("a lane delay");
