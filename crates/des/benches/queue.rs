@@ -7,9 +7,8 @@
 //! A constant increment (every event 1 ms after the one that scheduled it,
 //! a hop of fixed latency) also runs the queue with a lane for that delay
 //! (`Queue::schedule_lane`), which files each event once in a FIFO.
-//! The timing wheel (`fulcrum_des::Wheel`) runs shaped as the request
-//! simulator shapes it for this mean (8,192 slots of 512 ns, a horizon of
-//! 4.2 ms, at least three means),
+//! The timing wheel (`fulcrum_des::Wheel`) runs with 8,192 slots of
+//! 512 ns (a horizon of 4.2 ms, at least three means),
 //! with a lane for the constant increment.
 //!
 //!   cargo bench -p fulcrum-des --bench queue
