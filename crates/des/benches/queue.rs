@@ -7,9 +7,6 @@
 //! A constant increment (every event 1 ms after the one that scheduled it,
 //! a hop of fixed latency) also runs the queue with a lane for that delay
 //! (`Queue::schedule_lane`), which files each event once in a FIFO.
-//! The timing wheel (`fulcrum_des::Wheel`) runs with 8,192 slots of
-//! 512 ns (a horizon of 4.2 ms, at least three means),
-//! with a lane for the constant increment.
 //!
 //!   cargo bench -p fulcrum-des --bench queue
 
@@ -18,7 +15,7 @@ use std::collections::BinaryHeap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fulcrum_des::{Lane, Nanos, Queue, Rng, Wheel};
+use fulcrum_des::{Lane, Nanos, Queue, Rng};
 
 type Payload = [u32; 4];
 
@@ -68,36 +65,6 @@ impl Pending for Laned {
             self.queue.schedule_lane(self.lane, ev);
         } else {
             self.queue.schedule(now + delay, ev);
-        }
-    }
-}
-
-/// The timing wheel with a lane for the constant increment, like `Laned`.
-struct Wheeled {
-    wheel: Wheel<Payload, u64>,
-    lane: Lane,
-}
-
-impl Default for Wheeled {
-    fn default() -> Self {
-        let mut wheel = Wheel::with_slots(9, 8192);
-        let lane = wheel.lane(MEAN as Nanos);
-        Wheeled { wheel, lane }
-    }
-}
-
-impl Pending for Wheeled {
-    fn schedule(&mut self, at: Nanos, ev: Payload) {
-        self.wheel.schedule(at, ev)
-    }
-    fn pop(&mut self) -> Option<(Nanos, Payload)> {
-        self.wheel.pop()
-    }
-    fn schedule_after(&mut self, now: Nanos, delay: Nanos, ev: Payload) {
-        if delay == self.wheel.lane_delay(self.lane) {
-            self.wheel.schedule_lane(self.lane, ev);
-        } else {
-            self.wheel.schedule(now + delay, ev);
         }
     }
 }
@@ -211,7 +178,6 @@ fn bench(c: &mut Criterion) {
             if matches!(inc, Increment::Constant) {
                 bench_one::<Laned>(c, "radix-heap-lane", n, inc);
             }
-            bench_one::<Wheeled>(c, "wheel", n, inc);
             bench_one::<Heap>(c, "binary-heap", n, inc);
         }
     }

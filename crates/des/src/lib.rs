@@ -30,4 +30,4 @@ pub use fulcrum_balance::{Nanos, Rng};
 pub use queue::{Lane, Queue};
 pub use run::{run, Model, Pending, Ran, PROGRESS_EVENTS};
 pub use streams::Streams;
-pub use wheel::{Order, Wheel, HORIZON, SLOTS, SLOT_NS};
+pub use wheel::{Wheel, HORIZON, SLOTS, SLOT_NS};

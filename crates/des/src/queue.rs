@@ -113,7 +113,7 @@ struct Entry<E> {
 /// on it are due a constant delay after the time they are scheduled.
 /// A handle is only meaningful on the queue that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lane(pub(crate) u32);
+pub struct Lane(u32);
 
 /// One lane's events, due in the order they were scheduled.
 struct LaneEvents<E> {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fulcrum_balance::Nanos;
 
 use crate::queue::Queue;
-use crate::wheel::{Order, Wheel};
+use crate::wheel::Wheel;
 
 /// A set of pending events that [`run`] pops in (time, scheduling) order:
 /// [`Queue`], or [`Wheel`] for models whose events are nearly all due
@@ -24,7 +24,7 @@ impl<E> Pending<E> for Queue<E> {
     }
 }
 
-impl<E: Copy, S: Order> Pending<E> for Wheel<E, S> {
+impl<E: Copy> Pending<E> for Wheel<E> {
     #[inline]
     fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
         Wheel::pop_until(self, until)
