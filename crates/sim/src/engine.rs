@@ -649,7 +649,7 @@ impl<'a> Engine<'a> {
         }
         if let Some(delay) = self.fold_client {
             // Handled now, as due one lane delay later (see `folds_client`):
-            // one event fewer through the wheel.
+            // one event fewer through the queue.
             let at = self.now + delay;
             self.out.events += 1;
             self.out.end = at;
@@ -914,7 +914,7 @@ mod tests {
     #[test]
     fn an_answer_folded_into_its_balancers_event_changes_nothing() {
         // Open loop, fixed hops, exponential service: ties between the
-        // lanes and the wheel happen, and the last event is an answer.
+        // lanes and the radix heap happen, and the last event is an answer.
         let text = r#"
 [clients]
 count = 20
