@@ -165,6 +165,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         switch_limit: scenario.buffers.switch_packets,
         host_limit: scenario.buffers.host_packets.unwrap_or(u32::MAX),
         nic_marking: scenario.buffers.host_aqm,
+        bare_nics: !scenario.buffers.host_qdisc,
         marking: scenario.marking(),
         scheduler: scenario.scheduler(),
         class_marking: scenario.class_markings(),
