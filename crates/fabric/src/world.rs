@@ -139,8 +139,8 @@ pub enum Ev {
 struct Port {
     device: VecDeque<Packet>,
     busy_until: Nanos,
-    /// Nanoseconds of transmission per byte × 2^16 (fixed point).
-    ns_per_byte_q16: u64,
+    /// Link rate, bits per second.
+    bps: u64,
     delay: Nanos,
     /// Packets in the delay stage.
     held: u32,
@@ -299,7 +299,7 @@ impl World {
                     tx_armed: false,
                     max_backlog: 0,
                     link: VecDeque::new(),
-                    ns_per_byte_q16: (((8u128 * 1_000_000_000) << 16) / p.bps as u128) as u64,
+                    bps: p.bps,
                     delay: p.delay,
                     to: p.to,
                 }
@@ -504,8 +504,9 @@ impl World {
         q.schedule(now + self.sample_every, Ev::Sample);
     }
 
+    /// ns-3's transmission time (rounded down, [`crate::txtime`]).
     fn tx_time(&self, port: usize, wire: u32) -> Nanos {
-        (self.ports[port].ns_per_byte_q16 * wire as u64 + 0xffff) >> 16
+        crate::txtime::tx_ns(self.ports[port].bps, wire)
     }
 
     /// Hand a packet to an output port: its delay stage if it has one,
