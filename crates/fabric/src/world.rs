@@ -33,6 +33,7 @@ use crate::ring;
 use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
 use crate::topology::{End, Fabric};
+use crate::txtime::TxTimes;
 use crate::workload::FlowSpec;
 
 /// Bytes of point-to-point framing on every packet (ns-3's PPP header).
@@ -139,8 +140,8 @@ pub enum Ev {
 struct Port {
     device: VecDeque<Packet>,
     busy_until: Nanos,
-    /// Link rate, bits per second.
-    bps: u64,
+    /// Link rate: an index into the world's `tx_times`.
+    rate: u32,
     delay: Nanos,
     /// Packets in the delay stage.
     held: u32,
@@ -222,6 +223,8 @@ pub struct World {
     reseq_timeout: Option<Nanos>,
     /// Scratch: segments the resequencing buffer hands to TCP.
     ready: Vec<Packet>,
+    /// Transmission times by link rate and packet size.
+    tx_times: TxTimes,
 }
 
 /// The earliest due time at the fronts of a port's delay FIFOs
@@ -256,6 +259,7 @@ impl World {
         sample_every: Nanos,
         queue: &mut Wheel<Ev>,
     ) -> World {
+        let tx_times = TxTimes::new(fabric.ports.iter().map(|p| p.bps));
         let ports = fabric
             .ports
             .iter()
@@ -299,7 +303,7 @@ impl World {
                     tx_armed: false,
                     max_backlog: 0,
                     link: VecDeque::new(),
-                    bps: p.bps,
+                    rate: tx_times.rate(p.bps),
                     delay: p.delay,
                     to: p.to,
                 }
@@ -361,6 +365,7 @@ impl World {
             live: Vec::new(),
             reseq_timeout: None,
             ready: Vec::new(),
+            tx_times,
         }
     }
 
@@ -506,7 +511,7 @@ impl World {
 
     /// ns-3's transmission time (rounded down, [`crate::txtime`]).
     fn tx_time(&self, port: usize, wire: u32) -> Nanos {
-        crate::txtime::tx_ns(self.ports[port].bps, wire)
+        self.tx_times.get(self.ports[port].rate, wire)
     }
 
     /// Hand a packet to an output port: its delay stage if it has one,
