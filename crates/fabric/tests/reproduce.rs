@@ -25,17 +25,17 @@
 //! means are over the flows its program drew for seeds 1–4 and 233;
 //! Fulcrum's over other random flows. Each seed's small-flow average is set
 //! by a few small flows that stall for tens to hundreds of ms, so it
-//! spreads widely from one set of flows to the next (sd 0.3–0.4 ms over 30
+//! spreads widely from one set of flows to the next (sd 0.3–0.5 ms over 30
 //! seeds), and ns-3's five lists happen to be mild ones: TCN 30 µs gives
-//! 1.84–1.85 ms on average over Fulcrum's own seeds 1–30 and over ns-3's
+//! 1.79–1.81 ms on average over Fulcrum's own seeds 1–30 and over ns-3's
 //! lists of seeds 1–30 alike (the two flow generators are equivalent), but
-//! 1.61 on ns-3's five reference lists; TCN 70 µs 2.3 against 2.0. So
+//! 1.61 on ns-3's five reference lists; TCN 70 µs 2.22–2.30 against 1.99. So
 //! `every_figure_holds_on_ns3s_own_flows` runs those five lists
 //! (`tests/data/`, their README says how they were made) and holds all
 //! twelve figures and both orderings to the same bounds, on the same flows
 //! as ns-3's reference. (Before transmission times were rounded down as
 //! ns-3's are, seeds 1–5 gave 2.034 and 1.794 ms: the rounding moves single
-//! seeds by up to ±0.6 ms either way and the 30-seed means by little.)
+//! seeds by up to 1.6 ms either way and no 30-seed mean significantly.)
 
 use std::path::Path;
 
