@@ -33,7 +33,10 @@
 //! `every_figure_holds_on_ns3s_own_flows` runs those five lists
 //! (`tests/data/`, their README says how they were made) and holds all
 //! twelve figures and both orderings to the same bounds, on the same flows
-//! as ns-3's reference. (Before transmission times were rounded down as
+//! as ns-3's reference. `tcn_30us_on_eight_ns3_lists` does the same for
+//! TCN 30 µs on ns-3's lists of seeds 1–8 against ns-3's own runs of them
+//! (its small-flow average is 8.8 % above ns-3's there, within the bound;
+//! ns-3's own eight runs average 1.650 ms, above its 5-seed 1.540). (Before transmission times were rounded down as
 //! ns-3's are, seeds 1–5 gave 2.034 and 1.794 ms: the rounding moves single
 //! seeds by up to 1.6 ms either way and no 30-seed mean significantly.)
 
@@ -117,7 +120,7 @@ fn on_list(name: &str, seed: u32) -> Scenario {
 /// both orderings.
 #[test]
 fn every_figure_holds_on_ns3s_own_flows() {
-    let means: Vec<FctSummary> = NS3.iter().map(|(name, ..)| mean_on_lists(name)).collect();
+    let means: Vec<FctSummary> = NS3.iter().map(|(name, ..)| mean_on_lists(name, &NS3_SEEDS)).collect();
     for ((name, avg, large, small, p99), ours) in NS3.iter().zip(&means) {
         eprintln!(
             "{name} on ns-3's lists: {:.3} / {:.2} / {:.3} / {:.2} (ns-3 {avg} / {large} / {small} / {p99}; \
@@ -141,15 +144,15 @@ fn every_figure_holds_on_ns3s_own_flows() {
     assert!(tcn_high.avg > ecn_sharp.avg && tcn_high.avg > tcn_low.avg, "{ecn_sharp:?} {tcn_high:?} {tcn_low:?}");
 }
 
-/// Mean of the four figures of `name` over ns-3's five lists, run on
-/// threads.
-fn mean_on_lists(name: &str) -> FctSummary {
+/// Mean of the four figures of `name` over ns-3's lists of `seeds`, run
+/// on threads.
+fn mean_on_lists(name: &str, seeds: &[u32]) -> FctSummary {
     let outcomes: Vec<Outcome> = std::thread::scope(|s| {
         let runs: Vec<_> =
-            NS3_SEEDS.iter().map(|&seed| s.spawn(move || fulcrum_fabric::run(&on_list(name, seed), 1, None))).collect();
+            seeds.iter().map(|&seed| s.spawn(move || fulcrum_fabric::run(&on_list(name, seed), 1, None))).collect();
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
-    for (seed, o) in NS3_SEEDS.iter().zip(&outcomes) {
+    for (seed, o) in seeds.iter().zip(&outcomes) {
         let f = &o.fct;
         eprintln!(
             "{name}, ns-3's seed {seed}: {:.3} / {:.2} / {:.3} / {:.2}",
@@ -157,4 +160,43 @@ fn mean_on_lists(name: &str) -> FctSummary {
         );
     }
     Report { scenario: name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 }.fct().0
+}
+
+/// (seed, average, large-flow average, small-flow average, small-flow p99).
+type Ns3List = (u32, f64, f64, f64, f64);
+
+/// ns-3's TCN 30 µs figures on its own lists of seeds 1–8 (average,
+/// large-flow average, small-flow average and p99, ms), each from
+/// `bench/ns3/compare summary` on the flow monitor's XML of the run that
+/// drew the list (`tests/data/README.md`).
+const NS3_TCN30: [Ns3List; 8] = [
+    (1, 9.996, 74.54, 1.604, 10.97),
+    (2, 10.842, 74.86, 1.557, 10.77),
+    (3, 9.719, 78.53, 1.445, 8.32),
+    (4, 9.685, 84.17, 1.485, 10.22),
+    (5, 8.922, 84.48, 1.739, 8.84),
+    (6, 9.228, 79.35, 1.673, 9.82),
+    (7, 10.913, 77.50, 1.613, 10.58),
+    (8, 9.498, 76.99, 2.083, 11.53),
+];
+
+/// TCN 30 µs, the figure the 5-seed comparison misses, on more of ns-3's
+/// lists: seeds 1–8, each run by ns-3 itself, so the comparison is with
+/// ns-3's own figures on the same eight lists (not with the 5-seed
+/// reference). Their means are held within the issue's bounds.
+#[test]
+fn tcn_30us_on_eight_ns3_lists() {
+    let seeds: Vec<u32> = NS3_TCN30.iter().map(|l| l.0).collect();
+    let ours = mean_on_lists("large-scale-tcn-low", &seeds);
+    let n = NS3_TCN30.len() as f64;
+    let mean = |f: &dyn Fn(&Ns3List) -> f64| NS3_TCN30.iter().map(f).sum::<f64>() / n;
+    let (avg, large, small, p99) = (mean(&|l| l.1), mean(&|l| l.2), mean(&|l| l.3), mean(&|l| l.4));
+    eprintln!(
+        "TCN 30 µs on ns-3's lists 1–8: {:.3} / {:.2} / {:.3} / {:.2} (ns-3 {avg:.3} / {large:.2} / {small:.3} / {p99:.2})",
+        ours.avg, ours.large_avg, ours.small_avg, ours.small_p99
+    );
+    assert!(near(ours.avg, avg, 0.15), "avg {ours:?} vs ns-3 {avg}");
+    assert!(near(ours.large_avg, large, 0.25), "large avg {ours:?} vs ns-3 {large}");
+    assert!(near(ours.small_avg, small, 0.15), "small avg {ours:?} vs ns-3 {small}");
+    assert!(near(ours.small_p99, p99, 0.25), "small p99 {ours:?} vs ns-3 {p99}");
 }
