@@ -13,6 +13,7 @@
 //! [`fulcrum_des`]. The same scenario and seed give byte-identical results.
 //!
 //! - [`packet`]: the packet value.
+//! - [`txtime`]: a packet's transmission time, rounded as ns-3 rounds it.
 //! - [`qdisc`]: queue disciplines and their marking rules.
 //! - [`codel`]: CoDel's marking state machine (RFC 8289, ns-3's arithmetic).
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
@@ -56,6 +57,7 @@ pub mod sweep;
 pub mod tcp;
 pub mod topology;
 pub mod trace;
+pub mod txtime;
 pub mod workload;
 pub mod world;
 
@@ -165,6 +167,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         switch_limit: scenario.buffers.switch_packets,
         host_limit: scenario.buffers.host_packets.unwrap_or(u32::MAX),
         nic_marking: scenario.buffers.host_aqm,
+        bare_nics: !scenario.buffers.host_qdisc,
         marking: scenario.marking(),
         scheduler: scenario.scheduler(),
         class_marking: scenario.class_markings(),

@@ -163,6 +163,15 @@ pub struct Buffers {
     /// discipline on both ends of every link (default false: drop-tail).
     #[serde(default)]
     pub host_aqm: bool,
+    /// Whether hosts' NICs without a delay stage have a queue discipline in
+    /// front of their device queue (default true). The seed's mq program
+    /// removes it (`tc.Uninstall`), leaving ns-3's one 600-packet device
+    /// queue: with false, `host_packets` and `device_packets` act as that
+    /// one drop-tail queue, so a packet finds the room a transmission has
+    /// just made (with a discipline in front, the device queue takes it
+    /// only when the port is next serviced).
+    #[serde(default = "yes")]
+    pub host_qdisc: bool,
     /// When a device queue takes packets from its discipline (and a host's
     /// NIC its delayed packets): "on-room" or "on-empty" (ns-3's rule).
     #[serde(default)]
@@ -176,6 +185,7 @@ impl Default for Buffers {
             switch_packets: 250,
             host_packets: None,
             host_aqm: false,
+            host_qdisc: true,
             service: ServiceRule::OnRoom,
         }
     }
@@ -763,6 +773,9 @@ impl Scenario {
         }
         positive("buffers.device_packets", self.buffers.device_packets as f64)?;
         positive("buffers.switch_packets", self.buffers.switch_packets as f64)?;
+        if self.buffers.host_aqm && !self.buffers.host_qdisc {
+            return bad("buffers.host_qdisc", "= false: host_aqm needs the hosts' NIC discipline".into());
+        }
         positive("tcp.mss", self.tcp.mss as f64)?;
         positive("tcp.initial_window", self.tcp.initial_window as f64)?;
         if !(self.tcp.dctcp_g > 0.0 && self.tcp.dctcp_g <= 1.0) {
@@ -1531,6 +1544,8 @@ mod tests {
             (16, 16, 3000, 60_000, 100_000_000, 10)
         );
         assert!(s.buffers.host_aqm);
+        let err = parse(&text, &["buffers.host_qdisc=false"]).unwrap_err();
+        assert!(err.contains("buffers.host_qdisc") && err.contains("host_aqm"), "{err}");
         let err = parse(&text.replace("destinations = [16]", "destinations = [17]"), &[]).unwrap_err();
         assert!(err.contains("line") && err.contains("workload.destinations") && err.contains("host 17"), "{err}");
         let err = parse(&text, &["workload.incast.receiver=20"]).unwrap_err();

@@ -38,6 +38,7 @@ use crate::ring;
 use crate::sched::{Policy, Scheduler};
 use crate::tcp::{Phase, Receiver, Sender, TcpConfig};
 use crate::topology::{End, Fabric};
+use crate::txtime::TxTimes;
 use crate::workload::FlowSpec;
 
 /// Bytes of point-to-point framing on every packet (ns-3's PPP header).
@@ -63,6 +64,10 @@ pub struct ModelConfig {
     /// `host_limit`), as the seed's queue-track program installs its queue
     /// discipline on both ends of every link.
     pub nic_marking: bool,
+    /// Hosts' NICs without a delay stage have no discipline, as in the
+    /// seed's mq program: their `host_limit` and `device_packets` are one
+    /// drop-tail device queue.
+    pub bare_nics: bool,
     pub marking: Marking,
     /// Scheduler of the switch ports (all, or `scheduler_ports`) and its
     /// number of classes (each class a discipline of `switch_limit` packets
@@ -140,8 +145,8 @@ pub enum Ev {
 struct Port {
     device: VecDeque<Packet>,
     busy_until: Nanos,
-    /// Nanoseconds of transmission per byte × 2^16 (fixed point).
-    ns_per_byte_q16: u64,
+    /// Link rate: an index into the world's `tx_times`.
+    rate: u32,
     delay: Nanos,
     /// Packets in the delay stage.
     held: u32,
@@ -228,6 +233,8 @@ pub struct World {
     reseq_timeout: Option<Nanos>,
     /// Scratch: segments the resequencing buffer hands to TCP.
     ready: Vec<Packet>,
+    /// Transmission times by link rate and packet size.
+    tx_times: TxTimes,
 }
 
 /// The earliest due time at the fronts of a port's delay FIFOs
@@ -269,6 +276,7 @@ impl World {
         sample_every: Nanos,
         queue: &mut Wheel<Ev>,
     ) -> World {
+        let tx_times = TxTimes::new(fabric.ports.iter().map(|p| p.bps));
         let ports = fabric
             .ports
             .iter()
@@ -312,7 +320,7 @@ impl World {
                     tx_armed: false,
                     max_backlog: 0,
                     link: VecDeque::new(),
-                    ns_per_byte_q16: (((8u128 * 1_000_000_000) << 16) / p.bps as u128) as u64,
+                    rate: tx_times.rate(p.bps),
                     delay: p.delay,
                     to: p.to,
                 }
@@ -376,6 +384,7 @@ impl World {
             live: Vec::new(),
             reseq_timeout: None,
             ready: Vec::new(),
+            tx_times,
         }
     }
 
@@ -519,8 +528,9 @@ impl World {
         q.schedule(now + self.sample_every, Ev::Sample);
     }
 
+    /// ns-3's transmission time (rounded down, [`crate::txtime`]).
     fn tx_time(&self, port: usize, wire: u32) -> Nanos {
-        (self.ports[port].ns_per_byte_q16 * wire as u64 + 0xffff) >> 16
+        self.tx_times.get(self.ports[port].rate, wire)
     }
 
     /// Hand a packet to an output port: its delay stage if it has one,
@@ -557,6 +567,11 @@ impl World {
         };
         #[cfg(debug_assertions)]
         let (flow, seq, kind) = (p.flow as usize, p.seq, p.kind);
+        if self.cfg.bare_nics && !self.ports[i].delayed && matches!(self.fabric.ports[i].from, End::Host(_)) {
+            // One device queue (ns-3's NIC without a discipline): the packet
+            // finds the room a transmission has just made.
+            self.refill(now, i);
+        }
         let kept = self.ports[i].qdisc.enqueue(now, class, p);
         #[cfg(debug_assertions)]
         if !kept {
@@ -1111,6 +1126,7 @@ mod tests {
             switch_limit: 250,
             host_limit: u32::MAX,
             nic_marking: false,
+            bare_nics: false,
             marking: Marking::Tcn { threshold: 70_000 },
             scheduler: None,
             class_marking: Vec::new(),
@@ -1205,6 +1221,29 @@ mod tests {
         assert_eq!(world.queue_stats(p as u32).drops, 1);
         assert!(world.ports[p].qdisc.is_empty(), "the device queue took the discipline's packets");
         assert_eq!(world.ports[p].device.len(), 2, "one is on the wire");
+    }
+
+    #[test]
+    fn a_nic_without_a_discipline_is_one_device_queue() {
+        // A host NIC holding its limit (3 in the discipline, 1 in a device
+        // queue of 2: a transmission has just taken the other). With a
+        // discipline in front the next packet is dropped; without one
+        // (ns-3's NIC after `tc.Uninstall`) the 6 places are one queue and
+        // the packet finds the place the transmission made.
+        for (bare, drops) in [(false, 1), (true, 0)] {
+            let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
+            let cfg =
+                ModelConfig { host_limit: 3, device_packets: 2, bare_nics: bare, ..config(vec![], Service::OnEmpty) };
+            let mut q = Wheel::new();
+            let mut world = World::new(cfg, fabric, vec![], 100_000, &mut q);
+            let p = world.fabric.host_port[0] as usize;
+            for seq in 0..3 {
+                assert!(world.ports[p].qdisc.enqueue(0, 0, crate::lb::testing::data(0, seq, 0)));
+            }
+            world.ports[p].device.push_back(crate::lb::testing::data(0, 3, 0));
+            world.enqueue(0, p, crate::lb::testing::data(0, 4, 0), &mut q);
+            assert_eq!(world.queue_stats(p as u32).drops, drops, "bare {bare}");
+        }
     }
 
     #[test]
