@@ -97,7 +97,7 @@ impl<E: Copy> Wheel<E> {
     ///
     /// # Panics
     /// If `at` is earlier than the last event popped: time cannot go back.
-    #[inline(always)]
+    #[inline]
     pub fn schedule(&mut self, at: Nanos, ev: E) {
         assert!(at >= self.last, "event scheduled at {at} ns, before the last event popped ({} ns)", self.last);
         if (at >> SLOT_BITS) - self.cur < SLOTS as u64 {
@@ -111,7 +111,7 @@ impl<E: Copy> Wheel<E> {
     /// Put an event due within the horizon in its slot: at the end, or in
     /// the clock's slot (sorted, being popped) after every event due at or
     /// before it. Other slots are sorted when the clock reaches them.
-    #[inline(always)]
+    #[inline]
     fn file(&mut self, at: Nanos, ev: E) {
         let s = at >> SLOT_BITS;
         let i = s as usize % SLOTS;
