@@ -72,6 +72,23 @@ fn near(ours: f64, ns3: f64, tolerance: f64) -> bool {
     (ours - ns3).abs() <= tolerance * ns3
 }
 
+/// The bounds on one AQM's means: average and small-flow average
+/// within ±15 % of ns-3's, large-flow average and small-flow p99 within
+/// ±25 %.
+fn assert_within_bounds(name: &str, ours: &FctSummary, (avg, large, small, p99): (f64, f64, f64, f64)) {
+    assert!(near(ours.avg, avg, 0.15), "{name}: avg {ours:?} vs ns-3 {avg}");
+    assert!(near(ours.large_avg, large, 0.25), "{name}: large avg {ours:?} vs ns-3 {large}");
+    assert!(near(ours.small_avg, small, 0.15), "{name}: small avg {ours:?} vs ns-3 {small}");
+    assert!(near(ours.small_p99, p99, 0.25), "{name}: small p99 {ours:?} vs ns-3 {p99}");
+}
+
+/// The orderings ns-3's model shows on average: ECN#'s small flows faster
+/// than TCN 70 µs's, and TCN 70 µs's average FCT the highest of the three.
+fn assert_orderings(ecn_sharp: &FctSummary, tcn_high: &FctSummary, tcn_low: &FctSummary) {
+    assert!(ecn_sharp.small_avg < tcn_high.small_avg, "ECN# small {ecn_sharp:?} vs TCN-high {tcn_high:?}");
+    assert!(tcn_high.avg > ecn_sharp.avg && tcn_high.avg > tcn_low.avg, "{ecn_sharp:?} {tcn_high:?} {tcn_low:?}");
+}
+
 #[test]
 fn orderings_and_magnitudes_hold_over_five_seeds() {
     let ecn_sharp = mean_of("large-scale-ecnsharp");
@@ -91,8 +108,7 @@ fn orderings_and_magnitudes_hold_over_five_seeds() {
         );
         assert!(near(ours.small_p99, *p99, 0.25), "{name}: small p99 {ours:?} vs ns-3 {p99}");
     }
-    assert!(ecn_sharp.small_avg < tcn_high.small_avg, "ECN# small {ecn_sharp:?} vs TCN-high {tcn_high:?}");
-    assert!(tcn_high.avg > ecn_sharp.avg && tcn_high.avg > tcn_low.avg, "{ecn_sharp:?} {tcn_high:?} {tcn_low:?}");
+    assert_orderings(&ecn_sharp, &tcn_high, &tcn_low);
 }
 
 /// ns-3's reference seeds: the flow lists its large-scale program draws
@@ -135,14 +151,9 @@ fn every_figure_holds_on_ns3s_own_flows() {
             100.0 * (ours.small_avg / small - 1.0),
             100.0 * (ours.small_p99 / p99 - 1.0),
         );
-        assert!(near(ours.avg, *avg, 0.15), "{name}: avg {ours:?} vs ns-3 {avg}");
-        assert!(near(ours.large_avg, *large, 0.25), "{name}: large avg {ours:?} vs ns-3 {large}");
-        assert!(near(ours.small_avg, *small, 0.15), "{name}: small avg {ours:?} vs ns-3 {small}");
-        assert!(near(ours.small_p99, *p99, 0.25), "{name}: small p99 {ours:?} vs ns-3 {p99}");
+        assert_within_bounds(name, ours, (*avg, *large, *small, *p99));
     }
-    let (ecn_sharp, tcn_high, tcn_low) = (&means[0], &means[1], &means[2]);
-    assert!(ecn_sharp.small_avg < tcn_high.small_avg, "ECN# small {ecn_sharp:?} vs TCN-high {tcn_high:?}");
-    assert!(tcn_high.avg > ecn_sharp.avg && tcn_high.avg > tcn_low.avg, "{ecn_sharp:?} {tcn_high:?} {tcn_low:?}");
+    assert_orderings(&means[0], &means[1], &means[2]);
 }
 
 /// Mean of the four figures of `name` over ns-3's lists of `seeds`, run
@@ -207,9 +218,6 @@ fn each_aqm_on_ns3s_runs_of_the_same_lists() {
             "{name} on ns-3's lists {seeds:?}: {:.3} / {:.2} / {:.3} / {:.2} (ns-3's runs {avg:.3} / {large:.2} / {small:.3} / {p99:.2})",
             ours.avg, ours.large_avg, ours.small_avg, ours.small_p99
         );
-        assert!(near(ours.avg, avg, 0.15), "{name}: avg {ours:?} vs ns-3 {avg}");
-        assert!(near(ours.large_avg, large, 0.25), "{name}: large avg {ours:?} vs ns-3 {large}");
-        assert!(near(ours.small_avg, small, 0.15), "{name}: small avg {ours:?} vs ns-3 {small}");
-        assert!(near(ours.small_p99, p99, 0.25), "{name}: small p99 {ours:?} vs ns-3 {p99}");
+        assert_within_bounds(name, &ours, (avg, large, small, p99));
     }
 }
