@@ -156,14 +156,14 @@ enum Failing {
 
 /// Fields in the order a try reaching the server reads them, aligned to a
 /// cache line: with 1,000 servers picked at random, the busy count, the
-/// failure mode and the cold start fill the first line, the service time
-/// and its random stream the second, the rest the third and fourth.
+/// failure mode (boxed: 8 bytes, rarely set), the folded ends and the cold
+/// start fill the first line, the join time, the service time and its
+/// random stream the second, the rest the third and fourth.
 #[repr(C, align(64))]
 struct ServerState {
     busy: u32,
     limit: u32,
-    /// Whether a [`Ev::Release`] is pending (folded ends only).
-    release_pending: bool,
+    failing: Option<Box<Failing>>,
     /// With folded ends ([`Engine::fold_done`]) and a concurrency limit:
     /// the end times of the tries in service, in no order, some possibly
     /// past: its length is the busy count, an upper bound until
@@ -172,7 +172,6 @@ struct ServerState {
     /// pushes and pops; a fast fleet-1000 server keeps about 10 of its 32
     /// slots busy, so one pass drops about 20 ends).
     ends: Vec<Nanos>,
-    failing: Option<Failing>,
     cold: Option<Cold>,
     /// When it last joined (the start for servers joined from the start).
     joined_at: Nanos,
@@ -180,6 +179,8 @@ struct ServerState {
     rng: Rng,
     /// Waiting tries: (request, generation, attempt).
     queue: VecDeque<(u32, u32, u8)>,
+    /// Whether a [`Ev::Release`] is pending (folded ends only).
+    release_pending: bool,
     joined: bool,
     original: Dist,
     /// When the current failure or slow-down began (for time to ejection).
@@ -770,7 +771,7 @@ impl<'a> Engine<'a> {
         }
         let now = self.now;
         let s = &mut self.servers[server as usize];
-        match &s.failing {
+        match s.failing.as_deref() {
             Some(Failing::Error(after)) => {
                 let t = now + after.sample(&mut s.rng);
                 q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::ServerError, frees: false });
@@ -936,15 +937,15 @@ impl<'a> Engine<'a> {
                 false
             }
             Action::Fail(mode) => {
-                s.failing = Some(match mode {
+                s.failing = Some(Box::new(match mode {
                     Some(after) => Failing::Error(after.clone()),
                     None => Failing::Silent,
-                });
+                }));
                 s.failing_since.get_or_insert(now);
                 false
             }
             Action::Refuse => {
-                s.failing = Some(Failing::Refuse);
+                s.failing = Some(Box::new(Failing::Refuse));
                 s.failing_since.get_or_insert(now);
                 false
             }
