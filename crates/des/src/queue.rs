@@ -578,12 +578,32 @@ impl<E> Queue<E> {
 /// differ, and `at`'s digit there. Buckets in index order hold increasing
 /// keys: a higher position means a larger key, and at the same position a
 /// larger digit does.
+///
+/// By table lookup on the count of leading zeros of `at ^ last` (not zero,
+/// as `at > last`): its entry is the index of the position's first bucket
+/// shifted left by 8, or-ed with the position's shift (below 64, so the
+/// shift by the whole entry, which takes it modulo 64, is the shift),
+/// instead of a division by [`DIGIT_BITS`] and two multiplications.
 #[inline]
 fn bucket(at: Nanos, last: Nanos) -> usize {
-    let position = (63 - (at ^ last).leading_zeros()) / DIGIT_BITS;
-    let digit = (at >> (position * DIGIT_BITS)) as usize & (DIGITS - 1);
-    position as usize * DIGITS + digit
+    let entry = BUCKET_OF_ZEROS[(at ^ last).leading_zeros() as usize];
+    let digit = at.wrapping_shr(entry) as usize & (DIGITS - 1);
+    (entry >> 8) as usize + digit
 }
+
+/// [`bucket`]'s table: for `z` leading zeros, the highest differing bit is
+/// `63 − z`, its digit position `p = (63 − z) / DIGIT_BITS`; the entry is
+/// `p · DIGITS << 8 | p · DIGIT_BITS`.
+const BUCKET_OF_ZEROS: [u32; 64] = {
+    let mut table = [0; 64];
+    let mut zeros = 0;
+    while zeros < 64 {
+        let position = (63 - zeros) / DIGIT_BITS;
+        table[zeros as usize] = (position * DIGITS as u32) << 8 | position * DIGIT_BITS;
+        zeros += 1;
+    }
+    table
+};
 
 /// The smallest key bucket `b` can hold while the origin is `last`: the
 /// digits of `last` above the bucket's position, its digit there, zeros
@@ -603,6 +623,23 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn the_bucket_table_finds_the_highest_differing_digit() {
+        let mut rng = fulcrum_balance::Rng::new(3);
+        for _ in 0..100_000 {
+            let last = rng.next_u64() >> (rng.next_u64() % 64);
+            let at = last.saturating_add(1 + (rng.next_u64() >> (rng.next_u64() % 64)));
+            if at == last {
+                continue;
+            }
+            let position = (63 - (at ^ last).leading_zeros()) / DIGIT_BITS;
+            let digit = (at >> (position * DIGIT_BITS)) as usize & (DIGITS - 1);
+            assert_eq!(bucket(at, last), position as usize * DIGITS + digit, "at {at}, last {last}");
+        }
+        assert_eq!(bucket(u64::MAX, 0), (POSITIONS - 1) * DIGITS + 15);
+        assert_eq!(bucket(1, 0), 1);
+    }
 
     #[test]
     fn equal_times_leave_in_scheduling_order() {
