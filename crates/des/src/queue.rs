@@ -599,7 +599,7 @@ const BUCKET_OF_ZEROS: [u32; 64] = {
     let mut zeros = 0;
     while zeros < 64 {
         let position = (63 - zeros) / DIGIT_BITS;
-        table[zeros as usize] = (position * DIGITS as u32) << 8 | position * DIGIT_BITS;
+        table[zeros as usize] = ((position * DIGITS as u32) << 8) | (position * DIGIT_BITS);
         zeros += 1;
     }
     table
