@@ -15,6 +15,19 @@
 //! were sent, so they are filed once in a FIFO instead of moving through
 //! the radix heap, in the same order as through the heap.
 //!
+//! Two events of the model are folded into others: an answer's arrival at
+//! an open-loop client is handled when its balancer sends it
+//! (`Engine::folds_client`; no output can tell), and, when the server hop
+//! is a lane and no timeout can give a try up, a served try's end of
+//! service is no event: its answer is scheduled at the balancer when the
+//! service starts (one hop after the end), and the server frees the slot
+//! by the end times it keeps, at once when a later try finds it full, or
+//! by a `Release` event at the earliest end while tries wait
+//! (`Engine::serve`). The answer then takes its place among events at the
+//! same nanosecond when its service starts, not when it ends, which can
+//! only matter when two random times coincide to the nanosecond; no output
+//! of the shipped scenarios over 20 seeds changed (docs/simulator.md).
+//!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
 //! timeout) comes back. When the scenario turns on outlier detection, slow
@@ -75,8 +88,12 @@ enum Ev {
     AtLb { req: u32, gen: u32 },
     /// A try of a request reached its server.
     AtServer { req: u32, gen: u32, attempt: u8, server: u32 },
-    /// A server finished serving (or failing) a try.
+    /// A server finished serving (or failing) a try. When ends are folded
+    /// ([`Engine::fold_done`]) only errors and refusals are events.
     Done { req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, frees: bool },
+    /// A full server with tries waiting reaches its earliest end of
+    /// service, when its answers skip the `Done` event.
+    Release { server: u32 },
     /// A response reached the balancer.
     BackAtLb { req: u32, gen: u32, attempt: u8, res: TryResult },
     /// A response (or the balancer's error) reached the client.
@@ -141,13 +158,22 @@ enum Failing {
 
 /// Fields in the order a try reaching the server reads them, aligned to a
 /// cache line: with 1,000 servers picked at random, the busy count, the
-/// failure mode and the cold start fill the first line, the service time
-/// and its random stream the second, the rest the third and fourth.
+/// failure mode (boxed: 8 bytes, rarely set), the folded ends and the cold
+/// start fill the first line, the join time, the service time and its
+/// random stream the second, the rest the third and fourth.
 #[repr(C, align(64))]
 struct ServerState {
     busy: u32,
     limit: u32,
-    failing: Option<Failing>,
+    failing: Option<Box<Failing>>,
+    /// With folded ends ([`Engine::fold_done`]) and a concurrency limit:
+    /// the end times of the tries in service, in no order, some possibly
+    /// past: its length is the busy count, an upper bound until
+    /// [`Engine::catch_up`] drops the past ones, which it does only when
+    /// the bound reaches the limit (appends are cheaper than a heap's
+    /// pushes and pops; a fast fleet-1000 server keeps about 10 of its 32
+    /// slots busy, so one pass drops about 20 ends).
+    ends: Vec<Nanos>,
     cold: Option<Cold>,
     /// When it last joined (the start for servers joined from the start).
     joined_at: Nanos,
@@ -155,6 +181,8 @@ struct ServerState {
     rng: Rng,
     /// Waiting tries: (request, generation, attempt).
     queue: VecDeque<(u32, u32, u8)>,
+    /// Whether a [`Ev::Release`] is pending (folded ends only).
+    release_pending: bool,
     joined: bool,
     original: Dist,
     /// When the current failure or slow-down began (for time to ejection).
@@ -210,6 +238,12 @@ pub struct Engine<'a> {
     /// The client lane's latency when an answer's arrival at its client is
     /// handled when the balancer sends it (see [`Engine::answer_at_balancer`]).
     fold_client: Option<Nanos>,
+    /// The server lane's latency when a served try's answer is scheduled
+    /// at the balancer when its service starts, with no event at the end
+    /// of service (see [`Engine::serve`]). Not with timeouts: a try given
+    /// up before its end of service sends no answer (and its end is the
+    /// run's last event or not), which only the end's event can tell.
+    fold_done: Option<Nanos>,
     zero_server_hop: bool,
     /// Whether a try can be given up before its server answers (a
     /// timeout); without one, a try reaching its server is always the
@@ -246,6 +280,8 @@ impl<'a> Engine<'a> {
                 failing_since: None,
                 limit: s.concurrency.unwrap_or(u32::MAX),
                 busy: 0,
+                release_pending: false,
+                ends: Vec::new(),
                 queue: VecDeque::new(),
                 joined: s.joined,
                 joined_at: 0,
@@ -310,6 +346,7 @@ impl<'a> Engine<'a> {
             server_lane,
             zero_client_hop: scenario.network.client_lb.is_zero(),
             fold_client: None,
+            fold_done: None,
             zero_server_hop: scenario.network.lb_server.is_zero(),
             abandons: scenario.balancers.timeout.is_some() || scenario.resilience.per_try_timeout().is_some(),
             out: RawRun {
@@ -337,6 +374,10 @@ impl<'a> Engine<'a> {
         };
         engine.fold_client = match engine.client_lane {
             Some(lane) if engine.folds_client() => Some(engine.initial.lane_delay(lane)),
+            _ => None,
+        };
+        engine.fold_done = match engine.server_lane {
+            Some(lane) if !engine.abandons => Some(engine.initial.lane_delay(lane)),
             _ => None,
         };
         let q = &mut engine.initial;
@@ -482,6 +523,12 @@ impl<'a> Engine<'a> {
                 }
                 let b = if self.ready.is_empty() { 0 } else { self.requests[req as usize].balancer };
                 self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
+            }
+            Ev::Release { server } => {
+                // Not a step of any request: the events counted stay those
+                // of the model with an event per end of service.
+                self.out.events -= 1;
+                self.release_folded(server, q);
             }
             Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false, q),
             // The balancer gives up: the try fails, and a late response finds
@@ -726,7 +773,7 @@ impl<'a> Engine<'a> {
         }
         let now = self.now;
         let s = &mut self.servers[server as usize];
-        match &s.failing {
+        match s.failing.as_deref() {
             Some(Failing::Error(after)) => {
                 let t = now + after.sample(&mut s.rng);
                 q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::ServerError, frees: false });
@@ -736,6 +783,7 @@ impl<'a> Engine<'a> {
             }
             // Never answers: the balancer's timeout fires.
             Some(Failing::Silent) => {}
+            None if self.fold_done.is_some() => self.arrive_folded(req, gen, attempt, server, q),
             None if s.busy < s.limit => {
                 s.busy += 1;
                 let t = now + s.service_time(now);
@@ -743,6 +791,87 @@ impl<'a> Engine<'a> {
             }
             None => s.queue.push_back((req, gen, attempt)),
         }
+    }
+
+    /// [`Engine::at_server`] for a working server whose ends are folded:
+    /// served at once if it has room, else queued, with a
+    /// [`Ev::Release`] at its earliest end of service.
+    fn arrive_folded(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Events) {
+        let now = self.now;
+        let s = &mut self.servers[server as usize];
+        if s.ends.len() >= s.limit as usize {
+            // Full, perhaps only on paper: ends up to now free their slots
+            // (an end at `now` frees it before or after this arrival, the
+            // same either way: the front of the queue is served first).
+            self.catch_up(server, now, q);
+        }
+        let s = &mut self.servers[server as usize];
+        if s.ends.len() < s.limit as usize {
+            self.serve(req, gen, attempt, server, now, q);
+        } else {
+            s.queue.push_back((req, gen, attempt));
+            self.pend_release(server, q);
+        }
+    }
+
+    /// Start serving a try at `start` on a server whose ends are folded:
+    /// its answer is scheduled at the balancer at once, due one server hop
+    /// after its end of service, and the end is kept in the server's
+    /// `ends` (when it has a limit) to free its slot then. The end of
+    /// service is counted as the event it is in the unfolded model.
+    #[inline]
+    fn serve(&mut self, req: u32, gen: u32, attempt: u8, server: u32, start: Nanos, q: &mut Events) {
+        let hop = self.fold_done.expect("folded ends");
+        let s = &mut self.servers[server as usize];
+        let end = start + s.service_time(start);
+        if s.limit != u32::MAX {
+            // Without a limit no try ever waits: the ends need no keeping.
+            s.ends.push(end);
+        }
+        self.out.events += 1;
+        q.schedule(end + hop, Ev::BackAtLb { req, gen, attempt, res: TryResult::Ok });
+    }
+
+    /// Free the slots of a folded server's tries ended by `upto`, each
+    /// starting the next waiting try at its end (in end order, as their
+    /// `Done` events would have).
+    fn catch_up(&mut self, server: u32, upto: Nanos, q: &mut Events) {
+        loop {
+            let s = &mut self.servers[server as usize];
+            if s.queue.is_empty() {
+                // Nothing waits: the slots of ended tries are simply free.
+                s.ends.retain(|&end| end > upto);
+                return;
+            }
+            let Some((i, end)) = earliest(&s.ends) else { return };
+            if end > upto {
+                return;
+            }
+            s.ends.swap_remove(i);
+            // Without timeouts (see `fold_done`) every waiting try is wanted.
+            let (req, gen, attempt) = s.queue.pop_front().expect("a waiting try");
+            self.serve(req, gen, attempt, server, end, q);
+        }
+    }
+
+    /// Make sure a folded server with tries waiting has a [`Ev::Release`]
+    /// pending at its earliest end of service.
+    fn pend_release(&mut self, server: u32, q: &mut Events) {
+        let s = &mut self.servers[server as usize];
+        if s.release_pending || s.queue.is_empty() {
+            return;
+        }
+        if let Some((_, end)) = earliest(&s.ends) {
+            s.release_pending = true;
+            q.schedule(end, Ev::Release { server });
+        }
+    }
+
+    /// A folded server's earliest end of service while tries wait.
+    fn release_folded(&mut self, server: u32, q: &mut Events) {
+        self.servers[server as usize].release_pending = false;
+        self.catch_up(server, self.now, q);
+        self.pend_release(server, q);
     }
 
     /// A server slot is free: start the next queued request still wanted.
@@ -810,15 +939,15 @@ impl<'a> Engine<'a> {
                 false
             }
             Action::Fail(mode) => {
-                s.failing = Some(match mode {
+                s.failing = Some(Box::new(match mode {
                     Some(after) => Failing::Error(after.clone()),
                     None => Failing::Silent,
-                });
+                }));
                 s.failing_since.get_or_insert(now);
                 false
             }
             Action::Refuse => {
-                s.failing = Some(Failing::Refuse);
+                s.failing = Some(Box::new(Failing::Refuse));
                 s.failing_since.get_or_insert(now);
                 false
             }
@@ -877,6 +1006,11 @@ impl Model for Running<'_, '_> {
     }
 }
 
+/// The earliest of a folded server's end times, and its index.
+fn earliest(ends: &[Nanos]) -> Option<(usize, Nanos)> {
+    ends.iter().copied().enumerate().min_by_key(|&(_, end)| end)
+}
+
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {
     scenario
         .servers
@@ -899,12 +1033,17 @@ mod tests {
     }
 
     /// Runs `scenario`'s first algorithm with the client's arrivals folded
-    /// or not: what it measured, and the events handled and the end.
-    fn measured(scenario: &Scenario, fold: bool) -> (String, u64, u64, Nanos) {
+    /// or not, and the ends of service folded or not: what it measured,
+    /// and the events handled and the end.
+    fn measured(scenario: &Scenario, fold: bool, fold_done: bool) -> (String, u64, u64, Nanos) {
         let mut engine = Engine::new(scenario, &scenario.algorithms[0], 7, None).expect("an engine");
         assert_eq!(engine.fold_client.is_some(), engine.folds_client());
+        assert_eq!(engine.fold_done.is_some(), engine.server_lane.is_some());
         if !fold {
             engine.fold_client = None;
+        }
+        if !fold_done {
+            engine.fold_done = None;
         }
         let mut raw = engine.run();
         let summary = format!("{:?} {} {:?} {:?}", raw.latency.summary(), raw.failed, raw.per_server, raw.share);
@@ -933,8 +1072,8 @@ count = 3
 "#;
         for measure in ["", "\n[metrics]\nlatency = \"balancer\"\n"] {
             let open = scenario(&format!("{text}{measure}"));
-            let folded = measured(&open, true);
-            assert_eq!(folded, measured(&open, false));
+            let folded = measured(&open, true, true);
+            assert_eq!(folded, measured(&open, false, true));
             assert!(folded.2 > 5_000, "requests completed: {}", folded.2);
         }
         // A closed loop sends on the answer's arrival: never folded.
@@ -944,5 +1083,49 @@ count = 3
                 .replace("\"open\"", "\"closed\""),
         );
         assert!(Engine::new(&closed, &closed.algorithms[0], 7, None).expect("an engine").fold_client.is_none());
+    }
+
+    #[test]
+    fn ends_of_service_folded_into_the_answers_hop_change_nothing() {
+        // Servers full much of the time (tries wait, and a waiting try
+        // starts at an end of service), one failing with errors from
+        // 100 ms: the folded model must measure what the model with an
+        // event per end measures, clients folded or not.
+        let base = r#"
+[clients]
+count = 30
+loop = "open"
+rate = 400
+duration = "300ms"
+[[servers]]
+count = 6
+name = "s"
+service = { dist = "exponential", mean = "2ms" }
+concurrency = 2
+[network]
+client_lb = "100us"
+lb_server = "50us"
+[[events]]
+at = "100ms"
+server = "s-0"
+action = "fail"
+after = "1ms"
+"#;
+        // With retries of errors too (a retry is a new try at the server).
+        let retries = "[retries]\nattempts = 2\non = [\"5xx\"]\n";
+        for extra in ["[balancers]\ncount = 2\n", retries] {
+            let s = scenario(&format!("{base}{extra}"));
+            for fold_client in [true, false] {
+                let folded = measured(&s, fold_client, true);
+                assert_eq!(folded, measured(&s, fold_client, false));
+                assert!(folded.2 > 3_000, "requests completed: {}", folded.2);
+            }
+        }
+        // A timeout can give a try up before its end: never folded.
+        let timeout = scenario(&format!("{base}[balancers]\ntimeout = \"8ms\"\n"));
+        assert!(Engine::new(&timeout, &timeout.algorithms[0], 7, None).expect("an engine").fold_done.is_none());
+        // Without a concurrency limit no end is kept.
+        let unlimited = scenario(&base.replace("concurrency = 2\n", ""));
+        assert_eq!(measured(&unlimited, true, true), measured(&unlimited, true, false));
     }
 }
