@@ -126,7 +126,7 @@ impl Qdisc {
 
     /// Wire bytes of the head packet (what a scheduler charges for it).
     pub fn head_wire(&self) -> Option<u32> {
-        self.fifo.front().map(|p| p.wire)
+        self.fifo.front().map(|p| u32::from(p.wire))
     }
 
     /// Offer a packet; false when it was dropped for lack of room.
@@ -147,8 +147,8 @@ impl Qdisc {
             return None;
         }
         if let Marking::Red { k } = self.marking {
-            if len >= k && p.ect {
-                p.ce = true;
+            if len >= k && p.ect() {
+                p.set_ce(true);
                 self.stats.marks += 1;
             }
         }
@@ -207,7 +207,7 @@ impl Qdisc {
     fn leave(&mut self, now: Nanos, mut p: Packet) -> Packet {
         let sojourn = now - p.enqueued;
         let mark = match self.marking {
-            Marking::CoDel(params) => self.codel.on_dequeue(&params, now, sojourn, self.bytes, p.ect),
+            Marking::CoDel(params) => self.codel.on_dequeue(&params, now, sojourn, self.bytes, p.ect()),
             Marking::DropTail | Marking::Red { .. } => false,
             Marking::Tcn { threshold } => sojourn > threshold,
             Marking::EcnSharp { threshold, target, interval } => {
@@ -215,8 +215,8 @@ impl Qdisc {
                 sojourn > threshold || persistent
             }
         };
-        if mark && p.ect && !p.ce {
-            p.ce = true;
+        if mark && p.ect() && !p.ce() {
+            p.set_ce(true);
             self.stats.marks += 1;
         }
         p
@@ -280,7 +280,7 @@ mod tests {
         for i in 0..4 {
             q.enqueue(0, data(i));
         }
-        let ce: Vec<bool> = (0..4).map(|_| q.dequeue(0).unwrap().ce).collect();
+        let ce: Vec<bool> = (0..4).map(|_| q.dequeue(0).unwrap().ce()).collect();
         assert_eq!(ce, [false, false, true, true]);
     }
 
@@ -289,8 +289,8 @@ mod tests {
         let mut q = Qdisc::new(10, Marking::Tcn { threshold: 100 });
         q.enqueue(0, data(0));
         q.enqueue(0, data(1));
-        assert!(!q.dequeue(100).unwrap().ce);
-        assert!(q.dequeue(101).unwrap().ce);
+        assert!(!q.dequeue(100).unwrap().ce());
+        assert!(q.dequeue(101).unwrap().ce());
         assert_eq!(q.stats.marks, 1);
     }
 
@@ -298,9 +298,9 @@ mod tests {
     fn non_ect_packets_are_never_marked() {
         let mut q = Qdisc::new(10, Marking::Tcn { threshold: 0 });
         let mut ack = data(0);
-        ack.ect = false;
+        ack.set_ect(false);
         q.enqueue(0, ack);
-        assert!(!q.dequeue(50).unwrap().ce);
+        assert!(!q.dequeue(50).unwrap().ce());
     }
 
     #[test]
@@ -313,7 +313,7 @@ mod tests {
         for i in 0..40u64 {
             let now = 100 * i + 20;
             q.enqueue(now - 20, data(i as u32));
-            if q.dequeue(now).unwrap().ce {
+            if q.dequeue(now).unwrap().ce() {
                 marked.push(now);
             }
         }
@@ -322,9 +322,9 @@ mod tests {
         assert_eq!(marked, [1120, 2120, 2920, 3520]);
         // A packet below target ends the marking state.
         q.enqueue(4000, data(99));
-        assert!(!q.dequeue(4005).unwrap().ce);
+        assert!(!q.dequeue(4005).unwrap().ce());
         q.enqueue(4100, data(100));
-        assert!(!q.dequeue(4120).unwrap().ce, "re-armed, not yet ok");
+        assert!(!q.dequeue(4120).unwrap().ce(), "re-armed, not yet ok");
     }
 
     #[test]
@@ -332,8 +332,8 @@ mod tests {
         let mut q = Qdisc::new(10, Marking::EcnSharp { threshold: 70, target: 10, interval: 1_000_000 });
         q.enqueue(0, data(0));
         q.enqueue(0, data(1));
-        assert!(!q.dequeue(70).unwrap().ce);
-        assert!(q.dequeue(71).unwrap().ce);
+        assert!(!q.dequeue(70).unwrap().ce());
+        assert!(q.dequeue(71).unwrap().ce());
     }
 
     #[test]
@@ -404,8 +404,8 @@ mod tests {
             let p = q.dequeue(now).unwrap();
             assert_eq!(now - p.enqueued, 20 * 1024);
             // What it leaves behind: 20 packets of 1454 wire bytes.
-            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true), p.ce);
-            if p.ce {
+            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true), p.ce());
+            if p.ce() {
                 marked.push(t);
             }
         }
@@ -415,7 +415,7 @@ mod tests {
         let mut q = Qdisc::new(10, Marking::CoDel(params));
         q.enqueue(0, data(0));
         assert!((1..300).all(|t| {
-            let ok = !q.dequeue(t * 1024).unwrap().ce;
+            let ok = !q.dequeue(t * 1024).unwrap().ce();
             q.enqueue(t * 1024, data(t as u32));
             ok
         }));
