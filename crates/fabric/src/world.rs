@@ -147,6 +147,17 @@ struct Port {
     busy_until: Nanos,
     /// Link rate: an index into the world's `tx_times`.
     rate: u32,
+    /// The flags every packet handed to the port reads, in the padding
+    /// after `rate`: a packet joining a busy port's device queue then
+    /// needs neither the second line nor the link's.
+    tx_armed: bool,
+    /// Packets wait their delay class here before the discipline.
+    delayed: bool,
+    /// The discipline is never used: a delay stage served on-empty fills
+    /// the device queue itself ([`World::fill_from_delay`]), so the
+    /// discipline stays empty and its cache line need not be read for its
+    /// length (most of a host's packets, with the delay on the NICs).
+    bypass: bool,
     delay: Nanos,
     /// Packets in the delay stage.
     held: u32,
@@ -159,14 +170,6 @@ struct Port {
     /// nothing due yet, the common case, skips the look at every FIFO.
     next_due: Nanos,
     to: End,
-    tx_armed: bool,
-    /// Packets wait their delay class here before the discipline.
-    delayed: bool,
-    /// The discipline is never used: a delay stage served on-empty fills
-    /// the device queue itself ([`World::fill_from_delay`]), so the
-    /// discipline stays empty and its cache line need not be read for its
-    /// length (most of a host's packets, with the delay on the NICs).
-    bypass: bool,
     qdisc: Scheduler,
 }
 
