@@ -137,8 +137,9 @@ pub enum Ev {
 }
 
 /// One output port. `repr(C)` and cache-line alignment keep the fields a
-/// packet's hop touches together: the transmitter's in the first line, the
-/// link's and the delay stage's in the second, then the discipline (320
+/// packet's hop touches together: the transmitter's and the port's flags in
+/// the first line, the link's and the delay stage's in the second, then the
+/// discipline (320
 /// bytes, five lines; in Rust's own order the 288 unaligned bytes began
 /// with the discipline and straddled five or six lines).
 #[repr(C, align(64))]
