@@ -249,7 +249,7 @@ impl Qdisc {
             Marking::Tcn { threshold } => sojourn > threshold,
             Marking::EcnSharp { threshold, target, interval } => {
                 let persistent = self.persistent(now, sojourn, target, interval);
-                self.quiet = target > 0 && self.state.first_above == 0 && !self.state.marking;
+                self.quiet = self.passes_quietly();
                 sojourn > threshold || persistent
             }
         };
