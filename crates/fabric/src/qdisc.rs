@@ -83,16 +83,27 @@ pub struct QueueStats {
 ///
 /// `repr(C)`, in the order a packet's visit reads the fields: a port holds
 /// its discipline 8 bytes into its third cache line (`world::Port`, after
-/// the scheduler's tag), so the FIFO, the limit and the counters of
-/// admitted and marked packets share that line, and the rule, its state
-/// and the byte count the next; CoDel's state, which only CoDel queues
-/// touch, comes last. (In Rust's own order the limit and the counters sat
-/// two lines apart: a packet through a cold port missed both.)
+/// the scheduler's tag), so the FIFO, the limit, the two flags and the
+/// counters of admitted and marked packets share that line, and the rule,
+/// its state and the byte count the next; CoDel's state, which only CoDel
+/// queues touch, comes last. (In Rust's own order the limit and the
+/// counters sat two lines apart: a packet through a cold port missed both.)
+/// The flags answer the two questions most packets ask of the rule, so
+/// that a packet passing an empty discipline and the empty dequeue ending
+/// a refill do not read the rule's line.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Qdisc {
     fifo: VecDeque<Packet>,
     limit: u32,
+    /// A packet passing the empty discipline ([`Qdisc::pass`]) is not
+    /// marked and leaves the rule's state as it is: drop-tail and TCN
+    /// always, RED with `k` above 0, ECN# with a target above 0 while its
+    /// persistent state is idle (unarmed, not marking); never CoDel. Kept
+    /// by [`Qdisc::leave`] whenever ECN#'s state moves.
+    quiet: bool,
+    /// The rule is CoDel (an empty dequeue ends its marking state).
+    codel_rule: bool,
     pub stats: QueueStats,
     /// Wire bytes queued (CoDel's `min_bytes` rule reads it).
     bytes: u64,
@@ -104,14 +115,28 @@ pub struct Qdisc {
 impl Qdisc {
     /// A queue holding at most `limit` packets.
     pub fn new(limit: u32, marking: Marking) -> Self {
-        Qdisc {
+        let mut q = Qdisc {
             fifo: VecDeque::new(),
             limit,
+            quiet: false,
+            codel_rule: matches!(marking, Marking::CoDel(_)),
             marking,
             state: Persistent::default(),
             codel: CoDel::default(),
             bytes: 0,
             stats: QueueStats::default(),
+        };
+        q.quiet = q.passes_quietly();
+        q
+    }
+
+    /// What [`Qdisc::quiet`] says, from the rule and its state.
+    fn passes_quietly(&self) -> bool {
+        match self.marking {
+            Marking::DropTail | Marking::Tcn { .. } => true,
+            Marking::Red { k } => k > 0,
+            Marking::EcnSharp { target, .. } => target > 0 && self.state.first_above == 0 && !self.state.marking,
+            Marking::CoDel(_) => false,
         }
     }
 
@@ -126,7 +151,7 @@ impl Qdisc {
 
     /// Wire bytes of the head packet (what a scheduler charges for it).
     pub fn head_wire(&self) -> Option<u32> {
-        self.fifo.front().map(|p| p.wire)
+        self.fifo.front().map(|p| u32::from(p.wire))
     }
 
     /// Offer a packet; false when it was dropped for lack of room.
@@ -147,8 +172,8 @@ impl Qdisc {
             return None;
         }
         if let Marking::Red { k } = self.marking {
-            if len >= k && p.ect {
-                p.ce = true;
+            if len >= k && p.ect() {
+                p.set_ce(true);
                 self.stats.marks += 1;
             }
         }
@@ -166,6 +191,18 @@ impl Qdisc {
     #[inline]
     pub fn pass(&mut self, now: Nanos, p: Packet, drained: bool) -> Option<Packet> {
         debug_assert!(self.fifo.is_empty());
+        if self.quiet {
+            // The rule neither marks nor moves (see `quiet`), and the empty
+            // dequeue only concerns CoDel: the limit, the stamp, the count.
+            if self.limit == 0 {
+                self.stats.drops += 1;
+                return None;
+            }
+            let mut p = p;
+            p.enqueued = now;
+            self.stats.enqueued += 1;
+            return Some(p);
+        }
         let p = self.admit(now, p)?;
         let p = self.leave(now, p);
         if drained {
@@ -178,7 +215,7 @@ impl Qdisc {
     /// read it, so the others leave its line alone).
     #[inline]
     fn on_empty(&mut self) {
-        if let Marking::CoDel(_) = self.marking {
+        if self.codel_rule {
             self.codel.on_empty();
         }
     }
@@ -207,16 +244,17 @@ impl Qdisc {
     fn leave(&mut self, now: Nanos, mut p: Packet) -> Packet {
         let sojourn = now - p.enqueued;
         let mark = match self.marking {
-            Marking::CoDel(params) => self.codel.on_dequeue(&params, now, sojourn, self.bytes, p.ect),
+            Marking::CoDel(params) => self.codel.on_dequeue(&params, now, sojourn, self.bytes, p.ect()),
             Marking::DropTail | Marking::Red { .. } => false,
             Marking::Tcn { threshold } => sojourn > threshold,
             Marking::EcnSharp { threshold, target, interval } => {
                 let persistent = self.persistent(now, sojourn, target, interval);
+                self.quiet = self.passes_quietly();
                 sojourn > threshold || persistent
             }
         };
-        if mark && p.ect && !p.ce {
-            p.ce = true;
+        if mark && p.ect() && !p.ce() {
+            p.set_ce(true);
             self.stats.marks += 1;
         }
         p
@@ -280,7 +318,7 @@ mod tests {
         for i in 0..4 {
             q.enqueue(0, data(i));
         }
-        let ce: Vec<bool> = (0..4).map(|_| q.dequeue(0).unwrap().ce).collect();
+        let ce: Vec<bool> = (0..4).map(|_| q.dequeue(0).unwrap().ce()).collect();
         assert_eq!(ce, [false, false, true, true]);
     }
 
@@ -289,8 +327,8 @@ mod tests {
         let mut q = Qdisc::new(10, Marking::Tcn { threshold: 100 });
         q.enqueue(0, data(0));
         q.enqueue(0, data(1));
-        assert!(!q.dequeue(100).unwrap().ce);
-        assert!(q.dequeue(101).unwrap().ce);
+        assert!(!q.dequeue(100).unwrap().ce());
+        assert!(q.dequeue(101).unwrap().ce());
         assert_eq!(q.stats.marks, 1);
     }
 
@@ -298,9 +336,9 @@ mod tests {
     fn non_ect_packets_are_never_marked() {
         let mut q = Qdisc::new(10, Marking::Tcn { threshold: 0 });
         let mut ack = data(0);
-        ack.ect = false;
+        ack.set_ect(false);
         q.enqueue(0, ack);
-        assert!(!q.dequeue(50).unwrap().ce);
+        assert!(!q.dequeue(50).unwrap().ce());
     }
 
     #[test]
@@ -313,7 +351,7 @@ mod tests {
         for i in 0..40u64 {
             let now = 100 * i + 20;
             q.enqueue(now - 20, data(i as u32));
-            if q.dequeue(now).unwrap().ce {
+            if q.dequeue(now).unwrap().ce() {
                 marked.push(now);
             }
         }
@@ -322,9 +360,9 @@ mod tests {
         assert_eq!(marked, [1120, 2120, 2920, 3520]);
         // A packet below target ends the marking state.
         q.enqueue(4000, data(99));
-        assert!(!q.dequeue(4005).unwrap().ce);
+        assert!(!q.dequeue(4005).unwrap().ce());
         q.enqueue(4100, data(100));
-        assert!(!q.dequeue(4120).unwrap().ce, "re-armed, not yet ok");
+        assert!(!q.dequeue(4120).unwrap().ce(), "re-armed, not yet ok");
     }
 
     #[test]
@@ -332,8 +370,8 @@ mod tests {
         let mut q = Qdisc::new(10, Marking::EcnSharp { threshold: 70, target: 10, interval: 1_000_000 });
         q.enqueue(0, data(0));
         q.enqueue(0, data(1));
-        assert!(!q.dequeue(70).unwrap().ce);
-        assert!(q.dequeue(71).unwrap().ce);
+        assert!(!q.dequeue(70).unwrap().ce());
+        assert!(q.dequeue(71).unwrap().ce());
     }
 
     #[test]
@@ -354,7 +392,7 @@ mod tests {
         ];
         for rule in rules {
             let (mut fifo, mut pass) = (Qdisc::new(5, rule), Qdisc::new(5, rule));
-            let mut passed = 0;
+            let (mut passed, mut quiet) = (0, 0);
             for t in 0..600u64 {
                 let now = t * 700;
                 let p = data(t as u32);
@@ -378,12 +416,21 @@ mod tests {
                     if drained {
                         assert!(fifo.dequeue(now).is_none());
                     }
+                    quiet += pass.quiet as u32;
                     assert_eq!(pass.pass(now, p, drained), through, "{rule:?} at {now}");
                     passed += 1;
                 }
                 assert_eq!(format!("{fifo:?}"), format!("{pass:?}"), "{rule:?} at {now}");
             }
             assert!(passed > 50 && pass.stats.drops > 0, "{rule:?}: {passed} passed");
+            // Both ways through `pass` are taken: the quiet one wherever the
+            // rule allows it, the full one after ECN#'s state was armed.
+            let can_be_quiet =
+                !matches!(rule, Marking::Red { k: 0 } | Marking::EcnSharp { target: 0, .. } | Marking::CoDel(_));
+            assert_eq!(quiet > 0, can_be_quiet, "{rule:?}: {quiet} quiet passes");
+            if let Marking::EcnSharp { target: 1_000, .. } = rule {
+                assert!(quiet < passed, "{rule:?}: {quiet} of {passed} passes quiet");
+            }
         }
     }
 
@@ -404,8 +451,8 @@ mod tests {
             let p = q.dequeue(now).unwrap();
             assert_eq!(now - p.enqueued, 20 * 1024);
             // What it leaves behind: 20 packets of 1454 wire bytes.
-            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true), p.ce);
-            if p.ce {
+            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true), p.ce());
+            if p.ce() {
                 marked.push(t);
             }
         }
@@ -415,7 +462,7 @@ mod tests {
         let mut q = Qdisc::new(10, Marking::CoDel(params));
         q.enqueue(0, data(0));
         assert!((1..300).all(|t| {
-            let ok = !q.dequeue(t * 1024).unwrap().ce;
+            let ok = !q.dequeue(t * 1024).unwrap().ce();
             q.enqueue(t * 1024, data(t as u32));
             ok
         }));

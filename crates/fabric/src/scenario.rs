@@ -777,6 +777,16 @@ impl Scenario {
             return bad("buffers.host_qdisc", "= false: host_aqm needs the hosts' NIC discipline".into());
         }
         positive("tcp.mss", self.tcp.mss as f64)?;
+        // A packet's wire size is a u16 (crate::packet).
+        if self.tcp.mss as u64 + self.tcp.header_bytes as u64 + crate::world::FRAMING as u64 > u16::MAX as u64 {
+            return bad(
+                "tcp.mss",
+                format!(
+                    "= {}: a segment with its {} header bytes must fit in 65,535 bytes on the wire",
+                    self.tcp.mss, self.tcp.header_bytes
+                ),
+            );
+        }
         positive("tcp.initial_window", self.tcp.initial_window as f64)?;
         if !(self.tcp.dctcp_g > 0.0 && self.tcp.dctcp_g <= 1.0) {
             return bad("tcp.dctcp_g", format!("= {}: must be within (0, 1]", self.tcp.dctcp_g));
@@ -1406,6 +1416,14 @@ mod tests {
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
         assert!(err.contains("--set") && err.contains("treshold"), "{err}");
         assert!(parse(&base(), &["nonsense"]).unwrap_err().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn a_segment_must_fit_a_packets_wire_size() {
+        // 65,535 wire bytes: 65,481 of payload, 52 of headers, 2 of framing.
+        assert!(parse(&base(), &["tcp.mss=65481"]).is_ok());
+        let err = parse(&base(), &["tcp.mss=65482"]).unwrap_err();
+        assert!(err.contains("tcp.mss") && err.contains("65,535"), "{err}");
     }
 
     #[test]

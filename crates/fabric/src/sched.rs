@@ -225,8 +225,10 @@ mod tests {
     use super::*;
     use crate::qdisc::Marking;
 
-    fn pkt(flow: u32, wire: u32) -> Packet {
-        Packet { wire, ..crate::lb::testing::data(flow, 0, 0) }
+    fn pkt(flow: u32, wire: u16) -> Packet {
+        let mut p = crate::lb::testing::data(flow, 0, 0);
+        p.wire = wire;
+        p
     }
 
     fn three(policy: Policy) -> Scheduler {
@@ -235,7 +237,7 @@ mod tests {
 
     /// Keep every class backlogged with `wire`-byte packets and return the
     /// classes of the first `n` dequeues.
-    fn backlogged(s: &mut Scheduler, wires: [u32; 3], n: usize) -> Vec<usize> {
+    fn backlogged(s: &mut Scheduler, wires: [u16; 3], n: usize) -> Vec<usize> {
         for _ in 0..n {
             for (c, &w) in wires.iter().enumerate() {
                 s.enqueue(0, c, pkt(c as u32, w));
@@ -244,7 +246,7 @@ mod tests {
         (0..n).map(|_| s.dequeue(0).unwrap().0).collect()
     }
 
-    fn bytes_by_class(order: &[usize], wires: [u32; 3]) -> [u64; 3] {
+    fn bytes_by_class(order: &[usize], wires: [u16; 3]) -> [u64; 3] {
         let mut b = [0u64; 3];
         for &c in order {
             b[c] += wires[c] as u64;
@@ -328,8 +330,8 @@ mod tests {
         assert!(s.enqueue(0, 0, pkt(0, 1500)));
         assert!(!s.enqueue(0, 0, pkt(0, 1500)), "class 0 holds one packet");
         assert!(s.enqueue(0, 1, pkt(1, 1500)));
-        assert!(!s.dequeue(100).unwrap().1.ce);
-        assert!(s.dequeue(100).unwrap().1.ce, "class 1's TCN marks after 10 ns");
+        assert!(!s.dequeue(100).unwrap().1.ce());
+        assert!(s.dequeue(100).unwrap().1.ce(), "class 1's TCN marks after 10 ns");
         assert_eq!(s.class(0).stats.drops, 1);
     }
 }

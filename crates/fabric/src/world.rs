@@ -46,7 +46,7 @@ pub const FRAMING: u32 = 2;
 
 /// Wire size of a probe and of its reply: an empty IPv4 packet (the
 /// original's probes carry no payload) plus framing.
-const PROBE_WIRE: u32 = 20 + FRAMING;
+const PROBE_WIRE: u16 = 20 + FRAMING as u16;
 
 /// Settings of the model itself (the topology and flows come separately).
 #[derive(Clone, Debug)]
@@ -137,8 +137,9 @@ pub enum Ev {
 }
 
 /// One output port. `repr(C)` and cache-line alignment keep the fields a
-/// packet's hop touches together: the transmitter's in the first line, the
-/// link's and the delay stage's in the second, then the discipline (320
+/// packet's hop touches together: the transmitter's and the port's flags in
+/// the first line, the link's and the delay stage's in the second, then the
+/// discipline (320
 /// bytes, five lines; in Rust's own order the 288 unaligned bytes began
 /// with the discipline and straddled five or six lines).
 #[repr(C, align(64))]
@@ -147,6 +148,17 @@ struct Port {
     busy_until: Nanos,
     /// Link rate: an index into the world's `tx_times`.
     rate: u32,
+    /// The flags every packet handed to the port reads, in the padding
+    /// after `rate`: a packet joining a busy port's device queue then
+    /// needs neither the second line nor the link's.
+    tx_armed: bool,
+    /// Packets wait their delay class here before the discipline.
+    delayed: bool,
+    /// The discipline is never used: a delay stage served on-empty fills
+    /// the device queue itself ([`World::fill_from_delay`]), so the
+    /// discipline stays empty and its cache line need not be read for its
+    /// length (most of a host's packets, with the delay on the NICs).
+    bypass: bool,
     delay: Nanos,
     /// Packets in the delay stage.
     held: u32,
@@ -159,10 +171,20 @@ struct Port {
     /// nothing due yet, the common case, skips the look at every FIFO.
     next_due: Nanos,
     to: End,
-    tx_armed: bool,
-    /// Packets wait their delay class here before the discipline.
-    delayed: bool,
     qdisc: Scheduler,
+}
+
+impl Port {
+    /// Packets in the discipline.
+    #[inline]
+    fn discipline_len(&self) -> usize {
+        if self.bypass {
+            debug_assert!(self.qdisc.is_empty());
+            0
+        } else {
+            self.qdisc.len()
+        }
+    }
 }
 
 /// One flow's state and record.
@@ -263,7 +285,7 @@ impl Loads for PortLoads<'_> {
     #[inline]
     fn queued(&self, port: u32) -> u32 {
         let p = &self.0[port as usize];
-        (p.qdisc.len() + p.device.len()) as u32
+        (p.discipline_len() + p.device.len()) as u32
     }
 }
 
@@ -313,6 +335,7 @@ impl World {
                 Port {
                     qdisc,
                     delayed,
+                    bypass: delayed && cfg.service == Service::OnEmpty,
                     held: 0,
                     next_due: Nanos::MAX,
                     device: VecDeque::new(),
@@ -419,13 +442,13 @@ impl World {
         if p.kind == Kind::Probe {
             let mut reply = self.packet(p.flow, Kind::ProbeReply, h, 0, prober, now);
             reply.lb = u32::try_from(now - p.echo).unwrap_or(u32::MAX);
-            reply.ece = p.ce;
+            reply.set_ece(p.ce());
             reply.echo_path = p.path;
             reply.wire = PROBE_WIRE;
             self.host_send(now, h, reply, q);
         } else {
             let probe = Probe { from: prober, to: p.seq, path: p.echo_path };
-            self.routing.on_probe_reply(now, &ProbeReply { probe, delay: Nanos::from(p.lb), ce: p.ece });
+            self.routing.on_probe_reply(now, &ProbeReply { probe, delay: Nanos::from(p.lb), ce: p.ece() });
         }
     }
 
@@ -509,7 +532,7 @@ impl World {
     pub fn backlog(&self, port: u32) -> usize {
         let i = port as usize;
         let p = &self.ports[i];
-        p.qdisc.len() + p.device.len() + p.held as usize
+        p.discipline_len() + p.device.len() + p.held as usize
     }
 
     /// Mean sampled backlog of `port` (packets).
@@ -529,8 +552,8 @@ impl World {
     }
 
     /// ns-3's transmission time (rounded down, [`crate::txtime`]).
-    fn tx_time(&self, port: usize, wire: u32) -> Nanos {
-        self.tx_times.get(self.ports[port].rate, wire)
+    fn tx_time(&self, port: usize, wire: u16) -> Nanos {
+        self.tx_times.get(self.ports[port].rate, u32::from(wire))
     }
 
     /// Hand a packet to an output port: its delay stage if it has one,
@@ -703,7 +726,8 @@ impl World {
         }
         // In OnEmpty mode the end of this transmission services the port if
         // the device queue is then empty and something waits behind it.
-        let wake = self.cfg.service == Service::OnEmpty && (!self.ports[i].qdisc.is_empty() || self.ports[i].held > 0);
+        let wake =
+            self.cfg.service == Service::OnEmpty && (self.ports[i].held > 0 || self.ports[i].discipline_len() > 0);
         let port = &mut self.ports[i];
         port.busy_until = done;
         if port.link.is_empty() {
@@ -854,23 +878,12 @@ impl World {
     }
 
     fn packet(&self, flow: u32, kind: Kind, seq: u32, payload: u32, dst: u32, now: Nanos) -> Packet {
-        Packet {
-            flow,
-            seq,
-            dst,
-            wire: payload + self.cfg.header + FRAMING,
-            kind,
-            // Probes are ECN-capable too (the original's carry ECT(1)).
-            ect: matches!(kind, Kind::Data | Kind::Probe),
-            ce: false,
-            ece: false,
-            path: NO_PATH,
-            echo_path: NO_PATH,
-            lb: 0,
-            cwr: false,
-            enqueued: now,
-            echo: now,
-        }
+        let wire = u16::try_from(payload + self.cfg.header + FRAMING)
+            .expect("the scenario keeps a segment with its headers within 65,535 bytes");
+        let mut p = Packet::new(flow, kind, seq, dst, wire, now);
+        // Probes are ECN-capable too (the original's carry ECT(1)).
+        p.set_ect(matches!(kind, Kind::Data | Kind::Probe));
+        p
     }
 
     /// Payload bytes of segment `seq` of flow `f`.
@@ -887,7 +900,7 @@ impl World {
     /// Sender-side transmission of a forward packet of flow `f`.
     fn send_forward(&mut self, now: Nanos, f: usize, p: Packet, q: &mut Wheel<Ev>) {
         let flow = &mut self.flows[f];
-        flow.tx_bytes += (p.wire - FRAMING) as u64;
+        flow.tx_bytes += u64::from(p.wire) - u64::from(FRAMING);
         flow.tx_packets += 1;
         let src = flow.spec.src;
         self.host_send(now, src, p, q);
@@ -906,8 +919,8 @@ impl World {
         while let Some(seg) = self.flows[f].sender.poll_send(now) {
             let payload = self.payload(f, seg.seq);
             let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
-            p.ect = !seg.again;
-            p.cwr = seg.cwr;
+            p.set_ect(!seg.again);
+            p.set_cwr(seg.cwr);
             #[cfg(debug_assertions)]
             if crate::trace::traced(f) {
                 let what = if seg.again { "retx" } else { "tx" };
@@ -962,19 +975,19 @@ impl World {
         // segment after the connection closed, or a stale copy (tcp.rs).
         if flow.receiver.ignores() || flow.receiver.stale(p.seq) {
             #[cfg(debug_assertions)]
-            crate::trace::note(p.flow as usize, now, format_args!("rx-unanswered,{},{}", p.seq, p.ce as u8));
+            crate::trace::note(p.flow as usize, now, format_args!("rx-unanswered,{},{}", p.seq, p.ce() as u8));
             return;
         }
         let next = flow.receiver.on_data(p.seq);
-        let ece = flow.receiver.ecn_echo(p.ect, p.ce, p.cwr);
+        let ece = flow.receiver.ecn_echo(p.ect(), p.ce(), p.cwr());
         #[cfg(debug_assertions)]
-        crate::trace::note(p.flow as usize, now, format_args!("rx,{},{},{next},{}", p.seq, p.ce as u8, ece as u8));
+        crate::trace::note(p.flow as usize, now, format_args!("rx,{},{},{next},{}", p.seq, p.ce() as u8, ece as u8));
         let closes = flow.done.is_none() && flow.receiver.complete();
         if closes {
             flow.done = Some(now);
         }
         let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
-        ack.ece = ece;
+        ack.set_ece(ece);
         ack.echo = p.echo;
         ack.echo_path = p.path;
         // The data's one-way delay, for schemes that sense paths by it
@@ -1059,10 +1072,10 @@ impl World {
                 self.routing.on_ack(now, h, &p);
                 let cfg = self.cfg.tcp;
                 let sender = &mut self.flows[f].sender;
-                sender.on_ack(&cfg, now, p.seq, p.ece, p.echo);
+                sender.on_ack(&cfg, now, p.seq, p.ece(), p.echo);
                 #[cfg(debug_assertions)]
                 if crate::trace::traced(f) {
-                    crate::trace::event(now, if p.ece { "ack-ece" } else { "ack" }, p.seq, sender, cfg.mss);
+                    crate::trace::event(now, if p.ece() { "ack-ece" } else { "ack" }, p.seq, sender, cfg.mss);
                 }
                 if sender.phase != Phase::Done {
                     self.pump(now, f, q);

@@ -178,7 +178,7 @@ impl Scheme for CloveScheme {
             return;
         }
         if let Some(&rack) = self.dst_rack.get(&ack.flow) {
-            self.hosts[host as usize].acked(now, rack, usize::from(ack.echo_path), ack.ece);
+            self.hosts[host as usize].acked(now, rack, usize::from(ack.echo_path), ack.ece());
         }
     }
 }
@@ -258,7 +258,7 @@ mod tests {
             let mut ack = data(1, 1, 0);
             ack.kind = Kind::Ack;
             ack.echo_path = p;
-            ack.ece = true;
+            ack.set_ece(true);
             s.on_ack(1_000, 0, &ack);
             let w = s.hosts[0].weights(f.rack[31] as usize);
             assert!((w[usize::from(p)] - 2.0 / 3.0).abs() < 1e-9, "{w:?}");

@@ -344,7 +344,7 @@ impl Scheme for CongaScheme {
             // A spine: ECMP onward, CE raised to this port's metric.
             let port = hash_port(ctx, pkt);
             if pkt.lb & TAGGED != 0 {
-                let ce = self.spine.forward(now, port as usize, pkt.wire, (pkt.lb >> 8) as u8);
+                let ce = self.spine.forward(now, port as usize, u32::from(pkt.wire), (pkt.lb >> 8) as u8);
                 pkt.lb = pkt.lb & !0xff00 | u32::from(ce) << 8;
             }
             return port;
@@ -354,7 +354,7 @@ impl Scheme for CongaScheme {
             let dst_leaf = ctx.fabric.rack[ctx.dst as usize] as usize;
             let key = pkt.flow << 1 | u32::from(ctx.reverse);
             let uplink = leaf.choose(now, key, dst_leaf, self.rng.next_u64());
-            leaf.sent(now, uplink, pkt.wire);
+            leaf.sent(now, uplink, u32::from(pkt.wire));
             pkt.lb = encode(uplink, 0, leaf.feedback_for(now, dst_leaf));
             return ctx.group[uplink];
         }

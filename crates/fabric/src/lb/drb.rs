@@ -93,11 +93,11 @@ impl Scheme for RoundRobinPaths {
         let mut t = self.turns[key];
         if !t.started {
             t = Turn { started: true, path: self.rng.below(ctx.paths as u64) as u16, bytes: 0 };
-        } else if self.flowcell == 0 || t.bytes + pkt.wire as u64 > self.cell(ctx, t.path) {
+        } else if self.flowcell == 0 || t.bytes + u64::from(pkt.wire) > self.cell(ctx, t.path) {
             t.path = ((t.path as u32 + 1) % ctx.paths) as u16;
             t.bytes = 0;
         }
-        t.bytes += pkt.wire as u64;
+        t.bytes += u64::from(pkt.wire);
         self.turns[key] = t;
         Some(t.path)
     }

@@ -161,7 +161,7 @@ impl Scheme for FlowBenderScheme {
         // original counts one segment for it).
         let segments = ack.seq.saturating_sub(t.acked).max(1);
         t.acked = t.acked.max(ack.seq);
-        t.fb.acked(segments, ack.ece, ack.seq, t.next_seq);
+        t.fb.acked(segments, ack.ece(), ack.seq, t.next_seq);
     }
 
     fn on_timeout(&mut self, _now: Nanos, _host: u32, flow: u32, _fresh: bool) {
@@ -248,7 +248,9 @@ mod tests {
             let mut ack = data(1, 0, 0);
             ack.kind = Kind::Ack;
             for seq in 1..=10 {
-                s.on_ack(0, 0, &Packet { seq, ece: seq > 1, ..ack });
+                ack.seq = seq;
+                ack.set_ece(seq > 1);
+                s.on_ack(0, 0, &ack);
             }
             let v: Vec<u16> = (10..20).map(|q| path(&mut s, q)).collect();
             assert!(v.iter().all(|&p| p == v[0]));

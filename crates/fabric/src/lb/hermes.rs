@@ -833,11 +833,11 @@ impl Scheme for HermesScheme {
         let retransmission = pkt.kind == Kind::Data && pkt.seq < s.next_seq;
         if pkt.kind == Kind::Data {
             s.next_seq = s.next_seq.max(pkt.seq + 1);
-            s.segment = s.segment.max(pkt.wire);
+            s.segment = s.segment.max(u32::from(pkt.wire));
         }
         let h = &mut self.hosts[ctx.host as usize];
         let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
-        h.sent(ctx.now, pkt.flow, pkt.wire, retransmission);
+        h.sent(ctx.now, pkt.flow, u32::from(pkt.wire), retransmission);
         #[cfg(debug_assertions)]
         if path != s.path && s.next_seq > 0 {
             h.stats.in_flight_at_move += u64::from(s.next_seq.saturating_sub(s.acked + 1));
@@ -859,7 +859,7 @@ impl Scheme for HermesScheme {
             dst_leaf: s.rack,
             path: usize::from(ack.echo_path),
             bytes,
-            ece: ack.ece,
+            ece: ack.ece(),
             delay: Nanos::from(ack.lb),
         };
         self.hosts[host as usize].acked(now, ack.flow, echo);
@@ -1185,7 +1185,6 @@ mod tests {
     mod scheme {
         use super::super::super::testing::*;
         use super::*;
-        use crate::packet::Packet;
 
         fn edge(f: &Fabric, now: Nanos, host: u32, peer: u32) -> EdgeCtx<'_> {
             EdgeCtx { now, host, peer, reverse: false, paths: f.paths(host, peer), fabric: f }
@@ -1285,7 +1284,8 @@ mod tests {
             ack.kind = Kind::Ack;
             ack.echo_path = p0;
             for seq in 1..20 {
-                s.on_ack(10_000, 0, &Packet { seq, lb: 30_000, ..ack });
+                (ack.seq, ack.lb) = (seq, 30_000);
+                s.on_ack(10_000, 0, &ack);
             }
             let rack = f.rack[31] as usize;
             let v = s.hosts[0].view(10_000, rack, usize::from(p0));

@@ -297,22 +297,9 @@ pub(crate) mod testing {
     }
 
     pub fn data(flow: u32, seq: u32, dst: u32) -> Packet {
-        Packet {
-            flow,
-            seq,
-            dst,
-            wire: 1454,
-            kind: Kind::Data,
-            ect: true,
-            ce: false,
-            ece: false,
-            cwr: false,
-            path: NO_PATH,
-            echo_path: NO_PATH,
-            lb: 0,
-            enqueued: 0,
-            echo: 0,
-        }
+        let mut p = Packet::new(flow, Kind::Data, seq, dst, 1454, 0);
+        p.set_ect(true);
+        p
     }
 
     /// Host 0's leaf (switch 0) forwarding toward host 31 (leaf 3).
