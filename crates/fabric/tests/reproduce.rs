@@ -43,20 +43,41 @@
 
 use std::path::Path;
 
+use fulcrum_fabric::metrics::summarise;
 use fulcrum_fabric::report::Report;
-use fulcrum_fabric::{FctSummary, Outcome, Scenario};
+use fulcrum_fabric::{Convention, FctSummary, Outcome, Scenario};
 
 const SEEDS: usize = 5;
 
-fn mean_of(name: &str) -> FctSummary {
+/// The mean figures of `outcomes` in ns-3's published convention (the
+/// flow monitor's FCT through the original's parser) and by the
+/// receiver's last new byte, each the mean of the runs' summaries as the
+/// report computes it.
+fn both_conventions(name: &str, outcomes: &[Outcome]) -> (FctSummary, FctSummary) {
+    let mean_as = |convention| {
+        let recounted: Vec<Outcome> = outcomes
+            .iter()
+            .map(|o| Outcome { fct: summarise(&o.flows, &o.stranded, convention), ..o.clone() })
+            .collect();
+        Report { scenario: name, sets: &[], outcomes: &recounted, wall_seconds: 0.0 }.fct().0
+    };
+    (mean_as(Convention::Parser), mean_as(Convention::LastByte))
+}
+
+/// Average / large / small / p99, ms.
+fn show(f: &FctSummary) -> String {
+    format!("{:.3} / {:.2} / {:.3} / {:.2}", f.avg, f.large_avg, f.small_avg, f.small_p99)
+}
+
+/// Fulcrum's seeds 1–5 of `name`: the means in both conventions.
+fn mean_of(name: &str) -> (FctSummary, FctSummary) {
     let path = format!("{}/../../scenarios/fabric/{name}.toml", env!("CARGO_MANIFEST_DIR"));
     let scenario = Scenario::load(Path::new(&path), &[]).unwrap();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let outcomes = fulcrum_fabric::run_many(&scenario, 1, SEEDS, threads, None);
-    let report = Report { scenario: &scenario.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
-    let (mean, _) = report.fct();
-    eprintln!("{name}: {mean:?}");
-    mean
+    let (monitor, last_byte) = both_conventions(name, &outcomes);
+    eprintln!("{name}, seeds 1-5: flow monitor {}; last new byte {}", show(&monitor), show(&last_byte));
+    (monitor, last_byte)
 }
 
 /// ns-3's 5-seed means (ms): average, large-flow average, small-flow
@@ -91,9 +112,9 @@ fn assert_orderings(ecn_sharp: &FctSummary, tcn_high: &FctSummary, tcn_low: &Fct
 
 #[test]
 fn orderings_and_magnitudes_hold_over_five_seeds() {
-    let ecn_sharp = mean_of("large-scale-ecnsharp");
-    let tcn_high = mean_of("large-scale-tcn-high");
-    let tcn_low = mean_of("large-scale-tcn-low");
+    let ecn_sharp = mean_of("large-scale-ecnsharp").0;
+    let tcn_high = mean_of("large-scale-tcn-high").0;
+    let tcn_low = mean_of("large-scale-tcn-low").0;
     for ((name, avg, large, small, p99), ours) in NS3.iter().zip([&ecn_sharp, &tcn_high, &tcn_low]) {
         assert!(near(ours.avg, *avg, 0.15), "{name}: avg {ours:?} vs ns-3 {avg}");
         assert!(near(ours.large_avg, *large, 0.25), "{name}: large avg {ours:?} vs ns-3 {large}");
@@ -137,19 +158,18 @@ fn on_list(name: &str, seed: u32) -> Scenario {
 /// both orderings.
 #[test]
 fn every_figure_holds_on_ns3s_own_flows() {
-    let means: Vec<FctSummary> = NS3.iter().map(|(name, ..)| mean_on_lists(name, &NS3_SEEDS)).collect();
-    for ((name, avg, large, small, p99), ours) in NS3.iter().zip(&means) {
+    let both: Vec<(FctSummary, FctSummary)> = NS3.iter().map(|(name, ..)| mean_on_lists(name, &NS3_SEEDS)).collect();
+    let means: Vec<FctSummary> = both.iter().map(|b| b.0).collect();
+    for ((name, avg, large, small, p99), (ours, last_byte)) in NS3.iter().zip(&both) {
         eprintln!(
-            "{name} on ns-3's lists: {:.3} / {:.2} / {:.3} / {:.2} (ns-3 {avg} / {large} / {small} / {p99}; \
-             {:+.1} / {:+.1} / {:+.1} / {:+.1} %)",
-            ours.avg,
-            ours.large_avg,
-            ours.small_avg,
-            ours.small_p99,
+            "{name} on ns-3's lists: flow monitor {} (ns-3 {avg} / {large} / {small} / {p99}; \
+             {:+.1} / {:+.1} / {:+.1} / {:+.1} %); last new byte {}",
+            show(ours),
             100.0 * (ours.avg / avg - 1.0),
             100.0 * (ours.large_avg / large - 1.0),
             100.0 * (ours.small_avg / small - 1.0),
             100.0 * (ours.small_p99 / p99 - 1.0),
+            show(last_byte),
         );
         assert_within_bounds(name, ours, (*avg, *large, *small, *p99));
     }
@@ -157,21 +177,18 @@ fn every_figure_holds_on_ns3s_own_flows() {
 }
 
 /// Mean of the four figures of `name` over ns-3's lists of `seeds`, run
-/// on threads.
-fn mean_on_lists(name: &str, seeds: &[u32]) -> FctSummary {
+/// on threads, in both conventions (`both_conventions`).
+fn mean_on_lists(name: &str, seeds: &[u32]) -> (FctSummary, FctSummary) {
     let outcomes: Vec<Outcome> = std::thread::scope(|s| {
         let runs: Vec<_> =
             seeds.iter().map(|&seed| s.spawn(move || fulcrum_fabric::run(&on_list(name, seed), 1, None))).collect();
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
     for (seed, o) in seeds.iter().zip(&outcomes) {
-        let f = &o.fct;
-        eprintln!(
-            "{name}, ns-3's seed {seed}: {:.3} / {:.2} / {:.3} / {:.2}",
-            f.avg, f.large_avg, f.small_avg, f.small_p99
-        );
+        let (monitor, last_byte) = both_conventions(name, std::slice::from_ref(o));
+        eprintln!("{name}, ns-3's seed {seed}: flow monitor {}; last new byte {}", show(&monitor), show(&last_byte));
     }
-    Report { scenario: name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 }.fct().0
+    both_conventions(name, &outcomes)
 }
 
 /// (scenario, seed, average, large-flow average, small-flow average,
@@ -210,13 +227,15 @@ fn each_aqm_on_ns3s_runs_of_the_same_lists() {
     for (name, ..) in NS3 {
         let runs: Vec<&Ns3Run> = NS3_RUNS.iter().filter(|r| r.0 == name).collect();
         let seeds: Vec<u32> = runs.iter().map(|r| r.1).collect();
-        let ours = mean_on_lists(name, &seeds);
+        let (ours, last_byte) = mean_on_lists(name, &seeds);
         let n = runs.len() as f64;
         let mean = |f: &dyn Fn(&Ns3Run) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / n;
         let (avg, large, small, p99) = (mean(&|r| r.2), mean(&|r| r.3), mean(&|r| r.4), mean(&|r| r.5));
         eprintln!(
-            "{name} on ns-3's lists {seeds:?}: {:.3} / {:.2} / {:.3} / {:.2} (ns-3's runs {avg:.3} / {large:.2} / {small:.3} / {p99:.2})",
-            ours.avg, ours.large_avg, ours.small_avg, ours.small_p99
+            "{name} on ns-3's lists {seeds:?}: flow monitor {} (ns-3's runs {avg:.3} / {large:.2} / {small:.3} / {p99:.2}); \
+             last new byte {}",
+            show(&ours),
+            show(&last_byte)
         );
         assert_within_bounds(name, &ours, (avg, large, small, p99));
     }
