@@ -67,7 +67,7 @@ use std::sync::Mutex;
 use fulcrum_des::{Streams, Wheel};
 use serde::Serialize;
 
-pub use metrics::{Bucket, FctSummary, FlowRecord, Stranded};
+pub use metrics::{Bucket, Convention, FctSummary, FlowRecord, Stranded};
 pub use scenario::{Scenario, ScenarioError};
 
 use crate::faults::Faults;
@@ -211,7 +211,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     queues.extend(watched.iter().zip(&queue_series).map(|(&port, s)| port_summary(&world, port, s)));
     Outcome {
         seed,
-        fct: metrics::summarise(&flows, &stranded),
+        fct: metrics::summarise(&flows, &stranded, scenario.monitor.fct),
         buckets: metrics::buckets(&flows),
         queues,
         simulated_ns: scenario.end.0,
@@ -293,6 +293,7 @@ fn records(world: &World) -> Vec<FlowRecord> {
             let ideal = 3 * one_way + class(spec.class) + 2 * class(cfg.control_class);
             let ideal = ideal as f64 + wire as f64 * 8e9 / rate;
             let fct = last - first;
+            let rx_span = f.first_rx.map_or(0, |r| last - r);
             Some(FlowRecord {
                 id: i as u32,
                 src: spec.src,
@@ -303,6 +304,10 @@ fn records(world: &World) -> Vec<FlowRecord> {
                 complete: f.done.is_some(),
                 tx_bytes: f.tx_bytes,
                 slowdown: fct as f64 / ideal,
+                last_byte_ns: f.done.map(|d| d - first),
+                tx_packets: f.tx_packets,
+                rx_span_ns: rx_span,
+                once_bytes: sent_once(cfg, spec.bytes, cfg.header),
             })
         })
         .collect()

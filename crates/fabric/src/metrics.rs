@@ -24,11 +24,25 @@
 //! - The small-flow 99th percentile is the element at index ⌊0.99·n⌋ of the
 //!   sorted small-flow FCTs.
 //!
+//! That is the default convention, [`Convention::Monitor`]; `monitor.fct`
+//! selects another for the summary (`fct_ms`):
+//!
+//! - [`Convention::Parser`]: the same, less the flow-monitor entries the
+//!   original's parser drops: those with a single forward packet received
+//!   or sent (its receive or send span is 0) and those whose IP bytes are
+//!   within 4–24 bytes above 52 per packet (its rule for the reverse, pure
+//!   ACK, flows, which also catches a forward flow of a few payload bytes).
+//!   ns-3's published figures are of this convention.
+//! - [`Convention::LastByte`]: a flow's FCT ends when its receiver got its
+//!   last new byte (late copies and the closing handshake left out);
+//!   unfinished flows are left out; a flow is classed by its payload and
+//!   headers sent once.
+//!
 //! Buckets group flows by their payload size. Slowdown is FCT divided by the
 //! ideal FCT: the flow alone in the fabric (three one-way trips: SYN,
 //! SYN-ACK, data; host delays included) plus its bytes at the host rate.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::packet::Nanos;
 
@@ -45,6 +59,50 @@ pub struct FlowRecord {
     pub complete: bool,
     pub tx_bytes: u64,
     pub slowdown: f64,
+    /// The receiver got the last new byte this long after the first packet
+    /// was sent (None if it never did).
+    pub last_byte_ns: Option<Nanos>,
+    /// Forward packets sent (retransmissions included).
+    pub tx_packets: u64,
+    /// From the first forward packet received to the last.
+    pub rx_span_ns: Nanos,
+    /// Payload and headers, sent once.
+    pub once_bytes: u64,
+}
+
+/// Which flows a summary counts, with which FCT, classed by which bytes
+/// (the module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Convention {
+    /// Last forward packet received − first sent; unfinished flows at the
+    /// end; classed by IP bytes sent.
+    #[default]
+    Monitor,
+    /// `Monitor`, less the entries the original's parser drops.
+    Parser,
+    /// Last new byte received − first sent; finished flows only; classed by
+    /// payload and headers sent once.
+    LastByte,
+}
+
+/// ns-3's TCP/IP header bytes per packet, in the parser's reverse-flow rule.
+const PARSER_HEADER: u64 = 52;
+
+impl Convention {
+    /// The FCT and the class bytes of `f` under this convention, None if it
+    /// leaves `f` out.
+    fn fct_of(self, f: &FlowRecord) -> Option<(Nanos, u64)> {
+        match self {
+            Convention::Monitor => Some((f.fct_ns, f.tx_bytes)),
+            Convention::Parser => {
+                let band = PARSER_HEADER * f.tx_packets + 4..=PARSER_HEADER * f.tx_packets + 24;
+                let kept = f.fct_ns > 0 && f.rx_span_ns > 0 && f.tx_packets > 1 && !band.contains(&f.tx_bytes);
+                kept.then_some((f.fct_ns, f.tx_bytes))
+            }
+            Convention::LastByte => f.last_byte_ns.map(|t| (t, f.once_bytes)),
+        }
+    }
 }
 
 /// FCT figures in milliseconds.
@@ -116,20 +174,21 @@ fn p99(sorted: &[Nanos]) -> f64 {
     sorted.get(sorted.len() * 99 / 100).map_or(0.0, |&x| x as f64)
 }
 
-/// The summary figures of `flows`, and of the `stranded` ones for
-/// `small_p99_censored`.
-pub fn summarise(flows: &[FlowRecord], stranded: &[Stranded]) -> FctSummary {
-    let mut small: Vec<Nanos> = flows.iter().filter(|f| f.tx_bytes < SMALL_BYTES).map(|f| f.fct_ns).collect();
+/// The summary figures of `flows` under `convention`, and of the
+/// `stranded` ones for `small_p99_censored`.
+pub fn summarise(flows: &[FlowRecord], stranded: &[Stranded], convention: Convention) -> FctSummary {
+    let counted: Vec<(Nanos, u64)> = flows.iter().filter_map(|f| convention.fct_of(f)).collect();
+    let mut small: Vec<Nanos> = counted.iter().filter(|&&(_, b)| b < SMALL_BYTES).map(|&(t, _)| t).collect();
     small.sort_unstable();
     let mut censored = small.clone();
     censored.extend(stranded.iter().filter(|f| f.small).map(|f| f.age_ns));
     censored.sort_unstable();
     FctSummary {
         small_p99_censored: ms(p99(&censored)),
-        avg: ms(mean(flows.iter().map(|f| f.fct_ns as f64))),
+        avg: ms(mean(counted.iter().map(|&(t, _)| t as f64))),
         small_avg: ms(mean(small.iter().map(|&x| x as f64))),
         small_p99: ms(p99(&small)),
-        large_avg: ms(mean(flows.iter().filter(|f| f.tx_bytes > LARGE_BYTES).map(|f| f.fct_ns as f64))),
+        large_avg: ms(mean(counted.iter().filter(|&&(_, b)| b > LARGE_BYTES).map(|&(t, _)| t as f64))),
     }
 }
 
@@ -168,7 +227,15 @@ mod tests {
             complete: true,
             tx_bytes: bytes + bytes / 1400 * 52 + 52,
             slowdown: 1.0,
+            last_byte_ns: Some(fct_ms * 1_000_000),
+            tx_packets: bytes / 1400 + 2,
+            rx_span_ns: fct_ms * 1_000_000,
+            once_bytes: bytes + bytes.div_ceil(1400) * 52,
         }
+    }
+
+    fn monitor(flows: &[FlowRecord]) -> FctSummary {
+        summarise(flows, &[], Convention::Monitor)
     }
 
     #[test]
@@ -176,7 +243,7 @@ mod tests {
         let mut flows: Vec<FlowRecord> = (1..=200).map(|i| flow(1000, i)).collect();
         flows.push(flow(20_000_000, 100));
         flows.push(flow(5_000_000, 50));
-        let s = summarise(&flows, &[]);
+        let s = monitor(&flows);
         assert_eq!(s.small_avg, 100.5);
         assert_eq!(s.small_p99, 199.0, "index ⌊0.99·200⌋ = 198");
         assert_eq!(s.small_p99_censored, s.small_p99, "nothing stranded");
@@ -191,7 +258,7 @@ mod tests {
         // 99 000 payload bytes: 71 packets of headers push it over 100 000.
         let f = flow(99_000, 1);
         assert!(f.tx_bytes >= SMALL_BYTES);
-        assert_eq!(summarise(&[f], &[]).small_avg, 0.0);
+        assert_eq!(monitor(&[f]).small_avg, 0.0);
     }
 
     #[test]
@@ -199,12 +266,53 @@ mod tests {
         let flows: Vec<FlowRecord> = (1..=98).map(|i| flow(1000, i)).collect();
         let stranded = |id, small| Stranded { id, bytes: 1000, age_ns: 500_000_000, small };
         // Two stranded small flows (500 ms old) and a stranded large one.
-        let s = summarise(&flows, &[stranded(98, true), stranded(99, true), stranded(100, false)]);
+        let s = summarise(&flows, &[stranded(98, true), stranded(99, true), stranded(100, false)], Convention::Monitor);
         assert_eq!(s.small_p99, 98.0, "index ⌊0.99·98⌋ = 97: the stranded are left out");
         assert_eq!(s.small_p99_censored, 500.0, "index ⌊0.99·100⌋ = 99: a stranded flow");
-        assert_eq!(s.avg, summarise(&flows, &[]).avg, "the other figures leave them out");
+        assert_eq!(s.avg, monitor(&flows).avg, "the other figures leave them out");
         // One stranded small flow after 97 finished ones: index 97 of 98.
-        let one = summarise(&flows[..97], &[stranded(98, true)]);
+        let one = summarise(&flows[..97], &[stranded(98, true)], Convention::Monitor);
         assert_eq!((one.small_p99, one.small_p99_censored), (97.0, 500.0));
+    }
+
+    #[test]
+    fn the_parser_drops_single_packet_spans_and_the_reverse_flow_band() {
+        let mut flows: Vec<FlowRecord> = (1..=4).map(|i| flow(1000, i)).collect();
+        flows[0].rx_span_ns = 0; // only its SYN arrived
+        flows[1].tx_packets = 1; // only its SYN left
+        flows[2].tx_bytes = 52 * flows[2].tx_packets + 10; // ten payload bytes
+        let kept = summarise(&flows, &[], Convention::Parser);
+        assert_eq!(kept.avg, 4.0, "only the fourth flow is left");
+        assert_eq!(monitor(&flows).avg, 2.5, "the default counts all four");
+    }
+
+    #[test]
+    fn last_byte_leaves_unfinished_flows_out_and_classes_by_bytes_sent_once() {
+        // A finished flow whose last copy came 9 ms after its last new
+        // byte, an unfinished one counted at the cut-off by the monitor,
+        // and a 90 000-byte flow whose resends took it over 100 000 bytes.
+        let mut late = flow(1000, 10);
+        late.last_byte_ns = Some(1_000_000);
+        let mut unfinished = flow(1000, 300);
+        (unfinished.complete, unfinished.last_byte_ns) = (false, None);
+        let mut resent = flow(90_000, 5);
+        resent.tx_bytes = 130_000;
+        let flows = [late, unfinished, resent];
+        let m = monitor(&flows);
+        assert_eq!((m.avg, m.small_avg), (105.0, 155.0), "the resent flow is not small by bytes sent");
+        let l = summarise(&flows, &[], Convention::LastByte);
+        assert_eq!((l.avg, l.small_avg), (3.0, 3.0), "1 and 5 ms: both small, sent once");
+        assert_eq!(l.small_p99, 5.0);
+    }
+
+    #[test]
+    fn conventions_are_named_in_kebab_case() {
+        #[derive(Deserialize)]
+        struct T {
+            fct: Convention,
+        }
+        let t: T = toml::from_str("fct = \"last-byte\"").unwrap();
+        assert_eq!(t.fct, Convention::LastByte);
+        assert!(toml::from_str::<T>("fct = \"lastbyte\"").is_err());
     }
 }

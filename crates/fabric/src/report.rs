@@ -30,7 +30,8 @@
 //! `--plot FILE.svg` draws the figures of [`crate::plot`].
 //!
 //! `--csv DIR` writes `flows.csv` (one row per flow and seed: id, hosts,
-//! size, start, FCT, whether it completed, IP bytes sent, slowdown) and
+//! size, start, FCT, whether it completed, IP bytes sent, slowdown, and the
+//! FCT by the receiver's last new byte, empty if it never got it) and
 //! `queues.csv` (one row per port group, or named port, and seed), and with
 //! named ports `queue_series.csv` (seed, port, t_ns, packets: one row per
 //! sample).
@@ -293,14 +294,25 @@ impl Report<'_> {
     /// and `queue_series.csv` when ports are watched.
     pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        let mut flows = String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown\n");
+        let mut flows =
+            String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown,last_byte_ns\n");
         let mut queues = String::from("seed,port,mean_packets,max_packets,marks,drops\n");
         for o in self.outcomes {
             for f in &o.flows {
                 let _ = writeln!(
                     flows,
-                    "{},{},{},{},{},{},{},{},{},{:.4}",
-                    o.seed, f.id, f.src, f.dst, f.bytes, f.start_ns, f.fct_ns, f.complete, f.tx_bytes, f.slowdown
+                    "{},{},{},{},{},{},{},{},{},{:.4},{}",
+                    o.seed,
+                    f.id,
+                    f.src,
+                    f.dst,
+                    f.bytes,
+                    f.start_ns,
+                    f.fct_ns,
+                    f.complete,
+                    f.tx_bytes,
+                    f.slowdown,
+                    f.last_byte_ns.map_or(String::new(), |t| t.to_string())
                 );
             }
             for q in &o.queues {

@@ -24,6 +24,7 @@ use crate::lb::clove::CloveParams;
 use crate::lb::conga::CongaParams;
 use crate::lb::flowbender::FlowBenderParams;
 use crate::lb::hermes::HermesParams;
+use crate::metrics::Convention;
 use crate::packet::Nanos;
 use crate::ports;
 use crate::qdisc::Marking;
@@ -623,11 +624,20 @@ pub struct Monitor {
     /// `queue_ports` resolved to port indices when the scenario is loaded.
     #[serde(skip)]
     pub queue_port_ids: Vec<u32>,
+    /// Which FCT convention the summary (`fct_ms`) follows
+    /// ([`crate::metrics`]): "monitor" (default), "parser" or "last-byte".
+    #[serde(default)]
+    pub fct: Convention,
 }
 
 impl Default for Monitor {
     fn default() -> Self {
-        Monitor { interval: hundred_us(), queue_ports: Vec::new(), queue_port_ids: Vec::new() }
+        Monitor {
+            interval: hundred_us(),
+            queue_ports: Vec::new(),
+            queue_port_ids: Vec::new(),
+            fct: Convention::default(),
+        }
     }
 }
 
@@ -1544,6 +1554,15 @@ mod tests {
         assert!(err.contains("line") && err.contains("monitor.queue_ports") && err.contains("no host 32"), "{err}");
         let err = parse(&base(), &["monitor.queue_ports=[\"leaf 0 -> leaf 1\"]"]).unwrap_err();
         assert!(err.contains("monitor.queue_ports") && err.contains("no link"), "{err}");
+    }
+
+    #[test]
+    fn the_fct_convention_defaults_to_the_monitor_and_is_named_on_error() {
+        assert_eq!(parse(&base(), &[]).unwrap().monitor.fct, Convention::Monitor);
+        let s = parse(&base(), &["monitor.fct=\"last-byte\""]).unwrap();
+        assert_eq!(s.monitor.fct, Convention::LastByte);
+        let err = parse(&(base() + "\n[monitor]\nfct = \"receiver\"\n"), &[]).unwrap_err();
+        assert!(err.contains("unknown variant `receiver`"), "{err}");
     }
 
     #[test]

@@ -197,6 +197,9 @@ pub struct Flow {
     timer_at: Option<Nanos>,
     /// First packet (the SYN) sent.
     pub first_tx: Option<Nanos>,
+    /// First packet of the flow's forward direction received (its first
+    /// SYN to arrive: nothing else is sent before the SYN-ACK).
+    pub first_rx: Option<Nanos>,
     /// Last packet of the flow's forward direction received.
     pub last_rx: Option<Nanos>,
     /// Every segment received.
@@ -367,6 +370,7 @@ impl World {
                     segs,
                     timer_at: None,
                     first_tx: None,
+                    first_rx: None,
                     last_rx: None,
                     done: None,
                     tx_bytes: 0,
@@ -1051,6 +1055,7 @@ impl World {
         let src = self.flows[f].spec.src;
         match p.kind {
             Kind::Syn => {
+                self.flows[f].first_rx.get_or_insert(now);
                 self.flows[f].last_rx = Some(now);
                 let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
                 self.host_send(now, h, reply, q);
