@@ -424,19 +424,27 @@ impl<'a> Engine<'a> {
     }
 
     /// Whether an open-loop client's tick can be handled one client hop
-    /// late, when its request reaches the balancer, with every output the
-    /// same: one queued event per request instead of the tick and the
-    /// arrival. The tick draws the request's key and the next gap from
-    /// the workload stream, which only ticks draw from, and every tick
-    /// moves by the same delay, so the draws keep their order; it counts
-    /// a send and takes a request slot, which nothing reads before the
-    /// arrival (the slot's index is seen by no output). Whether the next
-    /// tick will send is known when it is scheduled (only the client's
-    /// own ticks change its count), so a tick that sends nothing is
-    /// never moved (see [`Engine::next_tick`]). Under the conditions of
+    /// late, when its request reaches the balancer: one queued event per
+    /// request instead of the tick and the arrival. The tick draws the
+    /// request's key and the next gap from the workload stream, which
+    /// only ticks draw from, and every tick (the first, at the client's
+    /// start, too) moves by the same delay, so the draws keep their
+    /// order; it counts a send and takes a request slot, which nothing
+    /// reads before the arrival (the slot's index is seen by no output).
+    /// Whether the next tick will send is known when it is scheduled
+    /// (only the client's own ticks change its count), so a tick that
+    /// sends nothing is never moved (see [`Engine::next_tick`]).
+    ///
+    /// What a fold can move is an event's place among events due at the
+    /// same nanosecond, its sequence number being taken at another time.
+    /// With Poisson sends every time of a run derives from random
+    /// nanoseconds, so that needs two random times to coincide (as for
+    /// the folded ends, docs/simulator.md); with sends at fixed
+    /// intervals, starts and ticks would tie at round times, so only
+    /// Poisson arrivals fold, and only under the conditions of
     /// [`Engine::folds_client`] (no timeout, no resilience timer).
     fn folds_send(&self) -> bool {
-        self.folds_client()
+        matches!(self.scenario.clients.arrivals, Arrivals::Poisson(_)) && self.folds_client()
     }
 
     /// Whether a try's arrival at its server can be handled when its
@@ -448,9 +456,12 @@ impl<'a> Engine<'a> {
     /// slots and start the waiting tries at those ends, as the `Release`
     /// events would), so each service starts when and in the order it did,
     /// drawing the same times. Not when scenario events can fail, slow,
-    /// add or remove a server between the forward and the arrival.
+    /// add or remove a server between the forward and the arrival, and,
+    /// as for sends ([`Engine::folds_send`]), only with Poisson arrivals:
+    /// the answer scheduled at the forward takes its place among events
+    /// due at its nanosecond then, not at the arrival.
     fn folds_arrival(&self) -> bool {
-        self.scenario.events.is_empty()
+        matches!(self.scenario.clients.arrivals, Arrivals::Poisson(_)) && self.scenario.events.is_empty()
     }
 
     /// Run to the end and return what was measured.
@@ -601,7 +612,13 @@ impl<'a> Engine<'a> {
                     self.send_request(client, q);
                 }
             }
-            _ => self.dispatch(Ev::Tick { client }, q),
+            _ => match self.fold_send {
+                // The first tick moves by the hop like every other (its
+                // draws keep their place among theirs); the event counts
+                // as the tick and the arrival.
+                Some(hop) if self.may_send(client, self.now) => q.schedule(self.now + hop, Ev::SentAtLb { client }),
+                _ => self.dispatch(Ev::Tick { client }, q),
+            },
         }
     }
 
@@ -1235,15 +1252,17 @@ after = "1ms"
         // Open loop without scenario events: a client's tick is handled
         // when its request reaches the balancer, and a try's arrival at
         // its server when the balancer forwards it. Servers full much of
-        // the time, so tries wait and start at the `Release` events; a
-        // request limit and a warm-up, so that the last ticks send
-        // nothing and some requests are not measured.
+        // the time, so tries wait and start at the `Release` events;
+        // staggered starts among the other clients' ticks; a request
+        // limit and a warm-up, so that the last ticks send nothing and
+        // some requests are not measured.
         let text = r#"
 [clients]
 count = 25
 loop = "open"
 rate = 450
 duration = "300ms"
+stagger = "1ms"
 {limit}
 [[servers]]
 count = 6
