@@ -15,7 +15,7 @@
 //! were sent, so they are filed once in a FIFO instead of moving through
 //! the radix heap, in the same order as through the heap.
 //!
-//! Two events of the model are folded into others: an answer's arrival at
+//! Four events of the model are folded into others: an answer's arrival at
 //! an open-loop client is handled when its balancer sends it
 //! (`Engine::folds_client`; no output can tell), and, when the server hop
 //! is a lane and no timeout can give a try up, a served try's end of
@@ -23,10 +23,15 @@
 //! service starts (one hop after the end), and the server frees the slot
 //! by the end times it keeps, at once when a later try finds it full, or
 //! by a `Release` event at the earliest end while tries wait
-//! (`Engine::serve`). The answer then takes its place among events at the
-//! same nanosecond when its service starts, not when it ends, which can
-//! only matter when two random times coincide to the nanosecond; no output
-//! of the shipped scenarios over 20 seeds changed (docs/simulator.md).
+//! (`Engine::serve`). With Poisson clients on lanes, a client's tick is
+//! handled when its request reaches the balancer (`Engine::folds_send`),
+//! and, without scenario events, a try's arrival at its server when the
+//! balancer forwards it (`Engine::folds_arrival`): fleet-1000 queues two
+//! events per request, the request at the balancer and the answer back
+//! there. A folded event then takes its place among events at the same
+//! nanosecond when it is scheduled, not when its unfolded form would
+//! have been, which can only matter when two random times coincide to
+//! the nanosecond (docs/simulator.md gives the runs compared).
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
