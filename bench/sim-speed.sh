@@ -2,8 +2,8 @@
 # Simulator speed and memory, one core, release build: the seed-004 1M
 # configuration (closed loop, 3 algorithms × 1,000,000 requests, about one
 # queued event per request) and fleet-1000 (open loop, 64 balancers, 1,000
-# servers, 3 algorithms × 10,000,000 requests, six events per request) side
-# by side. Runs are interleaved (seed-004, fleet-1000, seed-004, …) and
+# servers, 3 algorithms × 10,000,000 requests, six events per request in
+# the model, two of them queued) side by side. Runs are interleaved (seed-004, fleet-1000, seed-004, …) and
 # never overlap, so the seed-004 figure is the baseline of the same
 # machine state: on a shared, noisy machine compare the ratio, not the
 # absolute figures.

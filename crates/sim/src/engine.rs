@@ -15,7 +15,7 @@
 //! were sent, so they are filed once in a FIFO instead of moving through
 //! the radix heap, in the same order as through the heap.
 //!
-//! Two events of the model are folded into others: an answer's arrival at
+//! Four events of the model are folded into others: an answer's arrival at
 //! an open-loop client is handled when its balancer sends it
 //! (`Engine::folds_client`; no output can tell), and, when the server hop
 //! is a lane and no timeout can give a try up, a served try's end of
@@ -23,10 +23,15 @@
 //! service starts (one hop after the end), and the server frees the slot
 //! by the end times it keeps, at once when a later try finds it full, or
 //! by a `Release` event at the earliest end while tries wait
-//! (`Engine::serve`). The answer then takes its place among events at the
-//! same nanosecond when its service starts, not when it ends, which can
-//! only matter when two random times coincide to the nanosecond; no output
-//! of the shipped scenarios over 20 seeds changed (docs/simulator.md).
+//! (`Engine::serve`). With Poisson clients on lanes, a client's tick is
+//! handled when its request reaches the balancer (`Engine::folds_send`),
+//! and, without scenario events, a try's arrival at its server when the
+//! balancer forwards it (`Engine::folds_arrival`): fleet-1000 queues two
+//! events per request, the request at the balancer and the answer back
+//! there. A folded event then takes its place among events at the same
+//! nanosecond when it is scheduled, not when its unfolded form would
+//! have been, which can only matter when two random times coincide to
+//! the nanosecond (docs/simulator.md gives the runs compared).
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -84,6 +89,10 @@ enum Ev {
     Connected { client: u32 },
     /// Open loop: time for the client's next request.
     Tick { client: u32 },
+    /// Open loop with sends folded ([`Engine::fold_send`]): the client's
+    /// tick one client hop ago and its request's arrival at the balancer
+    /// now, in one event.
+    SentAtLb { client: u32 },
     /// A request reached its balancer.
     AtLb { req: u32, gen: u32 },
     /// A try of a request reached its server.
@@ -244,6 +253,14 @@ pub struct Engine<'a> {
     /// up before its end of service sends no answer (and its end is the
     /// run's last event or not), which only the end's event can tell.
     fold_done: Option<Nanos>,
+    /// The client lane's latency when an open-loop client's tick is
+    /// handled when its request reaches the balancer, one hop later (see
+    /// [`Engine::folds_send`]).
+    fold_send: Option<Nanos>,
+    /// The server lane's latency when a try's arrival at its server is
+    /// handled when its balancer forwards it, one hop earlier (see
+    /// [`Engine::folds_arrival`]).
+    fold_arrival: Option<Nanos>,
     zero_server_hop: bool,
     /// Whether a try can be given up before its server answers (a
     /// timeout); without one, a try reaching its server is always the
@@ -347,6 +364,8 @@ impl<'a> Engine<'a> {
             zero_client_hop: scenario.network.client_lb.is_zero(),
             fold_client: None,
             fold_done: None,
+            fold_send: None,
+            fold_arrival: None,
             zero_server_hop: scenario.network.lb_server.is_zero(),
             abandons: scenario.balancers.timeout.is_some() || scenario.resilience.per_try_timeout().is_some(),
             out: RawRun {
@@ -380,6 +399,8 @@ impl<'a> Engine<'a> {
             Some(lane) if !engine.abandons => Some(engine.initial.lane_delay(lane)),
             _ => None,
         };
+        engine.fold_send = engine.fold_client.filter(|_| engine.folds_send());
+        engine.fold_arrival = engine.fold_done.filter(|_| engine.folds_arrival());
         let q = &mut engine.initial;
         for i in 0..c.count {
             q.schedule(c.start + c.stagger * i as u64, Ev::Start { client: i });
@@ -405,6 +426,47 @@ impl<'a> Engine<'a> {
     /// slot, and the guard's timer stops when no other event is pending).
     fn folds_client(&self) -> bool {
         !matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && !self.abandons && self.guards.is_empty()
+    }
+
+    /// Whether an open-loop client's tick can be handled one client hop
+    /// late, when its request reaches the balancer: one queued event per
+    /// request instead of the tick and the arrival. The tick draws the
+    /// request's key and the next gap from the workload stream, which
+    /// only ticks draw from, and every tick (the first, at the client's
+    /// start, too) moves by the same delay, so the draws keep their
+    /// order; it counts a send and takes a request slot, which nothing
+    /// reads before the arrival (the slot's index is seen by no output).
+    /// Whether the next tick will send is known when it is scheduled
+    /// (only the client's own ticks change its count), so a tick that
+    /// sends nothing is never moved (see [`Engine::next_tick`]).
+    ///
+    /// What a fold can move is an event's place among events due at the
+    /// same nanosecond, its sequence number being taken at another time.
+    /// With Poisson sends every time of a run derives from random
+    /// nanoseconds, so that needs two random times to coincide (as for
+    /// the folded ends, docs/simulator.md); with sends at fixed
+    /// intervals, starts and ticks would tie at round times, so only
+    /// Poisson arrivals fold, and only under the conditions of
+    /// [`Engine::folds_client`] (no timeout, no resilience timer).
+    fn folds_send(&self) -> bool {
+        matches!(self.scenario.clients.arrivals, Arrivals::Poisson(_)) && self.folds_client()
+    }
+
+    /// Whether a try's arrival at its server can be handled when its
+    /// balancer forwards it, one server hop early, with every output the
+    /// same. With folded ends ([`Engine::fold_done`]) a working server
+    /// changes only by arrivals and by time passing: arrivals come off
+    /// one lane in the order they were forwarded, and the arrival catches
+    /// the server up to its own time first (the ends before it free their
+    /// slots and start the waiting tries at those ends, as the `Release`
+    /// events would), so each service starts when and in the order it did,
+    /// drawing the same times. Not when scenario events can fail, slow,
+    /// add or remove a server between the forward and the arrival, and,
+    /// as for sends ([`Engine::folds_send`]), only with Poisson arrivals:
+    /// the answer scheduled at the forward takes its place among events
+    /// due at its nanosecond then, not at the arrival.
+    fn folds_arrival(&self) -> bool {
+        matches!(self.scenario.clients.arrivals, Arrivals::Poisson(_)) && self.scenario.events.is_empty()
     }
 
     /// Run to the end and return what was measured.
@@ -495,15 +557,18 @@ impl<'a> Engine<'a> {
             Ev::ConnectAtLb { client } => self.send(Pair::LbClient(client), Ev::Connected { client }, q),
             Ev::Connected { client } => self.begin(client, q),
             Ev::Tick { client } => {
-                if self.may_send(client) {
-                    self.issue(client, q);
-                    let gap = match self.scenario.clients.arrivals {
-                        Arrivals::Fixed(i) => i,
-                        Arrivals::Poisson(mean) => Dist::Exponential { mean }.sample(&mut self.workload),
-                        Arrivals::Closed(_) => unreachable!("closed-loop clients do not tick"),
-                    };
-                    q.schedule(self.now + gap, Ev::Tick { client });
+                if self.may_send(client, self.now) {
+                    self.send_request(client, q);
+                    self.next_tick(client, self.now, q);
                 }
+            }
+            Ev::SentAtLb { client } => {
+                // The tick's event, counted as the model has it.
+                self.out.events += 1;
+                let sent = self.now - self.fold_send.expect("folded sends");
+                let (req, gen) = self.issue(client, sent);
+                self.next_tick(client, sent, q);
+                self.at_balancer(req, gen, q);
             }
             Ev::AtLb { req, gen } => self.at_balancer(req, gen, q),
             Ev::AtServer { req, gen, attempt, server } => self.at_server(req, gen, attempt, server, q),
@@ -546,25 +611,65 @@ impl<'a> Engine<'a> {
         match self.scenario.clients.arrivals {
             Arrivals::Closed(n) => {
                 for _ in 0..n {
-                    if !self.may_send(client) {
+                    if !self.may_send(client, self.now) {
                         break;
                     }
-                    self.issue(client, q);
+                    self.send_request(client, q);
                 }
             }
-            _ => self.dispatch(Ev::Tick { client }, q),
+            _ => match self.fold_send {
+                // The first tick moves by the hop like every other (its
+                // draws keep their place among theirs); the event counts
+                // as the tick and the arrival.
+                Some(hop) if self.may_send(client, self.now) => q.schedule(self.now + hop, Ev::SentAtLb { client }),
+                _ => self.dispatch(Ev::Tick { client }, q),
+            },
         }
     }
 
+    /// Whether the client may send a request at `at` (its count as now).
     #[inline]
-    fn may_send(&self, client: u32) -> bool {
+    fn may_send(&self, client: u32, at: Nanos) -> bool {
         let c = &self.clients[client as usize];
-        !matches!(self.scenario.clients.requests, Some(n) if c.sent >= n) && self.now < c.end
+        !matches!(self.scenario.clients.requests, Some(n) if c.sent >= n) && at < c.end
     }
 
-    /// The client sends a new request.
-    fn issue(&mut self, client: u32, q: &mut Events) {
-        self.clients[client as usize].sent += 1;
+    /// Schedule an open-loop client's next tick after one sent at `sent`.
+    /// With folded sends ([`Engine::fold_send`]) a tick that will send is
+    /// scheduled as its request's arrival at the balancer, one hop after
+    /// the tick; one that will not is an event of its own at its time, or
+    /// counted at once if that time has passed (it changes nothing but the
+    /// count, and the run's end if it is the last event).
+    fn next_tick(&mut self, client: u32, sent: Nanos, q: &mut Events) {
+        let gap = match self.scenario.clients.arrivals {
+            Arrivals::Fixed(i) => i,
+            Arrivals::Poisson(mean) => Dist::Exponential { mean }.sample(&mut self.workload),
+            Arrivals::Closed(_) => unreachable!("closed-loop clients do not tick"),
+        };
+        let at = sent + gap;
+        match self.fold_send {
+            Some(hop) if self.may_send(client, at) => q.schedule(at + hop, Ev::SentAtLb { client }),
+            Some(_) if at < self.now => {
+                self.out.events += 1;
+                self.out.end = self.out.end.max(at);
+            }
+            _ => q.schedule(at, Ev::Tick { client }),
+        }
+    }
+
+    /// The client sends a new request now, to its balancer.
+    fn send_request(&mut self, client: u32, q: &mut Events) {
+        let (req, gen) = self.issue(client, self.now);
+        self.send(Pair::ClientLb(client), Ev::AtLb { req, gen }, q);
+    }
+
+    /// The client sends a new request at `sent` (now, or one client hop
+    /// ago when sends are folded): its slot and generation.
+    fn issue(&mut self, client: u32, sent: Nanos) -> (u32, u32) {
+        if self.scenario.clients.requests.is_some() {
+            // Counted only where a limit reads it: no write to the client's line.
+            self.clients[client as usize].sent += 1;
+        }
         let key = match self.scenario.clients.keys {
             Keys::Random => self.workload.next_u64(),
             Keys::Client => self.clients[client as usize].key,
@@ -575,10 +680,10 @@ impl<'a> Engine<'a> {
             client,
             balancer: self.clients[client as usize].balancer,
             ticket: None,
-            sent: self.now,
+            sent,
             at_lb: 0,
             key,
-            measured: self.now >= self.scenario.metrics.warmup,
+            measured: sent >= self.scenario.metrics.warmup,
             attempt: 0,
         };
         let req = match self.free.pop() {
@@ -596,8 +701,7 @@ impl<'a> Engine<'a> {
                 (self.requests.len() - 1) as u32
             }
         };
-        let gen = self.requests[req as usize].gen;
-        self.send(Pair::ClientLb(client), Ev::AtLb { req, gen }, q);
+        (req, self.requests[req as usize].gen)
     }
 
     /// The key a request's picks hash, if the scenario gives keys.
@@ -649,6 +753,12 @@ impl<'a> Engine<'a> {
         }
         if let Some(t) = self.scenario.resilience.per_try_timeout() {
             q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
+        }
+        if let Some(hop) = self.fold_arrival {
+            // Handled now, as due one lane delay later (see `folds_arrival`).
+            self.out.events += 1;
+            self.arrive_folded(req, gen, attempt, server, self.now + hop, q);
+            return;
         }
         self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt, server }, q);
     }
@@ -783,7 +893,7 @@ impl<'a> Engine<'a> {
             }
             // Never answers: the balancer's timeout fires.
             Some(Failing::Silent) => {}
-            None if self.fold_done.is_some() => self.arrive_folded(req, gen, attempt, server, q),
+            None if self.fold_done.is_some() => self.arrive_folded(req, gen, attempt, server, now, q),
             None if s.busy < s.limit => {
                 s.busy += 1;
                 let t = now + s.service_time(now);
@@ -793,11 +903,11 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// [`Engine::at_server`] for a working server whose ends are folded:
-    /// served at once if it has room, else queued, with a
-    /// [`Ev::Release`] at its earliest end of service.
-    fn arrive_folded(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Events) {
-        let now = self.now;
+    /// [`Engine::at_server`] for a working server whose ends are folded,
+    /// the try arriving at `now` (the clock, or one hop ahead of it when
+    /// arrivals are folded): served at once if it has room, else queued,
+    /// with a [`Ev::Release`] at its earliest end of service.
+    fn arrive_folded(&mut self, req: u32, gen: u32, attempt: u8, server: u32, now: Nanos, q: &mut Events) {
         let s = &mut self.servers[server as usize];
         if s.ends.len() >= s.limit as usize {
             // Full, perhaps only on paper: ends up to now free their slots
@@ -923,8 +1033,8 @@ impl<'a> Engine<'a> {
         self.free.push(req);
         self.completed += 1;
         // Closed loop: never folded, so `now` is the clock.
-        if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client) {
-            self.issue(client, q);
+        if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client, now) {
+            self.send_request(client, q);
         }
     }
 
@@ -1034,16 +1144,29 @@ mod tests {
 
     /// Runs `scenario`'s first algorithm with the client's arrivals folded
     /// or not, and the ends of service folded or not: what it measured,
-    /// and the events handled and the end.
+    /// and the events handled and the end. Sends and arrivals at servers
+    /// are folded where the engine folds them, unless `unfolded` says not.
     fn measured(scenario: &Scenario, fold: bool, fold_done: bool) -> (String, u64, u64, Nanos) {
+        measured_with(scenario, fold, fold_done, false)
+    }
+
+    fn measured_with(scenario: &Scenario, fold: bool, fold_done: bool, unfolded: bool) -> (String, u64, u64, Nanos) {
         let mut engine = Engine::new(scenario, &scenario.algorithms[0], 7, None).expect("an engine");
         assert_eq!(engine.fold_client.is_some(), engine.folds_client());
         assert_eq!(engine.fold_done.is_some(), engine.server_lane.is_some());
+        assert_eq!(engine.fold_send.is_some(), engine.fold_client.is_some() && engine.folds_send());
+        assert_eq!(engine.fold_arrival.is_some(), engine.fold_done.is_some() && engine.folds_arrival());
         if !fold {
             engine.fold_client = None;
         }
         if !fold_done {
             engine.fold_done = None;
+            // A folded arrival needs folded ends.
+            engine.fold_arrival = None;
+        }
+        if unfolded {
+            engine.fold_send = None;
+            engine.fold_arrival = None;
         }
         let mut raw = engine.run();
         let summary = format!("{:?} {} {:?} {:?}", raw.latency.summary(), raw.failed, raw.per_server, raw.share);
@@ -1127,5 +1250,61 @@ after = "1ms"
         // Without a concurrency limit no end is kept.
         let unlimited = scenario(&base.replace("concurrency = 2\n", ""));
         assert_eq!(measured(&unlimited, true, true), measured(&unlimited, true, false));
+    }
+
+    #[test]
+    fn sends_and_arrivals_folded_change_nothing() {
+        // Open loop without scenario events: a client's tick is handled
+        // when its request reaches the balancer, and a try's arrival at
+        // its server when the balancer forwards it. Servers full much of
+        // the time, so tries wait and start at the `Release` events;
+        // staggered starts among the other clients' ticks; a request
+        // limit and a warm-up, so that the last ticks send nothing and
+        // some requests are not measured.
+        let text = r#"
+[clients]
+count = 25
+loop = "open"
+rate = 450
+duration = "300ms"
+stagger = "1ms"
+{limit}
+[[servers]]
+count = 6
+name = "s"
+service = { dist = "exponential", mean = "2ms" }
+concurrency = 2
+[network]
+client_lb = "100us"
+lb_server = "{server_hop}"
+[balancers]
+count = 3
+[metrics]
+warmup = "20ms"
+"#;
+        let mut folded_runs = 0;
+        for limit in ["", "requests = 40"] {
+            for server_hop in ["50us", "0s"] {
+                let s = scenario(&text.replace("{limit}", limit).replace("{server_hop}", server_hop));
+                let engine = Engine::new(&s, &s.algorithms[0], 7, None).expect("an engine");
+                assert!(engine.fold_send.is_some());
+                // A zero hop has no lane: arrivals are handled at once anyway.
+                assert_eq!(engine.fold_arrival.is_some(), server_hop != "0s");
+                let folded = measured_with(&s, true, true, false);
+                assert_eq!(folded, measured_with(&s, true, true, true), "{limit} {server_hop}");
+                assert_eq!(folded, measured_with(&s, false, false, true), "{limit} {server_hop}");
+                assert!(folded.2 > 900, "requests completed: {}", folded.2);
+                folded_runs += 1;
+            }
+        }
+        assert_eq!(folded_runs, 4);
+        // A scenario event can change a server between a forward and its
+        // arrival: arrivals are not folded then (sends still are).
+        let failing = scenario(
+            &(text.replace("{limit}", "").replace("{server_hop}", "50us")
+                + "[[events]]\nat = \"100ms\"\nserver = \"s-0\"\naction = \"fail\"\n"),
+        );
+        let engine = Engine::new(&failing, &failing.algorithms[0], 7, None).expect("an engine");
+        assert!(engine.fold_send.is_some() && engine.fold_arrival.is_none());
     }
 }

@@ -21,6 +21,12 @@ pub struct ShareSeries {
     /// `buckets[t][s]`: requests sent to server `s` in bucket `t`.
     pub buckets: Vec<Vec<u64>>,
     servers: usize,
+    /// The bucket the last count went to and its time range
+    /// `[from, until)`: a simulator's counts come in time order, so most
+    /// find their bucket without a division.
+    current: usize,
+    from: Nanos,
+    until: Nanos,
 }
 
 /// Most buckets kept before neighbours are merged.
@@ -29,12 +35,22 @@ const MAX_BUCKETS: usize = 512;
 impl ShareSeries {
     /// An empty series over `servers` servers.
     pub fn new(interval: Nanos, servers: usize) -> Self {
-        ShareSeries { interval: interval.max(1), buckets: Vec::new(), servers }
+        ShareSeries { interval: interval.max(1), buckets: Vec::new(), servers, current: 0, from: 0, until: 0 }
     }
 
     /// Count one request to `server` at `now`.
     #[inline]
     pub fn record(&mut self, now: Nanos, server: usize) {
+        if !(self.from..self.until).contains(&now) {
+            self.enter(now);
+        }
+        self.buckets[self.current][server] += 1;
+    }
+
+    /// Make the bucket of `now` current, coarsening and growing the
+    /// series as needed.
+    #[inline(never)]
+    fn enter(&mut self, now: Nanos) {
         let mut t = (now / self.interval) as usize;
         while t >= MAX_BUCKETS {
             self.coarsen();
@@ -43,7 +59,9 @@ impl ShareSeries {
         if t >= self.buckets.len() {
             self.buckets.resize_with(t + 1, || vec![0; self.servers]);
         }
-        self.buckets[t][server] += 1;
+        self.current = t;
+        self.from = t as Nanos * self.interval;
+        self.until = self.from.saturating_add(self.interval);
     }
 
     /// Requests per server over the whole run: merging buckets keeps every

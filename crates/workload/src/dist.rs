@@ -127,9 +127,19 @@ impl Dist {
     }
 }
 
+/// A draw in nanoseconds: truncated, 0 for anything not finite and
+/// positive, at most 2^63.
+#[inline]
 fn to_nanos(x: f64) -> Nanos {
-    if x.is_finite() && x > 0.0 {
-        x.min(u64::MAX as f64 / 2.0) as Nanos
+    // 2^63, exactly (`u64::MAX as f64 / 2.0`, the cap from the start).
+    const CAP: f64 = 9_223_372_036_854_775_808.0;
+    // The common case in one comparison pair and a signed conversion (in
+    // range, so it truncates as the unsigned one would): two draws per
+    // simulated request go through here.
+    if x > 0.0 && x < CAP {
+        x as i64 as Nanos
+    } else if x >= CAP && x.is_finite() {
+        CAP as Nanos
     } else {
         0
     }
@@ -507,6 +517,43 @@ mod tests {
         std::fs::write(&f, "# nothing\n").unwrap();
         assert!(read_empirical(&f).unwrap_err().contains("no latency values"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn to_nanos_truncates_and_caps_as_the_plain_conversion() {
+        // The first formula: finite and positive, capped at 2^63, then `as`.
+        let plain = |x: f64| if x.is_finite() && x > 0.0 { x.min(u64::MAX as f64 / 2.0) as Nanos } else { 0 };
+        let cap = 2f64.powi(63);
+        let edges = [
+            0.0,
+            -0.0,
+            -1.0,
+            0.4,
+            0.999_999,
+            1.0,
+            1.5,
+            1e9 + 0.75,
+            2f64.powi(53),
+            2f64.powi(62) * 1.5,
+            cap - 1024.0,
+            cap,
+            cap * 2.0,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+        ];
+        for x in edges {
+            assert_eq!(to_nanos(x), plain(x), "{x}");
+        }
+        let mut rng = Rng::new(11);
+        for _ in 0..100_000 {
+            let x = f64::from_bits(rng.next_u64());
+            assert_eq!(to_nanos(x), plain(x), "{x}");
+            let y = -1e7 * (1.0 - rng.unit()).ln();
+            assert_eq!(to_nanos(y), plain(y), "{y}");
+        }
     }
 
     #[test]
