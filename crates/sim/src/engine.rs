@@ -453,8 +453,8 @@ impl<'a> Engine<'a> {
     }
 
     /// Whether a try's arrival at its server can be handled when its
-    /// balancer forwards it, one server hop early, with every output the
-    /// same. With folded ends ([`Engine::fold_done`]) a working server
+    /// balancer forwards it, one server hop early, with the same service
+    /// starts and draws. With folded ends ([`Engine::fold_done`]) a working server
     /// changes only by arrivals and by time passing: arrivals come off
     /// one lane in the order they were forwarded, and the arrival catches
     /// the server up to its own time first (the ends before it free their
