@@ -542,6 +542,36 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Ask the processor to bring in the line `ev`'s handler reads first
+    /// (an answer's request slot, a send's client), while the current
+    /// event is handled: at random places among 64-byte records those are
+    /// cache misses, which a prefetch one event ahead hides. A hint only:
+    /// no result depends on it. About 10 % less CPU time per fleet-1000
+    /// request in alternating runs (docs/simulator.md, step 31).
+    #[inline]
+    fn prefetch(&self, ev: &Ev) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let line: *const i8 = match *ev {
+                Ev::BackAtLb { req, .. } => match self.requests.get(req as usize) {
+                    Some(r) => (r as *const Request).cast(),
+                    None => return,
+                },
+                Ev::SentAtLb { client } => match self.clients.get(client as usize) {
+                    Some(c) => (c as *const ClientState).cast(),
+                    None => return,
+                },
+                _ => return,
+            };
+            // SAFETY: a prefetch is a hint that cannot fault, whatever the
+            // address; this one points into a live slice.
+            unsafe { _mm_prefetch(line, _MM_HINT_T0) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = ev;
+    }
+
     fn dispatch(&mut self, ev: Ev, q: &mut Events) {
         self.out.events += 1;
         match ev {
@@ -1106,6 +1136,10 @@ impl Model for Running<'_, '_> {
     type Queue = Events;
 
     fn handle(&mut self, now: Nanos, ev: Ev, queue: &mut Events) {
+        // The next event's first line on its way while this one is handled.
+        if let Some(next) = queue.next_hint() {
+            self.0.prefetch(next);
+        }
         self.0.now = now;
         self.0.dispatch(ev, queue);
     }
