@@ -18,8 +18,9 @@
 //! Four events of the model are folded into others: an answer's arrival at
 //! an open-loop client is handled when its balancer sends it
 //! (`Engine::folds_client`; no output can tell), and, when the server hop
-//! is a lane and no timeout can give a try up, a served try's end of
-//! service is no event: its answer is scheduled at the balancer when the
+//! is a lane, no timeout can give a try up and service times are random
+//! (`Engine::service_times_are_random`), a served try's end of service is
+//! no event: its answer is scheduled at the balancer when the
 //! service starts (one hop after the end), and the server frees the slot
 //! by the end times it keeps, at once when a later try finds it full, or
 //! by a `Release` event at the earliest end while tries wait
