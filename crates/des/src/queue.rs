@@ -98,9 +98,8 @@ const WORDS: usize = BUCKETS.div_ceil(64);
 /// (cachegrind, instructions per request): 4 → 2,730, 8 → 2,679,
 /// 16 → 2,616, 32 and 64 → 2,615.
 const RUN_MAX: usize = 32;
-/// The least room [`Queue::keep`] leaves an emptied bucket (a bucket is
-/// shrunk only when it has more than four times the room it needed, or
-/// than this, to twice that).
+/// The least room [`Queue::keep`] counts an emptied bucket as needing: a
+/// bucket that held fewer events is treated as having held this many.
 const KEEP_MIN: usize = 16;
 /// The most room an emptied bucket keeps (32 KB of 32-byte entries): a
 /// bucket that held more grows again when it next fills, which costs
@@ -603,10 +602,8 @@ impl<E> Queue<E> {
             return false;
         }
         // The emptied run's allocation goes to the bucket: both keep one.
-        std::mem::swap(&mut self.run, &mut self.buckets[b]);
-        let emptied = std::mem::take(&mut self.buckets[b]);
-        let held = self.run.len();
-        self.keep(b, emptied, held);
+        let emptied = std::mem::replace(&mut self.run, std::mem::take(&mut self.buckets[b]));
+        self.keep(b, emptied, self.run.len());
         debug_assert!(self.run.windows(2).all(|w| w[0].seq < w[1].seq), "a bucket is in scheduling order");
         // A bucket is in scheduling order (see the module's notes on equal
         // times): reversed, then sorted stably by time alone, the earliest
@@ -675,18 +672,23 @@ mod tests {
         let mut rng = fulcrum_balance::Rng::new(9);
         let mut q = Queue::new();
         assert!(q.next_hint().is_none());
+        let mut pending = std::collections::HashSet::new();
         for i in 0..1_000u64 {
             q.schedule(rng.below(1_000_000), i);
+            pending.insert(i);
         }
         let (mut hinted, mut right) = (0, 0);
         for n in 1_000..21_000u64 {
             let hint = q.next_hint().copied();
             let (now, ev) = q.pop().expect("an event");
             if let Some(h) = hint {
+                assert!(pending.contains(&h), "hint {h} is not pending");
                 hinted += 1;
                 right += u32::from(h == ev);
             }
+            pending.remove(&ev);
             q.schedule(now + 1 + rng.below(1_000_000), n);
+            pending.insert(n);
         }
         assert!(hinted > 10_000 && right * 10 > hinted * 9, "{right} of {hinted} hints right");
     }

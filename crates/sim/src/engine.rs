@@ -1199,11 +1199,13 @@ mod tests {
     /// Runs `scenario`'s first algorithm with the client's arrivals folded
     /// or not, and the ends of service folded or not: what it measured,
     /// and the events handled and the end. Sends and arrivals at servers
-    /// are folded where the engine folds them, unless `unfolded` says not.
+    /// are folded where the engine folds them.
     fn measured(scenario: &Scenario, fold: bool, fold_done: bool) -> (String, u64, u64, Nanos) {
         measured_with(scenario, fold, fold_done, false)
     }
 
+    /// [`measured`], with sends and arrivals at servers unfolded too if
+    /// `unfolded`.
     fn measured_with(scenario: &Scenario, fold: bool, fold_done: bool, unfolded: bool) -> (String, u64, u64, Nanos) {
         let mut engine = Engine::new(scenario, &scenario.algorithms[0], 7, None).expect("an engine");
         assert_eq!(engine.fold_client.is_some(), engine.folds_client());
