@@ -3,7 +3,7 @@
 //! and how much data is in flight when it does. The counters exist only in
 //! builds with debug assertions (tests); `--nocapture` prints them.
 //!
-//! Finding (documented in fabric-lb): with the experiment program's 40 µs
+//! Finding (docs/results/fabric-lb.md): with the experiment program's 40 µs
 //! good-path threshold no path is ever good, so every flow is placed on a
 //! gray path (fewest of the host's own flows), and the flows that move do so
 //! because their path read bad (one-way delay ≥ 180 µs), with tens of

@@ -23,8 +23,7 @@
 //!
 //! With unlimited sender NIC queues (seed 1), ECN# splits the line by the
 //! quanta in both shared phases and both its small-flow average and p99 are
-//! below TCN's. What does not hold there (docs/fabric.md, "Reproduction:
-//! the mq experiment", has the figures): TCN's two-flow phase does not split
+//! below TCN's. What does not hold there: TCN's two-flow phase does not split
 //! 2:1 (the lone flow's window grows unmarked in its own NIC queue and the
 //! second flow's arrival overflows the class queue).
 

@@ -1,5 +1,6 @@
 //! The permutation, flow-list and incast workloads run end to end:
-//! `scenarios/fabric/permutation.toml` and `flow-list.toml`.
+//! `scenarios/fabric/permutation.toml` and `flow-list.toml`, and the example
+//! with its own CDF, `examples/fabric/own-cdf.toml`.
 
 use std::path::Path;
 
@@ -69,4 +70,16 @@ fn a_permutation_pairs_every_host_and_samples_every_flow() {
     let o = fulcrum_fabric::run(&fixed, 1, None);
     assert!(o.throughput.is_empty() && o.flows.iter().all(|f| f.complete && f.bytes == 100_000));
     assert!(load("permutation.toml", &["workload.bytes=0"]).unwrap_err().contains("workload.bytes"));
+}
+
+#[test]
+fn the_example_with_its_own_cdf_runs() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fabric/own-cdf.toml");
+    let s = Scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let o = fulcrum_fabric::run(&s, 1, None);
+    assert!(o.flows.len() > 10_000, "{} flows", o.flows.len());
+    assert!(o.flows.iter().all(|f| (1..=1_000_000).contains(&f.bytes)), "sizes come from my-sizes.cdf");
+    let at_most_4k = o.flows.iter().filter(|f| f.bytes <= 4000).count() as f64 / o.flows.len() as f64;
+    assert!((at_most_4k - 0.70).abs() < 0.02, "my-sizes.cdf puts 70 % at or below 4000 bytes: {at_most_4k}");
+    assert!(o.flows.iter().all(|f| f.complete), "every flow finishes within the run");
 }
