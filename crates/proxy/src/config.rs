@@ -992,7 +992,7 @@ connect_timeout = "250ms"
         let start = section.find("```toml\n").expect("its TOML block") + "```toml\n".len();
         let end = start + section[start..].find("```").expect("end of the example");
         let c = load("docs/reference/proxy-config.md", &section[start..end]);
-        assert_eq!((c.listeners.len(), c.clusters.len()), (2, 3));
+        assert_eq!((c.listeners.len(), c.clusters.len()), (2, 2));
     }
 
     #[test]
