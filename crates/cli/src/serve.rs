@@ -17,7 +17,7 @@ use crate::cli::Failure;
 #[command(after_help = "Examples:\n  fulcrum serve --config fulcrum.toml\n  \
     fulcrum serve --listen 127.0.0.1:8080 --backends 127.0.0.1:9001,127.0.0.1:9002 --algorithm peak-ewma")]
 pub struct Args {
-    /// Configuration file (TOML): listeners, routes, clusters. See docs/proxy.md.
+    /// Configuration file (TOML): listeners, routes, clusters. See docs/reference/proxy-config.md.
     #[arg(short, long, conflicts_with_all = ["listen", "backends", "algorithm"])]
     config: Option<PathBuf>,
     /// Quick mode: address to listen on for HTTP/1.1 and h2c.

@@ -1,4 +1,4 @@
-//! Test backends and an HTTP load generator (issue 4).
+//! Test backends and an HTTP load generator.
 //!
 //! - [`backend`]: [`Backends`] start HTTP/1.1 + h2c test upstreams in-process
 //!   with a service-time distribution, a status mix and a body size, and
@@ -13,6 +13,30 @@
 //! Both keep time with a sub-millisecond timer thread (`timer`) instead of
 //! tokio's one-millisecond wheel, whose rounding is as large as the latencies
 //! measured.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fulcrum_load::{Backends, BackendsConfig, Clients, Control, Dist, LoadConfig, Pattern};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Ten loopback backends on free ports: nine at 5 ms, one at 50 ms.
+//! let delays: Vec<Duration> = [5; 9].iter().chain(&[50]).map(|&ms| Duration::from_millis(ms)).collect();
+//! let backends = Backends::start(BackendsConfig::fixed_delays(&delays))?;
+//! backends.backends()[9].set_delay(Dist::fixed(Duration::from_millis(200))); // at run time
+//! backends.backends()[3].set_status("503".parse()?);
+//! backends.backends()[0].pause(Duration::from_millis(200)); // hold arrivals for 200 ms
+//!
+//! // The seed-000 clients pattern against the first backend.
+//! let mut load = LoadConfig::new(format!("http://{}/", backends.addrs()[0]));
+//! load.pattern = Pattern::Clients(Clients::seed_000());
+//! let report = fulcrum_load::run_with(&load, &Control::new())?; // or run(), or run_async().await
+//! println!("{}", report.table()); // or report.json()
+//! let served: Vec<u64> = backends.served(); // responses per backend
+//! backends.shutdown(); // also on drop
+//! # let _ = served;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod backend;
 mod client;

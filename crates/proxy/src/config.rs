@@ -976,24 +976,23 @@ connect_timeout = "250ms"
     }
 
     #[test]
-    fn the_documented_examples_are_valid() {
-        let proxy = include_str!("../../../docs/proxy.md");
-        let start = proxy.find("workers = 2 ").expect("docs/proxy.md example");
-        let end = start + proxy[start..].find("```").expect("end of the example");
-        let c = parse(&proxy[start..end]).unwrap_or_else(|e| panic!("docs/proxy.md example: {e}"));
-        assert_eq!((c.listeners.len(), c.clusters.len()), (2, 3));
-        // The reliability page's example, with every resilience option.
-        let reliability = include_str!("../../../docs/reliability.md");
-        let start = reliability.find(
-            "[[cluster]]\nname = \"app\"\nendpoints = [\"127.0.0.1:9001\", \"127.0.0.1:9002\", \"127.0.0.1:9003\"]",
-        );
-        let start = start.expect("docs/reliability.md example");
-        let end = start + reliability[start..].find("```").expect("end of the example");
-        let c = parse(&reliability[start..end]).unwrap_or_else(|e| panic!("docs/reliability.md example: {e}"));
-        let app = &c.clusters[0];
+    fn the_examples_and_the_reference_example_are_valid() {
+        let load = |name: &str, text: &str| parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let minimal = load("minimal.toml", include_str!("../../../examples/proxy/minimal.toml"));
+        assert_eq!((minimal.listeners.len(), minimal.clusters[0].endpoints.len()), (1, 2));
+        let tls = load("tls.toml", include_str!("../../../examples/proxy/tls.toml"));
+        assert!(tls.listeners[0].tls.is_some());
+        let resilience = load("resilience.toml", include_str!("../../../examples/proxy/resilience.toml"));
+        let app = &resilience.clusters[0];
         assert!(app.health_check.is_some() && app.outlier_detection.is_some() && app.slow_start.is_some());
         assert_eq!(app.retries.attempts, 3);
-        assert_eq!(c.listeners[0].limits.max_headers, 100);
+        // The reference's "A file with most keys".
+        let reference = include_str!("../../../docs/reference/proxy-config.md");
+        let section = &reference[reference.find("## A file with most keys").expect("the reference's example")..];
+        let start = section.find("```toml\n").expect("its TOML block") + "```toml\n".len();
+        let end = start + section[start..].find("```").expect("end of the example");
+        let c = load("docs/reference/proxy-config.md", &section[start..end]);
+        assert_eq!((c.listeners.len(), c.clusters.len()), (2, 2));
     }
 
     #[test]
