@@ -5,7 +5,7 @@
 //! absolute figures drift between runs.
 //!
 //! Run: `cargo bench -p fulcrum-balance --bench algorithms`, then
-//! `bench/algorithms-table` for the table in `docs/algorithms.md`.
+//! `bench/algorithms-table` for the table in `docs/results/algorithms-speed.md`.
 
 use std::hint::black_box;
 use std::time::Duration;

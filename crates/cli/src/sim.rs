@@ -30,7 +30,7 @@ Examples:
 requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x)
 and each server's share of requests over time.
 
-The scenario format is described in docs/simulator.md (Scenario format). Exit code 2 means
+The scenario format is described in docs/reference/sim-scenario.md. Exit code 2 means
 the scenario or an option was rejected; the message names the file, line and field.")]
 pub struct Args {
     /// The scenario file (TOML).

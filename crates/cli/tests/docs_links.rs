@@ -136,7 +136,7 @@ fn broken_links(file: &Path) -> Vec<String> {
 #[test]
 fn every_relative_link_resolves() {
     let files = markdown_files();
-    assert!(files.iter().any(|f| f.ends_with("docs/simulator.md")), "docs/ not found: {files:?}");
+    assert!(files.iter().any(|f| f.ends_with("docs/reference/sim-scenario.md")), "docs/ not found: {files:?}");
     let broken: Vec<String> = files.iter().flat_map(|f| broken_links(f)).collect();
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }

@@ -23,7 +23,7 @@
 //! share of the time fell from about 31 % with binary digits to 21 % with
 //! radix 16; radix 64 then cut the whole run's instructions by 6 % under
 //! cachegrind, and radix 256 (2,048 buckets) did worse than radix 64
-//! (`docs/lab-core.md`, "The queue"; the queue alone is measured against
+//! (`docs/contributing/event-core.md`; the queue alone is measured against
 //! a binary heap by `benches/queue.rs`).
 //!
 //! Lanes (the "pipe" of packet simulators such as htsim: a link of fixed

@@ -32,7 +32,7 @@
 //! there. A folded event then takes its place among events at the same
 //! nanosecond when it is scheduled, not when its unfolded form would
 //! have been, which can only matter when two random times coincide to
-//! the nanosecond (docs/simulator.md gives the runs compared).
+//! the nanosecond.
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -120,7 +120,7 @@ enum Ev {
 /// The pending events: the radix heap with lanes. (A timing wheel with
 /// lanes, 4 µs slots and a 33 ms horizon, was measured in its place: it
 /// cut fleet-1000's instructions per request by 17 % but not its time,
-/// and slowed seed-004 by a quarter; docs/simulator.md has the figures.)
+/// and slowed seed-004 by a quarter.)
 type Events = Queue<Ev>;
 
 /// A request in flight. Every event of a request reads its slot, so it is
@@ -464,7 +464,7 @@ impl<'a> Engine<'a> {
     /// same nanosecond, its sequence number being taken at another time.
     /// With Poisson sends every time of a run derives from random
     /// nanoseconds, so that needs two random times to coincide (as for
-    /// the folded ends, docs/simulator.md); with sends at fixed
+    /// the folded ends); with sends at fixed
     /// intervals, starts and ticks would tie at round times, so only
     /// Poisson arrivals fold, and only under the conditions of
     /// [`Engine::folds_client`] (no timeout, no resilience timer).
@@ -567,7 +567,7 @@ impl<'a> Engine<'a> {
     /// event is handled: at random places among 64-byte records those are
     /// cache misses, which a prefetch one event ahead hides. A hint only:
     /// no result depends on it. About 10 % less CPU time per fleet-1000
-    /// request in alternating runs (docs/simulator.md, step 31).
+    /// request in alternating runs.
     #[inline]
     fn prefetch(&self, ev: &Ev) {
         #[cfg(target_arch = "x86_64")]

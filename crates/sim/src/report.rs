@@ -5,7 +5,7 @@
 //! column per server up to [`TABLE_SERVERS`] servers, else a summary (each
 //! algorithm's min / median / max share and the five most and least loaded
 //! servers; the CSV files keep every server). The JSON
-//! shape is fixed by issue 3 so that other tools can read it:
+//! shape is fixed so that other tools can read it:
 //! `{"scenario", "seed", ["runs"], "results": [{"algorithm", "requests",
 //! "failed", "latency_ms": {…}, ["ci95_ms": {…}], "requests_per_server"}],
 //! "simulated_requests", "wall_seconds"}`.

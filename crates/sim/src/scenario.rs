@@ -15,8 +15,7 @@
 //! uniform: max (5ms) is below min (10ms)
 //! ```
 //!
-//! The "Scenario format" section of `docs/simulator.md` is the reference of
-//! every field.
+//! `docs/reference/sim-scenario.md` is the reference of every field.
 
 use std::path::Path;
 use std::time::Duration;

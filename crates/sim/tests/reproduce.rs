@@ -1,8 +1,8 @@
-//! Reproduction targets of issue 3 §6: the shipped seed scenarios must give
+//! Reproduction targets: the shipped seed scenarios must give
 //! the published and rerun figures of seed 000 (the ns-3 model of
 //! `rroblak/envoy-peak-ewma`) and seed 004 (the demo of tower pull request
 //! #76) within the stated bounds. Which setup produced each of those tables
-//! is told in `docs/simulator.md`, "Where the reference figures come from".
+//! is told in `docs/results/seed-000.md` and `docs/results/seed-004.md`.
 
 use std::path::PathBuf;
 

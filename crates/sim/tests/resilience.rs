@@ -1,5 +1,5 @@
 //! Outlier ejection, slow start, the panic threshold and retries in the
-//! simulator (issue 5 §9): each shipped scenario shows its mechanism's
+//! simulator: each shipped scenario shows its mechanism's
 //! effect against the same scenario with the mechanism turned off, and small
 //! inline scenarios pin the details (panic, per-try timeouts, refused
 //! connections, parse errors, determinism).

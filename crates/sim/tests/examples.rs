@@ -1,0 +1,51 @@
+//! The simulator's example scenarios (`examples/sim/`) load, run, and show
+//! what the tutorial (`docs/tutorial/first-simulation.md`) says they show.
+
+use std::path::PathBuf;
+
+use fulcrum_sim::{simulate, AlgorithmReport, Plan, Report, Scenario};
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sim")
+}
+
+fn run(name: &str) -> Report {
+    let s = Scenario::load(&examples().join(name)).unwrap_or_else(|e| panic!("{e}"));
+    simulate(&s, &Plan::for_scenario(&s), None).unwrap()
+}
+
+fn result<'a>(report: &'a Report, algorithm: &str) -> &'a AlgorithmReport {
+    report.results.iter().find(|a| a.algorithm == algorithm).unwrap_or_else(|| panic!("no {algorithm}"))
+}
+
+#[test]
+fn every_example_scenario_loads() {
+    let mut found = 0;
+    for entry in std::fs::read_dir(examples()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            found += 1;
+        }
+    }
+    assert!(found > 0, "no scenario in examples/sim");
+}
+
+#[test]
+fn fifty_servers_one_slow_shows_the_tail_the_tutorial_describes() {
+    let report = run("fifty-servers-one-slow.toml");
+    assert_eq!(report.servers.len(), 50);
+    let slow = report.servers.iter().position(|n| n == "slow").expect("a server named slow");
+    let (rr, lr, pe) = (result(&report, "round-robin"), result(&report, "least-request"), result(&report, "peak-ewma"));
+    for a in [rr, lr, pe] {
+        assert_eq!(a.failed, 0.0, "{}", a.algorithm);
+        assert!((10.0..12.0).contains(&a.latency.p50), "{} p50 {}", a.algorithm, a.latency.p50);
+    }
+    // Round robin gives the slow server its 2 %, which sets its P99 near
+    // 50 ms; the load-aware algorithms send it less and keep the tail short.
+    assert!((1.9..2.1).contains(&(rr.share_of(slow) * 100.0)), "round-robin share {}", rr.share_of(slow));
+    assert!(rr.latency.p99 > 45.0, "round-robin p99 {}", rr.latency.p99);
+    assert!(lr.share_of(slow) < rr.share_of(slow) / 2.0, "least-request share {}", lr.share_of(slow));
+    assert!(pe.share_of(slow) < lr.share_of(slow), "peak-ewma share {}", pe.share_of(slow));
+    assert!(pe.latency.p99 < lr.latency.p99 && lr.latency.p99 < 30.0, "p99 {} {}", pe.latency.p99, lr.latency.p99);
+}
