@@ -124,8 +124,12 @@ fn user_pages_carry_no_history() {
     for file in user_pages() {
         let Ok(text) = fs::read_to_string(&file) else { continue };
         let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        let mut fenced = false;
         for (i, line) in text.lines().enumerate() {
             let at = format!("{name}:{}", i + 1);
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            }
             if let Some(hash) = commit_hash(line) {
                 problems.push(format!("{at}: a commit hash `{hash}`"));
             }
@@ -135,7 +139,8 @@ fn user_pages_carry_no_history() {
             if line.to_ascii_lowercase().contains("load average") {
                 problems.push(format!("{at}: a load average"));
             }
-            if let Some(issue) = issue_reference(line) {
+            // In a program's output `#3` is a server's index, not an issue.
+            if let Some(issue) = issue_reference(line).filter(|_| !fenced) {
                 problems.push(format!("{at}: an issue reference `{issue}`"));
             }
         }
