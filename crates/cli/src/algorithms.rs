@@ -7,6 +7,13 @@ use crate::cli::Failure;
 
 /// Options of `fulcrum algorithms`.
 #[derive(Debug, ClapArgs)]
+#[command(after_help = "\
+Examples:
+  fulcrum algorithms                 # every algorithm
+  fulcrum algorithms peak-ewma       # one, with every parameter
+
+Each block is an [algorithm] table with every parameter at its default: the same table \
+configures a proxy's cluster and a simulator scenario.")]
 pub struct Args {
     /// Show one algorithm only (names and aliases as in configuration:
     /// round-robin/wrr, random, least-request/lr, peak-ewma, ring-hash, maglev,

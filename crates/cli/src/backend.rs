@@ -23,8 +23,8 @@ Examples:
   fulcrum backend --listen 127.0.0.1:0 --count 3 --delays 'exp(5ms)' --status 200:0.99,503:0.01
   fulcrum backend --listen 127.0.0.1:0 --count 2 --delays 'log-normal(5ms,0.5),empirical(lat.txt)'
 
-Every response carries `x-fulcrum-backend: <index>`; HTTP/1.1 and h2c are both spoken.
-The addresses listened on are printed on stdout, one a line.")]
+Every response carries `x-fulcrum-backend: <index>`; HTTP/1.1 and h2c are both spoken. The \
+addresses listened on are printed on stdout, one a line.")]
 pub struct Args {
     /// Address of the first backend; the others take the next ports (port 0:
     /// each a free port).
@@ -60,8 +60,9 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
 
-    /// Runtime threads serving all the backends.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    /// Threads serving all the backends (one by default, leaving the other cores to what is
+    /// measured).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: u32,
 }
 

@@ -5,57 +5,66 @@
 use std::fmt::Write;
 use std::net::SocketAddr;
 
-use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use clap::{Args as ClapArgs, Subcommand};
 use fulcrum_proxy::ctl::{self, CtlError};
 use serde_json::Value;
 
-use crate::cli::Failure;
+use crate::cli::{json_wanted, Failure, OutputFormat, GLOBAL_HEADING};
 
 /// Options of `fulcrum ctl`.
 #[derive(Debug, ClapArgs)]
-#[command(after_help = "The proxy must run with an admin listener (`admin = \"127.0.0.1:9901\"` in its file, or \
-    `fulcrum serve --admin 127.0.0.1:9901`). Anyone who can reach that address can make these changes: bind it \
-    to loopback or a management network.\n\n\
-    Changes apply to every worker's balancer before the command returns, and last until the next \
-    `fulcrum reload`, which restores the file's endpoints and weights. A draining endpoint gets no new \
-    request; requests already sent to it finish.\n\n\
-    Examples:\n  \
-    fulcrum ctl clusters\n  \
-    fulcrum ctl endpoints web\n  \
-    fulcrum ctl drain web 127.0.0.1:9001        # before taking 9001 down\n  \
-    fulcrum ctl undrain web 127.0.0.1:9001\n  \
-    fulcrum ctl weight web 127.0.0.1:9002 3\n  \
-    fulcrum ctl add web 127.0.0.1:9003 --weight 2\n  \
-    fulcrum ctl remove web 127.0.0.1:9003\n  \
-    fulcrum ctl --admin 10.0.0.5:9901 -o json endpoints web | jq '.endpoints[].in_flight'")]
+#[command(after_help = "\
+Examples:
+  fulcrum ctl clusters
+  fulcrum ctl endpoints web
+  fulcrum ctl drain web 127.0.0.1:9001        # before taking 9001 down
+  fulcrum ctl undrain web 127.0.0.1:9001
+  fulcrum ctl weight web 127.0.0.1:9002 3
+  fulcrum ctl add web 127.0.0.1:9003 --weight 2
+  fulcrum ctl remove web 127.0.0.1:9003
+  fulcrum ctl --admin 10.0.0.5:9901 --json endpoints web | jq '.endpoints[].in_flight'
+
+The proxy must run with an admin listener (`admin = \"127.0.0.1:9901\"` in its file, or \
+`fulcrum serve --admin 127.0.0.1:9901`). Anyone who can reach that address can make these \
+changes: bind it to loopback or a management network.
+
+Changes apply to every worker's balancer before the command returns, and last until the next \
+`fulcrum reload`, which restores the file's endpoints and weights. A draining endpoint gets no \
+new request; requests already sent to it finish.")]
 pub struct Args {
     /// The proxy's admin listener.
-    #[arg(long, default_value = "127.0.0.1:9901", global = true)]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901", global = true, help_heading = GLOBAL_HEADING)]
     admin: SocketAddr,
-    /// Output: a table for people, or the API's JSON for scripts.
-    #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
-    output: Output,
+    /// Print the API's JSON answer instead of a table (for scripts).
+    #[arg(long, global = true, help_heading = GLOBAL_HEADING)]
+    json: bool,
+    /// Older spelling of --json.
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT", global = true, hide = true)]
+    output: Option<OutputFormat>,
     #[command(subcommand)]
     command: Command,
 }
 
-/// How results print.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
-    Table,
-    Json,
+impl Args {
+    /// Whether to print JSON (`--json` or `-o json`).
+    pub fn json(&self) -> bool {
+        json_wanted(self.json, self.output)
+    }
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List clusters: algorithm, endpoints, routable ones, counters.
+    #[command(after_help = "Examples:\n  fulcrum ctl clusters\n  fulcrum ctl clusters --json")]
     Clusters,
     /// List a cluster's endpoints with their state and each worker's balancer view.
+    #[command(after_help = "Examples:\n  fulcrum ctl endpoints web\n  fulcrum ctl endpoints web --json")]
     Endpoints {
         /// The cluster's name.
         cluster: String,
     },
     /// Stop sending new requests to an endpoint; those in flight finish.
+    #[command(after_help = "Examples:\n  fulcrum ctl drain web 127.0.0.1:9001")]
     Drain {
         /// The cluster's name.
         cluster: String,
@@ -63,6 +72,7 @@ enum Command {
         addr: SocketAddr,
     },
     /// Send requests to a drained endpoint again.
+    #[command(after_help = "Examples:\n  fulcrum ctl undrain web 127.0.0.1:9001")]
     Undrain {
         /// The cluster's name.
         cluster: String,
@@ -70,6 +80,7 @@ enum Command {
         addr: SocketAddr,
     },
     /// Set an endpoint's weight (relative, > 0).
+    #[command(after_help = "Examples:\n  fulcrum ctl weight web 127.0.0.1:9002 3")]
     Weight {
         /// The cluster's name.
         cluster: String,
@@ -79,6 +90,9 @@ enum Command {
         weight: f64,
     },
     /// Add an endpoint (an address, not a host name).
+    #[command(
+        after_help = "Examples:\n  fulcrum ctl add web 127.0.0.1:9003\n  fulcrum ctl add web 127.0.0.1:9003 --weight 2"
+    )]
     Add {
         /// The cluster's name.
         cluster: String,
@@ -89,6 +103,7 @@ enum Command {
         weight: Option<f64>,
     },
     /// Remove an endpoint; requests in flight to it finish.
+    #[command(after_help = "Examples:\n  fulcrum ctl remove web 127.0.0.1:9003")]
     Remove {
         /// The cluster's name.
         cluster: String,
@@ -125,7 +140,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 }
             },
         )?;
-    if args.output == Output::Json {
+    if args.json() {
         println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
         return Ok(());
     }

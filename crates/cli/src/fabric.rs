@@ -25,18 +25,20 @@ use crate::sim_options::SimOptions;
 Examples:
   fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml
   fulcrum fabric scenarios/fabric/large-scale-tcn-high.toml --runs 5 --json
-  fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml --set workload.load=0.4 --set aqm.threshold=30us
+  fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml --set workload.load=0.4
   fulcrum fabric scenarios/fabric/lb-4x4x8-asymmetric.toml --set routing.scheme=letflow
-  fulcrum fabric --plot-sweep sweep.jsonl --out sweep.svg
+  fulcrum fabric scenarios/fabric/large-scale-ecnsharp.toml --plot fct.svg --csv out/
+  fulcrum fabric --plot-sweep sweep.jsonl --plot sweep.svg
 
---json prints the report on one line, so that reports append to a .jsonl file (--plot-sweep
-reads such files, draws them and prints the same figures as Markdown tables on stdout). --csv writes flows.csv (one row per flow) and queues.csv, and queue_series.csv
-when the scenario names monitor.queue_ports. --plot draws the FCT distribution of each
-flow-size bucket, with panels of queue length (monitor.queue_ports) and of long flows'
-throughput over time when the run has them.
+--json prints the report on one line, so that reports append to a .jsonl file; --plot-sweep reads \
+such a file, draws it into the --plot file and prints the same figures as Markdown tables on \
+stdout. --csv writes flows.csv (one row per flow) and queues.csv, and queue_series.csv when the \
+scenario names monitor.queue_ports. --plot draws the FCT distribution of each flow-size bucket, \
+with panels of queue length (monitor.queue_ports) and of long flows' throughput over time when \
+the run has them.
 
-Exit code 2 means the scenario or an option was rejected; the message names the file, line
-and field (or the --set that broke it).")]
+Exit code 2 means the scenario or an option was rejected; the message names the file, line and \
+field (or the --set that broke it).")]
 pub struct Args {
     /// The scenario file (TOML).
     #[arg(required_unless_present = "plot_sweep")]
@@ -45,13 +47,13 @@ pub struct Args {
     /// Instead of running: draw the FCT of a load-balancing sweep
     /// (`--json` lines of runs with `--set routing.scheme=…` and
     /// `--set workload.load=…`, e.g. from bench/fabric-sweep) against load,
-    /// normalised to ECMP's, into the SVG file given by --out, and print
-    /// the figures as Markdown tables.
-    #[arg(long, value_name = "RESULTS.jsonl", conflicts_with = "scenario", requires = "out")]
+    /// normalised to ECMP's, into the --plot file, and print the figures as
+    /// Markdown tables.
+    #[arg(long, value_name = "RESULTS.jsonl", conflicts_with = "scenario")]
     plot_sweep: Option<PathBuf>,
 
-    /// The SVG file --plot-sweep writes.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Older spelling of --plot for --plot-sweep.
+    #[arg(long, value_name = "FILE.svg", hide = true, requires = "plot_sweep", conflicts_with = "plot")]
     out: Option<PathBuf>,
 
     /// Seed of the first run (default: the scenario's `seed`).
@@ -68,7 +70,9 @@ pub struct Args {
 
 /// Load, run, report (or draw a sweep's figure).
 pub fn run(args: Args) -> Result<(), Failure> {
-    if let (Some(results), Some(out)) = (&args.plot_sweep, &args.out) {
+    if let Some(results) = &args.plot_sweep {
+        let out = args.options.plot.as_ref().or(args.out.as_ref());
+        let out = out.ok_or_else(|| Failure::input("--plot-sweep needs --plot FILE.svg"))?;
         return plot_sweep(results, out);
     }
     let options = &args.options;
@@ -113,7 +117,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `--plot-sweep RESULTS --out FILE`: the sweep's figure, and its tables
+/// `--plot-sweep RESULTS --plot FILE`: the sweep's figure, and its tables
 /// on stdout.
 fn plot_sweep(results: &Path, out: &Path) -> Result<(), Failure> {
     let text = std::fs::read_to_string(results).map_err(|e| Failure::input(format!("{}: {e}", results.display())))?;
@@ -121,7 +125,7 @@ fn plot_sweep(results: &Path, out: &Path) -> Result<(), Failure> {
     let points = fulcrum_fabric::sweep::parse(&text).map_err(bad)?;
     let svg = fulcrum_fabric::sweep::plot(&points).map_err(bad)?;
     let tables = fulcrum_fabric::sweep::table(&points).map_err(bad)?;
-    std::fs::write(out, svg).map_err(|e| Failure::runtime(format!("--out {}: {e}", out.display())))?;
+    std::fs::write(out, svg).map_err(|e| Failure::runtime(format!("--plot {}: {e}", out.display())))?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(tables.as_bytes()).map_err(|e| Failure::runtime(format!("writing the tables: {e}")))
 }

@@ -11,7 +11,7 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use clap::{Args as ClapArgs, Subcommand};
 use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, XdpMode, DEFAULT_PIN_DIR};
 use fulcrum_xdp::fleet::{self, Ecmp};
 use fulcrum_xdp::maps::Counters;
@@ -19,65 +19,112 @@ use fulcrum_xdp::spec::{self, Protocol, Select, ServiceKey, ServiceSpec};
 use serde_json::{json, Value};
 
 use crate::bird::{self, Announcement};
-use crate::cli::Failure;
+use crate::cli::{Failure, JsonOutput, GLOBAL_HEADING};
 
 /// Options of `fulcrum lb`.
 #[derive(Debug, ClapArgs)]
+#[command(after_help = "\
+Examples:
+  fulcrum lb create 20.20.20.1 --tcp=80:8080 --endpoints=10.0.1.1:1,10.0.1.2:2 --iface eth0
+  fulcrum lb list
+  fulcrum lb stats --json
+  fulcrum lb delete 20.20.20.1 --tcp=80
+  fulcrum lb reset                            # detach everywhere, remove every service
+  fulcrum lb simulate --nodes 10 --leave 3    # no root needed: a model of an ECMP fleet
+
+Every command but simulate and bird-config needs root (CAP_BPF and CAP_NET_ADMIN), and a \
+binary built with clang (the XDP program is compiled at build time). The data plane is pinned \
+in bpffs, so it and its flows outlive each command.")]
 pub struct Args {
     /// Where the data plane's maps and links are pinned (a bpffs directory;
     /// /sys/fs/bpf is mounted if needed).
-    #[arg(long, global = true, default_value = DEFAULT_PIN_DIR)]
+    #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_PIN_DIR, help_heading = GLOBAL_HEADING)]
     pin_dir: PathBuf,
     /// The BIRD include file naming the VIPs this node announces (written
     /// by `announce` and `drain`, refreshed by `create`, `delete`, `detach`
     /// and `reset` when it exists).
-    #[arg(long, global = true, default_value = bird::DEFAULT_INCLUDE)]
+    #[arg(long, global = true, value_name = "FILE", default_value = bird::DEFAULT_INCLUDE, help_heading = GLOBAL_HEADING)]
     bird_include: PathBuf,
     /// BIRD's control socket (`birdc -s`).
-    #[arg(long, global = true, default_value = bird::DEFAULT_SOCKET)]
+    #[arg(long, global = true, value_name = "SOCKET", default_value = bird::DEFAULT_SOCKET, help_heading = GLOBAL_HEADING)]
     bird_socket: PathBuf,
     #[command(subcommand)]
     command: LbCommand,
 }
 
+impl Args {
+    /// The pin directory the command works on.
+    #[cfg(test)]
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum LbCommand {
     /// Create a service, or replace its endpoints (established flows stay).
+    #[command(after_help = "\
+Examples:
+  fulcrum lb create 20.20.20.1 --tcp=80:8080 --endpoints=10.0.1.1,10.0.1.2 --iface eth0
+  fulcrum lb create 20.20.20.1 --tcp=80 --endpoints=10.0.1.1:3,10.0.1.2:1 --mode dsr
+  fulcrum lb create 20.20.20.1 --udp=53 --endpoints=10.0.1.1,10.0.1.2 --select rendezvous
+
+Run it again with other --endpoints to change them: connections already established keep \
+their backend while it stays; a backend of weight 0 takes no new flow.")]
+    #[command(override_usage = "fulcrum lb create <VIP> --tcp|--udp <PORT[:BACKEND_PORT]> \
+        --endpoints <IP[:WEIGHT],…>")]
     Create(CreateArgs),
     /// List the services.
+    #[command(after_help = "Examples:\n  fulcrum lb list\n  fulcrum lb list --json | jq '.services[].vip'")]
     List {
-        /// Output format.
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
+        #[command(flatten)]
+        output: JsonOutput,
     },
     /// Delete a service.
+    #[command(after_help = "Examples:\n  fulcrum lb delete 20.20.20.1 --tcp=80")]
+    #[command(override_usage = "fulcrum lb delete [OPTIONS] <VIP> --tcp|--udp <PORT[:BACKEND_PORT]>")]
     Delete(DeleteArgs),
     /// Packets, bytes and new flows per service and backend.
+    #[command(after_help = "Examples:\n  fulcrum lb stats\n  fulcrum lb stats --json")]
     Stats {
-        /// Output format.
-        #[arg(short, long, value_enum, default_value_t = Output::Table)]
-        output: Output,
+        #[command(flatten)]
+        output: JsonOutput,
     },
     /// Detach the program from an interface.
+    #[command(after_help = "Examples:\n  fulcrum lb detach --iface eth0")]
     Detach {
         /// The interface.
         #[arg(long)]
         iface: String,
     },
     /// Detach everywhere and remove every pinned map: all services go.
+    #[command(after_help = "Examples:\n  fulcrum lb reset")]
     Reset,
     /// Announce over BGP (through BIRD) every VIP whose service has a
     /// backend of non-zero weight, while the program is attached.
+    #[command(after_help = "Examples:\n  fulcrum lb announce\n  \
+        fulcrum lb --bird-socket /run/bird/bird.ctl announce")]
     Announce,
     /// Withdraw every announcement; the data plane keeps serving the flows
     /// that still reach it. `announce` undoes it.
+    #[command(after_help = "Examples:\n  fulcrum lb drain       # before maintenance\n  \
+        fulcrum lb announce    # back in the fleet")]
     Drain,
     /// Model a fleet change (ECMP in front of several nodes, the same table
     /// on each): the flows that change node and the flows that break.
+    #[command(after_help = "\
+Examples:
+  fulcrum lb simulate --nodes 10 --leave 3
+  fulcrum lb simulate --nodes 100 --join 1 --ecmp resilient --select maglev
+  fulcrum lb simulate --backends 100 --remove-backends 1 --json
+
+Needs no root and touches nothing: the nodes, the router and the flows are modelled.")]
     Simulate(SimulateArgs),
     /// Print the BIRD 2 configuration of a node that announces its VIPs to
     /// one router over eBGP with BFD (and create the include file, announcing
     /// nothing, if it is missing).
+    #[command(after_help = "Examples:\n  \
+        fulcrum lb bird-config --local 10.0.0.2 --peer 10.0.0.1 > /etc/bird/bird.conf")]
     BirdConfig(BirdConfigArgs),
 }
 
@@ -116,9 +163,8 @@ struct SimulateArgs {
     /// Seed of the flows and the router's hash.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Output format.
-    #[arg(short, long, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    #[command(flatten)]
+    output: JsonOutput,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -146,23 +192,15 @@ struct BirdConfigArgs {
     bfd_multiplier: u32,
 }
 
-/// How `list` and `stats` print: a table for people, or one JSON document
-/// on stdout for scripts (loxicmd's `-o json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
-    Table,
-    Json,
-}
-
 /// The service port: `--tcp=PORT[:BACKEND_PORT]` or `--udp=…`.
 #[derive(Debug, ClapArgs)]
 #[group(required = true, multiple = false)]
 struct PortArgs {
-    /// TCP service: PORT[:BACKEND_PORT], e.g. 2020:5001.
-    #[arg(long)]
+    /// TCP service: PORT[:BACKEND_PORT], e.g. 2020:5001 (the backends' port defaults to PORT).
+    #[arg(long, value_name = "PORT[:BACKEND_PORT]")]
     tcp: Option<String>,
     /// UDP service: PORT[:BACKEND_PORT].
-    #[arg(long)]
+    #[arg(long, value_name = "PORT[:BACKEND_PORT]")]
     udp: Option<String>,
 }
 
@@ -184,8 +222,9 @@ struct CreateArgs {
     vip: Ipv4Addr,
     #[command(flatten)]
     port: PortArgs,
-    /// Backends: IP[:WEIGHT],… (weights are whole numbers, default 1).
-    #[arg(long)]
+    /// Backends, comma-separated: IP or IP:WEIGHT (a whole-number weight, default 1; 0 takes no
+    /// new flow). Not a port: backends listen on --tcp's or --udp's BACKEND_PORT.
+    #[arg(long, value_name = "IP[:WEIGHT],…")]
     endpoints: String,
     /// nat (rewrite the destination, replies come back through the LB) or
     /// dsr (rewrite MACs only; backends hold the VIP on loopback).
@@ -231,9 +270,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let bgp = Bgp { include: &args.bird_include, socket: &args.bird_socket };
     match args.command {
         LbCommand::Create(c) => create(dir, c).and_then(|()| bgp.refresh(dir)),
-        LbCommand::List { output } => list(dir, output, &bgp),
+        LbCommand::List { output } => list(dir, output.wanted(), &bgp),
         LbCommand::Delete(d) => delete(dir, d).and_then(|()| bgp.refresh(dir)),
-        LbCommand::Stats { output } => stats(dir, output),
+        LbCommand::Stats { output } => stats(dir, output.wanted()),
         LbCommand::Detach { iface } => {
             let done = dataplane::detach(dir, &iface).map_err(failure)?;
             println!("{}", if done { format!("detached from {iface}") } else { format!("not attached to {iface}") });
@@ -381,7 +420,7 @@ fn simulate(a: SimulateArgs) -> Result<(), Failure> {
         let o = fleet::simulate(&change).map_err(|e| Failure::input(e.to_string()))?;
         rows.push((select, o));
     }
-    if a.output == Output::Json {
+    if a.output.wanted() {
         let rows: Vec<Value> = rows
             .iter()
             .map(|(s, o)| {
@@ -408,7 +447,7 @@ fn lower(v: impl std::fmt::Debug) -> String {
     format!("{v:?}").to_lowercase()
 }
 
-/// `list -o json`: the services as `create` would make them, and the
+/// `list --json`: the services as `create` would make them, and the
 /// interfaces the program is attached to.
 fn services_json(services: &[ServiceInfo], attached: &[String], bgp: Option<&Announcement>) -> Value {
     let services: Vec<Value> = services
@@ -441,7 +480,7 @@ fn counters_json(c: &Counters) -> Value {
     json!({ "packets": c.packets, "bytes": c.bytes, "flows": c.flows })
 }
 
-/// `stats -o json`: counters per service and per backend (`ip:port`), and
+/// `stats --json`: counters per service and per backend (`ip:port`), and
 /// the data plane's own pass/drop counters by name.
 fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
     let services: Vec<Value> = stats
@@ -468,12 +507,12 @@ fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
     json!({ "services": services, "data_plane": data_plane })
 }
 
-fn list(dir: &Path, output: Output, bgp: &Bgp) -> Result<(), Failure> {
+fn list(dir: &Path, json: bool, bgp: &Bgp) -> Result<(), Failure> {
     let dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
     let services = dp.services().map_err(failure)?;
     let ifaces = dataplane::attached(dir);
     let announcement = bgp.read()?;
-    if output == Output::Json {
+    if json {
         println!("{}", services_json(&services, &ifaces, announcement.as_ref()));
         return Ok(());
     }
@@ -518,11 +557,11 @@ fn delete(dir: &Path, d: DeleteArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn stats(dir: &Path, output: Output) -> Result<(), Failure> {
+fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
     let dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
     let stats = dp.stats().map_err(failure)?;
     let totals = dp.totals().map_err(failure)?;
-    if output == Output::Json {
+    if json {
         println!("{}", stats_json(&stats, &totals));
         return Ok(());
     }

@@ -24,50 +24,50 @@ Examples:
   fulcrum load http://127.0.0.1:8080/ --clients 10 --interval 100ms --requests-per-client 100 \\
       --client-start 1s --client-stagger 1ms
 
-With --rate (open loop), latency counts from when each request was meant to be sent, so
-a stalled server shows in every request that should have gone out meanwhile (as in wrk2).
-Without --rate or --clients, --connections connections send back to back (closed loop).
+With --rate (open loop), latency counts from when each request was meant to be sent, so a \
+stalled server shows in every request that should have gone out meanwhile (as in wrk2). \
+Without --rate or --clients, --connections connections send back to back (closed loop). \
 Without --duration or --requests, a run lasts 10 s.")]
 pub struct Args {
     /// The URL to load (http:// only).
     url: String,
 
     /// Open loop: requests per second, latency from the intended send time.
-    #[arg(long, conflicts_with = "clients")]
+    #[arg(long, value_name = "PER_SECOND", conflicts_with = "clients")]
     rate: Option<f64>,
 
     /// Closed loop: the connections (default 10). Open loop: the most open
     /// at once (default 256). Clients: the most per client (default 16).
-    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     connections: Option<u32>,
 
     /// Stop sending after this long (e.g. 10s, 500ms).
-    #[arg(short, long, value_parser = humantime::parse_duration)]
+    #[arg(short, long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
 
     /// Stop after this many requests.
-    #[arg(short = 'n', long, conflicts_with = "clients", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "clients", value_parser = clap::value_parser!(u64).range(1..))]
     requests: Option<u64>,
 
     /// Clients pattern: this many clients, each sending one request every
     /// --interval (open loop).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     clients: Option<u32>,
 
     /// Clients pattern: time between one client's requests.
-    #[arg(long, requires = "clients", default_value = "100ms", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "100ms", value_parser = humantime::parse_duration)]
     interval: Duration,
 
     /// Clients pattern: requests each client sends.
-    #[arg(long, requires = "clients", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", requires = "clients", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     requests_per_client: u64,
 
     /// Clients pattern: when the first client starts.
-    #[arg(long, requires = "clients", default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "0s", value_parser = humantime::parse_duration)]
     client_start: Duration,
 
     /// Clients pattern: client i starts at --client-start + i × this.
-    #[arg(long, requires = "clients", default_value = "1ms", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "1ms", value_parser = humantime::parse_duration)]
     client_stagger: Duration,
 
     /// Speak h2c (HTTP/2 without TLS, prior knowledge).
@@ -75,7 +75,7 @@ pub struct Args {
     http2: bool,
 
     /// HTTP/2: concurrent streams per connection.
-    #[arg(long, requires = "http2", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", requires = "http2", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     streams: u32,
 
     /// Request method.
@@ -87,15 +87,15 @@ pub struct Args {
     headers: Vec<String>,
 
     /// Size of each request body.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
     body_bytes: usize,
 
     /// Per-request limit, from the intended send time.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
 
-    /// Runtime threads (default: one per core).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Threads sending the load (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
 
     /// Print the report as JSON on stdout (nothing else goes to stdout).

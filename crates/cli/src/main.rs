@@ -10,6 +10,7 @@ mod demo;
 mod fabric;
 mod lb;
 mod load;
+mod reference;
 mod serve;
 mod signal;
 mod sim;

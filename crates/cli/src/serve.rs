@@ -14,52 +14,65 @@ use crate::cli::Failure;
 
 /// Options of `fulcrum serve`.
 #[derive(Debug, ClapArgs)]
-#[command(after_help = "Examples:\n  fulcrum serve --config fulcrum.toml\n  \
-    fulcrum serve --listen 127.0.0.1:8080 --backends 127.0.0.1:9001,127.0.0.1:9002 --algorithm peak-ewma")]
+#[command(after_help = "\
+Examples:
+  fulcrum serve -c fulcrum.toml --check        # check the file and exit
+  fulcrum serve -c fulcrum.toml --pid-file /run/fulcrum.pid
+  fulcrum serve --listen 127.0.0.1:8080 --backends 127.0.0.1:9001,127.0.0.1:9002 --threads 2
+
+SIGHUP (or `fulcrum reload`) makes it read the --config file again; SIGINT or SIGTERM stops it \
+after the requests in flight finish (at most --drain).")]
 pub struct Args {
-    /// Configuration file (TOML): listeners, routes, clusters. See docs/reference/proxy-config.md.
-    #[arg(short, long, conflicts_with_all = ["listen", "backends", "algorithm"])]
+    /// Configuration file (TOML): listeners, routes, clusters (docs/reference/proxy-config.md).
+    #[arg(short, long, value_name = "FILE", conflicts_with_all = ["listen", "backends", "algorithm"])]
     config: Option<PathBuf>,
     /// Quick mode: address to listen on for HTTP/1.1 and h2c.
-    #[arg(long, requires = "backends")]
+    #[arg(long, value_name = "ADDR", requires = "backends")]
     listen: Option<SocketAddr>,
     /// Quick mode: comma-separated backend addresses (host:port).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
     backends: Vec<String>,
     /// Quick mode: load-balancing algorithm (round-robin, random, least-request,
     /// peak-ewma, ring-hash, maglev, rendezvous; aliases wrr, lr, …).
-    #[arg(long, default_value = "round-robin")]
+    #[arg(long, value_name = "NAME", default_value = "round-robin")]
     algorithm: Option<String>,
     /// Quick mode: what hash-based algorithms hash: source-ip, path,
     /// header:NAME or cookie:NAME (a request without it gets a random key).
-    #[arg(long, default_value = "source-ip", value_parser = parse_hash_key)]
+    #[arg(long, value_name = "KEY", default_value = "source-ip", value_parser = parse_hash_key)]
     hash_key: HashKey,
     /// Admin listener (/metrics, /status, /healthz, and the runtime API that `fulcrum ctl` calls; bind
     /// it to loopback: reaching it is all the authentication there is); overrides the file's.
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
-    /// Worker threads (default: the file's, else one per core).
-    #[arg(long)]
-    workers: Option<usize>,
+    /// Worker threads, each with its own balancers (default: the file's `workers`, else one per
+    /// core).
+    #[arg(long, alias = "workers", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
     /// Check the configuration and exit.
     #[arg(long)]
     check: bool,
     /// On SIGTERM/SIGINT, wait this long for requests in flight.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     drain: Duration,
     /// Write the process id here, for `fulcrum reload --pid-file`.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pid_file: Option<PathBuf>,
 }
 
 /// Options of `fulcrum reload`.
 #[derive(Debug, ClapArgs)]
-#[command(after_help = "Sends SIGHUP to a running `fulcrum serve --config FILE`, which reads FILE again and \
-    applies it without dropping a connection; an invalid file is reported by the server and the old \
-    configuration keeps serving.")]
+#[command(after_help = "\
+Examples:
+  fulcrum serve -c fulcrum.toml --pid-file /tmp/fulcrum.pid &
+  fulcrum reload --pid-file /tmp/fulcrum.pid
+  fulcrum reload --pid 12345                 # the server's process id
+
+Sends SIGHUP to a running `fulcrum serve --config FILE`, which reads FILE again and applies it \
+without dropping a connection; an invalid file is reported by the server and the old \
+configuration keeps serving.")]
 pub struct ReloadArgs {
     /// The file `fulcrum serve --pid-file` wrote.
-    #[arg(long, conflicts_with = "pid", required_unless_present = "pid")]
+    #[arg(long, value_name = "FILE", conflicts_with = "pid", required_unless_present = "pid")]
     pid_file: Option<PathBuf>,
     /// The server's process id.
     #[arg(long)]
@@ -94,11 +107,8 @@ fn load(args: &Args) -> Result<Config, Failure> {
     if let Some(admin) = args.admin {
         config.admin = Some(admin);
     }
-    if let Some(workers) = args.workers {
-        if !(1..=256).contains(&workers) {
-            return Err(Failure::input("--workers must be between 1 and 256"));
-        }
-        config.workers = workers;
+    if let Some(threads) = args.threads {
+        config.workers = threads as usize;
     }
     Ok(config)
 }

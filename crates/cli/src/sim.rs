@@ -26,12 +26,12 @@ Examples:
   fulcrum sim scenarios/seed-000.toml --runs 20 --json
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
 
---runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run),
-requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x)
-and each server's share of requests over time.
+--runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run), \
+requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x) and \
+each server's share of requests over time.
 
-The scenario format is described in docs/reference/sim-scenario.md. Exit code 2 means
-the scenario or an option was rejected; the message names the file, line and field.")]
+The scenario format is described in docs/reference/sim-scenario.md. Exit code 2 means the \
+scenario or an option was rejected; the message names the file, line and field.")]
 pub struct Args {
     /// The scenario file (TOML).
     scenario: PathBuf,
@@ -40,7 +40,7 @@ pub struct Args {
     /// round-robin (wrr), random, least-request (lr), peak-ewma (PeakEWMA),
     /// ring-hash (RingHash), maglev, rendezvous. Parameters come from the
     /// scenario's [[algorithm]] tables, or the defaults.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
     algorithms: Option<Vec<String>>,
 
     /// Turn off resilience mechanisms that the scenario turns on, to compare

@@ -28,9 +28,9 @@ pub struct SimOptions {
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
 
-    /// Worker threads for the runs (default: one per core). Results do not
-    /// depend on it.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Threads the simulations are spread over (default: one per core).
+    /// Results do not depend on it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
 
     /// Draw the progress bar even when stderr is not a terminal.

@@ -1,7 +1,8 @@
 //! End-to-end with a real client: curl (Debian's, built with nghttp2;
 //! `scripts/test` installs it when missing) talks HTTP/1.1, h2c with prior
-//! knowledge, and TLS with ALPN h2 to `fulcrum serve`. The test fails, never
-//! skips, without curl.
+//! knowledge, and TLS with ALPN h2 to `fulcrum serve`. A plain `cargo test`
+//! ignores it; `scripts/test` installs curl and runs it, and run without curl
+//! it fails, never skips.
 
 mod common;
 
@@ -24,6 +25,7 @@ fn curl(args: &[&str]) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs curl built with nghttp2 (scripts/test installs it)"]
 fn curl_gets_answers_over_http11_h2c_and_tls_h2() {
     let b = fulcrum_load::Backends::start(fulcrum_load::BackendsConfig::fixed_delays(&[Duration::ZERO])).unwrap();
     let dir = temp_dir("curl-certs");

@@ -80,7 +80,7 @@ fn load_balancing_scenarios_run_and_a_sweep_plots() {
     std::fs::create_dir_all(&dir).unwrap();
     let (results, svg) = (dir.join("sweep.jsonl"), dir.join("sweep.svg"));
     std::fs::write(&results, lines).unwrap();
-    let out = fulcrum(&["fabric", "--plot-sweep", results.to_str().unwrap(), "--out", svg.to_str().unwrap()]);
+    let out = fulcrum(&["fabric", "--plot-sweep", results.to_str().unwrap(), "--plot", svg.to_str().unwrap()]);
     let drawn = std::fs::read_to_string(&svg);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -94,7 +94,8 @@ fn load_balancing_scenarios_run_and_a_sweep_plots() {
 fn help_explains_the_options_and_what_they_write() {
     let out = fulcrum(&["fabric", "--help"]);
     assert!(out.status.success());
-    let help = String::from_utf8(out.stdout).unwrap();
+    // Wrapped to the width of a terminal: compare words, not lines.
+    let help = String::from_utf8(out.stdout).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
     for needle in
         ["--runs", "95 %", "--json", "one line", "--csv", "flows.csv", "--plot", "flow-size bucket", "--threads"]
     {
