@@ -58,9 +58,12 @@ pub struct RawRun {
     pub per_server: Vec<u64>,
     /// Measured requests per server over time.
     pub share: ShareSeries,
-    /// Events handled (heap and inline), for speed figures.
+    /// Events handled (queued or at once), for speed figures.
     pub events: u64,
-    /// Requests completed, warm-up included.
+    /// Requests sent, warm-up included.
+    pub sent: u64,
+    /// Requests completed (answered or failed), warm-up included: every
+    /// request sent, once the run is over.
     pub completed: u64,
     /// Simulated time at the end.
     pub end: Nanos,
@@ -79,6 +82,7 @@ impl RawRun {
             per_server: vec![0; n_servers],
             share: ShareSeries::new(scenario.metrics.share_interval, n_servers),
             events: 0,
+            sent: 0,
             completed: 0,
             end: 0,
             resilience: None,
@@ -499,6 +503,7 @@ impl<'a> Engine<'a> {
     /// A new request from `client`, sent now: its slot and generation.
     fn issue(&mut self, client: u32) -> (u32, u32) {
         let sent = self.now;
+        self.out.sent += 1;
         if self.scenario.clients.requests.is_some() {
             // Counted only where a limit reads it: no write to the client's line.
             self.clients[client as usize].sent += 1;
