@@ -315,18 +315,6 @@ impl<E> Queue<E> {
         }
     }
 
-    /// A guess at the next event, cheap to make: the front of the events
-    /// due now, else the sorted run's front, else `None`. Another event
-    /// may come first (a lane's front, a lower bucket); a model may use it
-    /// to prefetch what that event will read, never to decide anything.
-    #[inline]
-    pub fn next_hint(&self) -> Option<&E> {
-        match self.due.front() {
-            Some((_, ev)) => Some(ev),
-            None => self.run.last().map(|e| &e.ev),
-        }
-    }
-
     /// Pending events.
     #[inline]
     pub fn len(&self) -> usize {
@@ -663,35 +651,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    #[test]
-    fn the_next_hint_is_a_pending_event_and_mostly_the_next() {
-        // A hold model without lanes: the hint, when there is one, must be
-        // an event still pending, and it is what the next pop returns in
-        // most cases (the sorted run's or `due`'s front).
-        let mut rng = fulcrum_balance::Rng::new(9);
-        let mut q = Queue::new();
-        assert!(q.next_hint().is_none());
-        let mut pending = std::collections::HashSet::new();
-        for i in 0..1_000u64 {
-            q.schedule(rng.below(1_000_000), i);
-            pending.insert(i);
-        }
-        let (mut hinted, mut right) = (0, 0);
-        for n in 1_000..21_000u64 {
-            let hint = q.next_hint().copied();
-            let (now, ev) = q.pop().expect("an event");
-            if let Some(h) = hint {
-                assert!(pending.contains(&h), "hint {h} is not pending");
-                hinted += 1;
-                right += u32::from(h == ev);
-            }
-            pending.remove(&ev);
-            q.schedule(now + 1 + rng.below(1_000_000), n);
-            pending.insert(n);
-        }
-        assert!(hinted > 10_000 && right * 10 > hinted * 9, "{right} of {hinted} hints right");
-    }
 
     #[test]
     fn emptied_buckets_keep_bounded_room() {

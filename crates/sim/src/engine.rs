@@ -15,24 +15,12 @@
 //! were sent, so they are filed once in a FIFO instead of moving through
 //! the radix heap, in the same order as through the heap.
 //!
-//! Four events of the model are folded into others: an answer's arrival at
-//! an open-loop client is handled when its balancer sends it
-//! (`Engine::folds_client`; no output can tell), and, when the server hop
-//! is a lane, no timeout can give a try up and service times are random
-//! (`Engine::service_times_are_random`), a served try's end of service is
-//! no event: its answer is scheduled at the balancer when the
-//! service starts (one hop after the end), and the server frees the slot
-//! by the end times it keeps, at once when a later try finds it full, or
-//! by a `Release` event at the earliest end while tries wait
-//! (`Engine::serve`). With Poisson clients on lanes, a client's tick is
-//! handled when its request reaches the balancer (`Engine::folds_send`),
-//! and, without scenario events, a try's arrival at its server when the
-//! balancer forwards it (`Engine::folds_arrival`): fleet-1000 queues two
-//! events per request, the request at the balancer and the answer back
-//! there. A folded event then takes its place among events at the same
-//! nanosecond when it is scheduled, not when its unfolded form would
-//! have been, which can only matter when two random times coincide to
-//! the nanosecond.
+//! Every scenario takes the same path: a request is one event per step —
+//! the client's tick (open loop), its arrival at the balancer, the try's
+//! arrival at its server, the end of its service, the answer's arrival at
+//! the balancer and at the client — and a server is a busy count and a
+//! FIFO queue of waiting tries. Each event handled, queued or at once, is
+//! counted once, in `Engine::dispatch`.
 //!
 //! The balancers are `fulcrum_balance` balancers, called directly: `pick` when
 //! a request reaches a balancer, `on_complete` when its response (or its
@@ -55,7 +43,7 @@ use fulcrum_des::{Lane, Model, Queue};
 
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
-use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario};
+use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario, Server};
 use crate::stats::ShareSeries;
 use crate::Recorder;
 
@@ -70,14 +58,36 @@ pub struct RawRun {
     pub per_server: Vec<u64>,
     /// Measured requests per server over time.
     pub share: ShareSeries,
-    /// Events handled (heap and inline), for speed figures.
+    /// Events handled (queued or at once), for speed figures.
     pub events: u64,
-    /// Requests completed, warm-up included.
+    /// Requests sent, warm-up included.
+    pub sent: u64,
+    /// Requests completed (answered or failed), warm-up included: every
+    /// request sent, once the run is over.
     pub completed: u64,
     /// Simulated time at the end.
     pub end: Nanos,
     /// What the resilience mechanisms did, when the scenario has any.
     pub resilience: Option<ResilienceStats>,
+}
+
+impl RawRun {
+    fn new(scenario: &Scenario) -> Self {
+        let n_servers = scenario.servers.len();
+        let mut latency = Recorder::new(scenario.metrics.exact);
+        latency.reserve(scenario.total_requests().unwrap_or(0).min(50_000_000) as usize);
+        RawRun {
+            latency,
+            failed: 0,
+            per_server: vec![0; n_servers],
+            share: ShareSeries::new(scenario.metrics.share_interval, n_servers),
+            events: 0,
+            sent: 0,
+            completed: 0,
+            end: 0,
+            resilience: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -90,20 +100,13 @@ enum Ev {
     Connected { client: u32 },
     /// Open loop: time for the client's next request.
     Tick { client: u32 },
-    /// Open loop with sends folded ([`Engine::fold_send`]): the client's
-    /// tick one client hop ago and its request's arrival at the balancer
-    /// now, in one event.
-    SentAtLb { client: u32 },
     /// A request reached its balancer.
     AtLb { req: u32, gen: u32 },
     /// A try of a request reached its server.
     AtServer { req: u32, gen: u32, attempt: u8, server: u32 },
-    /// A server finished serving (or failing) a try. When ends are folded
-    /// ([`Engine::fold_done`]) only errors and refusals are events.
-    Done { req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, frees: bool },
-    /// A full server with tries waiting reaches its earliest end of
-    /// service, when its answers skip the `Done` event.
-    Release { server: u32 },
+    /// A server finished a try: served it (`Ok`, which frees its slot), or
+    /// failed or refused it (which took no slot).
+    Done { req: u32, gen: u32, attempt: u8, server: u32, res: TryResult },
     /// A response reached the balancer.
     BackAtLb { req: u32, gen: u32, attempt: u8, res: TryResult },
     /// A response (or the balancer's error) reached the client.
@@ -118,10 +121,13 @@ enum Ev {
 }
 
 /// The pending events: the radix heap with lanes. (A timing wheel with
-/// lanes, 4 µs slots and a 33 ms horizon, was measured in its place: it
-/// cut fleet-1000's instructions per request by 17 % but not its time,
-/// and slowed seed-004 by a quarter.)
+/// lanes, `fulcrum_des::Wheel`, was measured in its place: fewer
+/// instructions on fleet-1000 but no less time, and a slower seed-004.)
 type Events = Queue<Ev>;
+
+// Every pending event is stored with its time and sequence number: keep
+// the event itself to two words.
+const _: () = assert!(std::mem::size_of::<Ev>() <= 16);
 
 /// A request in flight. Every event of a request reads its slot, so it is
 /// kept to one cache line (64 bytes, aligned): the servers of earlier tries
@@ -166,24 +172,15 @@ enum Failing {
     Refuse,
 }
 
-/// Fields in the order a try reaching the server reads them, aligned to a
-/// cache line: with 1,000 servers picked at random, the busy count, the
-/// failure mode (boxed: 8 bytes, rarely set), the folded ends and the cold
-/// start fill the first line, the join time, the service time and its
-/// random stream the second, the rest the third and fourth.
+/// A server: `busy` of its `limit` slots serve a try each, and further
+/// tries wait in `queue`, first come first served. The fields every try's
+/// arrival reads come first (with 1,000 servers picked at random, the
+/// server's first cache line is a miss per arrival).
 #[repr(C, align(64))]
 struct ServerState {
     busy: u32,
     limit: u32,
     failing: Option<Box<Failing>>,
-    /// With folded ends ([`Engine::fold_done`]) and a concurrency limit:
-    /// the end times of the tries in service, in no order, some possibly
-    /// past: its length is the busy count, an upper bound until
-    /// [`Engine::catch_up`] drops the past ones, which it does only when
-    /// the bound reaches the limit (appends are cheaper than a heap's
-    /// pushes and pops; a fast fleet-1000 server keeps about 10 of its 32
-    /// slots busy, so one pass drops about 20 ends).
-    ends: Vec<Nanos>,
     cold: Option<Cold>,
     /// When it last joined (the start for servers joined from the start).
     joined_at: Nanos,
@@ -191,8 +188,6 @@ struct ServerState {
     rng: Rng,
     /// Waiting tries: (request, generation, attempt).
     queue: VecDeque<(u32, u32, u8)>,
-    /// Whether a [`Ev::Release`] is pending (folded ends only).
-    release_pending: bool,
     joined: bool,
     original: Dist,
     /// When the current failure or slow-down began (for time to ejection).
@@ -200,6 +195,22 @@ struct ServerState {
 }
 
 impl ServerState {
+    fn new(s: &Server, rng: Rng) -> Self {
+        ServerState {
+            busy: 0,
+            limit: s.concurrency.unwrap_or(u32::MAX),
+            failing: None,
+            cold: s.cold,
+            joined_at: 0,
+            service: s.service.clone(),
+            rng,
+            queue: VecDeque::new(),
+            joined: s.joined,
+            original: s.service.clone(),
+            failing_since: None,
+        }
+    }
+
     /// A service time drawn at `now`, with the cold-start penalty if any.
     #[inline]
     fn service_time(&mut self, now: Nanos) -> Nanos {
@@ -245,27 +256,10 @@ pub struct Engine<'a> {
     client_lane: Option<Lane>,
     server_lane: Option<Lane>,
     zero_client_hop: bool,
-    /// The client lane's latency when an answer's arrival at its client is
-    /// handled when the balancer sends it (see [`Engine::answer_at_balancer`]).
-    fold_client: Option<Nanos>,
-    /// The server lane's latency when a served try's answer is scheduled
-    /// at the balancer when its service starts, with no event at the end
-    /// of service (see [`Engine::serve`]). Not with timeouts: a try given
-    /// up before its end of service sends no answer (and its end is the
-    /// run's last event or not), which only the end's event can tell.
-    fold_done: Option<Nanos>,
-    /// The client lane's latency when an open-loop client's tick is
-    /// handled when its request reaches the balancer, one hop later (see
-    /// [`Engine::folds_send`]).
-    fold_send: Option<Nanos>,
-    /// The server lane's latency when a try's arrival at its server is
-    /// handled when its balancer forwards it, one hop earlier (see
-    /// [`Engine::folds_arrival`]).
-    fold_arrival: Option<Nanos>,
     zero_server_hop: bool,
     /// Whether a try can be given up before its server answers (a
-    /// timeout); without one, a try reaching its server is always the
-    /// request's current one and its slot need not be read.
+    /// timeout); without one, every try at a server is its request's
+    /// current one, and [`Engine::wanted`] need not read the request.
     abandons: bool,
     out: RawRun,
     completed: u64,
@@ -285,28 +279,13 @@ impl<'a> Engine<'a> {
         seed: u64,
         progress: Option<&'a AtomicU64>,
     ) -> Result<Self, BuildError> {
+        // The streams are forked in a fixed order (workload, network, each
+        // server, then each balancer's and each client's seed), so that a
+        // seed names one run.
         let mut master = Rng::new(seed);
         let workload = master.fork();
         let network = master.fork();
-        let servers: Vec<ServerState> = scenario
-            .servers
-            .iter()
-            .map(|s| ServerState {
-                service: s.service.clone(),
-                original: s.service.clone(),
-                failing: None,
-                failing_since: None,
-                limit: s.concurrency.unwrap_or(u32::MAX),
-                busy: 0,
-                release_pending: false,
-                ends: Vec::new(),
-                queue: VecDeque::new(),
-                joined: s.joined,
-                joined_at: 0,
-                cold: s.cold,
-                rng: master.fork(),
-            })
-            .collect();
+        let servers: Vec<ServerState> = scenario.servers.iter().map(|s| ServerState::new(s, master.fork())).collect();
         let endpoints = joined_endpoints(scenario, &servers);
         let balancers = (0..scenario.balancers.count)
             .map(|_| fulcrum_balance::build(algorithm, &endpoints, master.next_u64()))
@@ -320,34 +299,29 @@ impl<'a> Engine<'a> {
                 key: master.next_u64(),
             })
             .collect();
-        let n_servers = scenario.servers.len();
-        let n_balancers = scenario.balancers.count as usize;
-        let all_endpoints: Vec<Endpoint> = scenario
-            .servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
-            .collect();
+        let (n_servers, n_balancers) = (scenario.servers.len(), scenario.balancers.count as usize);
         let resilience = &scenario.resilience;
         let guards = if resilience.enabled() {
+            let all: Vec<Endpoint> = (0..n_servers).map(|i| endpoint(scenario, i)).collect();
             let member: Vec<bool> = servers.iter().map(|s| s.joined).collect();
-            (0..n_balancers).map(|_| Guard::new(resilience, &all_endpoints, member.clone(), 0)).collect()
+            (0..n_balancers).map(|_| Guard::new(resilience, &all, member.clone(), 0)).collect()
         } else {
             Vec::new()
         };
-        let ready = if scenario.network.first_contact.is_zero() {
+        let net = &scenario.network;
+        let ready = if net.first_contact.is_zero() {
             Vec::new()
         } else {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
         let mut initial = Queue::new();
-        let net = &scenario.network;
         let mut hop_lane = |latency: &Dist| match latency {
             Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
             _ => None,
         };
         let (client_lane, server_lane) = (hop_lane(&net.client_lb), hop_lane(&net.lb_server));
-        let mut engine = Engine {
+        schedule_initial(scenario, &mut initial);
+        Ok(Engine {
             scenario,
             now: 0,
             initial,
@@ -362,27 +336,10 @@ impl<'a> Engine<'a> {
             ready,
             client_lane,
             server_lane,
-            zero_client_hop: scenario.network.client_lb.is_zero(),
-            fold_client: None,
-            fold_done: None,
-            fold_send: None,
-            fold_arrival: None,
-            zero_server_hop: scenario.network.lb_server.is_zero(),
-            abandons: scenario.balancers.timeout.is_some() || scenario.resilience.per_try_timeout().is_some(),
-            out: RawRun {
-                latency: {
-                    let mut r = Recorder::new(scenario.metrics.exact);
-                    r.reserve(scenario.total_requests().unwrap_or(0).min(50_000_000) as usize);
-                    r
-                },
-                failed: 0,
-                per_server: vec![0; n_servers],
-                share: ShareSeries::new(scenario.metrics.share_interval, n_servers),
-                events: 0,
-                completed: 0,
-                end: 0,
-                resilience: None,
-            },
+            zero_client_hop: net.client_lb.is_zero(),
+            zero_server_hop: net.lb_server.is_zero(),
+            abandons: scenario.balancers.timeout.is_some() || resilience.per_try_timeout().is_some(),
+            out: RawRun::new(scenario),
             completed: 0,
             progress,
             guards,
@@ -391,102 +348,7 @@ impl<'a> Engine<'a> {
                 time_to_ejection: vec![None; n_servers],
                 ..ResilienceStats::default()
             },
-        };
-        engine.fold_client = match engine.client_lane {
-            Some(lane) if engine.folds_client() => Some(engine.initial.lane_delay(lane)),
-            _ => None,
-        };
-        engine.fold_done = match engine.server_lane {
-            Some(lane) if !engine.abandons && engine.service_times_are_random() => {
-                Some(engine.initial.lane_delay(lane))
-            }
-            _ => None,
-        };
-        engine.fold_send = engine.fold_client.filter(|_| engine.folds_send());
-        engine.fold_arrival = engine.fold_done.filter(|_| engine.folds_arrival());
-        let q = &mut engine.initial;
-        for i in 0..c.count {
-            q.schedule(c.start + c.stagger * i as u64, Ev::Start { client: i });
-        }
-        for (i, e) in scenario.events.iter().enumerate() {
-            q.schedule(e.at, Ev::Change { index: i as u32 });
-        }
-        if resilience.manages_endpoints() {
-            q.schedule(TICK, Ev::Guard);
-        }
-        Ok(engine)
-    }
-
-    /// Whether an answer's arrival at its client can be handled when its
-    /// balancer sends it instead of as an event one lane delay later, with
-    /// every output the same. There the client only records the latency
-    /// (due at a known time), counts the request and frees its slot; that
-    /// observes nothing another event changes, and the lane hands answers
-    /// over in the order they were sent, so the latencies are recorded in
-    /// the same order. It holds for open-loop clients (a closed-loop
-    /// client sends its next request on the answer's arrival) without
-    /// timeouts or resilience mechanisms (their events read the request's
-    /// slot, and the guard's timer stops when no other event is pending).
-    fn folds_client(&self) -> bool {
-        !matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && !self.abandons && self.guards.is_empty()
-    }
-
-    /// Whether every service time is drawn from a continuous distribution
-    /// in nanoseconds (exponential, log-normal, uniform in ns), those a
-    /// scenario event may set included, and sends are not at fixed
-    /// intervals: then the end of a service is a random nanosecond, and
-    /// folding it ([`Engine::fold_done`]) can move an answer among events
-    /// due at its nanosecond only when two random times coincide. With
-    /// fixed, whole-millisecond or empirical service times and fixed hops
-    /// such ties are systematic (a closed loop of fixed 2 ms services on
-    /// 100 µs hops measured other latencies folded than not).
-    fn service_times_are_random(&self) -> bool {
-        let continuous =
-            |d: &Dist| matches!(d, Dist::Exponential { .. } | Dist::LogNormal { .. } | Dist::Uniform { .. });
-        !matches!(self.scenario.clients.arrivals, Arrivals::Fixed(_))
-            && self.scenario.servers.iter().all(|s| continuous(&s.service))
-            && self.scenario.events.iter().all(|e| !matches!(&e.action, Action::Slow(d) if !continuous(d)))
-    }
-
-    /// Whether an open-loop client's tick can be handled one client hop
-    /// late, when its request reaches the balancer: one queued event per
-    /// request instead of the tick and the arrival. The tick draws the
-    /// request's key and the next gap from the workload stream, which
-    /// only ticks draw from, and every tick (the first, at the client's
-    /// start, too) moves by the same delay, so the draws keep their
-    /// order; it counts a send and takes a request slot, which nothing
-    /// reads before the arrival (the slot's index is seen by no output).
-    /// Whether the next tick will send is known when it is scheduled
-    /// (only the client's own ticks change its count), so a tick that
-    /// sends nothing is never moved (see [`Engine::next_tick`]).
-    ///
-    /// What a fold can move is an event's place among events due at the
-    /// same nanosecond, its sequence number being taken at another time.
-    /// With Poisson sends every time of a run derives from random
-    /// nanoseconds, so that needs two random times to coincide (as for
-    /// the folded ends); with sends at fixed
-    /// intervals, starts and ticks would tie at round times, so only
-    /// Poisson arrivals fold, and only under the conditions of
-    /// [`Engine::folds_client`] (no timeout, no resilience timer).
-    fn folds_send(&self) -> bool {
-        matches!(self.scenario.clients.arrivals, Arrivals::Poisson(_)) && self.folds_client()
-    }
-
-    /// Whether a try's arrival at its server can be handled when its
-    /// balancer forwards it, one server hop early, with the same service
-    /// starts and draws. With folded ends ([`Engine::fold_done`]) a working server
-    /// changes only by arrivals and by time passing: arrivals come off
-    /// one lane in the order they were forwarded, and the arrival catches
-    /// the server up to its own time first (the ends before it free their
-    /// slots and start the waiting tries at those ends, as the `Release`
-    /// events would), so each service starts when and in the order it did,
-    /// drawing the same times. Not when scenario events can fail, slow,
-    /// add or remove a server between the forward and the arrival, and,
-    /// as for sends ([`Engine::folds_send`]), only with Poisson arrivals:
-    /// the answer scheduled at the forward takes its place among events
-    /// due at its nanosecond then, not at the arrival.
-    fn folds_arrival(&self) -> bool {
-        matches!(self.scenario.clients.arrivals, Arrivals::Poisson(_)) && self.scenario.events.is_empty()
+        })
     }
 
     /// Run to the end and return what was measured.
@@ -494,7 +356,7 @@ impl<'a> Engine<'a> {
         let mut queue = std::mem::take(&mut self.initial);
         let progress = self.progress;
         fulcrum_des::run(&mut Running(&mut self), &mut queue, Nanos::MAX, progress);
-        self.out.end = self.out.end.max(self.now);
+        self.out.end = self.now;
         // Every measured request is in the share series too (one count
         // per request instead of two on the hot path).
         self.out.per_server = self.out.share.totals();
@@ -562,36 +424,9 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Ask the processor to bring in the line `ev`'s handler reads first
-    /// (an answer's request slot, a send's client), while the current
-    /// event is handled: at random places among 64-byte records those are
-    /// cache misses, which a prefetch one event ahead hides. A hint only:
-    /// no result depends on it. About 10 % less CPU time per fleet-1000
-    /// request in alternating runs.
-    #[inline]
-    fn prefetch(&self, ev: &Ev) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let line: *const i8 = match *ev {
-                Ev::BackAtLb { req, .. } => match self.requests.get(req as usize) {
-                    Some(r) => (r as *const Request).cast(),
-                    None => return,
-                },
-                Ev::SentAtLb { client } => match self.clients.get(client as usize) {
-                    Some(c) => (c as *const ClientState).cast(),
-                    None => return,
-                },
-                _ => return,
-            };
-            // SAFETY: a prefetch is a hint that cannot fault, whatever the
-            // address; this one points into a live slice.
-            unsafe { _mm_prefetch(line, _MM_HINT_T0) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = ev;
-    }
-
+    /// Handle `ev` at `self.now`: the one place events are counted,
+    /// whether they came off the queue or are handled at once (a hop that
+    /// takes no time, an open-loop client's first tick).
     fn dispatch(&mut self, ev: Ev, q: &mut Events) {
         self.out.events += 1;
         match ev {
@@ -606,52 +441,17 @@ impl<'a> Engine<'a> {
             }
             Ev::ConnectAtLb { client } => self.send(Pair::LbClient(client), Ev::Connected { client }, q),
             Ev::Connected { client } => self.begin(client, q),
-            Ev::Tick { client } => {
-                if self.may_send(client, self.now) {
-                    self.send_request(client, q);
-                    self.next_tick(client, self.now, q);
-                }
-            }
-            Ev::SentAtLb { client } => {
-                // The tick's event, counted as the model has it.
-                self.out.events += 1;
-                let sent = self.now - self.fold_send.expect("folded sends");
-                let (req, gen) = self.issue(client, sent);
-                self.next_tick(client, sent, q);
-                self.at_balancer(req, gen, q);
-            }
+            Ev::Tick { client } => self.tick(client, q),
             Ev::AtLb { req, gen } => self.at_balancer(req, gen, q),
             Ev::AtServer { req, gen, attempt, server } => self.at_server(req, gen, attempt, server, q),
-            Ev::Done { req, gen, attempt, server, res, frees } => {
-                if frees {
-                    self.release(server, q);
-                }
-                // Without a timeout no try is given up, so the answer is
-                // the request's current try's (as at the server), and the
-                // slot is read only when it may not be, or for the
-                // balancer that names a first-contact pair.
-                if self.abandons {
-                    let r = &self.requests[req as usize];
-                    if r.gen != gen || r.attempt != attempt {
-                        return;
-                    }
-                }
-                let b = if self.ready.is_empty() { 0 } else { self.requests[req as usize].balancer };
-                self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
-            }
-            Ev::Release { server } => {
-                // Not a step of any request: the events counted stay those
-                // of the model with an event per end of service.
-                self.out.events -= 1;
-                self.release_folded(server, q);
-            }
+            Ev::Done { req, gen, attempt, server, res } => self.done(req, gen, attempt, server, res, q),
             Ev::BackAtLb { req, gen, attempt, res } => self.answer_at_balancer(req, gen, attempt, res, false, q),
             // The balancer gives up: the try fails, and a late response finds
             // its ticket gone.
             Ev::Timeout { req, gen, attempt, overall } => {
                 self.answer_at_balancer(req, gen, attempt, TryResult::Timeout, overall, q)
             }
-            Ev::BackAtClient { req, gen, ok } => self.at_client(self.now, req, gen, ok, q),
+            Ev::BackAtClient { req, gen, ok } => self.at_client(req, gen, ok, q),
             Ev::Change { index } => self.change(index as usize),
             Ev::Guard => self.guard_tick(q),
         }
@@ -661,61 +461,49 @@ impl<'a> Engine<'a> {
         match self.scenario.clients.arrivals {
             Arrivals::Closed(n) => {
                 for _ in 0..n {
-                    if !self.may_send(client, self.now) {
+                    if !self.may_send(client) {
                         break;
                     }
                     self.send_request(client, q);
                 }
             }
-            _ => match self.fold_send {
-                // The first tick moves by the hop like every other (its
-                // draws keep their place among theirs); the event counts
-                // as the tick and the arrival.
-                Some(hop) if self.may_send(client, self.now) => q.schedule(self.now + hop, Ev::SentAtLb { client }),
-                _ => self.dispatch(Ev::Tick { client }, q),
-            },
+            // The first tick is due now.
+            _ => self.dispatch(Ev::Tick { client }, q),
         }
     }
 
-    /// Whether the client may send a request at `at` (its count as now).
+    /// Whether the client may send a request now.
     #[inline]
-    fn may_send(&self, client: u32, at: Nanos) -> bool {
+    fn may_send(&self, client: u32) -> bool {
         let c = &self.clients[client as usize];
-        !matches!(self.scenario.clients.requests, Some(n) if c.sent >= n) && at < c.end
+        !matches!(self.scenario.clients.requests, Some(n) if c.sent >= n) && self.now < c.end
     }
 
-    /// Schedule an open-loop client's next tick after one sent at `sent`.
-    /// With folded sends ([`Engine::fold_send`]) a tick that will send is
-    /// scheduled as its request's arrival at the balancer, one hop after
-    /// the tick; one that will not is an event of its own at its time, or
-    /// counted at once if that time has passed (it changes nothing but the
-    /// count, and the run's end if it is the last event).
-    fn next_tick(&mut self, client: u32, sent: Nanos, q: &mut Events) {
+    /// An open-loop client's tick: it sends a request, if it still may,
+    /// and its next tick is due one gap later.
+    fn tick(&mut self, client: u32, q: &mut Events) {
+        if !self.may_send(client) {
+            return;
+        }
+        self.send_request(client, q);
         let gap = match self.scenario.clients.arrivals {
             Arrivals::Fixed(i) => i,
             Arrivals::Poisson(mean) => Dist::Exponential { mean }.sample(&mut self.workload),
             Arrivals::Closed(_) => unreachable!("closed-loop clients do not tick"),
         };
-        let at = sent + gap;
-        match self.fold_send {
-            Some(hop) if self.may_send(client, at) => q.schedule(at + hop, Ev::SentAtLb { client }),
-            Some(_) if at < self.now => {
-                self.out.events += 1;
-                self.out.end = self.out.end.max(at);
-            }
-            _ => q.schedule(at, Ev::Tick { client }),
-        }
+        q.schedule(self.now + gap, Ev::Tick { client });
     }
 
     /// The client sends a new request now, to its balancer.
     fn send_request(&mut self, client: u32, q: &mut Events) {
-        let (req, gen) = self.issue(client, self.now);
+        let (req, gen) = self.issue(client);
         self.send(Pair::ClientLb(client), Ev::AtLb { req, gen }, q);
     }
 
-    /// The client sends a new request at `sent` (now, or one client hop
-    /// ago when sends are folded): its slot and generation.
-    fn issue(&mut self, client: u32, sent: Nanos) -> (u32, u32) {
+    /// A new request from `client`, sent now: its slot and generation.
+    fn issue(&mut self, client: u32) -> (u32, u32) {
+        let sent = self.now;
+        self.out.sent += 1;
         if self.scenario.clients.requests.is_some() {
             // Counted only where a limit reads it: no write to the client's line.
             self.clients[client as usize].sent += 1;
@@ -804,12 +592,6 @@ impl<'a> Engine<'a> {
         if let Some(t) = self.scenario.resilience.per_try_timeout() {
             q.schedule(self.now + t, Ev::Timeout { req, gen, attempt, overall: false });
         }
-        if let Some(hop) = self.fold_arrival {
-            // Handled now, as due one lane delay later (see `folds_arrival`).
-            self.out.events += 1;
-            self.arrive_folded(req, gen, attempt, server, self.now + hop, q);
-            return;
-        }
         self.send(Pair::LbServer(b, server), Ev::AtServer { req, gen, attempt, server }, q);
     }
 
@@ -853,15 +635,6 @@ impl<'a> Engine<'a> {
                 self.forward(req, gen, q);
                 return;
             }
-        }
-        if let Some(delay) = self.fold_client {
-            // Handled now, as due one lane delay later (see `folds_client`):
-            // one event fewer through the queue.
-            let at = self.now + delay;
-            self.out.events += 1;
-            self.out.end = at;
-            self.at_client(at, req, gen, ok, q);
-            return;
         }
         self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok }, q);
     }
@@ -924,138 +697,78 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Events) {
-        if self.abandons {
-            let r = &self.requests[req as usize];
-            if r.gen != gen || r.attempt != attempt {
-                return;
-            }
-        }
-        let now = self.now;
-        let s = &mut self.servers[server as usize];
-        match s.failing.as_deref() {
-            Some(Failing::Error(after)) => {
-                let t = now + after.sample(&mut s.rng);
-                q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::ServerError, frees: false });
-            }
-            Some(Failing::Refuse) => {
-                q.schedule(now, Ev::Done { req, gen, attempt, server, res: TryResult::Refused, frees: false });
-            }
-            // Never answers: the balancer's timeout fires.
-            Some(Failing::Silent) => {}
-            None if self.fold_done.is_some() => self.arrive_folded(req, gen, attempt, server, now, q),
-            None if s.busy < s.limit => {
-                s.busy += 1;
-                let t = now + s.service_time(now);
-                q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
-            }
-            None => s.queue.push_back((req, gen, attempt)),
-        }
-    }
-
-    /// [`Engine::at_server`] for a working server whose ends are folded,
-    /// the try arriving at `now` (the clock, or one hop ahead of it when
-    /// arrivals are folded): served at once if it has room, else queued,
-    /// with a [`Ev::Release`] at its earliest end of service.
-    fn arrive_folded(&mut self, req: u32, gen: u32, attempt: u8, server: u32, now: Nanos, q: &mut Events) {
-        let s = &mut self.servers[server as usize];
-        if s.ends.len() >= s.limit as usize {
-            // Full, perhaps only on paper: ends up to now free their slots
-            // (an end at `now` frees it before or after this arrival, the
-            // same either way: the front of the queue is served first).
-            self.catch_up(server, now, q);
-        }
-        let s = &mut self.servers[server as usize];
-        if s.ends.len() < s.limit as usize {
-            self.serve(req, gen, attempt, server, now, q);
-        } else {
-            s.queue.push_back((req, gen, attempt));
-            self.pend_release(server, q);
-        }
-    }
-
-    /// Start serving a try at `start` on a server whose ends are folded:
-    /// its answer is scheduled at the balancer at once, due one server hop
-    /// after its end of service, and the end is kept in the server's
-    /// `ends` (when it has a limit) to free its slot then. The end of
-    /// service is counted as the event it is in the unfolded model.
+    /// Whether the try `attempt` of the request in slot `req`, generation
+    /// `gen`, is still wanted: not given up by a timeout (the slot may hold
+    /// a later try, or another request, by then).
     #[inline]
-    fn serve(&mut self, req: u32, gen: u32, attempt: u8, server: u32, start: Nanos, q: &mut Events) {
-        let hop = self.fold_done.expect("folded ends");
-        let s = &mut self.servers[server as usize];
-        let end = start + s.service_time(start);
-        if s.limit != u32::MAX {
-            // Without a limit no try ever waits: the ends need no keeping.
-            s.ends.push(end);
+    fn wanted(&self, req: u32, gen: u32, attempt: u8) -> bool {
+        if !self.abandons {
+            return true;
         }
-        self.out.events += 1;
-        q.schedule(end + hop, Ev::BackAtLb { req, gen, attempt, res: TryResult::Ok });
+        let r = &self.requests[req as usize];
+        r.gen == gen && r.attempt == attempt
     }
 
-    /// Free the slots of a folded server's tries ended by `upto`, each
-    /// starting the next waiting try at its end (in end order, as their
-    /// `Done` events would have).
-    fn catch_up(&mut self, server: u32, upto: Nanos, q: &mut Events) {
-        loop {
-            let s = &mut self.servers[server as usize];
-            if s.queue.is_empty() {
-                // Nothing waits: the slots of ended tries are simply free.
-                s.ends.retain(|&end| end > upto);
-                return;
-            }
-            let Some((i, end)) = earliest(&s.ends) else { return };
-            if end > upto {
-                return;
-            }
-            s.ends.swap_remove(i);
-            // Without timeouts (see `fold_done`) every waiting try is wanted.
-            let (req, gen, attempt) = s.queue.pop_front().expect("a waiting try");
-            self.serve(req, gen, attempt, server, end, q);
-        }
-    }
-
-    /// Make sure a folded server with tries waiting has a [`Ev::Release`]
-    /// pending at its earliest end of service.
-    fn pend_release(&mut self, server: u32, q: &mut Events) {
-        let s = &mut self.servers[server as usize];
-        if s.release_pending || s.queue.is_empty() {
+    /// A try reaches its server: served at once if a slot is free, else it
+    /// waits; a failing server answers with its failure instead.
+    fn at_server(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Events) {
+        if !self.wanted(req, gen, attempt) {
             return;
         }
-        if let Some((_, end)) = earliest(&s.ends) {
-            s.release_pending = true;
-            q.schedule(end, Ev::Release { server });
-        }
-    }
-
-    /// A folded server's earliest end of service while tries wait.
-    fn release_folded(&mut self, server: u32, q: &mut Events) {
-        self.servers[server as usize].release_pending = false;
-        self.catch_up(server, self.now, q);
-        self.pend_release(server, q);
-    }
-
-    /// A server slot is free: start the next queued request still wanted.
-    fn release(&mut self, server: u32, q: &mut Events) {
         let now = self.now;
         let s = &mut self.servers[server as usize];
-        s.busy -= 1;
-        while let Some((req, gen, attempt)) = s.queue.pop_front() {
-            // Only a timeout can have given a waiting try up.
-            if self.abandons {
-                let r = &self.requests[req as usize];
-                if r.gen != gen || r.attempt != attempt {
-                    continue;
-                }
+        let (at, res) = match s.failing.as_deref() {
+            Some(Failing::Error(after)) => (now + after.sample(&mut s.rng), TryResult::ServerError),
+            Some(Failing::Refuse) => (now, TryResult::Refused),
+            // Never answers: the balancer's timeout fires.
+            Some(Failing::Silent) => return,
+            None if s.busy < s.limit => {
+                s.busy += 1;
+                (now + s.service_time(now), TryResult::Ok)
             }
+            None => {
+                s.queue.push_back((req, gen, attempt));
+                return;
+            }
+        };
+        q.schedule(at, Ev::Done { req, gen, attempt, server, res });
+    }
+
+    /// A server is done with a try: a served one frees its slot for the
+    /// next waiting try; the answer goes back to the balancer if the try is
+    /// still wanted.
+    fn done(&mut self, req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, q: &mut Events) {
+        if res == TryResult::Ok {
+            self.release(server, q);
+        }
+        if !self.wanted(req, gen, attempt) {
+            return;
+        }
+        // The balancer names the pair only for first-contact delays: the
+        // request is not read otherwise.
+        let b = if self.ready.is_empty() { 0 } else { self.requests[req as usize].balancer };
+        self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
+    }
+
+    /// A slot of `server` is free: start the first waiting try still wanted.
+    fn release(&mut self, server: u32, q: &mut Events) {
+        self.servers[server as usize].busy -= 1;
+        while let Some((req, gen, attempt)) = self.servers[server as usize].queue.pop_front() {
+            if !self.wanted(req, gen, attempt) {
+                continue;
+            }
+            let now = self.now;
+            let s = &mut self.servers[server as usize];
             s.busy += 1;
             let t = now + s.service_time(now);
-            q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok, frees: true });
+            q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok });
             break;
         }
     }
 
-    /// The answer to `req` reaches its client at `now`.
-    fn at_client(&mut self, now: Nanos, req: u32, gen: u32, ok: bool, q: &mut Events) {
+    /// The answer to `req` reaches its client.
+    fn at_client(&mut self, req: u32, gen: u32, ok: bool, q: &mut Events) {
+        let now = self.now;
         let r = &mut self.requests[req as usize];
         if r.gen != gen {
             return;
@@ -1082,8 +795,8 @@ impl<'a> Engine<'a> {
         r.gen = r.gen.wrapping_add(1);
         self.free.push(req);
         self.completed += 1;
-        // Closed loop: never folded, so `now` is the clock.
-        if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client, now) {
+        // A closed-loop client sends its next request on an answer.
+        if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client) {
             self.send_request(client, q);
         }
     }
@@ -1156,10 +869,6 @@ impl Model for Running<'_, '_> {
     type Queue = Events;
 
     fn handle(&mut self, now: Nanos, ev: Ev, queue: &mut Events) {
-        // The next event's first line on its way while this one is handled.
-        if let Some(next) = queue.next_hint() {
-            self.0.prefetch(next);
-        }
         self.0.now = now;
         self.0.dispatch(ev, queue);
     }
@@ -1170,208 +879,28 @@ impl Model for Running<'_, '_> {
     }
 }
 
-/// The earliest of a folded server's end times, and its index.
-fn earliest(ends: &[Nanos]) -> Option<(usize, Nanos)> {
-    ends.iter().copied().enumerate().min_by_key(|&(_, end)| end)
+/// The events a run starts with: each client's start, each scenario
+/// event, and the resilience timer's first tick if it has work.
+fn schedule_initial(scenario: &Scenario, q: &mut Events) {
+    let c = &scenario.clients;
+    for i in 0..c.count {
+        q.schedule(c.start + c.stagger * u64::from(i), Ev::Start { client: i });
+    }
+    for (i, e) in scenario.events.iter().enumerate() {
+        q.schedule(e.at, Ev::Change { index: i as u32 });
+    }
+    if scenario.resilience.manages_endpoints() {
+        q.schedule(TICK, Ev::Guard);
+    }
 }
 
+/// Server `i` as the balancers see it.
+fn endpoint(scenario: &Scenario, i: usize) -> Endpoint {
+    let s = &scenario.servers[i];
+    Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight)
+}
+
+/// The servers in the balancers' sets now.
 fn joined_endpoints(scenario: &Scenario, servers: &[ServerState]) -> Vec<Endpoint> {
-    scenario
-        .servers
-        .iter()
-        .zip(servers)
-        .enumerate()
-        .filter(|(_, (_, state))| state.joined)
-        .map(|(i, (s, _))| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use super::*;
-
-    fn scenario(text: &str) -> Scenario {
-        Scenario::parse(text, "t.toml", "t", Path::new(".")).expect("a valid scenario")
-    }
-
-    /// Runs `scenario`'s first algorithm with the client's arrivals folded
-    /// or not, and the ends of service folded or not: what it measured,
-    /// and the events handled and the end. Sends and arrivals at servers
-    /// are folded where the engine folds them.
-    fn measured(scenario: &Scenario, fold: bool, fold_done: bool) -> (String, u64, u64, Nanos) {
-        measured_with(scenario, fold, fold_done, false)
-    }
-
-    /// [`measured`], with sends and arrivals at servers unfolded too if
-    /// `unfolded`.
-    fn measured_with(scenario: &Scenario, fold: bool, fold_done: bool, unfolded: bool) -> (String, u64, u64, Nanos) {
-        let mut engine = Engine::new(scenario, &scenario.algorithms[0], 7, None).expect("an engine");
-        assert_eq!(engine.fold_client.is_some(), engine.folds_client());
-        assert_eq!(engine.fold_done.is_some(), engine.server_lane.is_some());
-        assert_eq!(engine.fold_send.is_some(), engine.fold_client.is_some() && engine.folds_send());
-        assert_eq!(engine.fold_arrival.is_some(), engine.fold_done.is_some() && engine.folds_arrival());
-        if !fold {
-            engine.fold_client = None;
-        }
-        if !fold_done {
-            engine.fold_done = None;
-            // A folded arrival needs folded ends.
-            engine.fold_arrival = None;
-        }
-        if unfolded {
-            engine.fold_send = None;
-            engine.fold_arrival = None;
-        }
-        let mut raw = engine.run();
-        let summary = format!("{:?} {} {:?} {:?}", raw.latency.summary(), raw.failed, raw.per_server, raw.share);
-        (summary, raw.events, raw.completed, raw.end)
-    }
-
-    #[test]
-    fn an_answer_folded_into_its_balancers_event_changes_nothing() {
-        // Open loop, fixed hops, exponential service: ties between the
-        // lanes and the radix heap happen, and the last event is an answer.
-        let text = r#"
-[clients]
-count = 20
-loop = "open"
-rate = 2000
-duration = "200ms"
-[[servers]]
-count = 8
-service = { dist = "exponential", mean = "2ms" }
-concurrency = 2
-[network]
-client_lb = "100us"
-lb_server = "50us"
-[balancers]
-count = 3
-"#;
-        for measure in ["", "\n[metrics]\nlatency = \"balancer\"\n"] {
-            let open = scenario(&format!("{text}{measure}"));
-            let folded = measured(&open, true, true);
-            assert_eq!(folded, measured(&open, false, true));
-            assert!(folded.2 > 5_000, "requests completed: {}", folded.2);
-        }
-        // A closed loop sends on the answer's arrival: never folded.
-        let closed = scenario(
-            &text
-                .replace("rate = 2000\nduration = \"200ms\"", "in_flight = 2\nrequests = 50")
-                .replace("\"open\"", "\"closed\""),
-        );
-        assert!(Engine::new(&closed, &closed.algorithms[0], 7, None).expect("an engine").fold_client.is_none());
-    }
-
-    #[test]
-    fn ends_of_service_folded_into_the_answers_hop_change_nothing() {
-        // Servers full much of the time (tries wait, and a waiting try
-        // starts at an end of service), one failing with errors from
-        // 100 ms: the folded model must measure what the model with an
-        // event per end measures, clients folded or not.
-        let base = r#"
-[clients]
-count = 30
-loop = "open"
-rate = 400
-duration = "300ms"
-[[servers]]
-count = 6
-name = "s"
-service = { dist = "exponential", mean = "2ms" }
-concurrency = 2
-[network]
-client_lb = "100us"
-lb_server = "50us"
-[[events]]
-at = "100ms"
-server = "s-0"
-action = "fail"
-after = "1ms"
-"#;
-        // With retries of errors too (a retry is a new try at the server).
-        let retries = "[retries]\nattempts = 2\non = [\"5xx\"]\n";
-        for extra in ["[balancers]\ncount = 2\n", retries] {
-            let s = scenario(&format!("{base}{extra}"));
-            for fold_client in [true, false] {
-                let folded = measured(&s, fold_client, true);
-                assert_eq!(folded, measured(&s, fold_client, false));
-                assert!(folded.2 > 3_000, "requests completed: {}", folded.2);
-            }
-        }
-        // A timeout can give a try up before its end: never folded.
-        let timeout = scenario(&format!("{base}[balancers]\ntimeout = \"8ms\"\n"));
-        assert!(Engine::new(&timeout, &timeout.algorithms[0], 7, None).expect("an engine").fold_done.is_none());
-        // Without a concurrency limit no end is kept.
-        let unlimited = scenario(&base.replace("concurrency = 2\n", ""));
-        assert_eq!(measured(&unlimited, true, true), measured(&unlimited, true, false));
-        // Fixed service times on fixed hops tie at round times, where
-        // the folded answer would leave in another order: not folded.
-        let fixed = scenario(
-            &base
-                .replace("{ dist = \"exponential\", mean = \"2ms\" }", "{ dist = \"fixed\", value = \"2ms\" }")
-                .replace(
-                    "loop = \"open\"\nrate = 400\nduration = \"300ms\"",
-                    "loop = \"closed\"\nin_flight = 2\nrequests = 100",
-                ),
-        );
-        assert!(Engine::new(&fixed, &fixed.algorithms[0], 7, None).expect("an engine").fold_done.is_none());
-    }
-
-    #[test]
-    fn sends_and_arrivals_folded_change_nothing() {
-        // Open loop without scenario events: a client's tick is handled
-        // when its request reaches the balancer, and a try's arrival at
-        // its server when the balancer forwards it. Servers full much of
-        // the time, so tries wait and start at the `Release` events;
-        // staggered starts among the other clients' ticks; a request
-        // limit and a warm-up, so that the last ticks send nothing and
-        // some requests are not measured.
-        let text = r#"
-[clients]
-count = 25
-loop = "open"
-rate = 450
-duration = "300ms"
-stagger = "1ms"
-{limit}
-[[servers]]
-count = 6
-name = "s"
-service = { dist = "exponential", mean = "2ms" }
-concurrency = 2
-[network]
-client_lb = "100us"
-lb_server = "{server_hop}"
-[balancers]
-count = 3
-[metrics]
-warmup = "20ms"
-"#;
-        let mut folded_runs = 0;
-        for limit in ["", "requests = 40"] {
-            for server_hop in ["50us", "0s"] {
-                let s = scenario(&text.replace("{limit}", limit).replace("{server_hop}", server_hop));
-                let engine = Engine::new(&s, &s.algorithms[0], 7, None).expect("an engine");
-                assert!(engine.fold_send.is_some());
-                // A zero hop has no lane: arrivals are handled at once anyway.
-                assert_eq!(engine.fold_arrival.is_some(), server_hop != "0s");
-                let folded = measured_with(&s, true, true, false);
-                assert_eq!(folded, measured_with(&s, true, true, true), "{limit} {server_hop}");
-                assert_eq!(folded, measured_with(&s, false, false, true), "{limit} {server_hop}");
-                assert!(folded.2 > 900, "requests completed: {}", folded.2);
-                folded_runs += 1;
-            }
-        }
-        assert_eq!(folded_runs, 4);
-        // A scenario event can change a server between a forward and its
-        // arrival: arrivals are not folded then (sends still are).
-        let failing = scenario(
-            &(text.replace("{limit}", "").replace("{server_hop}", "50us")
-                + "[[events]]\nat = \"100ms\"\nserver = \"s-0\"\naction = \"fail\"\n"),
-        );
-        let engine = Engine::new(&failing, &failing.algorithms[0], 7, None).expect("an engine");
-        assert!(engine.fold_send.is_some() && engine.fold_arrival.is_none());
-    }
+    (0..servers.len()).filter(|&i| servers[i].joined).map(|i| endpoint(scenario, i)).collect()
 }

@@ -21,6 +21,8 @@
 //! scenario and seed therefore give the same report, byte for byte, however
 //! many threads run it.
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod plot;
 pub mod report;
