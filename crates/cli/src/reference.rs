@@ -1,50 +1,138 @@
 //! `fulcrum reference`: the command-line reference in Markdown, made from
 //! the same clap definitions as the parser (docs/reference/cli.md is its
 //! output, and `tests/cli_reference.rs` fails when the two differ).
+//!
+//! Each command gets its description, its usage line, one table row per
+//! argument (the whole help text of the argument, its default and its
+//! values) and its examples: what `--help` says, in a form that reads as a
+//! reference rather than a terminal.
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use crate::cli::HELP_WIDTH;
 
-/// Every visible command's `--help`, in tree order, under a heading of its
-/// own, at a fixed width so that the text does not depend on the terminal.
+const HEADER: &str = "# Command-line reference\n\n\
+    <!-- Generated from the code by `fulcrum reference`; do not edit. Regenerate with\n     \
+    FULCRUM_BLESS=1 cargo test -p fulcrum --test cli_reference -->\n\n\
+    Every command and option of `fulcrum`, from the same definitions as its `--help`.\n\
+    Conventions: `--json` prints machine output (sim, fabric, load, ctl, lb); `--threads N`\n\
+    is the number of threads doing the work; `--plot FILE.svg` draws a figure; `-c` is\n\
+    `--config`. Global options of `ctl` and `lb` go before or after the subcommand. Run\n\
+    `scripts/install` once for `fulcrum` on your PATH, its shell completions and\n\
+    `man fulcrum`.\n\n";
+
+/// Every visible command, in tree order, under a heading of its own.
 pub fn markdown(cmd: clap::Command) -> String {
     let mut cmd = cmd.term_width(HELP_WIDTH).disable_help_subcommand(true);
     cmd.build();
-    let mut out = String::from(
-        "# Command-line reference\n\n\
-         <!-- Generated from the code by `fulcrum reference`; do not edit. Regenerate with\n     \
-         FULCRUM_BLESS=1 cargo test -p fulcrum --test cli_reference -->\n\n\
-         Every command and option of `fulcrum`, as each command's `--help` prints it (`-h` prints\n\
-         a shorter one). Conventions: `--json` prints machine output (sim, fabric, load, ctl,\n\
-         lb); `--threads N` is the number of threads doing the work; `--plot FILE.svg` draws a\n\
-         figure; `-c` is `--config`. Options under \"Global options\" go before or after the\n\
-         subcommand. Run `scripts/install` once for `fulcrum` on your PATH, its shell completions\n\
-         and `man fulcrum`.\n\n",
-    );
-    let mut commands = Vec::new();
-    walk(&mut cmd, &mut commands);
+    let mut sections = Vec::new();
+    walk(&mut cmd, &BTreeSet::new(), &mut sections);
+    let mut out = String::from(HEADER);
     out.push_str("| Command | What it does |\n| --- | --- |\n");
-    for (path, about, _) in &commands {
-        let _ = writeln!(out, "| [`{path}`](#{}) | {about} |", anchor(path));
+    for section in &sections {
+        let _ = writeln!(out, "| [`{}`](#{}) | {} |", section.path, anchor(&section.path), section.about);
     }
-    for (path, _, help) in &commands {
-        let _ = write!(out, "\n## {path}\n\n```text\n{}\n```\n", help.trim_end());
+    for section in &sections {
+        out.push_str(&section.body);
     }
     out
 }
 
-/// (path, one-line description, long help) of `cmd` and its visible
-/// subcommands.
-fn walk(cmd: &mut clap::Command, out: &mut Vec<(String, String, String)>) {
+/// One command's part of the page.
+struct Section {
+    path: String,
+    about: String,
+    body: String,
+}
+
+/// `cmd` and its visible subcommands; `globals` are the ids of the global
+/// arguments an ancestor already lists.
+fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Section>) {
     let path = cmd.get_bin_name().unwrap_or(cmd.get_name()).to_string();
-    let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
-    let help = cmd.render_long_help().to_string();
-    let help: Vec<&str> = help.lines().map(str::trim_end).collect();
-    out.push((path, about, help.join("\n")));
-    for sub in cmd.get_subcommands_mut().filter(|s| !s.is_hide_set()) {
-        walk(sub, out);
+    let about = cmd.get_about().map(|a| one_line(&a.to_string())).unwrap_or_default();
+    let mut body = format!("\n## {path}\n\n");
+    if let Some(long) = cmd.get_long_about() {
+        let _ = writeln!(body, "{}\n", long.to_string().trim_end());
+    } else if !about.is_empty() {
+        let _ = writeln!(body, "{about}.\n");
     }
+    let usage = cmd.render_usage().to_string();
+    let _ = writeln!(body, "```text\n{}\n```\n", usage.trim_end());
+    let args: Vec<&clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !["help", "version"].contains(&a.get_id().as_str()))
+        .filter(|a| !globals.contains(a.get_id().as_str()))
+        .collect();
+    if !args.is_empty() {
+        body.push_str("| Argument | Meaning | Default |\n| --- | --- | --- |\n");
+        for arg in &args {
+            let _ = writeln!(body, "| {} | {} | {} |", spelling(arg), meaning(arg), default(arg));
+        }
+        body.push('\n');
+    }
+    if let Some(after) = cmd.get_after_long_help().or(cmd.get_after_help()) {
+        let _ = writeln!(body, "```text\n{}\n```", after.to_string().trim_end());
+    }
+    let mut inherited = globals.clone();
+    inherited.extend(args.iter().filter(|a| a.is_global_set()).map(|a| a.get_id().to_string()));
+    out.push(Section { path, about, body });
+    for sub in cmd.get_subcommands_mut().filter(|s| !s.is_hide_set()) {
+        walk(sub, &inherited, out);
+    }
+}
+
+/// `-c, --config <FILE>` or `<SCENARIO>`, in backticks.
+fn spelling(arg: &clap::Arg) -> String {
+    let value = arg.get_value_names().map(|v| v.iter().map(|n| format!("<{n}>")).collect::<Vec<_>>().join(" "));
+    let takes_value = arg.get_action().takes_values();
+    let mut s = String::new();
+    if let Some(short) = arg.get_short() {
+        let _ = write!(s, "-{short}");
+    }
+    if let Some(long) = arg.get_long() {
+        if !s.is_empty() {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "--{long}");
+    }
+    match (s.is_empty(), takes_value) {
+        (true, _) => s = value.unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase())),
+        (false, true) => {
+            let name = value.unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase()));
+            let _ = write!(s, " {name}");
+        }
+        (false, false) => {}
+    }
+    format!("`{s}`")
+}
+
+/// The argument's whole help, on one line, with its possible values.
+fn meaning(arg: &clap::Arg) -> String {
+    let help = arg.get_long_help().or(arg.get_help()).map(|h| one_line(&h.to_string())).unwrap_or_default();
+    let values: Vec<String> =
+        arg.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| format!("`{}`", v.get_name())).collect();
+    let help = help.replace('|', "\\|");
+    if values.is_empty() || !arg.get_action().takes_values() {
+        help
+    } else {
+        format!("{help} Values: {}.", values.join(", "))
+    }
+}
+
+/// The default of an option that takes a value (a flag's `false` says nothing).
+fn default(arg: &clap::Arg) -> String {
+    if !arg.get_action().takes_values() {
+        return String::new();
+    }
+    let values: Vec<String> =
+        arg.get_default_values().iter().map(|v| format!("`{}`", v.to_string_lossy())).collect();
+    values.join(", ")
+}
+
+/// Paragraphs joined into one line (a table cell holds no line break).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// GitHub's anchor for a heading: lower case, spaces to dashes.
