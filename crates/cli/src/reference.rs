@@ -58,7 +58,8 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Secti
         let _ = writeln!(body, "{about}.\n");
     }
     let usage = cmd.render_usage().to_string();
-    let _ = writeln!(body, "```text\n{}\n```\n", usage.trim_end());
+    let usage: Vec<&str> = usage.lines().map(|l| l.trim().trim_start_matches("Usage:").trim()).collect();
+    let _ = writeln!(body, "Usage: `{}`\n", usage.join("`, `"));
     let args: Vec<&clap::Arg> = cmd
         .get_arguments()
         .filter(|a| !a.is_hide_set() && !["help", "version"].contains(&a.get_id().as_str()))
