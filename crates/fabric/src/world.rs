@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use fulcrum_des::{Model, Wheel};
 
 use crate::faults::Faults;
-use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SwitchCtx};
+use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SchemeStats, SwitchCtx};
 use crate::packet::{probe_flow, Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
 use crate::reseq::Resequencer;
@@ -422,6 +422,11 @@ impl World {
             queue.schedule(0, Ev::Probe);
         }
         self.routing = scheme;
+    }
+
+    /// What the routing scheme counted so far ([`Scheme::stats`]).
+    pub fn routing_stats(&self) -> Option<SchemeStats> {
+        self.routing.stats()
     }
 
     /// The routing scheme's probes leave their hosts; the next round is

@@ -70,6 +70,7 @@ pub use flowbender::FlowBenderScheme;
 pub use hermes::HermesScheme;
 
 use fulcrum_des::Streams;
+use serde::Serialize;
 
 use crate::packet::{Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
@@ -182,6 +183,21 @@ pub trait Scheme: Send {
 
     /// The reply to `reply.probe` reached its prober at `now`.
     fn on_probe_reply(&mut self, _now: Nanos, _reply: &ProbeReply) {}
+
+    /// What the scheme counted during the run (its decisions), for the
+    /// run's outcome ([`crate::Outcome::routing_stats`]); `None` for a
+    /// scheme that counts nothing.
+    fn stats(&self) -> Option<SchemeStats> {
+        None
+    }
+}
+
+/// The counters of the schemes that keep some, as [`Scheme::stats`]
+/// returns them. In the JSON report, `"routing_stats": {"hermes": {…}}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemeStats {
+    Hermes(hermes::Stats),
 }
 
 /// A probe a host sends on a path it chose (Hermes's path sensing).
