@@ -56,8 +56,8 @@ use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, Request
 use crate::clock::Epoch;
 use crate::cluster::{NoPick, Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
+use crate::h1::conn::{ClientUpgrade, LeanUpgrade};
 use crate::h1::UpgradeAnswer;
-use crate::h1_conn::{ClientUpgrade, LeanUpgrade};
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};

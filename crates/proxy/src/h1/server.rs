@@ -1,5 +1,5 @@
 //! The lean HTTP/1.1 server: one task per client connection reads each
-//! request head, parses it once ([`h1_parse`](crate::h1_parse)), hands the
+//! request head, parses it once ([`h1::parse`](crate::h1::parse)), hands the
 //! request to the shared request path ([`HttpService::handle`]) with a body
 //! that reads the rest from the same connection ([`H1Body`]), and writes
 //! the response: head and whatever body is ready in one write.
@@ -45,8 +45,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::client_io::IdleTimeout;
-use crate::h1_conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
-use crate::h1_parse::{parse_request, HeadError, RequestHead};
+use crate::h1::conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
+use crate::h1::parse::{parse_request, HeadError, RequestHead};
 use crate::http::{HttpService, Peer, ProxyBody};
 use crate::shutdown::{stopping, Stop};
 
