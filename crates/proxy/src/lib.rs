@@ -26,6 +26,7 @@ pub mod grpc;
 pub mod h1;
 mod health;
 pub mod http;
+pub mod local_reply;
 pub mod metrics;
 pub mod overrides;
 pub mod routing;
