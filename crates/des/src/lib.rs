@@ -21,6 +21,8 @@
 //! No clocks, no threads, no I/O: the only shared state is the optional
 //! progress counter that [`run`] advances in coarse steps.
 
+#![forbid(unsafe_code)]
+
 mod queue;
 mod run;
 mod streams;

@@ -39,6 +39,8 @@
 //! - [`sweep`]: the load-balancing sweep's figure (FCT against load,
 //!   normalised to ECMP's).
 
+#![forbid(unsafe_code)]
+
 pub mod codel;
 pub mod faults;
 pub mod flowlist;

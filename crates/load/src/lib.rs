@@ -14,6 +14,8 @@
 //! tokio's one-millisecond wheel, whose rounding is as large as the latencies
 //! measured.
 
+#![forbid(unsafe_code)]
+
 pub mod backend;
 mod client;
 pub mod dist;

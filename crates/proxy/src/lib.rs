@@ -12,6 +12,8 @@
 //! ([`clock`]), the request body types ([`body`]), a worker's [`routing`],
 //! the startup error ([`error`]) and the shutdown signal.
 
+#![forbid(unsafe_code)]
+
 pub mod access_log;
 pub mod admin;
 pub mod body;
