@@ -53,6 +53,7 @@ pub struct Scheduler(Classes);
 
 /// Where a one-class scheduler holds its discipline: after the enum's tag
 /// (an enum's layout cannot be asserted at compile time; a test checks it).
+#[allow(dead_code)] // read by `world`'s compile-time assertions (see `qdisc::START_IN_LINE`)
 pub(crate) const FIFO_AT: usize = 8;
 
 #[derive(Debug)]
