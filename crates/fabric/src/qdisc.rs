@@ -82,7 +82,7 @@ pub struct QueueStats {
 /// A bounded FIFO with one marking rule.
 ///
 /// `repr(C)`, in the order a packet's visit reads the fields: a one-class
-/// port holds its discipline [`START_IN_LINE`] bytes into its second cache
+/// port holds its discipline 56 bytes (`START_IN_LINE`) into its second cache
 /// line (`world::Port`, after the link's fields and the scheduler's tag),
 /// so all of the FIFO's header but its first 8 bytes, the limit, the two
 /// flags, the counters and the byte count share the third line, and the

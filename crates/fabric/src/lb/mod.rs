@@ -29,7 +29,10 @@
 //! A scheme says which of these calls it needs ([`Scheme::hooks`]; all by
 //! default), so that per-flow ECMP costs what it did before the hook.
 //! Adding a scheme: a file here implementing [`Scheme`], a variant of
-//! [`Config`] built in [`build`], and its table in `scenario::RoutingCfg`.
+//! [`Config`] built in [`build`], and its table in `scenario::RoutingCfg`;
+//! a scheme that counts its decisions returns the counts from
+//! [`Scheme::stats`] (a variant of [`SchemeStats`]), which the run's
+//! outcome and its JSON report carry.
 //!
 //! Feedback reaches edge schemes through [`Scheme::on_ack`] (an ACK arrives
 //! at the sender: ECN echo, the RTT sample `now − echo` and the path the
