@@ -1,4 +1,4 @@
-//! The lean HTTP/1.1 server's parser (`fulcrum_proxy::h1_parse`) on any
+//! The lean HTTP/1.1 server's parser (`fulcrum_proxy::h1::parse`) on any
 //! bytes: a request head, then a chunked body. Never a panic, and the
 //! framing invariants hold:
 //! - a parsed head is no longer than the input and no longer than the
@@ -13,7 +13,7 @@
 #![no_main]
 
 use bytes::BytesMut;
-use fulcrum_proxy::h1_parse::{parse_request, Chunk, Chunked, Framing, Malformed};
+use fulcrum_proxy::h1::parse::{parse_request, Chunk, Chunked, Framing, Malformed};
 use http::header;
 use libfuzzer_sys::fuzz_target;
 

@@ -39,6 +39,10 @@ pub(crate) struct Slot<S> {
     pub(crate) state: S,
 }
 
+// One cache line per endpoint, with Peak-EWMA's estimate as with no state.
+const _: () = assert!(std::mem::size_of::<Slot<crate::peak_ewma::RttEstimate>>() == 64);
+const _: () = assert!(std::mem::size_of::<Slot<()>>() == 64);
+
 /// Check an endpoint list: weights finite and positive, ids unique.
 pub(crate) fn validate(endpoints: &[Endpoint]) -> Result<(), BuildError> {
     let mut seen = HashMap::with_capacity(endpoints.len());

@@ -18,6 +18,8 @@
 //! Health checking, outlier ejection and retries live around the algorithm,
 //! not inside it, and statistics are kept by the driver.
 
+#![forbid(unsafe_code)]
+
 mod bounded_load;
 mod config;
 mod edf;

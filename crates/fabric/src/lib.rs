@@ -39,6 +39,8 @@
 //! - [`sweep`]: the load-balancing sweep's figure (FCT against load,
 //!   normalised to ECMP's).
 
+#![forbid(unsafe_code)]
+
 pub mod codel;
 pub mod faults;
 pub mod flowlist;
@@ -134,6 +136,9 @@ pub struct Outcome {
     pub throughput: Vec<(u64, Vec<f64>)>,
     /// Queue length over time of each port `monitor.queue_ports` names.
     pub queue_series: Vec<QueueSeries>,
+    /// What the routing scheme counted ([`lb::Scheme::stats`]; Hermes's
+    /// placements and moves), `None` for a scheme that counts nothing.
+    pub routing_stats: Option<lb::SchemeStats>,
 }
 
 /// Run `scenario` once with `seed`; `progress`, if given, counts simulated
@@ -223,6 +228,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         flows,
         throughput: std::mem::take(&mut world.throughput),
         queue_series,
+        routing_stats: world.routing_stats(),
     }
 }
 

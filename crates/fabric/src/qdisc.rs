@@ -81,13 +81,15 @@ pub struct QueueStats {
 
 /// A bounded FIFO with one marking rule.
 ///
-/// `repr(C)`, in the order a packet's visit reads the fields: a port holds
-/// its discipline 8 bytes into its third cache line (`world::Port`, after
-/// the scheduler's tag), so the FIFO, the limit, the two flags and the
-/// counters of admitted and marked packets share that line, and the rule,
-/// its state and the byte count the next; CoDel's state, which only CoDel
-/// queues touch, comes last. (In Rust's own order the limit and the
-/// counters sat two lines apart: a packet through a cold port missed both.)
+/// `repr(C)`, in the order a packet's visit reads the fields: a one-class
+/// port holds its discipline 56 bytes (`START_IN_LINE`) into its second cache
+/// line (`world::Port`, after the link's fields and the scheduler's tag),
+/// so all of the FIFO's header but its first 8 bytes, the limit, the two
+/// flags, the counters and the byte count share the third line, and the
+/// rule and its state the fourth; CoDel's state, which only CoDel queues
+/// touch, comes last. (In Rust's own order the limit and the counters sat
+/// two lines apart: a packet through a cold port missed both.) The layout
+/// is asserted below.
 /// The flags answer the two questions most packets ask of the rule, so
 /// that a packet passing an empty discipline and the empty dequeue ending
 /// a refill do not read the rule's line.
@@ -111,6 +113,31 @@ pub struct Qdisc {
     state: Persistent,
     codel: CoDel,
 }
+
+/// Where a one-class port's discipline begins within a cache line
+/// (asserted with `world::Port`'s layout).
+// Read only by compile-time assertions, which the dead-code lint of the
+// oldest Rust the workspace supports does not count as uses.
+#[allow(dead_code)]
+pub(crate) const START_IN_LINE: usize = 56;
+
+/// The cache line, counted from the one a port's discipline begins in, of
+/// the byte at `offset` in the discipline.
+#[allow(dead_code)]
+const fn line(offset: usize) -> usize {
+    (START_IN_LINE + offset) / 64
+}
+
+// The lines of `Qdisc`'s documentation.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(line(offset_of!(Qdisc, fifo) + 8) == 1);
+    assert!(line(offset_of!(Qdisc, limit)) == 1);
+    assert!(line(offset_of!(Qdisc, bytes) + size_of::<u64>() - 1) == 1);
+    assert!(line(offset_of!(Qdisc, marking)) == 2);
+    assert!(line(offset_of!(Qdisc, state) + size_of::<Persistent>() - 1) == 2);
+    assert!(offset_of!(Qdisc, codel) > offset_of!(Qdisc, state));
+};
 
 impl Qdisc {
     /// A queue holding at most `limit` packets.

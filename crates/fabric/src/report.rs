@@ -11,7 +11,7 @@
 //! "max_packets", "marks", "drops"}], "unfinished_flows", "stranded_flows",
 //! "stranded_small_flows", "data_packets",
 //! "simulated_seconds", "events", "wall_seconds", ["throughput_gbps"],
-//! ["queue_series"]}`
+//! ["queue_series"], ["routing_stats"]}`
 //!
 //! With `monitor.queue_ports`, `queues` also has one entry per named port
 //! (its name as `port`; the mean and largest sample of its queue
@@ -26,6 +26,11 @@
 //! receiver got in order over the interval ending at t; the table prints
 //! the same samples as `Flow: i, throughput (Gbps): x` lines, as the seed's
 //! mq program does.
+//!
+//! With a routing scheme that counts its decisions (Hermes),
+//! `routing_stats` is `{"hermes": {…}}`: the counters of
+//! [`crate::lb::hermes::Stats`] under their field names, summed over the
+//! hosts (with `--runs`, each counter's mean over the runs).
 //!
 //! `--plot FILE.svg` draws the figures of [`crate::plot`].
 //!
@@ -53,6 +58,7 @@ use std::path::Path;
 
 use fulcrum_workload::interval::mean_ci95;
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::metrics::{Bucket, FctSummary};
 use crate::{Outcome, QueueSummary};
@@ -97,6 +103,8 @@ struct Json<'a> {
     throughput_gbps: Vec<(f64, Vec<f64>)>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     queue_series: Vec<SeriesJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    routing_stats: Option<Value>,
 }
 
 /// One watched port's queue length over time, mean over the runs.
@@ -110,6 +118,22 @@ struct SeriesJson {
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let v: Vec<f64> = v.collect();
     mean_ci95(&v).0
+}
+
+/// The element-wise mean of JSON values of one shape (numbers, and arrays
+/// and objects of them; anything else is taken from the first).
+fn mean_value(values: &[Value]) -> Value {
+    let at = |f: &dyn Fn(&Value) -> Option<&Value>| -> Vec<Value> {
+        values.iter().map(|v| f(v).cloned().unwrap_or(Value::Null)).collect()
+    };
+    match &values[0] {
+        Value::Number(_) => Value::from(mean(values.iter().map(|v| v.as_f64().unwrap_or(0.0)))),
+        Value::Array(first) => Value::Array((0..first.len()).map(|i| mean_value(&at(&|v| v.get(i)))).collect()),
+        Value::Object(first) => {
+            Value::Object(first.keys().map(|k| (k.clone(), mean_value(&at(&|v| v.get(k))))).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 impl Report<'_> {
@@ -193,6 +217,22 @@ impl Report<'_> {
             .collect()
     }
 
+    /// The routing scheme's counters: one run's as they are, or each
+    /// counter's mean over the runs.
+    fn routing_stats(&self) -> Option<Value> {
+        let values: Vec<Value> = self
+            .outcomes
+            .iter()
+            .filter_map(|o| o.routing_stats.as_ref())
+            .map(|s| serde_json::to_value(s).expect("plain data serialises"))
+            .collect();
+        match values.len() {
+            0 => None,
+            1 => values.into_iter().next(),
+            _ => Some(mean_value(&values)),
+        }
+    }
+
     /// The report as one JSON line (with a trailing newline).
     pub fn json(&self) -> String {
         let many = self.outcomes.len() > 1;
@@ -222,6 +262,7 @@ impl Report<'_> {
                 .into_iter()
                 .map(|(port, every, packets)| SeriesJson { port, interval_us: every as f64 / 1e3, packets })
                 .collect(),
+            routing_stats: self.routing_stats(),
         };
         let mut s = serde_json::to_string(&json).expect("plain data serialises");
         s.push('\n');

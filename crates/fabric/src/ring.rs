@@ -2,7 +2,7 @@
 //! device queues, links, delay stages) so that their memory stays warm.
 //!
 //! A `VecDeque` is a ring: its head walks around the whole allocation
-//! whatever its length, so a FIFO that once held 250 packets (12 KB) keeps
+//! whatever its length, so a FIFO that once held 250 packets (10 KB) keeps
 //! writing each new packet to a line it has not touched for a while, even
 //! when it holds two. Most of the model's FIFOs empty often; moving the
 //! head back to the start of the allocation when one does keeps a short

@@ -51,6 +51,11 @@ enum State {
 #[derive(Debug)]
 pub struct Scheduler(Classes);
 
+/// Where a one-class scheduler holds its discipline: after the enum's tag
+/// (an enum's layout cannot be asserted at compile time; a test checks it).
+#[allow(dead_code)] // read by `world`'s compile-time assertions (see `qdisc::START_IN_LINE`)
+pub(crate) const FIFO_AT: usize = 8;
+
 #[derive(Debug)]
 enum Classes {
     /// One class and no choice (most ports): the discipline is held inline,
@@ -229,6 +234,13 @@ mod tests {
         let mut p = crate::lb::testing::data(flow, 0, 0);
         p.wire = wire;
         p
+    }
+
+    #[test]
+    fn a_one_class_scheduler_holds_its_discipline_after_the_tag() {
+        let s = Scheduler::fifo(Qdisc::new(10, Marking::DropTail));
+        let at = std::ptr::from_ref(s.class(0)) as usize - std::ptr::from_ref(&s) as usize;
+        assert_eq!(at, FIFO_AT);
     }
 
     fn three(policy: Policy) -> Scheduler {

@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use fulcrum_des::{Model, Wheel};
 
 use crate::faults::Faults;
-use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SwitchCtx};
+use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SchemeStats, SwitchCtx};
 use crate::packet::{probe_flow, Kind, Nanos, Packet, NO_PATH};
 use crate::qdisc::{Marking, Qdisc, QueueStats};
 use crate::reseq::Resequencer;
@@ -137,11 +137,11 @@ pub enum Ev {
 }
 
 /// One output port. `repr(C)` and cache-line alignment keep the fields a
-/// packet's hop touches together: the transmitter's and the port's flags in
-/// the first line, the link's and the delay stage's in the second, then the
-/// discipline (320
-/// bytes, five lines; in Rust's own order the 288 unaligned bytes began
-/// with the discipline and straddled five or six lines).
+/// packet's hop touches together: the transmitter's, the port's flags and
+/// the delay stage's in the first line, the link's in the second, where
+/// the discipline begins (320 bytes, five lines, asserted below; in Rust's
+/// own order the unaligned fields began with the discipline and straddled
+/// one line more).
 #[repr(C, align(64))]
 struct Port {
     device: VecDeque<Packet>,
@@ -173,6 +173,20 @@ struct Port {
     to: End,
     qdisc: Scheduler,
 }
+
+// The layout `Port`'s documentation gives.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    // The transmitter's fields, the flags and the delay stage's: line 0.
+    assert!(offset_of!(Port, max_backlog) + size_of::<u32>() <= 64);
+    // The link's fields: line 1, from its start.
+    assert!(offset_of!(Port, link) == 64);
+    assert!(offset_of!(Port, to) + size_of::<End>() <= 128);
+    // Then the discipline, a one-class port's where its own layout wants
+    // it; five lines in all.
+    assert!((offset_of!(Port, qdisc) + crate::sched::FIFO_AT) % 64 == crate::qdisc::START_IN_LINE);
+    assert!(size_of::<Port>() == 5 * 64);
+};
 
 impl Port {
     /// Packets in the discipline.
@@ -222,8 +236,8 @@ pub struct World {
     delay_fifo: Vec<VecDeque<Packet>>,
     /// The due time of each delay FIFO's front packet (`Nanos::MAX` when
     /// it is empty), kept beside the FIFOs: choosing the next packet to
-    /// leave a delay stage reads these few times, one line per port,
-    /// instead of every FIFO's header and front packet.
+    /// leave a delay stage reads the port's few adjacent times (8 bytes
+    /// per delay class) instead of every FIFO's header and front packet.
     delay_front: Vec<Nanos>,
     pub flows: Vec<Flow>,
     pub data_packets: u64,
@@ -422,6 +436,11 @@ impl World {
             queue.schedule(0, Ev::Probe);
         }
         self.routing = scheme;
+    }
+
+    /// What the routing scheme counted so far ([`Scheme::stats`]).
+    pub fn routing_stats(&self) -> Option<SchemeStats> {
+        self.routing.stats()
     }
 
     /// The routing scheme's probes leave their hosts; the next round is

@@ -15,7 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 
-use crate::h1_conn::H1Body;
+use crate::h1::conn::H1Body;
 
 /// A client's request body as a server path reads it: hyper's (HTTP/2, and
 /// HTTP/1.1 when hyper's server is chosen) or the lean HTTP/1.1 server's.

@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use crate::h1_conn::Io;
+use crate::h1::conn::Io;
 
 /// A client connection with its `max_connections` permit, given back when
 /// the connection is dropped.

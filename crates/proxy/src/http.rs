@@ -23,15 +23,17 @@
 //! [`COPY_LIMIT`](crate::body::COPY_LIMIT)). Every retry spends a token of
 //! the worker's retry budget.
 //!
-//! Responses the proxy makes itself: 400 (an HTTP/1.1 request without
-//! `Host` or any with two, RFC 9112 §3.2; a request body that broke while
-//! streaming, such as a chunk size that overflows), 404 (no route), 503 (no
-//! endpoint, or `max_requests` in flight),
+//! Responses the proxy makes itself are the [`LocalReply`]s: 400 (an
+//! HTTP/1.1 request without `Host` or any with two, RFC 9112 §3.2; a
+//! request body that broke while streaming, such as a chunk size that
+//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 503 (no
+//! endpoint, or the cluster's `max_requests` or `max_connections` reached),
 //! 502 (upstream refused, reset or broke the protocol), 504 (no response
 //! headers within the cluster's `request_timeout`); hyper answers malformed
 //! requests with 400 and oversized heads with 431. All are counted in
 //! [`ProxyStats`].
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -54,10 +56,11 @@ use xxhash_rust::xxh64::xxh64;
 use crate::access_log::{AccessLog, Flags, Record, Trace};
 use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
-use crate::cluster::{NoPick, Pick, WorkerCluster};
+use crate::cluster::{Pick, WorkerCluster};
 use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
+use crate::h1::conn::{ClientUpgrade, LeanUpgrade};
 use crate::h1::UpgradeAnswer;
-use crate::h1_conn::{ClientUpgrade, LeanUpgrade};
+use crate::local_reply::{Heard, LocalReply, CONTENT_TYPE};
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
@@ -81,21 +84,25 @@ pub struct HttpService {
     pub access_log: Option<AccessLog>,
 }
 
-/// A response the proxy makes itself.
-fn local(status: StatusCode, message: &'static str) -> Response<ProxyBody> {
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(message.as_bytes()))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+/// The response of a reply the proxy makes itself.
+fn local(reply: LocalReply) -> Response<ProxyBody> {
+    let body = match reply.message() {
+        Cow::Borrowed(text) => Bytes::from_static(text.as_bytes()),
+        Cow::Owned(text) => Bytes::from(text),
+    };
+    let mut response = Response::new(Either::Right(Full::new(body)));
+    *response.status_mut() = reply.status();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
     response
 }
 
 /// Why a request's `Host` makes it one the proxy must refuse (RFC 9112
 /// §3.2: an HTTP/1.1 request without one, or any request with two), if it does.
-fn bad_host<B>(req: &Request<B>) -> Option<&'static str> {
+fn bad_host<B>(req: &Request<B>) -> Option<LocalReply> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
-        (None, _) if req.version() == Version::HTTP_11 => Some("fulcrum: HTTP/1.1 request without Host\n"),
-        (Some(_), Some(_)) => Some("fulcrum: request with more than one Host\n"),
+        (None, _) if req.version() == Version::HTTP_11 => Some(LocalReply::MissingHost),
+        (Some(_), Some(_)) => Some(LocalReply::TwoHosts),
         _ => None,
     }
 }
@@ -195,10 +202,6 @@ enum Try {
 
 /// gRPC's status UNAVAILABLE.
 const UNAVAILABLE: u32 = 14;
-
-/// An answer the proxy makes itself, before it is a response: its status
-/// and text (small, so that results carrying it stay small).
-type Refusal = (StatusCode, &'static str);
 
 /// A request taken apart for its tries.
 struct Prepared {
@@ -323,6 +326,35 @@ fn note(trace: &mut Option<&mut Trace>, flag: Flags) {
 }
 
 impl HttpService {
+    /// Answer `reply` to a request no endpoint was picked for: count it and
+    /// flag the request's log record.
+    fn reply(&self, reply: LocalReply, trace: &mut Option<&mut Trace>) -> Response<ProxyBody> {
+        reply.counter(&self.stats).fetch_add(1, Relaxed);
+        note(trace, reply.flag());
+        local(reply)
+    }
+
+    /// Answer `reply` to a request `pick` was made for, `latency` after it
+    /// was sent: the balancer hears what the reply says ([`Heard`]), then
+    /// as [`reply`](Self::reply).
+    fn reply_picked(
+        &self,
+        reply: LocalReply,
+        cluster: &WorkerCluster,
+        pick: Pick,
+        latency: Nanos,
+        trace: &mut Option<&mut Trace>,
+    ) -> Response<ProxyBody> {
+        match reply.heard() {
+            Heard::Cancelled => cluster.cancel(pick),
+            Heard::Failure => cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure),
+        }
+        if reply.overflows() {
+            cluster.shared.counters.overflows.fetch_add(1, Relaxed);
+        }
+        self.reply(reply, trace)
+    }
+
     /// Serve one request from `peer`. Never fails: every problem becomes a
     /// response. With an access log, the request's record is sent when its
     /// response body ends (at once for the proxy's own answers).
@@ -361,15 +393,11 @@ impl HttpService {
         mut trace: Option<&mut Trace>,
     ) -> Response<ProxyBody> {
         let listener = &routing.listeners[self.listener];
-        if let Some(message) = bad_host(&req) {
-            self.stats.bad_request.fetch_add(1, Relaxed);
-            note(&mut trace, Flags::BAD_REQUEST);
-            return local(StatusCode::BAD_REQUEST, message);
+        if let Some(reply) = bad_host(&req) {
+            return self.reply(reply, &mut trace);
         }
         let Some(index) = route(listener, &req) else {
-            self.stats.no_route.fetch_add(1, Relaxed);
-            note(&mut trace, Flags::NO_ROUTE);
-            return local(StatusCode::NOT_FOUND, "fulcrum: no route for this host and path\n");
+            return self.reply(LocalReply::NoRoute, &mut trace);
         };
         if let Some(t) = &mut trace {
             t.cluster = Some(index);
@@ -380,10 +408,7 @@ impl HttpService {
         }
         match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req, body) {
             Ok(prepared) => self.forward(cluster, &routing.pools[index], prepared, trace).await,
-            Err((status, message, flag)) => {
-                note(&mut trace, flag);
-                local(status, message)
-            }
+            Err(reply) => self.reply(reply, &mut trace),
         }
     }
 
@@ -396,12 +421,11 @@ impl HttpService {
         peer: &Peer,
         req: Request<RequestBody>,
         fault: &Arc<ClientFault>,
-    ) -> Result<Prepared, (StatusCode, &'static str, Flags)> {
+    ) -> Result<Prepared, LocalReply> {
         let key = hash_key(&config.hash_key, &req, peer.addr);
         let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
-            self.stats.payload_too_large.fetch_add(1, Relaxed);
-            return Err((StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n", Flags::TOO_LARGE));
+            return Err(LocalReply::BodyTooLarge);
         }
         let (mut parts, body) = req.into_parts();
         let fault = fault.clone();
@@ -419,12 +443,7 @@ impl HttpService {
             None => Some(LimitedBody::new(body, max_body, fault.clone())),
         };
         let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
-            self.stats.bad_request.fetch_add(1, Relaxed);
-            return Err((
-                StatusCode::BAD_REQUEST,
-                "fulcrum: request headers cannot be forwarded\n",
-                Flags::BAD_REQUEST,
-            ));
+            return Err(LocalReply::HeadersNotForwardable);
         };
         let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         // A request that was not sent comes back from the pool whole, so the
@@ -471,32 +490,16 @@ impl HttpService {
         loop {
             let pick = match cluster.pick(self.epoch.at(sent), req.key, &tried) {
                 Ok(p) => p,
-                Err(NoPick::Empty) => {
-                    self.stats.unavailable.fetch_add(1, Relaxed);
-                    note(&mut trace, Flags::NO_HEALTHY_UPSTREAM);
-                    return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
-                }
-                Err(NoPick::Overflow) => {
-                    self.stats.unavailable.fetch_add(1, Relaxed);
-                    note(&mut trace, Flags::UPSTREAM_OVERFLOW);
-                    return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_requests)\n");
-                }
+                Err(no) => return self.reply(no.into(), &mut trace),
             };
             if let Some(t) = &mut trace {
                 t.retries = tried.len() as u32;
                 t.picked(pick.upstream.addr, pick.ticket.endpoint().0);
             }
             tried.push(pick.ticket.endpoint());
-            let upstream_req = match self.try_request(&mut req, &pick, config.upstream) {
+            let upstream_req = match try_request(&mut req, &pick, config.upstream) {
                 Ok(r) => r,
-                Err((status, message)) => {
-                    cluster.cancel(pick);
-                    note(
-                        &mut trace,
-                        if status == StatusCode::BAD_REQUEST { Flags::BAD_REQUEST } else { Flags::UPSTREAM_RESET },
-                    );
-                    return local(status, message);
-                }
+                Err(reply) => return self.reply_picked(reply, cluster, pick, 0, &mut trace),
             };
             let outcome =
                 send_try(pool, pick.upstream.addr, upstream_req, (sent + per_try).min(deadline), &mut req).await;
@@ -536,29 +539,6 @@ impl HttpService {
         }
     }
 
-    /// The request for one try to `pick`, or the answer when there is none
-    /// (headers already spent, or a target the upstream cannot be sent).
-    fn try_request(
-        &self,
-        req: &mut Prepared,
-        pick: &Pick,
-        protocol: UpstreamProtocol,
-    ) -> Result<Request<UpstreamBody>, Refusal> {
-        let body = match req.body.take() {
-            Some(b) => Either::Left(b),
-            None => Either::Right(Empty::new()),
-        };
-        // A retry needs the headers (above), so a try always has them.
-        let Some(headers) = (if req.copy_headers { req.headers.clone() } else { req.headers.take() }) else {
-            self.stats.bad_gateway.fetch_add(1, Relaxed);
-            return Err((StatusCode::BAD_GATEWAY, "fulcrum: request cannot be sent again\n"));
-        };
-        rewrite(&req.parts, headers, &req.path, body, &pick.upstream, protocol).ok_or_else(|| {
-            self.stats.bad_request.fetch_add(1, Relaxed);
-            (StatusCode::BAD_REQUEST, "fulcrum: request target cannot be forwarded\n")
-        })
-    }
-
     /// The answer after the last try: the upstream's response, streamed
     /// back and reported to the balancer when its body ends, or the
     /// proxy's own, reported (or cancelled) now.
@@ -581,45 +561,18 @@ impl HttpService {
                 let body = TrackedBody { inner: body, completion: Some(completion), grpc, log: None };
                 Response::from_parts(parts, Either::Left(body))
             }
-            Try::Timeout => {
-                cluster.complete(pick, self.epoch.now(), latency, result);
-                note(&mut trace, Flags::UPSTREAM_TIMEOUT);
-                self.stats.gateway_timeout.fetch_add(1, Relaxed);
-                local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
-            }
-            Try::Overflow => {
-                cluster.cancel(pick);
-                cluster.shared.counters.overflows.fetch_add(1, Relaxed);
-                note(&mut trace, Flags::UPSTREAM_OVERFLOW);
-                self.stats.unavailable.fetch_add(1, Relaxed);
-                local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n")
-            }
+            Try::Timeout => self.reply_picked(LocalReply::Timeout, cluster, pick, latency, &mut trace),
+            Try::Overflow => self.reply_picked(LocalReply::MaxConnections, cluster, pick, latency, &mut trace),
             // The body outgrew the limit or broke while streaming: the
             // client's fault, not the upstream's.
             Try::Reset if fault.get() == Some(Fault::TooLarge) => {
-                cluster.cancel(pick);
-                note(&mut trace, Flags::TOO_LARGE);
-                self.stats.payload_too_large.fetch_add(1, Relaxed);
-                local(StatusCode::PAYLOAD_TOO_LARGE, "fulcrum: request body too large\n")
+                self.reply_picked(LocalReply::BodyTooLarge, cluster, pick, latency, &mut trace)
             }
             Try::Reset if fault.get() == Some(Fault::Broken) => {
-                cluster.cancel(pick);
-                note(&mut trace, Flags::BAD_REQUEST);
-                self.stats.bad_request.fetch_add(1, Relaxed);
-                local(StatusCode::BAD_REQUEST, "fulcrum: malformed request body\n")
+                self.reply_picked(LocalReply::MalformedBody, cluster, pick, latency, &mut trace)
             }
-            Try::ConnectFailure | Try::Reset => {
-                cluster.complete(pick, self.epoch.now(), latency, result);
-                note(
-                    &mut trace,
-                    match outcome {
-                        Try::ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
-                        _ => Flags::UPSTREAM_RESET,
-                    },
-                );
-                self.stats.bad_gateway.fetch_add(1, Relaxed);
-                local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
-            }
+            Try::ConnectFailure => self.reply_picked(LocalReply::ConnectFailure, cluster, pick, latency, &mut trace),
+            Try::Reset => self.reply_picked(LocalReply::UpstreamReset, cluster, pick, latency, &mut trace),
         }
     }
 
@@ -640,11 +593,7 @@ impl HttpService {
         let key = hash_key(&config.hash_key, &req, peer.addr);
         let pick = match cluster.pick(self.epoch.now(), key, &[]) {
             Ok(p) => p,
-            Err(_) => {
-                self.stats.unavailable.fetch_add(1, Relaxed);
-                note(&mut trace, Flags::NO_HEALTHY_UPSTREAM);
-                return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: no endpoint available\n");
-            }
+            Err(no) => return self.reply(no.into(), &mut trace),
         };
         if let Some(t) = &mut trace {
             t.picked(pick.upstream.addr, pick.ticket.endpoint().0);
@@ -680,19 +629,13 @@ impl HttpService {
             },
         );
         let Some(upstream_req) = upstream_req else {
-            cluster.cancel(pick);
-            note(&mut trace, Flags::BAD_REQUEST);
-            self.stats.bad_request.fetch_add(1, Relaxed);
-            return local(StatusCode::BAD_REQUEST, "fulcrum: request headers cannot be forwarded\n");
+            return self.reply_picked(LocalReply::HeadersNotForwardable, cluster, pick, 0, &mut trace);
         };
         // The tunnel's upstream connection is not pooled, but it counts
         // against the cluster's `max_connections` like any other.
         let slot = tokio::time::timeout(config.request_timeout, cluster.shared.connections.acquire()).await;
         let Ok(Some(slot)) = slot else {
-            cluster.cancel(pick);
-            cluster.shared.counters.overflows.fetch_add(1, Relaxed);
-            self.stats.unavailable.fetch_add(1, Relaxed);
-            return local(StatusCode::SERVICE_UNAVAILABLE, "fulcrum: cluster overloaded (max_connections)\n");
+            return self.reply_picked(LocalReply::MaxConnections, cluster, pick, 0, &mut trace);
         };
         let sent = Instant::now();
         let addr = pick.upstream.addr;
@@ -740,18 +683,8 @@ impl HttpService {
                 *response.headers_mut() = headers;
                 response
             }
-            Ok(None) => {
-                cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
-                note(&mut trace, Flags::UPSTREAM_CONNECT_FAILURE);
-                self.stats.bad_gateway.fetch_add(1, Relaxed);
-                local(StatusCode::BAD_GATEWAY, "fulcrum: upstream connection failed\n")
-            }
-            Err(_) => {
-                cluster.complete(pick, self.epoch.now(), latency, RequestResult::GatewayFailure);
-                note(&mut trace, Flags::UPSTREAM_TIMEOUT);
-                self.stats.gateway_timeout.fetch_add(1, Relaxed);
-                local(StatusCode::GATEWAY_TIMEOUT, "fulcrum: upstream did not answer in time\n")
-            }
+            Ok(None) => self.reply_picked(LocalReply::ConnectFailure, cluster, pick, latency, &mut trace),
+            Err(_) => self.reply_picked(LocalReply::Timeout, cluster, pick, latency, &mut trace),
         }
     }
 
@@ -813,6 +746,24 @@ impl Peer {
         let ip = HeaderValue::from_str(&addr.ip().to_string()).expect("an IP address is a valid header value");
         Peer { addr, ip }
     }
+}
+
+/// The request for one try to `pick`, or the answer when there is none
+/// (headers already spent, or a target the upstream cannot be sent).
+fn try_request(
+    req: &mut Prepared,
+    pick: &Pick,
+    protocol: UpstreamProtocol,
+) -> Result<Request<UpstreamBody>, LocalReply> {
+    let body = match req.body.take() {
+        Some(b) => Either::Left(b),
+        None => Either::Right(Empty::new()),
+    };
+    // A retry needs the headers (above), so a try always has them.
+    let Some(headers) = (if req.copy_headers { req.headers.clone() } else { req.headers.take() }) else {
+        return Err(LocalReply::CannotResend);
+    };
+    rewrite(&req.parts, headers, &req.path, body, &pick.upstream, protocol).ok_or(LocalReply::TargetNotForwardable)
 }
 
 /// One attempt's request to `upstream`, or `None` if its target cannot be

@@ -12,6 +12,8 @@
 //! ([`clock`]), the request body types ([`body`]), a worker's [`routing`],
 //! the startup error ([`error`]) and the shutdown signal.
 
+#![forbid(unsafe_code)]
+
 pub mod access_log;
 pub mod admin;
 pub mod body;
@@ -24,11 +26,9 @@ pub mod error;
 pub mod ext_connect;
 pub mod grpc;
 pub mod h1;
-pub mod h1_conn;
-pub mod h1_parse;
-pub mod h1_server;
 mod health;
 pub mod http;
+pub mod local_reply;
 pub mod metrics;
 pub mod overrides;
 pub mod routing;

@@ -64,7 +64,9 @@ impl EndpointStats {
     }
 }
 
-/// Responses the proxy generated itself, by status.
+/// Responses the proxy generated itself, by status (each
+/// [`LocalReply`](crate::local_reply::LocalReply) counts in the counter of
+/// its status).
 #[derive(Debug, Default)]
 pub struct ProxyStats {
     /// 400: a malformed request head (answered by hyper's parser), or
@@ -74,7 +76,8 @@ pub struct ProxyStats {
     pub no_route: AtomicU64,
     /// 502: upstream connect failure or reset.
     pub bad_gateway: AtomicU64,
-    /// 503: no endpoint available.
+    /// 503: no endpoint available, or the cluster's `max_requests` or
+    /// `max_connections` reached.
     pub unavailable: AtomicU64,
     /// 504: no response headers within the request timeout.
     pub gateway_timeout: AtomicU64,

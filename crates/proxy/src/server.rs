@@ -39,8 +39,8 @@ use crate::client_io::{Counted, IdleTimeout};
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
-use crate::h1_conn::{Io, Rewind};
-use crate::h1_server::{Served, ServerLimits};
+use crate::h1::conn::{Io, Rewind};
+use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
@@ -461,7 +461,7 @@ impl Accept {
                 let io = match lean {
                     Some(lean) if !io.alpn_h2() => {
                         let _alive = alive;
-                        match crate::h1_server::serve(io, service.clone(), peer.clone(), &lean, stopped).await {
+                        match crate::h1::server::serve(io, service.clone(), peer.clone(), &lean, stopped).await {
                             Served::Done => return,
                             Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
                         }

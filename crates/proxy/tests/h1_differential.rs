@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use fulcrum_proxy::config::Http1Server;
-use fulcrum_proxy::h1_parse::{parse_request, Chunk, Chunked, Framing};
+use fulcrum_proxy::h1::parse::{parse_request, Chunk, Chunked, Framing};
 use fulcrum_proxy::{Config, Proxy};
 
 const SENTINEL: &[u8] = b"GET /sentinel HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n";
@@ -221,7 +221,7 @@ const DIFFERENCES: &[(&str, &str)] = &[
     ),
 ];
 
-const TE_AND_CL: &str = "Transfer-Encoding with Content-Length is refused (see h1_parse)";
+const TE_AND_CL: &str = "Transfer-Encoding with Content-Length is refused (see h1::parse)";
 
 /// A request with `fields` (CRLF-terminated lines) and `body`.
 fn req(method: &str, target: &str, fields: &str, body: &str) -> Vec<u8> {

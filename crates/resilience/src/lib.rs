@@ -12,6 +12,8 @@
 //! too few would remain, weights scaled by slow start: [`routable`], which
 //! the fuzzer also drives directly).
 
+#![forbid(unsafe_code)]
+
 mod health;
 mod outlier;
 mod retry_budget;

@@ -18,6 +18,8 @@
 //! No clocks, sockets or runtimes here: only values, so that a simulator
 //! and a live driver compute the same figures the same way.
 
+#![forbid(unsafe_code)]
+
 pub mod cdf;
 pub mod dist;
 pub mod interval;

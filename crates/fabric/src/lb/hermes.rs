@@ -77,8 +77,9 @@
 use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
+use serde::Serialize;
 
-use super::{max_paths, EdgeCtx, Probe, ProbeReply, Scheme};
+use super::{max_paths, EdgeCtx, Probe, ProbeReply, Scheme, SchemeStats};
 use crate::lb::conga::Dre;
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
@@ -279,12 +280,12 @@ struct Flow {
     tried: Nanos,
 }
 
-/// What Hermes did in a run, counted only in builds with debug assertions
-/// (tests), to explain its figures; release builds carry none of it.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// What Hermes did in a run, to explain its figures: returned by
+/// [`Scheme::stats`] into the run's outcome and its JSON report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Stats {
     /// New flows (and forgotten flows choosing afresh) placed on a good,
-    /// gray or bad path, or at random (no path qualified).
+    /// gray or bad path, or at random (no path qualified), in that order.
     pub placed: [u64; 4],
     /// Of those, flows that had been forgotten (no ACK for `forget_after`).
     pub restarted: u64,
@@ -317,7 +318,6 @@ pub struct Stats {
     pub timeouts: u64,
 }
 
-#[cfg(debug_assertions)]
 impl Stats {
     fn add(&mut self, o: &Stats) {
         for i in 0..4 {
@@ -346,7 +346,6 @@ impl Stats {
     }
 }
 
-#[cfg(debug_assertions)]
 fn state_index(s: PathState) -> usize {
     match s {
         PathState::Good => 0,
@@ -354,18 +353,6 @@ fn state_index(s: PathState) -> usize {
         PathState::Bad => 2,
         PathState::Failed => 3,
     }
-}
-
-#[cfg(debug_assertions)]
-thread_local! {
-    static LAST: std::cell::RefCell<Option<Stats>> = const { std::cell::RefCell::new(None) };
-}
-
-/// The counters of the last Hermes run that ended on this thread (builds
-/// with debug assertions only: tests).
-#[cfg(debug_assertions)]
-pub fn last_stats() -> Option<Stats> {
-    LAST.with(|l| l.borrow_mut().take())
 }
 
 /// One host's Hermes state.
@@ -381,7 +368,6 @@ pub struct Hermes {
     acklets: HashMap<u32, (usize, Nanos)>,
     /// When silent flows were last swept out.
     swept: Nanos,
-    #[cfg(debug_assertions)]
     stats: Stats,
 }
 
@@ -409,7 +395,6 @@ impl Hermes {
             flows: HashMap::new(),
             acklets: HashMap::new(),
             swept: 0,
-            #[cfg(debug_assertions)]
             stats: Stats { per_path: vec![0; paths], ..Stats::default() },
         }
     }
@@ -445,10 +430,7 @@ impl Hermes {
         };
         if now.saturating_sub(f.live) >= self.params.forget_after {
             self.release(now, f);
-            #[cfg(debug_assertions)]
-            {
-                self.stats.restarted += 1;
-            }
+            self.stats.restarted += 1;
             return self.start(now, flow, dst_leaf, draw);
         }
         let idle = now.saturating_sub(f.active) > self.params.flowlet_gap;
@@ -469,17 +451,11 @@ impl Hermes {
     fn reroute_target(&mut self, now: Nanos, f: &mut Flow, idle: bool, draw: u64) -> Option<usize> {
         let p = self.params;
         let old = self.view(now, f.dst_leaf, f.path);
-        #[cfg(debug_assertions)]
-        {
-            self.stats.judged[state_index(old.state)] += 1;
-        }
+        self.stats.judged[state_index(old.state)] += 1;
         if old.state == PathState::Failed {
-            let to = self.select(now, f.dst_leaf, Some(f.path), draw);
-            #[cfg(debug_assertions)]
-            {
-                self.stats.allowed_failed += 1;
-                self.stats.moved_failed += u64::from(to.is_some_and(|t| t != f.path));
-            }
+            let to = self.select(now, f.dst_leaf, Some(f.path), draw).map(|(q, _)| q);
+            self.stats.allowed_failed += 1;
+            self.stats.moved_failed += u64::from(to.is_some_and(|t| t != f.path));
             return to;
         }
         let rate = self.path(now, f.dst_leaf, f.path).rate.value(now, p.tdre, p.alpha);
@@ -492,25 +468,18 @@ impl Hermes {
             return None;
         }
         let bad = old.state == PathState::Bad;
-        #[cfg(debug_assertions)]
-        {
-            if bad {
-                self.stats.allowed_bad += 1;
-            } else {
-                self.stats.allowed_idle += 1;
-            }
+        if bad {
+            self.stats.allowed_bad += 1;
+        } else {
+            self.stats.allowed_idle += 1;
         }
         let (chance, pick) = split(draw);
         if chance >= p.reroute_probability {
             f.tried = now;
-            #[cfg(debug_assertions)]
-            {
-                self.stats.refused += 1;
-            }
+            self.stats.refused += 1;
             return None;
         }
-        let to = self.select(now, f.dst_leaf, Some(f.path), pick);
-        #[cfg(debug_assertions)]
+        let to = self.select(now, f.dst_leaf, Some(f.path), pick).map(|(q, _)| q);
         match to {
             Some(t) if t != f.path => {
                 if bad {
@@ -523,7 +492,6 @@ impl Hermes {
             }
             _ => self.stats.no_target += 1,
         }
-        let _ = bad;
         to
     }
 
@@ -543,20 +511,12 @@ impl Hermes {
 
     fn start(&mut self, now: Nanos, flow: u32, dst_leaf: usize, draw: u64) -> usize {
         let chosen = self.select(now, dst_leaf, None, draw);
-        #[cfg(debug_assertions)]
-        {
-            let kind = match chosen {
-                Some(q) => state_index(self.view(now, dst_leaf, q).state),
-                None => 3,
-            };
-            self.stats.placed[kind] += 1;
-        }
-        let path = chosen.unwrap_or_else(|| self.random_path(now, dst_leaf, None, draw));
+        // A placement at random counts in the last slot (that of a failed
+        // path, which a placement never chooses).
+        self.stats.placed[chosen.map_or(3, |(_, state)| state_index(state))] += 1;
+        let path = chosen.map_or_else(|| self.random_path(now, dst_leaf, None, draw), |(q, _)| q);
         self.assign(now, flow, dst_leaf, path);
-        #[cfg(debug_assertions)]
-        {
-            self.stats.per_path[path] += 1;
-        }
+        self.stats.per_path[path] += 1;
         path
     }
 
@@ -586,15 +546,18 @@ impl Hermes {
             Some(&(path, active)) if now.saturating_sub(active) >= ACKLET_STALE && self.paths > 1 => {
                 self.random_path(now, dst_leaf, Some(path), draw)
             }
-            _ => self.select(now, dst_leaf, None, draw).unwrap_or_else(|| self.random_path(now, dst_leaf, None, draw)),
+            _ => self
+                .select(now, dst_leaf, None, draw)
+                .map_or_else(|| self.random_path(now, dst_leaf, None, draw), |(q, _)| q),
         };
         self.acklets.insert(flow, (path, now));
         path
     }
 
-    /// The path a flow should take: good (fewest flows), else gray and
-    /// better than `from`, else the first bad one better than `from`.
-    fn select(&mut self, now: Nanos, dst_leaf: usize, from: Option<usize>, draw: u64) -> Option<usize> {
+    /// The path a flow should take, and its state: good (fewest flows),
+    /// else gray and better than `from`, else the first bad one better
+    /// than `from`.
+    fn select(&mut self, now: Nanos, dst_leaf: usize, from: Option<usize>, draw: u64) -> Option<(usize, PathState)> {
         let views: Vec<PathView> = (0..self.paths).map(|q| self.view(now, dst_leaf, q)).collect();
         // A failed current path compares as infinitely slow.
         let from_delay = match from {
@@ -608,12 +571,14 @@ impl Hermes {
             let least = ok.iter().map(|&q| views[q].flows).min();
             ok.into_iter().filter(|&q| Some(views[q].flows) == least).collect()
         };
-        for candidates in [fewest(PathState::Good, false), fewest(PathState::Gray, true)] {
+        for (state, candidates) in
+            [(PathState::Good, fewest(PathState::Good, false)), (PathState::Gray, fewest(PathState::Gray, true))]
+        {
             if !candidates.is_empty() {
-                return Some(candidates[(draw % candidates.len() as u64) as usize]);
+                return Some((candidates[(draw % candidates.len() as u64) as usize], state));
             }
         }
-        (0..self.paths).find(|&q| views[q].state == PathState::Bad && better(&views[q]))
+        (0..self.paths).find(|&q| views[q].state == PathState::Bad && better(&views[q])).map(|q| (q, PathState::Bad))
     }
 
     fn assign(&mut self, now: Nanos, flow: u32, dst_leaf: usize, path: usize) {
@@ -682,10 +647,7 @@ impl Hermes {
             _ => 0,
         };
         let limit = self.params.fail_timeouts;
-        #[cfg(debug_assertions)]
-        {
-            self.stats.timeouts += 1;
-        }
+        self.stats.timeouts += 1;
         let e = self.path(now, dst_leaf, path);
         e.timed_out = true;
         if limit > 0 && timeouts >= limit {
@@ -797,20 +759,18 @@ impl HermesScheme {
     }
 }
 
-#[cfg(debug_assertions)]
-impl Drop for HermesScheme {
-    fn drop(&mut self) {
+impl Scheme for HermesScheme {
+    fn name(&self) -> &'static str {
+        "hermes"
+    }
+
+    /// The counters of every host, summed.
+    fn stats(&self) -> Option<SchemeStats> {
         let mut all = Stats::default();
         for h in &self.hosts {
             all.add(&h.stats);
         }
-        LAST.with(|l| *l.borrow_mut() = Some(all));
-    }
-}
-
-impl Scheme for HermesScheme {
-    fn name(&self) -> &'static str {
-        "hermes"
+        Some(SchemeStats::Hermes(all))
     }
 
     fn edge_path(&mut self, ctx: &EdgeCtx, pkt: &Packet) -> Option<u16> {
@@ -838,7 +798,6 @@ impl Scheme for HermesScheme {
         let h = &mut self.hosts[ctx.host as usize];
         let path = h.route(ctx.now, pkt.flow, rack, self.rng.next_u64());
         h.sent(ctx.now, pkt.flow, u32::from(pkt.wire), retransmission);
-        #[cfg(debug_assertions)]
         if path != s.path && s.next_seq > 0 {
             h.stats.in_flight_at_move += u64::from(s.next_seq.saturating_sub(s.acked + 1));
         }

@@ -29,7 +29,10 @@
 //! A scheme says which of these calls it needs ([`Scheme::hooks`]; all by
 //! default), so that per-flow ECMP costs what it did before the hook.
 //! Adding a scheme: a file here implementing [`Scheme`], a variant of
-//! [`Config`] built in [`build`], and its table in `scenario::RoutingCfg`.
+//! [`Config`] built in [`build`], and its table in `scenario::RoutingCfg`;
+//! a scheme that counts its decisions returns the counts from
+//! [`Scheme::stats`] (a variant of [`SchemeStats`]), which the run's
+//! outcome and its JSON report carry.
 //!
 //! Feedback reaches edge schemes through [`Scheme::on_ack`] (an ACK arrives
 //! at the sender: ECN echo, the RTT sample `now − echo` and the path the
@@ -70,6 +73,7 @@ pub use flowbender::FlowBenderScheme;
 pub use hermes::HermesScheme;
 
 use fulcrum_des::Streams;
+use serde::Serialize;
 
 use crate::packet::{Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
@@ -182,6 +186,21 @@ pub trait Scheme: Send {
 
     /// The reply to `reply.probe` reached its prober at `now`.
     fn on_probe_reply(&mut self, _now: Nanos, _reply: &ProbeReply) {}
+
+    /// What the scheme counted during the run (its decisions), for the
+    /// run's outcome ([`crate::Outcome::routing_stats`]); `None` for a
+    /// scheme that counts nothing.
+    fn stats(&self) -> Option<SchemeStats> {
+        None
+    }
+}
+
+/// The counters of the schemes that keep some, as [`Scheme::stats`]
+/// returns them. In the JSON report, `"routing_stats": {"hermes": {…}}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemeStats {
+    Hermes(hermes::Stats),
 }
 
 /// A probe a host sends on a path it chose (Hermes's path sensing).

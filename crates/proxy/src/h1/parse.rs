@@ -1,4 +1,4 @@
-//! HTTP/1.1 message framing shared by the lean server ([`h1_server`](crate::h1_server))
+//! HTTP/1.1 message framing shared by the lean server ([`h1::server`](crate::h1::server))
 //! and the lean client ([`h1`](crate::h1)): the request head, parsed once
 //! and checked against RFC 9112, and the chunked transfer coding (§7.1),
 //! decoded from a connection's read buffer.

@@ -1,5 +1,8 @@
-//! A lean HTTP/1.1 client for upstream connections: the request's own task
-//! writes the request and reads the response on the connection it holds.
+//! HTTP/1.1 on both sides of the proxy, without hyper: the lean server
+//! ([`server`]), the client connection as the request path sees it
+//! ([`conn`]), the framing both share ([`parse`]), and here the lean client
+//! for upstream connections: the request's own task writes the request and
+//! reads the response on the connection it holds.
 //!
 //! hyper's connection-level client runs every connection as a task of its
 //! own and passes requests and responses to it over channels. A proxy holds
@@ -11,7 +14,7 @@
 //! saves per request.
 //!
 //! Framing follows RFC 9112 (the chunked decoder is the lean server's,
-//! [`h1_parse::Chunked`](crate::h1_parse::Chunked)). A request keeps the client's `Content-Length`
+//! [`h1::parse::Chunked`](crate::h1::parse::Chunked)). A request keeps the client's `Content-Length`
 //! or, when its length is unknown, goes out chunked. A response is delimited
 //! (§6.3) by nothing for `HEAD`, 204 and 304; by chunked transfer coding; by
 //! `Content-Length` (differing values are an error); or else by the
@@ -24,6 +27,10 @@
 //! While a request body streams out, the connection is also watched for
 //! the response head: an upstream may answer early (a 413 before it has read
 //! a large body) and stop reading, and the client hears that answer at once.
+
+pub mod conn;
+pub mod parse;
+pub mod server;
 
 use std::future::poll_fn;
 use std::io::{self, Write as _};
@@ -40,7 +47,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::{idempotent, LimitedBody, UpstreamBody};
-use crate::h1_parse::{Chunk, Chunked};
+use parse::{Chunk, Chunked};
 
 /// A response head larger than this breaks the protocol.
 const MAX_HEAD_BYTES: usize = 64 * 1024;

@@ -1,5 +1,5 @@
 //! The lean HTTP/1.1 server: one task per client connection reads each
-//! request head, parses it once ([`h1_parse`](crate::h1_parse)), hands the
+//! request head, parses it once ([`h1::parse`](crate::h1::parse)), hands the
 //! request to the shared request path ([`HttpService::handle`]) with a body
 //! that reads the rest from the same connection ([`H1Body`]), and writes
 //! the response: head and whatever body is ready in one write.
@@ -45,9 +45,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::client_io::IdleTimeout;
-use crate::h1_conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
-use crate::h1_parse::{parse_request, HeadError, RequestHead};
+use crate::h1::conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
+use crate::h1::parse::{parse_request, HeadError, RequestHead};
 use crate::http::{HttpService, Peer, ProxyBody};
+use crate::local_reply::{LocalReply, CONTENT_TYPE};
 use crate::shutdown::{stopping, Stop};
 
 /// What a client sends first on an HTTP/2 connection with prior knowledge
@@ -274,18 +275,16 @@ async fn next_head(
 
 /// Answer a head that cannot be served, and count it.
 async fn refuse(conn: &Shared, service: &HttpService, e: HeadError, idle: Duration) {
-    let (status, text) = match e {
-        HeadError::TooLarge => {
-            service.stats.header_too_large.fetch_add(1, Relaxed);
-            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "fulcrum: request head too large\n".to_string())
-        }
-        HeadError::Bad(why) => {
-            service.stats.bad_request.fetch_add(1, Relaxed);
-            (StatusCode::BAD_REQUEST, format!("fulcrum: {why}\n"))
-        }
+    let reply = match e {
+        HeadError::TooLarge => LocalReply::HeadTooLarge,
+        HeadError::Bad(why) => LocalReply::BadHead(why),
     };
-    let mut out = status_line(status);
-    out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\ncontent-length: ");
+    reply.counter(&service.stats).fetch_add(1, Relaxed);
+    let text = reply.message();
+    let mut out = status_line(reply.status());
+    out.extend_from_slice(b"content-type: ");
+    out.extend_from_slice(CONTENT_TYPE.as_bytes());
+    out.extend_from_slice(b"\r\nconnection: close\r\ncontent-length: ");
     out.extend_from_slice(text.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n\r\n");
     out.extend_from_slice(text.as_bytes());

@@ -2,7 +2,7 @@
 //! it: the request body read from the connection as the upstream side asks
 //! for it ([`H1Body`]), and the connection handed over to a tunnel after a
 //! 101 ([`ClientUpgrade`]). The server loop itself is in
-//! [`h1_server`](crate::h1_server); this file holds only what the request
+//! [`h1::server`](crate::h1::server); this file holds only what the request
 //! path ([`http`](crate::http), [`body`](crate::body)) needs, so that
 //! neither imports the server.
 //!
@@ -23,7 +23,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
-use crate::h1_parse::{Chunk, Chunked, Framing};
+use crate::h1::parse::{Chunk, Chunked, Framing};
 
 /// Room made in the read buffer before each read.
 const READ_CHUNK: usize = 8 * 1024;

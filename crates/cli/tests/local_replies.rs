@@ -1,0 +1,160 @@
+//! End-to-end: the proxy's own answers to a cluster overload read the same
+//! on the upgrade path (a WebSocket-style `Upgrade` tunnel) as on the plain
+//! request path — the same status and message naming the limit, the same
+//! access log flag (`UO`), the same counters — for the cluster's
+//! `max_connections` and its `max_requests`.
+//!
+//! The upstream is a few lines here: it answers an upgrade with 101 and
+//! then echoes, and a plain request with 200.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{get, send, temp_dir, Fulcrum, Reply};
+
+/// An upstream on a free port: 101 and echo for an upgrade, 200 otherwise.
+fn echo_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || serve(conn));
+        }
+    });
+    addr
+}
+
+fn serve(conn: TcpStream) {
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    let mut upgrade = false;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        upgrade |= line.to_ascii_lowercase().starts_with("upgrade:");
+        if line == "\r\n" {
+            break;
+        }
+    }
+    if !upgrade {
+        let _ = writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nplain");
+        return;
+    }
+    let _ = writer.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n");
+    let mut buf = [0u8; 1024];
+    while let Ok(n @ 1..) = reader.read(&mut buf) {
+        if writer.write_all(&buf[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+/// An upgrade request for `path`.
+fn upgrade(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: app\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n").into_bytes()
+}
+
+/// A client tunnel through the proxy at `proxy`, past its 101, checked to
+/// echo.
+fn open_tunnel(proxy: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&upgrade("/tunnel")).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed during the handshake: {:?}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s.write_all(b"hello").unwrap();
+    let mut back = [0u8; 5];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"hello");
+    s
+}
+
+/// A metric's value from the admin listener (the first series of `name`).
+fn metric(f: &Fulcrum, name: &str) -> u64 {
+    let text = String::from_utf8(get(f.admin.unwrap(), "admin", "/metrics", "").body).unwrap();
+    let line = text.lines().find(|l| l.starts_with(name) && !l.starts_with('#')).unwrap_or_else(|| panic!("{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The access log's JSON records, once there are `n`.
+fn records(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        }
+        assert!(Instant::now() < deadline, "{} has fewer than {n} records:\n{text}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One worker, a JSON access log in `dir`, everything routed to `app` at
+/// `upstream` with the cluster settings `cluster`.
+fn config(dir: &Path, upstream: SocketAddr, cluster: &str) -> String {
+    format!(
+        "admin = \"127.0.0.1:0\"\nworkers = 1\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+         routes = [{{ cluster = \"app\" }}]\naccess_log = {{ path = \"{log}\", json = true }}\n\n\
+         [[cluster]]\nname = \"app\"\nendpoints = [\"{upstream}\"]\n{cluster}\n",
+        log = dir.join("access.json").display()
+    )
+}
+
+/// With a tunnel holding the cluster to its limit, an upgrade and a plain
+/// request are both refused; returns the two replies and their log records.
+fn refused_both_ways(name: &str, cluster: &str) -> [(Reply, serde_json::Value); 2] {
+    let dir = temp_dir(name);
+    let f = Fulcrum::serve(name, &config(&dir, echo_upstream(), cluster));
+    let proxy = f.listen[0];
+    let tunnel = open_tunnel(proxy);
+    let overflows = metric(&f, "fulcrum_cluster_overflow_total");
+    let unavailable = metric(&f, "fulcrum_local_responses_total{code=\"503\"}");
+    let refused = send(proxy, &upgrade("/upgrade"));
+    let plain = get(proxy, "app", "/plain", "");
+    assert_eq!(metric(&f, "fulcrum_cluster_overflow_total"), overflows + 2, "each refusal is an overflow");
+    assert_eq!(metric(&f, "fulcrum_local_responses_total{code=\"503\"}"), unavailable + 2);
+    // The tunnel's 101, then the two refusals.
+    let logged = records(&dir.join("access.json"), 3);
+    let record =
+        |path: &str| logged.iter().find(|r| r["path"] == path).unwrap_or_else(|| panic!("{logged:#?}")).clone();
+    assert_eq!(record("/tunnel")["flags"].as_str(), Some("UP"));
+    let out = [(refused, record("/upgrade")), (plain, record("/plain"))];
+    drop(tunnel);
+    drop(f);
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+fn assert_same_overload(name: &str, cluster: &str, limit: &str) {
+    let [(upgrade, upgrade_log), (plain, plain_log)] = refused_both_ways(name, cluster);
+    for (reply, log) in [(&upgrade, &upgrade_log), (&plain, &plain_log)] {
+        assert_eq!(reply.status, 503, "{reply:?}");
+        let body = String::from_utf8_lossy(&reply.body);
+        assert_eq!(body, format!("fulcrum: cluster overloaded ({limit})\n"), "{reply:?}");
+        assert_eq!(reply.header("content-type"), Some("text/plain; charset=utf-8"), "{reply:?}");
+        assert_eq!((log["status"].as_u64(), log["flags"].as_str()), (Some(503), Some("UO")), "{log}");
+        assert_eq!(log["cluster"].as_str(), Some("app"), "{log}");
+    }
+    assert_eq!(upgrade.body, plain.body);
+}
+
+#[test]
+fn an_upgrade_refused_at_max_connections_is_flagged_as_the_plain_request_is() {
+    assert_same_overload("local-max-connections", "max_connections = 1\nmax_pending = 0", "max_connections");
+}
+
+#[test]
+fn an_upgrade_refused_at_max_requests_says_so_as_the_plain_request_does() {
+    assert_same_overload("local-max-requests", "max_requests = 1", "max_requests");
+}
