@@ -89,7 +89,7 @@ pub struct Listener {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Http1Server {
-    /// The lean server of `h1_server`: one parse per head, one write per response.
+    /// The lean server of `h1::server`: one parse per head, one write per response.
     #[default]
     Lean,
     /// hyper's server, as before the lean one (kept for one release, to compare).
