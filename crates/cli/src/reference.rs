@@ -126,8 +126,7 @@ fn default(arg: &clap::Arg) -> String {
     if !arg.get_action().takes_values() {
         return String::new();
     }
-    let values: Vec<String> =
-        arg.get_default_values().iter().map(|v| format!("`{}`", v.to_string_lossy())).collect();
+    let values: Vec<String> = arg.get_default_values().iter().map(|v| format!("`{}`", v.to_string_lossy())).collect();
     values.join(", ")
 }
 
