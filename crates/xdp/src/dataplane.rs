@@ -22,6 +22,7 @@ use aya::programs::Xdp;
 pub use aya::programs::XdpMode;
 use aya::{Ebpf, EbpfLoader};
 
+use crate::conntrack::{self, Entry, Timeouts};
 use crate::maps::*;
 use crate::spec::{Backend, Mode, Protocol, Select, ServiceKey, ServiceSpec};
 use crate::Error;
@@ -30,8 +31,18 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 9] =
-    ["services", "ring", "backends", "conntrack", "flow_cache", "nexthops", "svc_stats", "backend_stats", "totals"];
+const MAP_NAMES: [&str; 10] = [
+    "services",
+    "ring",
+    "backends",
+    "conntrack",
+    "ct_config",
+    "flow_cache",
+    "nexthops",
+    "svc_stats",
+    "backend_stats",
+    "totals",
+];
 
 const PROGRAM: &str = "fulcrum_lb";
 
@@ -131,11 +142,25 @@ pub struct Change {
     pub removed: usize,
 }
 
+/// What [`Dataplane::conntrack_gc`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// Entries in the table when the sweep read it.
+    pub examined: usize,
+    /// Expired entries deleted.
+    pub deleted: usize,
+}
+
+/// Entries of the conntrack map unless told otherwise (two per NAT flow).
+pub const DEFAULT_CONNTRACK_ENTRIES: u32 = 2 * MAX_FLOWS;
+
 /// The program's maps.
 pub struct Dataplane {
     services: HashMap<MapData, SvcKey, SvcValue>,
     ring: Array<MapData, u32>,
     backends: Array<MapData, BackendEntry>,
+    conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    ct_config: Array<MapData, CtConfig>,
     svc_stats: PerCpuArray<MapData, Counters>,
     backend_stats: PerCpuArray<MapData, Counters>,
     totals: PerCpuArray<MapData, u64>,
@@ -167,13 +192,18 @@ pub enum BenchMode {
 impl Loaded {
     /// Load the program and create fresh maps.
     pub fn new() -> Result<Self, Error> {
-        Self::load(object()?)
+        Self::load(object()?, DEFAULT_CONNTRACK_ENTRIES)
+    }
+
+    /// As [`Loaded::new`], with a conntrack map of `entries` entries.
+    pub fn with_conntrack_entries(entries: u32) -> Result<Self, Error> {
+        Self::load(object()?, entries)
     }
 
     /// Load the benchmark variant (`bpf/bench.h`), for `BPF_PROG_TEST_RUN`
     /// only; [`Loaded::bench_mode`] sets what its prologue does.
     pub fn bench() -> Result<Self, Error> {
-        Self::load(bench_object()?)
+        Self::load(bench_object()?, DEFAULT_CONNTRACK_ENTRIES)
     }
 
     /// Set the benchmark variant's prologue for the next call; `call` must
@@ -185,12 +215,16 @@ impl Loaded {
         config.set(0, [mode as u32, call], 0).map_err(|e| Error::map("writing bench_config", e))
     }
 
-    fn load(object: &[u8]) -> Result<Self, Error> {
-        let mut ebpf = EbpfLoader::new().load(object).map_err(|e| Error::load("loading lb.bpf.o", e))?;
+    fn load(object: &[u8], conntrack_entries: u32) -> Result<Self, Error> {
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("conntrack", conntrack_entries)
+            .load(object)
+            .map_err(|e| Error::load("loading lb.bpf.o", e))?;
         program(&mut ebpf)?;
-        let dataplane = Dataplane::from_maps(|name| {
+        let mut dataplane = Dataplane::from_maps(|name| {
             ebpf.take_map(name).ok_or_else(|| Error::Missing(format!("map {name} in lb.bpf.o")))
         })?;
+        dataplane.set_timeouts(&Timeouts::default())?;
         Ok(Loaded { ebpf, dataplane })
     }
 
@@ -245,14 +279,26 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Load the object with every map pinned under `dir` (created if missing,
-/// reused if pinned already).
-fn load_pinned(dir: &Path) -> Result<Ebpf, Error> {
+/// with `conntrack_entries` entries in the conntrack map and the default
+/// conntrack timeouts; reused if pinned already).
+fn load_pinned(dir: &Path, conntrack_entries: u32) -> Result<Ebpf, Error> {
     prepare_pin_dir(dir)?;
+    let fresh = !dir.join("ct_config").exists();
     let mut loader = EbpfLoader::new();
+    loader.map_max_entries("conntrack", conntrack_entries);
     for name in MAP_NAMES {
         loader.map_pin_path(name, dir.join(name));
     }
-    loader.load(object()?).map_err(|e| Error::load(format!("loading lb.bpf.o with maps in {}", dir.display()), e))
+    let mut ebpf = loader
+        .load(object()?)
+        .map_err(|e| Error::load(format!("loading lb.bpf.o with maps in {}", dir.display()), e))?;
+    if fresh {
+        let map = ebpf.map_mut("ct_config").ok_or_else(|| Error::Missing("map ct_config".into()))?;
+        let mut config: Array<&mut MapData, CtConfig> =
+            Array::try_from(map).map_err(|e| Error::map("map ct_config", e))?;
+        config.set(0, Timeouts::default().to_config(), 0).map_err(|e| Error::map("writing ct_config", e))?;
+    }
+    Ok(ebpf)
 }
 
 fn link_path(dir: &Path, iface: &str) -> PathBuf {
@@ -266,7 +312,7 @@ pub fn attach(dir: &Path, iface: &str, mode: XdpMode) -> Result<bool, Error> {
     if pin.exists() {
         return Ok(false);
     }
-    let mut ebpf = load_pinned(dir)?;
+    let mut ebpf = load_pinned(dir, DEFAULT_CONNTRACK_ENTRIES)?;
     let prog = program(&mut ebpf)?;
     let id = prog.attach(iface, mode).map_err(|e| Error::program(format!("attaching to {iface}"), e))?;
     let link = prog.take_link(id).map_err(|e| Error::program("taking the link", e))?;
@@ -323,6 +369,8 @@ impl Dataplane {
             services: typed(take("services")?, "services")?,
             ring: typed(take("ring")?, "ring")?,
             backends: typed(take("backends")?, "backends")?,
+            conntrack: typed(take("conntrack")?, "conntrack")?,
+            ct_config: typed(take("ct_config")?, "ct_config")?,
             svc_stats: typed(take("svc_stats")?, "svc_stats")?,
             backend_stats: typed(take("backend_stats")?, "backend_stats")?,
             totals: typed(take("totals")?, "totals")?,
@@ -332,17 +380,107 @@ impl Dataplane {
     /// The pinned maps under `dir`; with `create`, load and pin them first if
     /// they are not there (mounting bpffs if needed).
     pub fn open_pinned(dir: &Path, create: bool) -> Result<Self, Error> {
+        if create && !dir.join("services").exists() {
+            load_pinned(dir, DEFAULT_CONNTRACK_ENTRIES)?;
+        }
+        Self::open_existing(dir)
+    }
+
+    /// The pinned maps under `dir`, created and pinned first if they are not
+    /// there, with a conntrack map of `conntrack_entries` entries. When they
+    /// are, the size must be theirs: it is fixed until `reset`.
+    pub fn create_pinned(dir: &Path, conntrack_entries: u32) -> Result<Self, Error> {
         if !dir.join("services").exists() {
-            if !create {
-                return Err(Error::NotCreated(dir.to_owned()));
-            }
-            load_pinned(dir)?;
+            load_pinned(dir, conntrack_entries)?;
+        }
+        let dp = Self::open_existing(dir)?;
+        let size = dp.conntrack_capacity()?;
+        if size != conntrack_entries {
+            return Err(Error::Spec(format!(
+                "the data plane in {} has a conntrack map of {size} entries, not {conntrack_entries}: \
+                 its size is set when it is created (`fulcrum lb reset` removes it, with its services)",
+                dir.display()
+            )));
+        }
+        Ok(dp)
+    }
+
+    fn open_existing(dir: &Path) -> Result<Self, Error> {
+        if !dir.join("services").exists() {
+            return Err(Error::NotCreated(dir.to_owned()));
+        }
+        if !dir.join("ct_config").exists() {
+            return Err(Error::Missing(format!(
+                "map ct_config in {}: the data plane there was made by an older fulcrum (`fulcrum lb reset` \
+                 removes it, with its services)",
+                dir.display()
+            )));
         }
         Dataplane::from_maps(|name| {
             let path = dir.join(name);
             let data = MapData::from_pin(&path).map_err(|e| Error::map(format!("opening {}", path.display()), e))?;
             Map::from_map_data(data).map_err(|e| Error::map(format!("map {name}"), e))
         })
+    }
+
+    /// Entries the conntrack map can hold.
+    pub fn conntrack_capacity(&self) -> Result<u32, Error> {
+        use aya::maps::IterableMap;
+        Ok(self.conntrack.map().info().map_err(|e| Error::map("reading conntrack's size", e))?.max_entries())
+    }
+
+    /// The conntrack timeouts the program applies.
+    pub fn timeouts(&self) -> Result<Timeouts, Error> {
+        let c = self.ct_config.get(&0, 0).map_err(|e| Error::map("reading ct_config", e))?;
+        Ok(Timeouts::from_config(&c))
+    }
+
+    /// Change the conntrack timeouts; established flows follow at their next
+    /// packet.
+    pub fn set_timeouts(&mut self, t: &Timeouts) -> Result<(), Error> {
+        self.ct_config.set(0, t.to_config(), 0).map_err(|e| Error::map("writing ct_config", e))
+    }
+
+    /// Every conntrack entry, decoded now, ordered by direction and key.
+    pub fn conntrack(&self) -> Result<Vec<Entry>, Error> {
+        let backends: Vec<BackendEntry> = self.backend_entries()?.into_iter().map(|(_, e)| e).collect();
+        let timeouts = self.timeouts()?;
+        let now = conntrack::now_ns();
+        let mut entries = Vec::new();
+        for item in self.conntrack.iter() {
+            let (k, v) = match item {
+                Ok(kv) => kv,
+                // Deleted by the LRU or a sweep between the key and its value.
+                Err(MapError::KeyNotFound) => continue,
+                Err(e) => return Err(Error::map("reading conntrack", e)),
+            };
+            entries.push(Entry::decode(k, v, &backends, now, &timeouts));
+        }
+        entries.sort_by_key(|e| (e.direction == conntrack::Direction::Reply, e.src, e.dst, e.key.proto));
+        Ok(entries)
+    }
+
+    /// Delete the expired conntrack entries ([`conntrack::sweep`] says
+    /// which). An entry that had a packet since it was read is kept.
+    pub fn conntrack_gc(&mut self) -> Result<Sweep, Error> {
+        let entries = self.conntrack()?;
+        let doomed = conntrack::sweep(&entries);
+        let seen: std::collections::HashMap<FlowKey, u64> = entries.iter().map(|e| (e.key, e.value.seen)).collect();
+        let mut deleted = 0;
+        for key in &doomed {
+            match self.conntrack.get(key, 0) {
+                Ok(v) if v.seen == seen[key] => {}
+                Ok(_) => continue,
+                Err(e) if not_found(&e) => continue,
+                Err(e) => return Err(Error::map("reading conntrack", e)),
+            }
+            match self.conntrack.remove(key) {
+                Ok(()) => deleted += 1,
+                Err(e) if not_found(&e) => {}
+                Err(e) => return Err(Error::map("deleting from conntrack", e)),
+            }
+        }
+        Ok(Sweep { examined: entries.len(), deleted })
     }
 
     /// Create `spec`'s service, or change it: backends that stay keep their
