@@ -96,8 +96,10 @@ their backend while it stays; a backend of weight 0 takes no new flow.")]
     },
     /// List and count the connection-tracking entries; delete the expired
     /// ones (--gc); set the idle timeout of a state (--timeout).
-    #[command(after_help = "Examples:\n  fulcrum lb conntrack --count\n  fulcrum lb conntrack --json | jq '.counts'\n  \
-fulcrum lb conntrack --gc --interval 10s\n  fulcrum lb conntrack --timeout established=1h --timeout udp=30s")]
+    #[command(
+        after_help = "Examples:\n  fulcrum lb conntrack --count\n  fulcrum lb conntrack --json | jq '.counts'\n  \
+fulcrum lb conntrack --gc --interval 10s\n  fulcrum lb conntrack --timeout established=1h --timeout udp=30s"
+    )]
     Conntrack(ConntrackArgs),
     /// Detach the program from an interface.
     #[command(after_help = "Examples:\n  fulcrum lb detach --iface eth0")]

@@ -23,7 +23,7 @@
 //! direction is busy, and its entry must stay); a forward entry whose
 //! backend has left counts as expired.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -202,33 +202,42 @@ impl Entry {
         self.expired || (self.direction == Direction::Forward && self.via.is_none())
     }
 
-    /// The key of the other direction's entry of a NAT flow, as a reply
-    /// entry knows it (a forward entry cannot: its backend may be gone).
-    fn origin(&self) -> Option<FlowKey> {
-        (self.direction == Direction::Reply).then_some(FlowKey {
-            saddr: self.key.daddr,
-            daddr: self.value.vip,
-            sport: self.key.dport,
-            dport: self.value.port,
-            proto: self.key.proto,
-            pad: [0; 3],
-        })
+    /// The key of the other direction's entry of a NAT flow, when this
+    /// entry can name it: a reply entry always, a forward entry while its
+    /// backend is there (only NAT flows have that entry).
+    fn partner(&self) -> Option<FlowKey> {
+        match (self.direction, self.via) {
+            (Direction::Reply, _) => Some(FlowKey {
+                saddr: self.key.daddr,
+                daddr: self.value.vip,
+                sport: self.key.dport,
+                dport: self.value.port,
+                proto: self.key.proto,
+                pad: [0; 3],
+            }),
+            (Direction::Forward, Some(backend)) => Some(FlowKey {
+                saddr: crate::maps::be_addr(*backend.ip()),
+                daddr: self.key.saddr,
+                sport: crate::maps::be_port(backend.port()),
+                dport: self.key.sport,
+                proto: self.key.proto,
+                pad: [0; 3],
+            }),
+            (Direction::Forward, None) => None,
+        }
     }
 }
 
 /// The entries to delete: each dead entry whose flow's other entry (a NAT
-/// flow's other direction) is dead too or missing.
-pub fn sweep(entries: &[Entry]) -> Vec<FlowKey> {
-    let by_key: HashMap<FlowKey, &Entry> = entries.iter().map(|e| (e.key, e)).collect();
-    // Partners, found from the reply side.
-    let mut partner: HashMap<FlowKey, FlowKey> = HashMap::new();
-    for e in entries {
-        if let Some(origin) = e.origin().filter(|k| by_key.get(k).is_some_and(|o| o.direction == Direction::Forward)) {
-            partner.insert(e.key, origin);
-            partner.insert(origin, e.key);
-        }
+/// flow's other direction) is dead too or missing. A live entry protects
+/// its partner; a dead one cannot, so a dead entry goes unless a live one
+/// names it.
+pub fn sweep(entries: &[Entry]) -> Vec<&Entry> {
+    if !entries.iter().any(Entry::dead) {
+        return Vec::new();
     }
-    entries.iter().filter(|e| e.dead() && partner.get(&e.key).is_none_or(|p| by_key[p].dead())).map(|e| e.key).collect()
+    let protected: HashSet<FlowKey> = entries.iter().filter(|e| !e.dead()).filter_map(Entry::partner).collect();
+    entries.iter().filter(|e| e.dead() && !protected.contains(&e.key)).collect()
 }
 
 /// What the table holds.
@@ -349,7 +358,7 @@ mod tests {
         let live = nat_flow(4003, 0, (State::Established, 899), (State::Syn, 59));
         let gone = nat_flow(4004, 1, (State::Established, 0), (State::Established, 1000));
         let all: Vec<Entry> = [both, quiet_reply, quiet_forward, live, gone].concat();
-        let mut deleted = sweep(&all);
+        let mut deleted: Vec<FlowKey> = sweep(&all).into_iter().map(|e| e.key).collect();
         deleted.sort_by_key(|k| (u16::from_be(k.sport), u16::from_be(k.dport)));
         let mut want = vec![both[0].key, both[1].key, gone[0].key, gone[1].key];
         want.sort_by_key(|k| (u16::from_be(k.sport), u16::from_be(k.dport)));
@@ -359,8 +368,8 @@ mod tests {
     #[test]
     fn lone_entries_go_when_dead() {
         let [f, r] = nat_flow(4000, 0, (State::Syn, 61), (State::Closing, 11));
-        assert_eq!(sweep(&[f]), [f.key], "a DSR flow (no reply entry)");
-        assert_eq!(sweep(&[r]), [r.key], "a reply whose forward entry went");
+        assert_eq!(sweep(&[f]), [&f], "a DSR flow (no reply entry)");
+        assert_eq!(sweep(&[r]), [&r], "a reply whose forward entry went");
         let [f, _] = nat_flow(4000, 0, (State::Syn, 59), (State::Closing, 11));
         assert!(sweep(&[f]).is_empty());
     }

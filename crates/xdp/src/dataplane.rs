@@ -441,45 +441,43 @@ impl Dataplane {
         self.ct_config.set(0, t.to_config(), 0).map_err(|e| Error::map("writing ct_config", e))
     }
 
+    /// Every conntrack entry as the map holds it, read in batches.
+    fn conntrack_raw(&self) -> Result<Vec<(FlowKey, FlowEntry)>, Error> {
+        use aya::maps::IterableMap;
+        crate::batch::lookup_all(self.conntrack.map().fd().as_fd(), 8192).map_err(|e| Error::io("reading conntrack", e))
+    }
+
     /// Every conntrack entry, decoded now, ordered by direction and key.
     pub fn conntrack(&self) -> Result<Vec<Entry>, Error> {
-        let backends: Vec<BackendEntry> = self.backend_entries()?.into_iter().map(|(_, e)| e).collect();
-        let timeouts = self.timeouts()?;
-        let now = conntrack::now_ns();
-        let mut entries = Vec::new();
-        for item in self.conntrack.iter() {
-            let (k, v) = match item {
-                Ok(kv) => kv,
-                // Deleted by the LRU or a sweep between the key and its value.
-                Err(MapError::KeyNotFound) => continue,
-                Err(e) => return Err(Error::map("reading conntrack", e)),
-            };
-            entries.push(Entry::decode(k, v, &backends, now, &timeouts));
-        }
+        let mut entries = self.conntrack_unordered()?;
         entries.sort_by_key(|e| (e.direction == conntrack::Direction::Reply, e.src, e.dst, e.key.proto));
         Ok(entries)
     }
 
+    fn conntrack_unordered(&self) -> Result<Vec<Entry>, Error> {
+        let backends: Vec<BackendEntry> = self.backend_entries()?.into_iter().map(|(_, e)| e).collect();
+        let timeouts = self.timeouts()?;
+        let now = conntrack::now_ns();
+        Ok(self.conntrack_raw()?.into_iter().map(|(k, v)| Entry::decode(k, v, &backends, now, &timeouts)).collect())
+    }
+
     /// Delete the expired conntrack entries ([`conntrack::sweep`] says
-    /// which). An entry that had a packet since it was read is kept.
+    /// which). The table is read twice, and an entry that changed in
+    /// between (had a packet) is kept.
     pub fn conntrack_gc(&mut self) -> Result<Sweep, Error> {
-        let entries = self.conntrack()?;
+        use aya::maps::IterableMap;
+        let entries = self.conntrack_unordered()?;
         let doomed = conntrack::sweep(&entries);
-        let seen: std::collections::HashMap<FlowKey, u64> = entries.iter().map(|e| (e.key, e.value.seen)).collect();
-        let mut deleted = 0;
-        for key in &doomed {
-            match self.conntrack.get(key, 0) {
-                Ok(v) if v.seen == seen[key] => {}
-                Ok(_) => continue,
-                Err(e) if not_found(&e) => continue,
-                Err(e) => return Err(Error::map("reading conntrack", e)),
-            }
-            match self.conntrack.remove(key) {
-                Ok(()) => deleted += 1,
-                Err(e) if not_found(&e) => {}
-                Err(e) => return Err(Error::map("deleting from conntrack", e)),
-            }
+        if doomed.is_empty() {
+            return Ok(Sweep { examined: entries.len(), deleted: 0 });
         }
+        let mut again = self.conntrack_raw()?;
+        again.sort_unstable_by_key(|(k, _)| *k);
+        let unchanged =
+            |e: &Entry| again.binary_search_by_key(&e.key, |(k, _)| *k).is_ok_and(|i| again[i].1 == e.value);
+        let keys: Vec<FlowKey> = doomed.into_iter().filter(|e| unchanged(e)).map(|e| e.key).collect();
+        let deleted = crate::batch::delete(self.conntrack.map().fd().as_fd(), &keys)
+            .map_err(|e| Error::io("deleting from conntrack", e))?;
         Ok(Sweep { examined: entries.len(), deleted })
     }
 

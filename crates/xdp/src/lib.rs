@@ -13,6 +13,7 @@
 //! program on crafted frames through `BPF_PROG_TEST_RUN`. Like Katran's, the
 //! program is small and dumb and userspace does the thinking.
 
+mod batch;
 pub mod conntrack;
 pub mod dataplane;
 mod error;

@@ -82,7 +82,7 @@ pub struct BackendEntry {
 /// Key of the `conntrack` map: `struct flow_key`, the 5-tuple as in the
 /// packet (network order).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct FlowKey {
     /// Source address.
     pub saddr: u32,

@@ -198,7 +198,6 @@ mod needs_root {
     #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
     fn an_expired_entry_is_a_new_flow_on_the_current_table() {
         let mut fx = Fx::new("expired", None);
-        fx.timeouts(&[(State::Udp, Duration::from_millis(300)), (State::Established, Duration::from_millis(300))]);
         let cases = [(53, Protocol::Udp, 0), (80, Protocol::Tcp, tcp::ACK)];
         let mut flows = Vec::new();
         for (port, proto, flags) in cases {
@@ -212,10 +211,11 @@ mod needs_root {
             assert_eq!(was, table_backend(&two, &f));
             fx.loaded.dataplane.upsert(&four).unwrap();
             // Alive: the entry keeps the flow where it was.
-            std::thread::sleep(Duration::from_millis(100));
             assert_eq!(fx.send(&f, flags), was, "{proto}");
             flows.push((f, flags, table_backend(&four, &f)));
         }
+        // Now short timeouts: the flows' entries expire.
+        fx.timeouts(&[(State::Udp, Duration::from_millis(300)), (State::Established, Duration::from_millis(300))]);
         // Idle past the timeout, and past the flow cache's refresh interval
         // (250 jiffies: 2.5 s at the slowest clock tick): a new flow, where
         // the table says.
