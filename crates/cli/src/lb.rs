@@ -274,8 +274,8 @@ struct CreateArgs {
     /// XDP attach mode: native (driver), generic (skb) or auto.
     #[arg(long, default_value = "native")]
     xdp_mode: String,
-    /// Entries of the conntrack map, set when the data plane is created
-    /// (a NAT flow takes two) [default: 524288].
+    /// Entries of the conntrack map, fixed when the data plane is created:
+    /// 524288 unless given (a NAT flow takes two).
     #[arg(long)]
     conntrack_entries: Option<u32>,
 }
