@@ -8,7 +8,8 @@
 //! the expired ones (`--gc`) and sets the idle timeout of each state.
 //! On a scale-out node, `announce`, `drain` and `bird-config` tie the node to
 //! BIRD (`crate::bird`): a VIP is announced while the program is attached and
-//! its service has a backend of non-zero weight.
+//! its service has a backend of non-zero weight that `health` has not found
+//! down (`crate::lb_health`).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -101,6 +102,13 @@ their backend while it stays; a backend of weight 0 takes no new flow.")]
 fulcrum lb conntrack --gc --interval 10s\n  fulcrum lb conntrack --timeout established=1h --timeout udp=30s"
     )]
     Conntrack(ConntrackArgs),
+    /// Check every backend's health until stopped: a backend that fails
+    /// --fall checks in a row takes no new flows (its established ones
+    /// stay) until it passes --rise in a row; a VIP with no healthy backend
+    /// is withdrawn from BGP.
+    #[command(after_help = "Examples:\n  fulcrum lb health\n  \
+fulcrum lb health --kind http --path /healthz --interval 2s --fall 3 --rise 2 --gc")]
+    Health(crate::lb_health::HealthArgs),
     /// Detach the program from an interface.
     #[command(after_help = "Examples:\n  fulcrum lb detach --iface eth0")]
     Detach {
@@ -112,7 +120,8 @@ fulcrum lb conntrack --gc --interval 10s\n  fulcrum lb conntrack --timeout estab
     #[command(after_help = "Examples:\n  fulcrum lb reset")]
     Reset,
     /// Announce over BGP (through BIRD) every VIP whose service has a
-    /// backend of non-zero weight, while the program is attached.
+    /// backend of non-zero weight that is not down, while the program is
+    /// attached.
     #[command(after_help = "Examples:\n  fulcrum lb announce\n  \
         fulcrum lb --bird-socket /run/bird/bird.ctl announce")]
     Announce,
@@ -292,7 +301,7 @@ fn input(e: spec::SpecError) -> Failure {
     Failure::input(e.0)
 }
 
-fn failure(e: fulcrum_xdp::Error) -> Failure {
+pub(crate) fn failure(e: fulcrum_xdp::Error) -> Failure {
     if e.is_input() {
         Failure::input(e.to_string())
     } else {
@@ -310,6 +319,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         LbCommand::Delete(d) => delete(dir, d).and_then(|()| bgp.refresh(dir)),
         LbCommand::Stats { output } => stats(dir, output.wanted()),
         LbCommand::Conntrack(c) => conntrack(dir, c),
+        LbCommand::Health(h) => crate::lb_health::run(dir, h, || bgp.refresh(dir)),
         LbCommand::Detach { iface } => {
             let done = dataplane::detach(dir, &iface).map_err(failure)?;
             println!("{}", if done { format!("detached from {iface}") } else { format!("not attached to {iface}") });
@@ -379,7 +389,8 @@ impl Bgp<'_> {
 }
 
 /// The VIPs this node may announce: none unless the program is attached
-/// somewhere; otherwise those of services with a backend of non-zero weight.
+/// somewhere; otherwise those of services with a backend of non-zero weight
+/// that health checks have not found down.
 fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
     if dataplane::attached(dir).is_empty() {
         return Ok(Vec::new());
@@ -389,8 +400,8 @@ fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
         Err(fulcrum_xdp::Error::NotCreated(_)) => return Ok(Vec::new()),
         Err(e) => return Err(failure(e)),
     };
-    let mut vips: Vec<Ipv4Addr> =
-        services.iter().filter(|s| s.spec.backends.iter().any(|b| b.weight > 0)).map(|s| s.spec.key.vip).collect();
+    let serving = |s: &ServiceInfo| s.spec.backends.iter().zip(&s.down).any(|(b, &down)| b.weight > 0 && !down);
+    let mut vips: Vec<Ipv4Addr> = services.iter().filter(|s| serving(s)).map(|s| s.spec.key.vip).collect();
     vips.dedup();
     Ok(vips)
 }
@@ -503,7 +514,9 @@ fn services_json(services: &[ServiceInfo], attached: &[String], bgp: Option<&Ann
                 "mode": lower(spec.mode),
                 "select": lower(spec.select),
                 "flow_hash": lower(spec.hash),
-                "endpoints": spec.backends.iter().map(|b| json!({"ip": b.ip.to_string(), "weight": b.weight})).collect::<Vec<_>>(),
+                "endpoints": spec.backends.iter().zip(&s.down)
+                    .map(|(b, &down)| json!({"ip": b.ip.to_string(), "weight": b.weight, "healthy": !down}))
+                    .collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -563,7 +576,12 @@ fn list(dir: &Path, json: bool, bgp: &Bgp) -> Result<(), Failure> {
     );
     for s in &services {
         let spec = &s.spec;
-        let endpoints: Vec<String> = spec.backends.iter().map(|b| format!("{}:{}", b.ip, b.weight)).collect();
+        let endpoints: Vec<String> = spec
+            .backends
+            .iter()
+            .zip(&s.down)
+            .map(|(b, &down)| format!("{}:{}{}", b.ip, b.weight, if down { "(down)" } else { "" }))
+            .collect();
         println!(
             "{:<16} {:>5} {:<5} {:>5} {:<4} {:<10} {:<7} {}",
             spec.key.vip.to_string(),
@@ -758,6 +776,7 @@ mod tests {
             },
             id: 0,
             slots: vec![0, 1],
+            down: vec![false, true],
         }
     }
 
@@ -788,7 +807,10 @@ mod tests {
             (&s["mode"], &s["select"], &s["flow_hash"]),
             (&json!("dsr"), &json!("rendezvous"), &json!("murmur3"))
         );
-        assert_eq!(s["endpoints"], json!([{"ip": "31.31.31.1", "weight": 1}, {"ip": "32.32.32.1", "weight": 2}]));
+        assert_eq!(
+            s["endpoints"],
+            json!([{"ip": "31.31.31.1", "weight": 1, "healthy": true}, {"ip": "32.32.32.1", "weight": 2, "healthy": false}])
+        );
         assert_eq!(v["attached"], json!(["eth0"]));
     }
 

@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -118,6 +119,9 @@ pub struct ServiceInfo {
     pub id: u32,
     /// The backend slot of each of `spec.backends`.
     pub slots: Vec<u32>,
+    /// Whether health checks found each of `spec.backends` down
+    /// ([`Dataplane::set_down`]).
+    pub down: Vec<bool>,
 }
 
 /// A service with its counters.
@@ -498,8 +502,14 @@ impl Dataplane {
             None => self.free_service_id()?,
         };
         let current = if existing.is_some() { self.backends_of(id)? } else { Vec::new() };
-        let (backends, table) = crate::table::build(spec).map_err(|e| Error::Spec(e.to_string()))?;
         let port = be_port(spec.backend_port);
+        // Backends that stay keep their health; new ones start healthy.
+        let down: Vec<Ipv4Addr> = current
+            .iter()
+            .filter(|(_, e)| e.flags & BACKEND_DOWN != 0 && e.port == port)
+            .map(|(_, e)| addr_of(e.ip))
+            .collect();
+        let (backends, table) = crate::table::build_healthy(spec, &down).map_err(|e| Error::Spec(e.to_string()))?;
         let mut free = self.free_backend_slots()?.into_iter();
         let mut slots = Vec::with_capacity(backends.len());
         let mut added = 0;
@@ -516,22 +526,15 @@ impl Dataplane {
                     (slot, old.gen)
                 }
             };
-            let entry = BackendEntry {
-                ip: be_addr(b.ip),
-                port,
-                pad: 0,
-                svc_id: id,
-                weight: b.weight,
-                gen,
-                flags: if spec.mode == Mode::Dsr { BACKEND_ACTIVE | BACKEND_DSR } else { BACKEND_ACTIVE },
-            };
+            let mut flags = if spec.mode == Mode::Dsr { BACKEND_ACTIVE | BACKEND_DSR } else { BACKEND_ACTIVE };
+            if down.contains(&b.ip) {
+                flags |= BACKEND_DOWN;
+            }
+            let entry = BackendEntry { ip: be_addr(b.ip), port, pad: 0, svc_id: id, weight: b.weight, gen, flags };
             self.backends.set(slot, entry, 0).map_err(|e| Error::map("writing backends", e))?;
             slots.push(slot);
         }
-        let base = id * RING_SIZE as u32;
-        for (i, &b) in table.iter().enumerate() {
-            self.ring.set(base + i as u32, slots[b as usize], 0).map_err(|e| Error::map("writing the ring", e))?;
-        }
+        self.write_ring(id, &table, &slots)?;
         if existing.is_none() {
             self.svc_stats.set(id, zeros()?, 0).map_err(|e| Error::map("resetting svc_stats", e))?;
         }
@@ -553,6 +556,53 @@ impl Dataplane {
             removed += 1;
         }
         Ok(Change { created: existing.is_none(), added, removed })
+    }
+
+    /// Mark backend `ip` of service `key` down (health checks failed) or up
+    /// again; false when it was so already. A backend that is down owns no
+    /// table entry, so new flows go to the others, while the flows it has
+    /// keep it (their conntrack entries still match its slot); when every
+    /// backend is down, all keep their entries ([`crate::table::build_healthy`]).
+    pub fn set_down(&mut self, key: &ServiceKey, ip: Ipv4Addr, down: bool) -> Result<bool, Error> {
+        let info = self
+            .services()?
+            .into_iter()
+            .find(|s| s.spec.key == *key)
+            .ok_or_else(|| Error::Spec(format!("no service {key}")))?;
+        let i = info
+            .spec
+            .backends
+            .iter()
+            .position(|b| b.ip == ip)
+            .ok_or_else(|| Error::Spec(format!("{key} has no endpoint {ip}")))?;
+        if info.down[i] == down {
+            return Ok(false);
+        }
+        let slot = info.slots[i];
+        let entry = self.backends.get(&slot, 0).map_err(|e| Error::map("reading backends", e))?;
+        let flags = if down { entry.flags | BACKEND_DOWN } else { entry.flags & !BACKEND_DOWN };
+        self.backends.set(slot, BackendEntry { flags, ..entry }, 0).map_err(|e| Error::map("writing backends", e))?;
+        let mut is_down = info.down.clone();
+        is_down[i] = down;
+        let down_ips: Vec<Ipv4Addr> =
+            info.spec.backends.iter().zip(&is_down).filter(|(_, &d)| d).map(|(b, _)| b.ip).collect();
+        let (sorted, table) =
+            crate::table::build_healthy(&info.spec, &down_ips).map_err(|e| Error::Spec(e.to_string()))?;
+        let slots: Vec<u32> = sorted
+            .iter()
+            .map(|b| info.slots[info.spec.backends.iter().position(|x| x.ip == b.ip).expect("the same backends")])
+            .collect();
+        self.write_ring(info.id, &table, &slots)?;
+        Ok(true)
+    }
+
+    /// Point service `id`'s ring at `slots`, by table entry.
+    fn write_ring(&mut self, id: u32, table: &[u32], slots: &[u32]) -> Result<(), Error> {
+        let base = id * RING_SIZE as u32;
+        for (i, &b) in table.iter().enumerate() {
+            self.ring.set(base + i as u32, slots[b as usize], 0).map_err(|e| Error::map("writing the ring", e))?;
+        }
+        Ok(())
     }
 
     /// Remove a service; false when there was none.
@@ -593,6 +643,7 @@ impl Dataplane {
                 },
                 id: v.id,
                 slots: backends.iter().map(|(s, _)| *s).collect(),
+                down: backends.iter().map(|(_, e)| e.flags & BACKEND_DOWN != 0).collect(),
             });
         }
         out.sort_by_key(|s| s.spec.key);

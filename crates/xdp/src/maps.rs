@@ -30,6 +30,9 @@ pub const BACKEND_ACTIVE: u32 = 1;
 /// Backend flag: its service is in DSR mode (a copy of [`SVC_DSR`], so that
 /// a packet of a known flow needs no service lookup).
 pub const BACKEND_DSR: u32 = 2;
+/// Backend flag, control plane only: health checks found it down, so it
+/// owns no table entry (new flows avoid it; its established flows stay).
+pub const BACKEND_DOWN: u32 = 4;
 
 /// The `totals` counters, in map order, with the names `lb stats` prints.
 pub const TOTALS: [&str; 6] = ["passed", "malformed", "no_backend", "nat_replies", "kernel_forwarded", "unsupported"];

@@ -134,13 +134,16 @@ impl Topology {
 
     /// Run `f` on a thread inside the client namespace.
     pub fn in_client<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        self.spawn_in_client(f).join().unwrap()
+    }
+
+    /// Start `f` on a thread inside the client namespace.
+    pub fn spawn_in_client<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
         let ns = Netns::attach(&format!("{}-c", self.prefix));
         std::thread::spawn(move || {
             ns.enter().unwrap();
             f()
         })
-        .join()
-        .unwrap()
     }
 }
 
