@@ -4,7 +4,8 @@
 //! only the per-packet cost benchmark loads, and `bpf/peer_pass.bpf.c` (an
 //! empty program: the benchmark's floor). Without clang the
 //! crate still builds and tests pass: the loader then reports that the data
-//! plane was not built, and the BPF tests say they were skipped and why.
+//! plane was not built (and the BPF tests, ignored unless asked for, fail
+//! saying so). The first build after clang appears compiles the program.
 //! `FULCRUM_CLANG` names another clang; `scripts/xdp-setup` installs it.
 
 use std::path::{Path, PathBuf};
@@ -18,8 +19,14 @@ fn main() {
     println!("cargo::rerun-if-env-changed=FULCRUM_CLANG");
     let clang = std::env::var("FULCRUM_CLANG").unwrap_or_else(|_| "clang".into());
     let Some(clang_path) = find(&clang) else {
-        // Rebuild once clang appears (a missing file counts as changed).
-        println!("cargo::rerun-if-changed=/usr/bin/clang");
+        // Rebuild once clang appears. Watching the file it would be is not
+        // enough: a package installs it with the package's timestamp, older
+        // than this build, so cargo would not see a change. The directories
+        // it may appear in do change (an entry is added), and so may PATH.
+        for dir in search_dirs(&clang) {
+            println!("cargo::rerun-if-changed={}", dir.display());
+        }
+        println!("cargo::rerun-if-env-changed=PATH");
         println!("cargo::warning=clang not found: the XDP data plane is not built (run scripts/xdp-setup)");
         return;
     };
@@ -49,6 +56,20 @@ fn main() {
         // treated like one without clang, loudly.
         Err(e) => println!("cargo::warning={e}: the XDP data plane is not built"),
     }
+}
+
+/// The existing directories `program` would be found in: its own for a
+/// path, otherwise those of PATH. (A directory that does not exist cannot
+/// be watched: cargo would take it as changed on every build.)
+fn search_dirs(program: &str) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = if program.contains('/') {
+        Path::new(program).parent().map(Path::to_path_buf).into_iter().collect()
+    } else {
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default()
+    };
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().filter(|d| d.is_dir()).collect();
+    dirs.dedup();
+    dirs
 }
 
 fn find(program: &str) -> Option<PathBuf> {

@@ -4,15 +4,20 @@
 //! bpffs (`--pin-dir`), so each call is a short-lived process and the data
 //! plane with its flows outlives it; `create --iface` also attaches the
 //! program, `detach` and `reset` undo that. The work is in `fulcrum-xdp`.
+//! `conntrack` lists and counts the connection-tracking entries, sweeps
+//! the expired ones (`--gc`) and sets the idle timeout of each state.
 //! On a scale-out node, `announce`, `drain` and `bird-config` tie the node to
 //! BIRD (`crate::bird`): a VIP is announced while the program is attached and
-//! its service has a backend of non-zero weight.
+//! its service has a backend of non-zero weight that `health` has not found
+//! down (`crate::lb_health`).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
-use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, XdpMode, DEFAULT_PIN_DIR};
+use fulcrum_xdp::conntrack::{Counts, Entry, State, Timeouts};
+use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, Sweep, XdpMode, DEFAULT_PIN_DIR};
 use fulcrum_xdp::fleet::{self, Ecmp};
 use fulcrum_xdp::maps::Counters;
 use fulcrum_xdp::spec::{self, Protocol, Select, ServiceKey, ServiceSpec};
@@ -90,6 +95,20 @@ their backend while it stays; a backend of weight 0 takes no new flow.")]
         #[command(flatten)]
         output: JsonOutput,
     },
+    /// List and count the connection-tracking entries; delete the expired
+    /// ones (--gc); set the idle timeout of a state (--timeout).
+    #[command(
+        after_help = "Examples:\n  fulcrum lb conntrack --count\n  fulcrum lb conntrack --json | jq '.counts'\n  \
+fulcrum lb conntrack --gc --interval 10s\n  fulcrum lb conntrack --timeout established=1h --timeout udp=30s"
+    )]
+    Conntrack(ConntrackArgs),
+    /// Check every backend's health until stopped: a backend that fails
+    /// --fall checks in a row takes no new flows (its established ones
+    /// stay) until it passes --rise in a row; a VIP with no healthy backend
+    /// is withdrawn from BGP.
+    #[command(after_help = "Examples:\n  fulcrum lb health\n  \
+fulcrum lb health --kind http --path /healthz --interval 2s --fall 3 --rise 2 --gc")]
+    Health(crate::lb_health::HealthArgs),
     /// Detach the program from an interface.
     #[command(after_help = "Examples:\n  fulcrum lb detach --iface eth0")]
     Detach {
@@ -101,7 +120,8 @@ their backend while it stays; a backend of weight 0 takes no new flow.")]
     #[command(after_help = "Examples:\n  fulcrum lb reset")]
     Reset,
     /// Announce over BGP (through BIRD) every VIP whose service has a
-    /// backend of non-zero weight, while the program is attached.
+    /// backend of non-zero weight that is not down, while the program is
+    /// attached.
     #[command(after_help = "Examples:\n  fulcrum lb announce\n  \
         fulcrum lb --bird-socket /run/bird/bird.ctl announce")]
     Announce,
@@ -126,6 +146,27 @@ Needs no root and touches nothing: the nodes, the router and the flows are model
     #[command(after_help = "Examples:\n  \
         fulcrum lb bird-config --local 10.0.0.2 --peer 10.0.0.1 > /etc/bird/bird.conf")]
     BirdConfig(BirdConfigArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+struct ConntrackArgs {
+    /// Print the counts, not the entries.
+    #[arg(long)]
+    count: bool,
+    /// Delete the expired entries, so that new flows take their room
+    /// rather than evict live flows.
+    #[arg(long)]
+    gc: bool,
+    /// With --gc: sweep every DURATION (e.g. 5s) until stopped.
+    #[arg(long, requires = "gc", value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
+    /// Set the idle timeout of a state: STATE=DURATION, the state one of
+    /// syn, established, closing, udp (e.g. established=1h); repeat for
+    /// several. Entries follow at their next packet.
+    #[arg(long = "timeout", value_name = "STATE=DURATION")]
+    timeouts: Vec<String>,
+    #[command(flatten)]
+    output: JsonOutput,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -242,6 +283,10 @@ struct CreateArgs {
     /// XDP attach mode: native (driver), generic (skb) or auto.
     #[arg(long, default_value = "native")]
     xdp_mode: String,
+    /// Entries of the conntrack map, fixed when the data plane is created:
+    /// 524288 unless given (a NAT flow takes two).
+    #[arg(long)]
+    conntrack_entries: Option<u32>,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -256,7 +301,7 @@ fn input(e: spec::SpecError) -> Failure {
     Failure::input(e.0)
 }
 
-fn failure(e: fulcrum_xdp::Error) -> Failure {
+pub(crate) fn failure(e: fulcrum_xdp::Error) -> Failure {
     if e.is_input() {
         Failure::input(e.to_string())
     } else {
@@ -273,6 +318,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
         LbCommand::List { output } => list(dir, output.wanted(), &bgp),
         LbCommand::Delete(d) => delete(dir, d).and_then(|()| bgp.refresh(dir)),
         LbCommand::Stats { output } => stats(dir, output.wanted()),
+        LbCommand::Conntrack(c) => conntrack(dir, c),
+        LbCommand::Health(h) => crate::lb_health::run(dir, h, || bgp.refresh(dir)),
         LbCommand::Detach { iface } => {
             let done = dataplane::detach(dir, &iface).map_err(failure)?;
             println!("{}", if done { format!("detached from {iface}") } else { format!("not attached to {iface}") });
@@ -342,7 +389,8 @@ impl Bgp<'_> {
 }
 
 /// The VIPs this node may announce: none unless the program is attached
-/// somewhere; otherwise those of services with a backend of non-zero weight.
+/// somewhere; otherwise those of services with a backend of non-zero weight
+/// that health checks have not found down.
 fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
     if dataplane::attached(dir).is_empty() {
         return Ok(Vec::new());
@@ -352,8 +400,8 @@ fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
         Err(fulcrum_xdp::Error::NotCreated(_)) => return Ok(Vec::new()),
         Err(e) => return Err(failure(e)),
     };
-    let mut vips: Vec<Ipv4Addr> =
-        services.iter().filter(|s| s.spec.backends.iter().any(|b| b.weight > 0)).map(|s| s.spec.key.vip).collect();
+    let serving = |s: &ServiceInfo| s.spec.backends.iter().zip(&s.down).any(|(b, &down)| b.weight > 0 && !down);
+    let mut vips: Vec<Ipv4Addr> = services.iter().filter(|s| serving(s)).map(|s| s.spec.key.vip).collect();
     vips.dedup();
     Ok(vips)
 }
@@ -375,7 +423,11 @@ fn create(dir: &Path, c: CreateArgs) -> Result<(), Failure> {
         hash: spec::parse_hash(&c.flow_hash).map_err(input)?,
     };
     spec.validate().map_err(input)?;
-    let mut dp = Dataplane::open_pinned(dir, true).map_err(failure)?;
+    let mut dp = match c.conntrack_entries {
+        Some(n) => Dataplane::create_pinned(dir, n),
+        None => Dataplane::open_pinned(dir, true),
+    }
+    .map_err(failure)?;
     let change = dp.upsert(&spec).map_err(failure)?;
     if change.created {
         println!("created {} with {} endpoints", spec.key, spec.backends.len());
@@ -462,7 +514,9 @@ fn services_json(services: &[ServiceInfo], attached: &[String], bgp: Option<&Ann
                 "mode": lower(spec.mode),
                 "select": lower(spec.select),
                 "flow_hash": lower(spec.hash),
-                "endpoints": spec.backends.iter().map(|b| json!({"ip": b.ip.to_string(), "weight": b.weight})).collect::<Vec<_>>(),
+                "endpoints": spec.backends.iter().zip(&s.down)
+                    .map(|(b, &down)| json!({"ip": b.ip.to_string(), "weight": b.weight, "healthy": !down}))
+                    .collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -522,7 +576,12 @@ fn list(dir: &Path, json: bool, bgp: &Bgp) -> Result<(), Failure> {
     );
     for s in &services {
         let spec = &s.spec;
-        let endpoints: Vec<String> = spec.backends.iter().map(|b| format!("{}:{}", b.ip, b.weight)).collect();
+        let endpoints: Vec<String> = spec
+            .backends
+            .iter()
+            .zip(&s.down)
+            .map(|(b, &down)| format!("{}:{}{}", b.ip, b.weight, if down { "(down)" } else { "" }))
+            .collect();
         println!(
             "{:<16} {:>5} {:<5} {:>5} {:<4} {:<10} {:<7} {}",
             spec.key.vip.to_string(),
@@ -579,6 +638,128 @@ fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `STATE=DURATION` settings over `current`.
+fn parse_timeouts(current: Timeouts, settings: &[String]) -> Result<Timeouts, Failure> {
+    let mut t = current;
+    for s in settings {
+        let (state, d) = s
+            .split_once('=')
+            .ok_or_else(|| Failure::input(format!("--timeout {s:?}: give STATE=DURATION, e.g. established=1h")))?;
+        let state = State::parse(state.trim()).map_err(Failure::input)?;
+        let d = humantime::parse_duration(d.trim())
+            .map_err(|e| Failure::input(format!("--timeout {s:?}: {e} (a duration like 10s or 15m)")))?;
+        t.set(state, d).map_err(Failure::input)?;
+    }
+    Ok(t)
+}
+
+fn timeouts_text(t: &Timeouts) -> String {
+    let items: Vec<String> =
+        State::ALL.iter().map(|&s| format!("{s} {}", humantime::format_duration(t.get(s)))).collect();
+    items.join(", ")
+}
+
+fn timeouts_json(t: &Timeouts) -> Value {
+    State::ALL.iter().map(|&s| (s.name().to_string(), json!(t.get(s).as_secs_f64()))).collect()
+}
+
+fn counts_json(c: &Counts, capacity: u32) -> Value {
+    let states: serde_json::Map<String, Value> =
+        State::ALL.iter().zip(c.by_state).map(|(s, n)| (s.name().to_string(), json!(n))).collect();
+    json!({"entries": c.total, "capacity": capacity, "forward": c.forward, "reply": c.reply,
+           "expired": c.expired, "states": states})
+}
+
+fn entry_json(e: &Entry) -> Value {
+    json!({
+        "direction": e.direction.name(),
+        "protocol": e.proto.map_or_else(|| e.key.proto.to_string(), |p| p.to_string()),
+        "source": e.src.to_string(),
+        "destination": e.dst.to_string(),
+        "via": e.via.map(|v| v.to_string()),
+        "state": e.state.name(),
+        "idle_s": e.idle.as_secs_f64(),
+        "expired": e.expired,
+    })
+}
+
+fn sweep_json(s: &Sweep) -> Value {
+    json!({"examined": s.examined, "deleted": s.deleted})
+}
+
+fn conntrack(dir: &Path, a: ConntrackArgs) -> Result<(), Failure> {
+    let json = a.output.wanted();
+    let mut dp = Dataplane::open_pinned(dir, false).map_err(failure)?;
+    if !a.timeouts.is_empty() {
+        let t = parse_timeouts(dp.timeouts().map_err(failure)?, &a.timeouts)?;
+        dp.set_timeouts(&t).map_err(failure)?;
+        if json {
+            println!("{}", json!({ "timeouts_s": timeouts_json(&t) }));
+        } else {
+            println!("timeouts: {}", timeouts_text(&t));
+        }
+        return Ok(());
+    }
+    if a.gc {
+        loop {
+            let s = dp.conntrack_gc().map_err(failure)?;
+            if json {
+                println!("{}", sweep_json(&s));
+            } else {
+                println!("swept: {} expired entries deleted of {}", s.deleted, s.examined);
+            }
+            let Some(every) = a.interval else { return Ok(()) };
+            std::thread::sleep(every);
+        }
+    }
+    let entries = dp.conntrack().map_err(failure)?;
+    let counts = Counts::of(&entries);
+    let capacity = dp.conntrack_capacity().map_err(failure)?;
+    let timeouts = dp.timeouts().map_err(failure)?;
+    if json {
+        let mut v = json!({"counts": counts_json(&counts, capacity), "timeouts_s": timeouts_json(&timeouts)});
+        if !a.count {
+            v["entries"] = entries.iter().map(entry_json).collect();
+        }
+        println!("{v}");
+        return Ok(());
+    }
+    if !a.count {
+        println!(
+            "{:<8} {:<5} {:<21} {:<21} {:<21} {:<11} {:>9} EXPIRES",
+            "DIR", "PROTO", "SOURCE", "DESTINATION", "VIA", "STATE", "IDLE"
+        );
+        for e in &entries {
+            let expires = if e.expired {
+                "expired".to_string()
+            } else {
+                format!("in {:.1}s", timeouts.get(e.state).saturating_sub(e.idle).as_secs_f64())
+            };
+            println!(
+                "{:<8} {:<5} {:<21} {:<21} {:<21} {:<11} {:>8.1}s {expires}",
+                e.direction.name(),
+                e.proto.map_or_else(|| e.key.proto.to_string(), |p| p.to_string()),
+                e.src.to_string(),
+                e.dst.to_string(),
+                e.via.map_or_else(|| "(backend gone)".to_string(), |v| v.to_string()),
+                e.state.name(),
+                e.idle.as_secs_f64(),
+            );
+        }
+    }
+    let states: Vec<String> = State::ALL.iter().zip(counts.by_state).map(|(s, n)| format!("{s} {n}")).collect();
+    println!(
+        "entries: {} of {capacity} ({} forward, {} reply); {}; {} expired",
+        counts.total,
+        counts.forward,
+        counts.reply,
+        states.join(", "),
+        counts.expired
+    );
+    println!("timeouts: {}", timeouts_text(&timeouts));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -595,6 +776,20 @@ mod tests {
             },
             id: 0,
             slots: vec![0, 1],
+            down: vec![false, true],
+        }
+    }
+
+    #[test]
+    fn timeouts_parse_over_the_current_ones() {
+        let t = parse_timeouts(Timeouts::default(), &["established=1h".into(), "udp = 30s".into()]).unwrap();
+        assert_eq!(t.get(State::Established), Duration::from_secs(3600));
+        assert_eq!(t.get(State::Udp), Duration::from_secs(30));
+        assert_eq!(t.get(State::Closing), Duration::from_secs(10));
+        assert_eq!(timeouts_text(&t), "syn 1m, established 1h, closing 10s, udp 30s");
+        assert_eq!(timeouts_json(&t)["established"], json!(3600.0));
+        for bad in ["established", "fin=10s", "udp=soon", "syn=0s"] {
+            assert!(parse_timeouts(Timeouts::default(), &[bad.into()]).is_err(), "{bad}");
         }
     }
 
@@ -612,7 +807,10 @@ mod tests {
             (&s["mode"], &s["select"], &s["flow_hash"]),
             (&json!("dsr"), &json!("rendezvous"), &json!("murmur3"))
         );
-        assert_eq!(s["endpoints"], json!([{"ip": "31.31.31.1", "weight": 1}, {"ip": "32.32.32.1", "weight": 2}]));
+        assert_eq!(
+            s["endpoints"],
+            json!([{"ip": "31.31.31.1", "weight": 1, "healthy": true}, {"ip": "32.32.32.1", "weight": 2, "healthy": false}])
+        );
         assert_eq!(v["attached"], json!(["eth0"]));
     }
 

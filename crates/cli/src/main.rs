@@ -9,6 +9,7 @@ mod ctl;
 mod demo;
 mod fabric;
 mod lb;
+mod lb_health;
 mod load;
 mod reference;
 mod serve;

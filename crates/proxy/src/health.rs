@@ -3,7 +3,8 @@
 //! GET or a TCP connect, and the verdicts go to
 //! [`SharedCluster::record_check`], which flips an endpoint's health after
 //! `unhealthy_threshold` failures or `healthy_threshold` passes in a row.
-//! Runs on the control thread, never on a worker.
+//! Runs on the control thread, never on a worker. [`probe`] is also what
+//! `fulcrum lb health` checks the L4 data plane's backends with.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,8 +19,9 @@ use tokio::sync::watch;
 use crate::cluster::SharedCluster;
 use crate::config::{HealthCheck, HealthCheckKind};
 
-/// One probe of `addr`: whether it passed.
-async fn probe(check: &HealthCheck, addr: SocketAddr) -> bool {
+/// One probe of `addr` as `check` says (its kind, path, statuses and
+/// timeout): whether it passed.
+pub async fn probe(check: &HealthCheck, addr: SocketAddr) -> bool {
     let attempt = async {
         let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
         if check.kind == HealthCheckKind::Tcp {

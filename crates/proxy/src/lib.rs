@@ -26,7 +26,7 @@ pub mod error;
 pub mod ext_connect;
 pub mod grpc;
 pub mod h1;
-mod health;
+pub mod health;
 pub mod http;
 pub mod local_reply;
 pub mod metrics;

@@ -13,7 +13,8 @@
 // such a packet costs one hash lookup: the services map is read only for a
 // flow's first packet and for traffic that is not for a service. In front of
 // it, a small direct-mapped per-CPU flow cache (an array) spares a flow this
-// CPU saw recently even that lookup. Two forwarding modes:
+// CPU saw recently even that lookup. Conntrack entries age by protocol and
+// TCP state (see "Connection tracking by state" below). Two forwarding modes:
 //   NAT: the destination is rewritten to the backend (address and port), and
 //        the replies, which the backends route back through the LB, get the
 //        VIP back as their source; checksums are updated incrementally.
@@ -41,7 +42,7 @@
 #define MAX_SERVICES 64
 #define RING_SIZE 65537 /* prime, fulcrum-balance's default Maglev size */
 #define MAX_BACKENDS 1024
-#define MAX_FLOWS 262144
+#define MAX_FLOWS 262144 /* the default; the control plane may size conntrack otherwise */
 #define NO_BACKEND 0xffffffffu
 #define FLOW_REPLY 0xfffffffeu /* conntrack entry of a NAT flow's reply direction */
 
@@ -64,6 +65,38 @@
 #define FLOW_CACHE_REFRESH_JIFFIES 250
 
 #define AF_INET 2
+
+/* TCP flags (byte 13 of the header). */
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+/* Connection tracking by state. An entry records the state of its flow and
+ * when a packet last went through it (bpf_ktime_get_coarse_ns(), which is
+ * CLOCK_MONOTONIC_COARSE to userspace); it has expired once idle for longer
+ * than its state's timeout (ct_config, written by the control plane):
+ *   CT_SYN          the flow's packets so far were SYNs (a SYN flood's
+ *                   entries, or the server's SYN-ACK in the reply direction);
+ *   CT_ESTABLISHED  a TCP packet without SYN was seen;
+ *   CT_CLOSING      a FIN or RST was seen in either direction;
+ *   CT_UDP          UDP.
+ * A packet whose forward entry has expired, or a SYN on a closing entry (the
+ * client reusing its port), is a new flow: it takes the table's backend. The
+ * LRU map cannot choose what it evicts, so expired entries are deleted by a
+ * userspace sweep (`fulcrum lb conntrack --gc`), which returns their room to
+ * the map before a new flow would have to evict a live one. Only flows in
+ * CT_ESTABLISHED or CT_UDP enter the per-CPU flow cache, and a TCP FIN or
+ * RST never takes the cache's path, so that every state change passes
+ * through the conntrack entry; a cached flow refreshes its entry's time
+ * every FLOW_CACHE_REFRESH_JIFFIES. */
+enum {
+	CT_SYN = 0,
+	CT_ESTABLISHED = 1,
+	CT_CLOSING = 2,
+	CT_UDP = 3,
+	CT_STATES = 4,
+};
 
 /* Indices of the `totals` counters. */
 enum {
@@ -118,7 +151,14 @@ struct flow {
 	__u32 gen;
 	__u32 vip;     /* FLOW_REPLY: network order */
 	__u16 port;    /* FLOW_REPLY: network order */
-	__u16 pad;
+	__u8 state;    /* CT_* */
+	__u8 pad;
+	__u64 seen;    /* bpf_ktime_get_coarse_ns() of the last packet */
+};
+
+/* Idle timeout of each CT_* state, in nanoseconds. */
+struct ct_config {
+	__u64 timeout_ns[CT_STATES];
 };
 
 /* A flow cache entry: a copy of a forward flow's conntrack entry. */
@@ -172,6 +212,13 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct flow);
 } conntrack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ct_config);
+} ct_config SEC(".maps");
 
 /* Direct-mapped, per CPU (no locks, no torn entries), in front of the
  * conntrack map: a packet of a flow this CPU has seen recently costs no hash
@@ -402,12 +449,66 @@ static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struc
 	return send(ctx, eth, fib.dmac, fib.smac, fib.ifindex);
 }
 
+/* The state of a new entry for a packet with TCP flags `flags`. */
+static __always_inline __u8 ct_first_state(int is_udp, __u8 flags)
+{
+	if (is_udp)
+		return CT_UDP;
+	if (flags & (TCP_FIN | TCP_RST))
+		return CT_CLOSING;
+	if (flags & TCP_SYN)
+		return CT_SYN;
+	return CT_ESTABLISHED;
+}
+
+/* The state of an entry in `state` after a packet with TCP flags `flags`
+ * (0 for UDP). */
+static __always_inline __u8 ct_next_state(__u8 state, __u8 flags)
+{
+	if (flags & (TCP_FIN | TCP_RST))
+		return CT_CLOSING;
+	if (state == CT_SYN && !(flags & TCP_SYN))
+		return CT_ESTABLISHED;
+	return state;
+}
+
+/* The entry has been idle for longer than its state allows. Signed: another
+ * CPU may have stamped the entry after `now` was read. */
+static __always_inline int ct_expired(const struct flow *f, __u64 now)
+{
+	__u32 zero = 0;
+	struct ct_config *cfg = bpf_map_lookup_elem(&ct_config, &zero);
+	return cfg && (__s64)(now - f->seen) > (__s64)cfg->timeout_ns[f->state & (CT_STATES - 1)];
+}
+
+/* A FIN or RST in one direction of a NAT flow closes the other direction's
+ * entry too. */
+static __always_inline void ct_close(const struct flow_key *other, __u64 now)
+{
+	struct flow *f = bpf_map_lookup_elem(&conntrack, other);
+	if (f) {
+		f->state = CT_CLOSING;
+		f->seen = now;
+	}
+}
+
+/* Keep a forward flow in this CPU's flow cache entry if its state may be
+ * served from there; otherwise make sure the entry does not hold it. */
+static __always_inline void ct_cache(struct cached_flow *cached, int same, const struct flow_key *key, __u32 slot,
+				     __u32 gen, __u8 state, __u64 jiffies)
+{
+	if (state == CT_ESTABLISHED || state == CT_UDP)
+		cache_flow(cached, key, slot, gen, jiffies);
+	else if (cached && same)
+		cached->key.proto = 0;
+}
+
 /* Count the packet and forward it to backend `b` (in `slot`): in DSR mode as
  * it is, in NAT mode with its destination rewritten, after remembering the
- * reply direction of a new flow. */
+ * reply direction of a new flow (in `state`, stamped `t`). */
 static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip, __u16 *l4sum,
 				   __u16 *ports, int is_udp, const struct flow_key *key, const struct backend *b,
-				   __u32 slot, __u64 bytes, __u32 is_new)
+				   __u32 slot, __u64 bytes, __u32 is_new, __u8 state, __u64 t)
 {
 	add(&svc_stats, b->svc_id, bytes, is_new);
 	add(&backend_stats, slot, bytes, is_new);
@@ -421,7 +522,13 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, struc
 			.dport = key->sport,
 			.proto = key->proto,
 		};
-		struct flow origin = { .backend = FLOW_REPLY, .vip = key->daddr, .port = key->dport };
+		struct flow origin = {
+			.backend = FLOW_REPLY,
+			.vip = key->daddr,
+			.port = key->dport,
+			.state = state,
+			.seen = t,
+		};
 		bpf_map_update_elem(&conntrack, &reply, &origin, BPF_ANY);
 	}
 	rewrite(ip, l4sum, &ip->daddr, &ports[1], b->ip, b->port, is_udp);
@@ -464,6 +571,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 	int is_udp = ip->protocol == IPPROTO_UDP;
 	__u16 *ports = (void *)(ip + 1);
 	__u16 *l4sum;
+	__u8 tcp_flags = 0;
 	if (is_udp) {
 		struct udphdr *udp = (void *)(ip + 1);
 		if ((void *)(udp + 1) > data_end)
@@ -474,10 +582,12 @@ int fulcrum_lb(struct xdp_md *ctx)
 		if ((void *)(tcp + 1) > data_end)
 			return count(T_MALFORMED, XDP_DROP);
 		l4sum = &tcp->check;
+		tcp_flags = ((__u8 *)tcp)[13];
 	}
 
 	struct flow_key key = flow_key_of(ip, ports);
-	/* A flow this CPU has seen recently: no hash lookup. */
+	/* A flow this CPU has seen recently: no hash lookup. A FIN or RST
+	 * goes on to the conntrack entry, which records the state change. */
 	__u32 ci = cache_index(&key);
 	struct cached_flow *cached = bpf_map_lookup_elem(&flow_cache, &ci);
 	__u64 now = bpf_jiffies64();
@@ -487,36 +597,77 @@ int fulcrum_lb(struct xdp_md *ctx)
 		const __u64 *cl = (const __u64 *)&cached->key;
 		same = cl[0] == lanes[0] && cl[1] == lanes[1];
 	}
-	if (same) {
-		__u32 slot = cached->backend;
-		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
-		if (b && b->gen == cached->gen && (b->flags & BACKEND_ACTIVE)) {
+	struct backend *cb = 0;
+	__u32 cslot = 0;
+	if (cached && same && !(tcp_flags & (TCP_FIN | TCP_RST))) {
+		cslot = cached->backend;
+		cb = bpf_map_lookup_elem(&backends, &cslot);
+		if (cb && cb->gen == cached->gen && (cb->flags & BACKEND_ACTIVE)) {
 			if (now - cached->refreshed < FLOW_CACHE_REFRESH_JIFFIES)
-				return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0);
-			/* Refresh: the conntrack entry is authoritative; if the
-			 * LRU evicted it, this one goes back. */
-			if (!bpf_map_lookup_elem(&conntrack, &key)) {
-				struct flow again = { .backend = slot, .gen = cached->gen };
-				bpf_map_update_elem(&conntrack, &key, &again, BPF_ANY);
-			}
+				return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
+		} else {
+			cb = 0;
 		}
 	}
 
 	/* Otherwise the conntrack map: one hash lookup. */
 	struct flow *known = bpf_map_lookup_elem(&conntrack, &key);
+	if (!known && cb && cached) {
+		/* A cached flow due for a refresh whose entry the LRU evicted:
+		 * the entry goes back. */
+		struct flow again = {
+			.backend = cslot,
+			.gen = cached->gen,
+			.state = is_udp ? CT_UDP : CT_ESTABLISHED,
+			.seen = bpf_ktime_get_coarse_ns(),
+		};
+		bpf_map_update_elem(&conntrack, &key, &again, BPF_ANY);
+		cached->refreshed = now;
+		return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
+	}
+	/* The entries' clock, read only where an entry is stamped. */
+	__u64 t = 0;
 	if (known) {
+		t = bpf_ktime_get_coarse_ns();
+		__u8 st = ct_next_state(known->state, tcp_flags);
 		if (known->backend == FLOW_REPLY) {
+			if (st == CT_CLOSING && known->state != CT_CLOSING) {
+				struct flow_key origin = {
+					.saddr = key.daddr,
+					.daddr = known->vip,
+					.sport = key.dport,
+					.dport = known->port,
+					.proto = key.proto,
+				};
+				ct_close(&origin, t);
+			}
+			known->state = st;
+			known->seen = t;
 			rewrite(ip, l4sum, &ip->saddr, &ports[0], known->vip, known->port, is_udp);
 			count(T_REPLY, 0);
 			return forward(ctx, eth, ip, ip->daddr, NO_BACKEND);
 		}
 		__u32 slot = known->backend;
 		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
-		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE)) {
-			cache_flow(cached, &key, slot, known->gen, now);
-			return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0);
+		int reopened = known->state == CT_CLOSING && (tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE) && !reopened && !ct_expired(known, t)) {
+			if (st == CT_CLOSING && known->state != CT_CLOSING && !(b->flags & BACKEND_DSR)) {
+				struct flow_key reply = {
+					.saddr = b->ip,
+					.daddr = key.saddr,
+					.sport = b->port,
+					.dport = key.sport,
+					.proto = key.proto,
+				};
+				ct_close(&reply, t);
+			}
+			known->state = st;
+			known->seen = t;
+			ct_cache(cached, same, &key, slot, known->gen, st, now);
+			return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0, 0, 0);
 		}
-		/* Its backend has left: the flow is assigned again below. */
+		/* Its backend has left, it expired, or a SYN reopens a closed
+		 * flow: a new flow. */
 	}
 
 	struct svc_key sk = { .vip = ip->daddr, .port = ports[1], .proto = ip->protocol };
@@ -531,10 +682,13 @@ int fulcrum_lb(struct xdp_md *ctx)
 	struct backend *b = bpf_map_lookup_elem(&backends, &slot);
 	if (!b || !(b->flags & BACKEND_ACTIVE))
 		return count(T_NO_BACKEND, XDP_DROP);
-	struct flow remember = { .backend = slot, .gen = b->gen };
+	if (!known)
+		t = bpf_ktime_get_coarse_ns();
+	__u8 st = ct_first_state(is_udp, tcp_flags);
+	struct flow remember = { .backend = slot, .gen = b->gen, .state = st, .seen = t };
 	bpf_map_update_elem(&conntrack, &key, &remember, BPF_ANY);
-	cache_flow(cached, &key, slot, b->gen, now);
-	return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 1);
+	ct_cache(cached, same, &key, slot, b->gen, st, now);
+	return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 1, st, t);
 }
 
 /* bpf_fib_lookup is GPL-only: the kernel reads this string to allow it. */

@@ -21,30 +21,45 @@
 //!   variant each round, with at most 50,000 flows;
 //! - cold rows: M distinct flows, one call per packet (the first packets of
 //!   the flows, then their second packets), NAT, production program. Each
-//!   call starts with cold caches and carries the syscall's own overhead.
+//!   call starts with cold caches and carries the syscall's own overhead;
+//! - the conntrack sweep (`fulcrum lb conntrack --gc`) over the table the
+//!   new-flow cases filled: per entry examined when none has expired, and
+//!   when every one has and is deleted.
+//!
+//! A TCP flow's first packet is a SYN and the packets of known flows are
+//! ACKs, as on the wire: conntrack's state follows the flags, and only
+//! established flows enter the flow cache.
 //!
 //! usage: xdp_cost [REPEAT] [FLOWS] [ROUNDS]
 
 use std::net::Ipv4Addr;
 
 use fulcrum_balance::HashFunction;
+use fulcrum_xdp::conntrack::{State, Timeouts};
 use fulcrum_xdp::dataplane::{BenchMode, EmptyProgram};
 use fulcrum_xdp::fixture::{FibFixture, CLIENT, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP};
 use fulcrum_xdp::flow::Flow;
 use fulcrum_xdp::maps::Counters;
+use fulcrum_xdp::packet::tcp;
 use fulcrum_xdp::spec::{parse_endpoints, Mode, Protocol, Select, ServiceKey, ServiceSpec};
 use fulcrum_xdp::testrun::{self, action};
 use fulcrum_xdp::{packet, Loaded};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// A packet of a known flow (an ACK) from the client to the VIP.
 fn frame(sport: u16, dport: u16) -> Vec<u8> {
-    frame_to(VIP, sport, dport)
+    frame_to(VIP, sport, dport, tcp::ACK)
 }
 
-fn frame_to(dst: Ipv4Addr, sport: u16, dport: u16) -> Vec<u8> {
+/// A flow's first packet (a SYN) from the client to the VIP.
+fn syn(sport: u16, dport: u16) -> Vec<u8> {
+    frame_to(VIP, sport, dport, tcp::SYN)
+}
+
+fn frame_to(dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
     let flow = Flow { src: CLIENT, dst, sport, dport, proto: Protocol::Tcp };
-    packet::build(&flow, CLIENT_MAC, LB1_MAC, &[0u8; 6])
+    packet::build_tcp(&flow, flags, CLIENT_MAC, LB1_MAC, &[0u8; 6])
 }
 
 /// Ports 80/81: DSR with each hash; 82/83: NAT with each hash.
@@ -196,13 +211,13 @@ fn main() -> Res<()> {
     setup(&mut bench)?;
     let mut runner = Runner { prod, empty: EmptyProgram::new()?, call: 0 };
 
-    let other = frame_to(Ipv4Addr::new(10, 201, 9, 9), 1, 80);
+    let other = frame_to(Ipv4Addr::new(10, 201, 9, 9), 1, 80, tcp::ACK);
     let mut arp = other.clone();
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     // A client on the backends' segment: in and out through lb0 (XDP_TX),
     // as in scripts/xdp-topology's one-armed LB.
     let same_segment = Flow { src: Ipv4Addr::new(10, 201, 0, 15), dst: VIP, sport: 1, dport: 80, proto: Protocol::Tcp };
-    let tx = packet::build(&same_segment, [2, 0, 0, 0, 0, 15], LB0_MAC, &[0u8; 6]);
+    let tx = packet::build_tcp(&same_segment, tcp::ACK, [2, 0, 0, 0, 0, 15], LB0_MAC, &[0u8; 6]);
     let (lb0, lb1) = (net.lb0, net.lb1);
     let case = |name, prog, frame: Vec<u8>, port, new, want| Case {
         name,
@@ -234,8 +249,8 @@ fn main() -> Res<()> {
         cases.push(case(n("DSR hit"), Production, frame(1, dsr), Some(dsr), false, action::REDIRECT));
         cases.push(case(n("DSR hit uncached"), Bench(Uncached), frame(1, dsr), Some(dsr), false, action::REDIRECT));
         cases.push(case(n("NAT hit"), Bench(Restore), frame(1, nat), Some(nat), false, action::REDIRECT));
-        cases.push(case(n("DSR new"), Bench(NewFlows), frame(2, dsr), Some(dsr), true, action::REDIRECT));
-        cases.push(case(n("NAT new"), Bench(NewFlows), frame(2, nat), Some(nat), true, action::REDIRECT));
+        cases.push(case(n("DSR new"), Bench(NewFlows), syn(2, dsr), Some(dsr), true, action::REDIRECT));
+        cases.push(case(n("NAT new"), Bench(NewFlows), syn(2, nat), Some(nat), true, action::REDIRECT));
     }
     // New flows into a table that is not full: a fresh load each round, and
     // few enough flows that no insert evicts (NAT takes two entries a flow).
@@ -288,11 +303,36 @@ fn main() -> Res<()> {
         println!("| benchmark prologue: {what} | - | {ns:.0} | variant − production, non-IP frame |");
     }
     for (nat_port, name) in [(82, "xxHash64"), (83, "MurmurHash3")] {
-        let fresh: Vec<Vec<u8>> = (0..flows).map(|i| frame(10_000u16.wrapping_add(i), nat_port)).collect();
-        let new = single_runs(&runner.prod, net.lb1, &fresh)?;
-        let again = single_runs(&runner.prod, net.lb1, &fresh)?;
+        let first: Vec<Vec<u8>> = (0..flows).map(|i| syn(10_000u16.wrapping_add(i), nat_port)).collect();
+        let second: Vec<Vec<u8>> = (0..flows).map(|i| frame(10_000u16.wrapping_add(i), nat_port)).collect();
+        let new = single_runs(&runner.prod, net.lb1, &first)?;
+        let again = single_runs(&runner.prod, net.lb1, &second)?;
         println!("| NAT, new flow, cold | {name} | {new:.0} | {flows} flows, one call each |");
         println!("| NAT, conntrack hit, cold | {name} | {again:.0} | the same {flows} flows again |");
     }
+    // The sweep, over the table the new-flow cases left full: nothing has
+    // expired (timeouts of an hour), then everything has (of a nanosecond).
+    let full = bench.dataplane.conntrack_capacity()?;
+    let timeouts = |d: std::time::Duration| -> Res<Timeouts> {
+        let mut t = Timeouts::default();
+        for state in State::ALL {
+            t.set(state, d)?;
+        }
+        Ok(t)
+    };
+    bench.dataplane.set_timeouts(&timeouts(std::time::Duration::from_secs(3600))?)?;
+    let sweep = |bench: &mut Loaded| -> Res<(f64, usize)> {
+        let start = std::time::Instant::now();
+        let s = bench.dataplane.conntrack_gc()?;
+        Ok((start.elapsed().as_nanos() as f64 / s.examined.max(1) as f64, s.deleted))
+    };
+    let (kept_ns, none) = sweep(&mut bench)?;
+    bench.dataplane.set_timeouts(&timeouts(std::time::Duration::from_nanos(1))?)?;
+    let (gone_ns, all) = sweep(&mut bench)?;
+    if none != 0 || all == 0 {
+        return Err(format!("the sweep deleted {none} entries of a live table and {all} of an expired one").into());
+    }
+    println!("| conntrack sweep, nothing expired, per entry | - | {kept_ns:.0} | a full table of {full} entries |");
+    println!("| conntrack sweep, all expired, per entry deleted | - | {gone_ns:.0} | {all} entries, each deleted |");
     Ok(())
 }

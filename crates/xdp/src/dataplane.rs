@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,7 @@ use aya::programs::Xdp;
 pub use aya::programs::XdpMode;
 use aya::{Ebpf, EbpfLoader};
 
+use crate::conntrack::{self, Entry, Timeouts};
 use crate::maps::*;
 use crate::spec::{Backend, Mode, Protocol, Select, ServiceKey, ServiceSpec};
 use crate::Error;
@@ -30,8 +32,18 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 9] =
-    ["services", "ring", "backends", "conntrack", "flow_cache", "nexthops", "svc_stats", "backend_stats", "totals"];
+const MAP_NAMES: [&str; 10] = [
+    "services",
+    "ring",
+    "backends",
+    "conntrack",
+    "ct_config",
+    "flow_cache",
+    "nexthops",
+    "svc_stats",
+    "backend_stats",
+    "totals",
+];
 
 const PROGRAM: &str = "fulcrum_lb";
 
@@ -107,6 +119,9 @@ pub struct ServiceInfo {
     pub id: u32,
     /// The backend slot of each of `spec.backends`.
     pub slots: Vec<u32>,
+    /// Whether health checks found each of `spec.backends` down
+    /// ([`Dataplane::set_down`]).
+    pub down: Vec<bool>,
 }
 
 /// A service with its counters.
@@ -131,11 +146,25 @@ pub struct Change {
     pub removed: usize,
 }
 
+/// What [`Dataplane::conntrack_gc`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// Entries in the table when the sweep read it.
+    pub examined: usize,
+    /// Expired entries deleted.
+    pub deleted: usize,
+}
+
+/// Entries of the conntrack map unless told otherwise (two per NAT flow).
+pub const DEFAULT_CONNTRACK_ENTRIES: u32 = 2 * MAX_FLOWS;
+
 /// The program's maps.
 pub struct Dataplane {
     services: HashMap<MapData, SvcKey, SvcValue>,
     ring: Array<MapData, u32>,
     backends: Array<MapData, BackendEntry>,
+    conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    ct_config: Array<MapData, CtConfig>,
     svc_stats: PerCpuArray<MapData, Counters>,
     backend_stats: PerCpuArray<MapData, Counters>,
     totals: PerCpuArray<MapData, u64>,
@@ -167,13 +196,18 @@ pub enum BenchMode {
 impl Loaded {
     /// Load the program and create fresh maps.
     pub fn new() -> Result<Self, Error> {
-        Self::load(object()?)
+        Self::load(object()?, DEFAULT_CONNTRACK_ENTRIES)
+    }
+
+    /// As [`Loaded::new`], with a conntrack map of `entries` entries.
+    pub fn with_conntrack_entries(entries: u32) -> Result<Self, Error> {
+        Self::load(object()?, entries)
     }
 
     /// Load the benchmark variant (`bpf/bench.h`), for `BPF_PROG_TEST_RUN`
     /// only; [`Loaded::bench_mode`] sets what its prologue does.
     pub fn bench() -> Result<Self, Error> {
-        Self::load(bench_object()?)
+        Self::load(bench_object()?, DEFAULT_CONNTRACK_ENTRIES)
     }
 
     /// Set the benchmark variant's prologue for the next call; `call` must
@@ -185,12 +219,16 @@ impl Loaded {
         config.set(0, [mode as u32, call], 0).map_err(|e| Error::map("writing bench_config", e))
     }
 
-    fn load(object: &[u8]) -> Result<Self, Error> {
-        let mut ebpf = EbpfLoader::new().load(object).map_err(|e| Error::load("loading lb.bpf.o", e))?;
+    fn load(object: &[u8], conntrack_entries: u32) -> Result<Self, Error> {
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("conntrack", conntrack_entries)
+            .load(object)
+            .map_err(|e| Error::load("loading lb.bpf.o", e))?;
         program(&mut ebpf)?;
-        let dataplane = Dataplane::from_maps(|name| {
+        let mut dataplane = Dataplane::from_maps(|name| {
             ebpf.take_map(name).ok_or_else(|| Error::Missing(format!("map {name} in lb.bpf.o")))
         })?;
+        dataplane.set_timeouts(&Timeouts::default())?;
         Ok(Loaded { ebpf, dataplane })
     }
 
@@ -245,14 +283,26 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Load the object with every map pinned under `dir` (created if missing,
-/// reused if pinned already).
-fn load_pinned(dir: &Path) -> Result<Ebpf, Error> {
+/// with `conntrack_entries` entries in the conntrack map and the default
+/// conntrack timeouts; reused if pinned already).
+fn load_pinned(dir: &Path, conntrack_entries: u32) -> Result<Ebpf, Error> {
     prepare_pin_dir(dir)?;
+    let fresh = !dir.join("ct_config").exists();
     let mut loader = EbpfLoader::new();
+    loader.map_max_entries("conntrack", conntrack_entries);
     for name in MAP_NAMES {
         loader.map_pin_path(name, dir.join(name));
     }
-    loader.load(object()?).map_err(|e| Error::load(format!("loading lb.bpf.o with maps in {}", dir.display()), e))
+    let mut ebpf = loader
+        .load(object()?)
+        .map_err(|e| Error::load(format!("loading lb.bpf.o with maps in {}", dir.display()), e))?;
+    if fresh {
+        let map = ebpf.map_mut("ct_config").ok_or_else(|| Error::Missing("map ct_config".into()))?;
+        let mut config: Array<&mut MapData, CtConfig> =
+            Array::try_from(map).map_err(|e| Error::map("map ct_config", e))?;
+        config.set(0, Timeouts::default().to_config(), 0).map_err(|e| Error::map("writing ct_config", e))?;
+    }
+    Ok(ebpf)
 }
 
 fn link_path(dir: &Path, iface: &str) -> PathBuf {
@@ -266,7 +316,7 @@ pub fn attach(dir: &Path, iface: &str, mode: XdpMode) -> Result<bool, Error> {
     if pin.exists() {
         return Ok(false);
     }
-    let mut ebpf = load_pinned(dir)?;
+    let mut ebpf = load_pinned(dir, DEFAULT_CONNTRACK_ENTRIES)?;
     let prog = program(&mut ebpf)?;
     let id = prog.attach(iface, mode).map_err(|e| Error::program(format!("attaching to {iface}"), e))?;
     let link = prog.take_link(id).map_err(|e| Error::program("taking the link", e))?;
@@ -323,6 +373,8 @@ impl Dataplane {
             services: typed(take("services")?, "services")?,
             ring: typed(take("ring")?, "ring")?,
             backends: typed(take("backends")?, "backends")?,
+            conntrack: typed(take("conntrack")?, "conntrack")?,
+            ct_config: typed(take("ct_config")?, "ct_config")?,
             svc_stats: typed(take("svc_stats")?, "svc_stats")?,
             backend_stats: typed(take("backend_stats")?, "backend_stats")?,
             totals: typed(take("totals")?, "totals")?,
@@ -332,17 +384,105 @@ impl Dataplane {
     /// The pinned maps under `dir`; with `create`, load and pin them first if
     /// they are not there (mounting bpffs if needed).
     pub fn open_pinned(dir: &Path, create: bool) -> Result<Self, Error> {
+        if create && !dir.join("services").exists() {
+            load_pinned(dir, DEFAULT_CONNTRACK_ENTRIES)?;
+        }
+        Self::open_existing(dir)
+    }
+
+    /// The pinned maps under `dir`, created and pinned first if they are not
+    /// there, with a conntrack map of `conntrack_entries` entries. When they
+    /// are, the size must be theirs: it is fixed until `reset`.
+    pub fn create_pinned(dir: &Path, conntrack_entries: u32) -> Result<Self, Error> {
         if !dir.join("services").exists() {
-            if !create {
-                return Err(Error::NotCreated(dir.to_owned()));
-            }
-            load_pinned(dir)?;
+            load_pinned(dir, conntrack_entries)?;
+        }
+        let dp = Self::open_existing(dir)?;
+        let size = dp.conntrack_capacity()?;
+        if size != conntrack_entries {
+            return Err(Error::Spec(format!(
+                "the data plane in {} has a conntrack map of {size} entries, not {conntrack_entries}: \
+                 its size is set when it is created (`fulcrum lb reset` removes it, with its services)",
+                dir.display()
+            )));
+        }
+        Ok(dp)
+    }
+
+    fn open_existing(dir: &Path) -> Result<Self, Error> {
+        if !dir.join("services").exists() {
+            return Err(Error::NotCreated(dir.to_owned()));
+        }
+        if !dir.join("ct_config").exists() {
+            return Err(Error::Missing(format!(
+                "map ct_config in {}: the data plane there was made by an older fulcrum (`fulcrum lb reset` \
+                 removes it, with its services)",
+                dir.display()
+            )));
         }
         Dataplane::from_maps(|name| {
             let path = dir.join(name);
             let data = MapData::from_pin(&path).map_err(|e| Error::map(format!("opening {}", path.display()), e))?;
             Map::from_map_data(data).map_err(|e| Error::map(format!("map {name}"), e))
         })
+    }
+
+    /// Entries the conntrack map can hold.
+    pub fn conntrack_capacity(&self) -> Result<u32, Error> {
+        use aya::maps::IterableMap;
+        Ok(self.conntrack.map().info().map_err(|e| Error::map("reading conntrack's size", e))?.max_entries())
+    }
+
+    /// The conntrack timeouts the program applies.
+    pub fn timeouts(&self) -> Result<Timeouts, Error> {
+        let c = self.ct_config.get(&0, 0).map_err(|e| Error::map("reading ct_config", e))?;
+        Ok(Timeouts::from_config(&c))
+    }
+
+    /// Change the conntrack timeouts; established flows follow at their next
+    /// packet.
+    pub fn set_timeouts(&mut self, t: &Timeouts) -> Result<(), Error> {
+        self.ct_config.set(0, t.to_config(), 0).map_err(|e| Error::map("writing ct_config", e))
+    }
+
+    /// Every conntrack entry as the map holds it, read in batches.
+    fn conntrack_raw(&self) -> Result<Vec<(FlowKey, FlowEntry)>, Error> {
+        use aya::maps::IterableMap;
+        crate::batch::lookup_all(self.conntrack.map().fd().as_fd(), 8192).map_err(|e| Error::io("reading conntrack", e))
+    }
+
+    /// Every conntrack entry, decoded now, ordered by direction and key.
+    pub fn conntrack(&self) -> Result<Vec<Entry>, Error> {
+        let mut entries = self.conntrack_unordered()?;
+        entries.sort_by_key(|e| (e.direction == conntrack::Direction::Reply, e.src, e.dst, e.key.proto));
+        Ok(entries)
+    }
+
+    fn conntrack_unordered(&self) -> Result<Vec<Entry>, Error> {
+        let backends: Vec<BackendEntry> = self.backend_entries()?.into_iter().map(|(_, e)| e).collect();
+        let timeouts = self.timeouts()?;
+        let now = conntrack::now_ns();
+        Ok(self.conntrack_raw()?.into_iter().map(|(k, v)| Entry::decode(k, v, &backends, now, &timeouts)).collect())
+    }
+
+    /// Delete the expired conntrack entries ([`conntrack::sweep`] says
+    /// which). The table is read twice, and an entry that changed in
+    /// between (had a packet) is kept.
+    pub fn conntrack_gc(&mut self) -> Result<Sweep, Error> {
+        use aya::maps::IterableMap;
+        let entries = self.conntrack_unordered()?;
+        let doomed = conntrack::sweep(&entries);
+        if doomed.is_empty() {
+            return Ok(Sweep { examined: entries.len(), deleted: 0 });
+        }
+        let mut again = self.conntrack_raw()?;
+        again.sort_unstable_by_key(|(k, _)| *k);
+        let unchanged =
+            |e: &Entry| again.binary_search_by_key(&e.key, |(k, _)| *k).is_ok_and(|i| again[i].1 == e.value);
+        let keys: Vec<FlowKey> = doomed.into_iter().filter(|e| unchanged(e)).map(|e| e.key).collect();
+        let deleted = crate::batch::delete(self.conntrack.map().fd().as_fd(), &keys)
+            .map_err(|e| Error::io("deleting from conntrack", e))?;
+        Ok(Sweep { examined: entries.len(), deleted })
     }
 
     /// Create `spec`'s service, or change it: backends that stay keep their
@@ -362,8 +502,14 @@ impl Dataplane {
             None => self.free_service_id()?,
         };
         let current = if existing.is_some() { self.backends_of(id)? } else { Vec::new() };
-        let (backends, table) = crate::table::build(spec).map_err(|e| Error::Spec(e.to_string()))?;
         let port = be_port(spec.backend_port);
+        // Backends that stay keep their health; new ones start healthy.
+        let down: Vec<Ipv4Addr> = current
+            .iter()
+            .filter(|(_, e)| e.flags & BACKEND_DOWN != 0 && e.port == port)
+            .map(|(_, e)| addr_of(e.ip))
+            .collect();
+        let (backends, table) = crate::table::build_healthy(spec, &down).map_err(|e| Error::Spec(e.to_string()))?;
         let mut free = self.free_backend_slots()?.into_iter();
         let mut slots = Vec::with_capacity(backends.len());
         let mut added = 0;
@@ -380,22 +526,15 @@ impl Dataplane {
                     (slot, old.gen)
                 }
             };
-            let entry = BackendEntry {
-                ip: be_addr(b.ip),
-                port,
-                pad: 0,
-                svc_id: id,
-                weight: b.weight,
-                gen,
-                flags: if spec.mode == Mode::Dsr { BACKEND_ACTIVE | BACKEND_DSR } else { BACKEND_ACTIVE },
-            };
+            let mut flags = if spec.mode == Mode::Dsr { BACKEND_ACTIVE | BACKEND_DSR } else { BACKEND_ACTIVE };
+            if down.contains(&b.ip) {
+                flags |= BACKEND_DOWN;
+            }
+            let entry = BackendEntry { ip: be_addr(b.ip), port, pad: 0, svc_id: id, weight: b.weight, gen, flags };
             self.backends.set(slot, entry, 0).map_err(|e| Error::map("writing backends", e))?;
             slots.push(slot);
         }
-        let base = id * RING_SIZE as u32;
-        for (i, &b) in table.iter().enumerate() {
-            self.ring.set(base + i as u32, slots[b as usize], 0).map_err(|e| Error::map("writing the ring", e))?;
-        }
+        self.write_ring(id, &table, &slots)?;
         if existing.is_none() {
             self.svc_stats.set(id, zeros()?, 0).map_err(|e| Error::map("resetting svc_stats", e))?;
         }
@@ -417,6 +556,53 @@ impl Dataplane {
             removed += 1;
         }
         Ok(Change { created: existing.is_none(), added, removed })
+    }
+
+    /// Mark backend `ip` of service `key` down (health checks failed) or up
+    /// again; false when it was so already. A backend that is down owns no
+    /// table entry, so new flows go to the others, while the flows it has
+    /// keep it (their conntrack entries still match its slot); when every
+    /// backend is down, all keep their entries ([`crate::table::build_healthy`]).
+    pub fn set_down(&mut self, key: &ServiceKey, ip: Ipv4Addr, down: bool) -> Result<bool, Error> {
+        let info = self
+            .services()?
+            .into_iter()
+            .find(|s| s.spec.key == *key)
+            .ok_or_else(|| Error::Spec(format!("no service {key}")))?;
+        let i = info
+            .spec
+            .backends
+            .iter()
+            .position(|b| b.ip == ip)
+            .ok_or_else(|| Error::Spec(format!("{key} has no endpoint {ip}")))?;
+        if info.down[i] == down {
+            return Ok(false);
+        }
+        let slot = info.slots[i];
+        let entry = self.backends.get(&slot, 0).map_err(|e| Error::map("reading backends", e))?;
+        let flags = if down { entry.flags | BACKEND_DOWN } else { entry.flags & !BACKEND_DOWN };
+        self.backends.set(slot, BackendEntry { flags, ..entry }, 0).map_err(|e| Error::map("writing backends", e))?;
+        let mut is_down = info.down.clone();
+        is_down[i] = down;
+        let down_ips: Vec<Ipv4Addr> =
+            info.spec.backends.iter().zip(&is_down).filter(|(_, &d)| d).map(|(b, _)| b.ip).collect();
+        let (sorted, table) =
+            crate::table::build_healthy(&info.spec, &down_ips).map_err(|e| Error::Spec(e.to_string()))?;
+        let slots: Vec<u32> = sorted
+            .iter()
+            .map(|b| info.slots[info.spec.backends.iter().position(|x| x.ip == b.ip).expect("the same backends")])
+            .collect();
+        self.write_ring(info.id, &table, &slots)?;
+        Ok(true)
+    }
+
+    /// Point service `id`'s ring at `slots`, by table entry.
+    fn write_ring(&mut self, id: u32, table: &[u32], slots: &[u32]) -> Result<(), Error> {
+        let base = id * RING_SIZE as u32;
+        for (i, &b) in table.iter().enumerate() {
+            self.ring.set(base + i as u32, slots[b as usize], 0).map_err(|e| Error::map("writing the ring", e))?;
+        }
+        Ok(())
     }
 
     /// Remove a service; false when there was none.
@@ -457,6 +643,7 @@ impl Dataplane {
                 },
                 id: v.id,
                 slots: backends.iter().map(|(s, _)| *s).collect(),
+                down: backends.iter().map(|(_, e)| e.flags & BACKEND_DOWN != 0).collect(),
             });
         }
         out.sort_by_key(|s| s.spec.key);

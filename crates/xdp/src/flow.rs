@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 
 use fulcrum_balance::HashFunction;
 
-use crate::maps::RING_SIZE;
+use crate::maps::{be_addr, be_port, FlowKey, RING_SIZE};
 use crate::spec::Protocol;
 
 /// A flow as the client sent it.
@@ -40,6 +40,18 @@ impl Flow {
         key
     }
 
+    /// Its conntrack key (the same 16 bytes).
+    pub fn key(&self) -> FlowKey {
+        FlowKey {
+            saddr: be_addr(self.src),
+            daddr: be_addr(self.dst),
+            sport: be_port(self.sport),
+            dport: be_port(self.dport),
+            proto: self.proto.number(),
+            pad: [0; 3],
+        }
+    }
+
     /// The flow hash with `hash`.
     pub fn hash(&self, hash: HashFunction) -> u64 {
         hash.hash(&self.key_bytes())
@@ -65,6 +77,10 @@ mod tests {
             proto: Protocol::Tcp,
         };
         assert_eq!(flow.key_bytes(), [10, 0, 0, 1, 20, 20, 20, 1, 0x12, 0x34, 0x07, 0xe4, 6, 0, 0, 0]);
+        let key = flow.key();
+        // SAFETY: FlowKey is 16 bytes of plain integers and explicit padding.
+        let bytes: [u8; 16] = unsafe { std::mem::transmute(key) };
+        assert_eq!(bytes, flow.key_bytes());
     }
 
     #[test]

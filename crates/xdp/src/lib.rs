@@ -4,7 +4,8 @@
 //! The program (`bpf/lb.bpf.c`, compiled by clang in `build.rs`) hashes each
 //! flow's 5-tuple ([`flow`]), indexes the service's consistent-hash table and
 //! forwards; an LRU conntrack map (behind a small per-CPU flow cache) keeps
-//! established flows on their backend.
+//! established flows on their backend, its entries ageing by protocol and
+//! TCP state ([`conntrack`]).
 //! The control plane builds the tables with fulcrum-balance's Maglev or
 //! rendezvous code ([`table`]), writes the maps ([`dataplane::Dataplane`]),
 //! pins them in bpffs and attaches the program to interfaces. [`spec`] parses
@@ -12,6 +13,8 @@
 //! program on crafted frames through `BPF_PROG_TEST_RUN`. Like Katran's, the
 //! program is small and dumb and userspace does the thinking.
 
+mod batch;
+pub mod conntrack;
 pub mod dataplane;
 mod error;
 pub mod fixture;

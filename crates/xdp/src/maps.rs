@@ -13,6 +13,11 @@ pub const RING_SIZE: u64 = 65_537;
 pub const MAX_BACKENDS: u32 = 1024;
 /// A ring entry that points at no backend.
 pub const NO_BACKEND: u32 = u32::MAX;
+/// Flows the data plane tracks unless told otherwise; the conntrack map holds
+/// twice as many entries (a NAT flow takes one per direction).
+pub const MAX_FLOWS: u32 = 262_144;
+/// The `backend` of a conntrack entry for the reply direction of a NAT flow.
+pub const FLOW_REPLY: u32 = 0xffff_fffe;
 
 /// Service flag: direct server return (L2 rewrite) instead of NAT.
 pub const SVC_DSR: u32 = 1;
@@ -25,6 +30,9 @@ pub const BACKEND_ACTIVE: u32 = 1;
 /// Backend flag: its service is in DSR mode (a copy of [`SVC_DSR`], so that
 /// a packet of a known flow needs no service lookup).
 pub const BACKEND_DSR: u32 = 2;
+/// Backend flag, control plane only: health checks found it down, so it
+/// owns no table entry (new flows avoid it; its established flows stay).
+pub const BACKEND_DOWN: u32 = 4;
 
 /// The `totals` counters, in map order, with the names `lb stats` prints.
 pub const TOTALS: [&str; 6] = ["passed", "malformed", "no_backend", "nat_replies", "kernel_forwarded", "unsupported"];
@@ -74,6 +82,54 @@ pub struct BackendEntry {
     pub flags: u32,
 }
 
+/// Key of the `conntrack` map: `struct flow_key`, the 5-tuple as in the
+/// packet (network order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FlowKey {
+    /// Source address.
+    pub saddr: u32,
+    /// Destination address.
+    pub daddr: u32,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// Zero.
+    pub pad: [u8; 3],
+}
+
+/// Value of the `conntrack` map: `struct flow`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FlowEntry {
+    /// The backend slot, or [`FLOW_REPLY`].
+    pub backend: u32,
+    /// The slot's generation when the flow was assigned.
+    pub gen: u32,
+    /// Reply direction: the VIP to put back as source (network order).
+    pub vip: u32,
+    /// Reply direction: the service port to put back (network order).
+    pub port: u16,
+    /// `CT_*` state ([`crate::conntrack::State`]).
+    pub state: u8,
+    /// Zero.
+    pub pad: u8,
+    /// `CLOCK_MONOTONIC_COARSE` nanoseconds of the last packet.
+    pub seen: u64,
+}
+
+/// Value of the `ct_config` map: `struct ct_config`, the idle timeout of
+/// each conntrack state in nanoseconds, indexed by state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CtConfig {
+    /// Nanoseconds, by `CT_*` state.
+    pub timeout_ns: [u64; 4],
+}
+
 /// Per-CPU counters of a service or backend: `struct counters`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -106,6 +162,12 @@ unsafe impl aya::Pod for SvcValue {}
 unsafe impl aya::Pod for BackendEntry {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Counters {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowEntry {}
+// SAFETY: as above.
+unsafe impl aya::Pod for CtConfig {}
 
 /// An address as the program sees it: the octets in memory order.
 pub fn be_addr(ip: Ipv4Addr) -> u32 {
@@ -132,6 +194,9 @@ mod tests {
         assert_eq!(std::mem::size_of::<SvcValue>(), 8);
         assert_eq!(std::mem::size_of::<BackendEntry>(), 24);
         assert_eq!(std::mem::size_of::<Counters>(), 24);
+        assert_eq!(std::mem::size_of::<FlowKey>(), 16);
+        assert_eq!(std::mem::size_of::<FlowEntry>(), 24);
+        assert_eq!(std::mem::size_of::<CtConfig>(), 32);
     }
 
     #[test]

@@ -34,8 +34,26 @@ fn l4_sum(ip: &[u8]) -> u32 {
     sum16(seg, sum16(&pseudo, 0))
 }
 
-/// A frame carrying `flow` with `payload`, from `src_mac` to `dst_mac`.
+/// TCP flags, for [`build_tcp`].
+pub mod tcp {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN.
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+}
+
+/// A frame carrying `flow` with `payload`, from `src_mac` to `dst_mac`; a
+/// TCP segment is a SYN.
 pub fn build(flow: &Flow, src_mac: Mac, dst_mac: Mac, payload: &[u8]) -> Vec<u8> {
+    build_tcp(flow, tcp::SYN, src_mac, dst_mac, payload)
+}
+
+/// As [`build`], with the TCP flags `flags` (ignored for UDP).
+pub fn build_tcp(flow: &Flow, flags: u8, src_mac: Mac, dst_mac: Mac, payload: &[u8]) -> Vec<u8> {
     let l4_len = match flow.proto {
         Protocol::Tcp => 20,
         Protocol::Udp => 8,
@@ -52,8 +70,8 @@ pub fn build(flow: &Flow, src_mac: Mac, dst_mac: Mac, payload: &[u8]) -> Vec<u8>
     f.extend_from_slice(&flow.sport.to_be_bytes());
     f.extend_from_slice(&flow.dport.to_be_bytes());
     match flow.proto {
-        // seq 1, ack 0, data offset 5, SYN, window 64240, checksum, urgent.
-        Protocol::Tcp => f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xfa, 0xf0, 0, 0, 0, 0]),
+        // seq 1, ack 0, data offset 5, flags, window 64240, checksum, urgent.
+        Protocol::Tcp => f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xfa, 0xf0, 0, 0, 0, 0]),
         // Length, checksum.
         Protocol::Udp => {
             f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
@@ -85,6 +103,8 @@ pub struct Parsed {
     pub ip_checksum_ok: bool,
     /// The TCP/UDP checksum verifies (a UDP checksum of 0 counts as valid).
     pub l4_checksum_ok: bool,
+    /// The TCP flags (0 for UDP).
+    pub tcp_flags: u8,
 }
 
 /// Parse a frame built like [`build`]'s; `None` if it is not IPv4 TCP/UDP.
@@ -103,6 +123,7 @@ pub fn parse(f: &[u8]) -> Option<Parsed> {
         flow: Flow { src: addr(12), dst: addr(16), sport: port(IP_LEN), dport: port(IP_LEN + 2), proto },
         ip_checksum_ok: sum16(&ip[..IP_LEN], 0) == 0xffff,
         l4_checksum_ok: udp_unchecked || l4_sum(ip) == 0xffff,
+        tcp_flags: if proto == Protocol::Tcp { ip[IP_LEN + 13] } else { 0 },
     })
 }
 
@@ -124,6 +145,9 @@ mod tests {
             let p = parse(&frame).unwrap();
             assert_eq!(p.flow, flow);
             assert!(p.ip_checksum_ok && p.l4_checksum_ok, "{proto}");
+            let fin = parse(&build_tcp(&flow, tcp::FIN | tcp::ACK, [2; 6], [3; 6], b"")).unwrap();
+            assert!(fin.l4_checksum_ok);
+            assert_eq!(fin.tcp_flags, if proto == Protocol::Tcp { tcp::FIN | tcp::ACK } else { 0 });
             let mut bad = frame.clone();
             *bad.last_mut().unwrap() ^= 1;
             assert!(!parse(&bad).unwrap().l4_checksum_ok);

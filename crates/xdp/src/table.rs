@@ -12,8 +12,32 @@
 
 use fulcrum_balance::{Balancer, BuildError, Endpoint, Maglev, Rendezvous};
 
+use std::net::Ipv4Addr;
+
 use crate::maps::RING_SIZE;
 use crate::spec::{Backend, Select, ServiceSpec};
+
+/// The table new flows use when the backends at `down` failed their health
+/// checks: those own no entry, as if drained (their place, slot and
+/// established flows stay). When that would leave no backend to take a new
+/// flow, every backend keeps its entries: the service fails open, and the
+/// node withdraws the VIP's announcement instead. The backends come back
+/// in table order with their configured weights.
+pub fn build_healthy(spec: &ServiceSpec, down: &[Ipv4Addr]) -> Result<(Vec<Backend>, Vec<u32>), BuildError> {
+    let mut healthy = spec.clone();
+    for b in &mut healthy.backends {
+        if down.contains(&b.ip) {
+            b.weight = 0;
+        }
+    }
+    if healthy.backends.iter().all(|b| b.weight == 0) {
+        return build(spec);
+    }
+    let (_, table) = build(&healthy)?;
+    let mut backends = spec.backends.clone();
+    backends.sort_by_key(|b| b.ip);
+    Ok((backends, table))
+}
 
 /// The backends in table order (sorted by address) and, for every entry,
 /// the index into that order (never one of weight 0).
@@ -117,6 +141,20 @@ mod tests {
             let ips = |bs: &[Backend], t: &[u32]| t.iter().map(|&s| bs[s as usize].ip).collect::<Vec<_>>();
             assert_eq!(ips(&drain_b, &drain), ips(&gone_b, &gone), "{select:?}");
         }
+    }
+
+    #[test]
+    fn a_down_backend_is_drained_unless_all_are() {
+        let s = spec(Select::Maglev, "10.0.0.1,10.0.0.2,10.0.0.3:0");
+        let down = [Ipv4Addr::new(10, 0, 0, 2)];
+        let drained = build(&spec(Select::Maglev, "10.0.0.1,10.0.0.2:0,10.0.0.3:0")).unwrap();
+        let (backends, table) = build_healthy(&s, &down).unwrap();
+        assert_eq!(table, drained.1);
+        assert_eq!(backends, build(&s).unwrap().0, "configured weights");
+        // The two that could take flows are both down: all keep their entries.
+        let all = [Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)];
+        assert_eq!(build_healthy(&s, &all).unwrap(), build(&s).unwrap());
+        assert_eq!(build_healthy(&s, &[]).unwrap(), build(&s).unwrap());
     }
 
     #[test]

@@ -421,4 +421,51 @@ mod needs_root {
         run(&bench, 1000);
         assert_eq!((total(&bench).packets, total(&bench).flows), (3001, 1001));
     }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn a_down_backend_takes_no_new_flows_and_keeps_its_established_ones() {
+        let mut fx = Fixture::new("down");
+        let three = "10.201.0.11,10.201.0.12,10.201.0.13";
+        let spec = fx.service(80, Protocol::Tcp, three, Mode::Nat, HashFunction::Xxhash);
+        let backend_of = |fx: &Fixture, f: &Flow| packet::parse(&fx.client_sends(f).packet).unwrap().flow.dst;
+        let flows: Vec<Flow> = (30000..30300).map(|p| flow(p, 80, Protocol::Tcp)).collect();
+        let before: Vec<Ipv4Addr> = flows.iter().map(|f| backend_of(&fx, f)).collect();
+        let sick = Ipv4Addr::new(10, 201, 0, 12);
+        assert!(before.contains(&sick));
+        let dp = &mut fx.loaded.dataplane;
+        assert!(dp.set_down(&spec.key, sick, true).unwrap());
+        assert!(!dp.set_down(&spec.key, sick, true).unwrap(), "down already");
+        assert_eq!(dp.services().unwrap()[0].down, [false, true, false]);
+        let drained =
+            ServiceSpec { backends: parse_endpoints("10.201.0.11,10.201.0.12:0,10.201.0.13").unwrap(), ..spec.clone() };
+        let check = |fx: &Fixture, want: &ServiceSpec| {
+            // Established flows stay, the sick backend's included.
+            assert_eq!(flows.iter().map(|f| backend_of(fx, f)).collect::<Vec<_>>(), before);
+            // New flows follow the table without it.
+            for p in 50000..50300 {
+                let f = flow(p, 80, Protocol::Tcp);
+                assert_eq!(backend_of(fx, &f), reference_backend(want, &f));
+            }
+        };
+        check(&fx, &drained);
+        // `lb create` again with the same endpoints: it stays down.
+        fx.loaded.dataplane.upsert(&spec).unwrap();
+        assert_eq!(fx.loaded.dataplane.services().unwrap()[0].down, [false, true, false]);
+        // All down: the table is the whole set again (fail open).
+        for ip in [[10, 201, 0, 11], [10, 201, 0, 13]] {
+            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip), true).unwrap());
+        }
+        let f = flow(60000, 80, Protocol::Tcp);
+        assert_eq!(backend_of(&fx, &f), reference_backend(&spec, &f));
+        // Back up.
+        for ip in [[10, 201, 0, 11], [10, 201, 0, 12], [10, 201, 0, 13]] {
+            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip), false).unwrap());
+        }
+        assert_eq!(fx.loaded.dataplane.services().unwrap()[0].down, [false; 3]);
+        assert_eq!(fx.loaded.dataplane.services().unwrap()[0].spec, spec, "the weights are the configured ones");
+        let f = flow(60001, 80, Protocol::Tcp);
+        assert_eq!(backend_of(&fx, &f), reference_backend(&spec, &f));
+        assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::new(10, 201, 0, 99), true).is_err());
+    }
 }

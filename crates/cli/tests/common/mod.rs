@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod h2c;
+pub mod xdp;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
