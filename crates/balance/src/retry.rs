@@ -17,7 +17,7 @@
 //!   and the draw number otherwise. A request without a key stays without one
 //!   (the balancer draws a random key).
 
-use crate::rng::splitmix64;
+use fulcrum_base::splitmix64;
 use crate::{Balancer, EndpointId, Nanos, Ticket};
 
 /// Draws made for one try before settling for an endpoint already tried.
