@@ -287,16 +287,16 @@ struct RawClients {
     count: u32,
     #[serde(rename = "loop")]
     loop_kind: LoopKind,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     interval: Option<Duration>,
     rate: Option<f64>,
     in_flight: Option<u32>,
     requests: Option<u64>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     duration: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     start: Duration,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     stagger: Duration,
     #[serde(default)]
     connect: bool,
@@ -400,7 +400,7 @@ struct ServerSpec {
 #[serde(deny_unknown_fields)]
 struct RawCold {
     factor: f64,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     duration: Duration,
 }
 
@@ -433,7 +433,7 @@ fn yes() -> bool {
 struct RawBalancers {
     #[serde(default = "one")]
     count: u32,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     timeout: Option<Duration>,
 }
 
@@ -462,9 +462,9 @@ impl<'de> Deserialize<'de> for Balancers {
 struct RawMetrics {
     #[serde(default = "client_side")]
     latency: MeasureAt,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     warmup: Duration,
-    #[serde(default = "one_second", with = "humantime_serde")]
+    #[serde(default = "one_second", with = "fulcrum_config::duration")]
     share_interval: Duration,
     #[serde(default)]
     exact: bool,
@@ -518,13 +518,13 @@ enum FailMode {
 #[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
 enum EventSpec {
     Slow {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
         service: Dist,
     },
     Fail {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
         #[serde(default = "error_mode")]
@@ -532,17 +532,17 @@ enum EventSpec {
         after: Option<Dist>,
     },
     Recover {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
     },
     Join {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
     },
     Leave {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
     },
