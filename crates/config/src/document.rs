@@ -100,6 +100,21 @@ impl Source {
         self.error(self.span_of(field).unwrap_or(0..0), field, message)
     }
 
+    /// An error from a check of the table `section` (`cluster[0].slow_start`)
+    /// whose message starts with the field it is about, named from the
+    /// table (`"slow_start.window must be greater than 0"`): located at that
+    /// field, else at the table.
+    pub fn error_from(&self, section: &str, message: &str) -> Error {
+        let table = section.rsplit('.').next().unwrap_or(section);
+        let named = message
+            .split_once(' ')
+            .and_then(|(first, rest)| Some((first.strip_prefix(table)?.strip_prefix('.')?, rest)));
+        match named {
+            Some((key, rest)) => self.error_in(&format!("{section}.{key}"), rest),
+            None => self.error_in(section, message),
+        }
+    }
+
     /// The span of `field`'s value, or of the nearest enclosing table written.
     pub fn span_of(&self, field: &str) -> Option<Range<usize>> {
         let mut path = field;
@@ -159,7 +174,10 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str, sets: &[String]) -> R
     match result {
         Ok(value) => Ok((value, source)),
         Err(Fail(span, field, message)) => {
-            let field = field.unwrap_or_else(|| source.field_at(span.start).unwrap_or_default().to_string());
+            let known = span != (0..0);
+            let field = field.unwrap_or_else(|| {
+                known.then(|| source.field_at(span.start)).flatten().unwrap_or_default().to_string()
+            });
             Err(source.error(span, field, message))
         }
     }

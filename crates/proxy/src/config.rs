@@ -569,7 +569,7 @@ impl RawConfig {
             let panic_threshold = panic_threshold(c.panic_threshold, src, &at)?;
             let slow_start = match c.slow_start {
                 Some(s) => {
-                    SlowStart::new(s.get_ref()).map_err(|m| src.error(s.span(), at("slow_start"), m))?;
+                    SlowStart::new(s.get_ref()).map_err(|m| src.error_from(&at("slow_start"), &m))?;
                     Some(s.into_inner())
                 }
                 None => None,
@@ -700,7 +700,7 @@ fn health_check(h: Spanned<HealthCheck>, src: &Source, at: FieldName) -> Result<
 
 /// Outlier detection, checked by its own rules (`fulcrum-resilience`).
 fn outlier_detection(o: Spanned<OutlierConfig>, src: &Source, at: FieldName) -> Result<OutlierConfig, ConfigError> {
-    o.get_ref().validate().map_err(|m| src.error(o.span(), at("outlier_detection"), m))?;
+    o.get_ref().validate().map_err(|m| src.error_from(&at("outlier_detection"), &m))?;
     Ok(o.into_inner())
 }
 
