@@ -48,6 +48,8 @@ struct Field {
     /// Array elements have no key.
     key: Option<Range<usize>>,
     value: Range<usize>,
+    /// The value, when it is a string.
+    string: Option<String>,
 }
 
 /// The field an error is about when the text is not TOML, or a `--set` is
@@ -132,6 +134,27 @@ impl Source {
         self.span_of(field).is_some_and(|s| s.start >= self.file_len)
     }
 
+    /// The field inside the table `table` that an error reported at the
+    /// table is about, when the message names it: serde reads an
+    /// internally tagged enum (`kind = "…"` and its fields) from a copy
+    /// without positions, so toml reports its errors at the table. An
+    /// unknown key is found by its name, a bad string by its quoted value.
+    fn inner_field(&self, table: &str, message: &str) -> Option<(Range<usize>, &str)> {
+        let inside = |f: &&Field| table.is_empty() || f.path.strip_prefix(table).is_some_and(|r| r.starts_with('.'));
+        if let Some(key) = message.strip_prefix("unknown field `").and_then(|m| m.split_once('`')).map(|(k, _)| k) {
+            let path = if table.is_empty() { key.to_string() } else { format!("{table}.{key}") };
+            let f = self.fields.iter().find(|f| f.path == path)?;
+            return Some((f.key.clone().unwrap_or(f.value.clone()), &f.path));
+        }
+        let mut quoted = self.fields.iter().filter(inside).filter(|f| {
+            f.string.as_ref().is_some_and(|s| message.contains(&format!("{s:?}")) || message.contains(&format!("`{s}`")))
+        });
+        match (quoted.next(), quoted.next()) {
+            (Some(f), None) => Some((f.value.clone(), &f.path)),
+            _ => None,
+        }
+    }
+
     /// The path of the innermost field whose key or value holds `offset`.
     pub fn field_at(&self, offset: usize) -> Option<&str> {
         self.fields
@@ -173,11 +196,16 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str, sets: &[String]) -> R
     source.text = combined;
     match result {
         Ok(value) => Ok((value, source)),
-        Err(Fail(span, field, message)) => {
-            let known = span != (0..0);
-            let field = field.unwrap_or_else(|| {
-                known.then(|| source.field_at(span.start)).flatten().unwrap_or_default().to_string()
-            });
+        Err(Fail(span, Some(field), message)) => Err(source.error(span, field, message)),
+        Err(Fail(span, None, message)) => {
+            let mut field = match span {
+                ref s if *s == (0..0) => String::new(),
+                _ => source.field_at(span.start).unwrap_or_default().to_string(),
+            };
+            let mut span = span;
+            if let Some((at, f)) = source.inner_field(&field, &message) {
+                (span, field) = (at, f.to_string());
+            }
             Err(source.error(span, field, message))
         }
     }
@@ -312,7 +340,8 @@ fn shift(v: Spanned<DeValue<'_>>, by: usize) -> Spanned<DeValue<'_>> {
 fn index(table: &DeTable<'_>, prefix: &str, out: &mut Vec<Field>) {
     for (key, value) in table {
         let path = if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
-        out.push(Field { path: path.clone(), key: Some(key.span()), value: value.span() });
+        let string = value.get_ref().as_str().map(str::to_string);
+        out.push(Field { path: path.clone(), key: Some(key.span()), value: value.span(), string });
         walk(value, &path, out);
     }
 }
@@ -323,7 +352,8 @@ fn walk(value: &Spanned<DeValue<'_>>, path: &str, out: &mut Vec<Field>) {
         DeValue::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 let path = format!("{path}[{i}]");
-                out.push(Field { path: path.clone(), key: None, value: item.span() });
+                let string = item.get_ref().as_str().map(str::to_string);
+                out.push(Field { path: path.clone(), key: None, value: item.span(), string });
                 walk(item, &path, out);
             }
         }
