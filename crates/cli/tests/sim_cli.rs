@@ -223,4 +223,7 @@ fn set_overrides_a_scenario_field_and_a_bad_one_names_itself() {
         assert_eq!(o.status.code(), Some(2), "{set}: {}", stderr(&o));
         assert!(stderr(&o).contains(needle), "{set}: {}", stderr(&o));
     }
+    let o = run(&["--seed", "18446744073709551615", "--runs", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("2 runs from seed 18446744073709551615 pass the largest seed"), "{}", stderr(&o));
 }

@@ -147,7 +147,9 @@ impl Source {
             return Some((f.key.clone().unwrap_or(f.value.clone()), &f.path));
         }
         let mut quoted = self.fields.iter().filter(inside).filter(|f| {
-            f.string.as_ref().is_some_and(|s| message.contains(&format!("{s:?}")) || message.contains(&format!("`{s}`")))
+            f.string
+                .as_ref()
+                .is_some_and(|s| message.contains(&format!("{s:?}")) || message.contains(&format!("`{s}`")))
         });
         match (quoted.next(), quoted.next()) {
             (Some(f), None) => Some((f.value.clone(), &f.path)),
