@@ -199,17 +199,44 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str, sets: &[String]) -> R
     match result {
         Ok(value) => Ok((value, source)),
         Err(Fail(span, Some(field), message)) => Err(source.error(span, field, message)),
-        Err(Fail(span, None, message)) => {
-            let mut field = match span {
-                ref s if *s == (0..0) => String::new(),
-                _ => source.field_at(span.start).unwrap_or_default().to_string(),
-            };
-            let mut span = span;
-            if let Some((at, f)) = source.inner_field(&field, &message) {
-                (span, field) = (at, f.to_string());
-            }
-            Err(source.error(span, field, message))
+        Err(Fail(span, None, message)) => Err(source.with_context(source.located(span, message))),
+    }
+}
+
+impl Source {
+    /// A deserialization error at `span`, with its field found from there.
+    fn located(&self, span: Range<usize>, message: String) -> Error {
+        let mut field = match span.end {
+            0 => String::new(),
+            _ => self.field_at(span.start).unwrap_or_default().to_string(),
+        };
+        let mut span = span;
+        if let Some((at, f)) = self.inner_field(&field, &message) {
+            (span, field) = (at, f.to_string());
         }
+        self.error(span, field, message)
+    }
+
+    /// `e`, located in the file, noting the `--set`s that changed the
+    /// table it is in (a `--set kind=…` can make the file's other keys wrong).
+    fn with_context(&self, mut e: Error) -> Error {
+        if e.set.is_some() {
+            return e;
+        }
+        let changed: Vec<&str> = self
+            .sets
+            .iter()
+            .map(|r| &self.text[r.clone()])
+            .filter(|set| {
+                let key = set.split('=').next().unwrap_or_default().trim();
+                let table = key.rsplit_once('.').map_or("", |(t, _)| t);
+                e.field == key || !table.is_empty() && (e.field == table || e.field.starts_with(&format!("{table}.")))
+            })
+            .collect();
+        if !changed.is_empty() {
+            e.message = format!("{} (with --set {})", e.message, changed.join(", --set "));
+        }
+        e
     }
 }
 
@@ -467,6 +494,15 @@ mod tests {
     }
 
     #[test]
+    fn checks_that_name_their_field_are_located_there() {
+        let (_, src) = load(TEXT, &[]).unwrap();
+        let e = src.error_from("net", "net.delay must be greater than 0");
+        assert_eq!((e.line, e.field.as_str(), e.message.as_str()), (5, "net.delay", "must be greater than 0"));
+        let e = src.error_from("servers[1]", "is wrong");
+        assert_eq!((e.line, e.column, e.field.as_str()), (2, 27, "servers[1]"));
+    }
+
+    #[test]
     fn sets_override_values_and_errors_name_them() {
         let (doc, src) =
             load(TEXT, &["net.delay=30us", "servers[0].count=7", "routing.scheme=drill", "routing.d=4"]).unwrap();
@@ -491,6 +527,11 @@ mod tests {
         assert!(e.message.contains("2 element"), "{e}");
         let e = err(TEXT, &["name.first=3"]);
         assert!(e.message.contains("is a string"), "{e}");
+        // A --set that makes the file's other keys wrong is named with them.
+        let text = format!("{TEXT}[routing]\nscheme = \"drill\"\nd = 3\n");
+        let e = err(&text, &["routing.scheme=ecmp", "name=x"]);
+        assert_eq!((e.line, e.field.as_str()), (12, "routing.d"), "{e}");
+        assert!(e.message.ends_with("(with --set routing.scheme=ecmp)"), "{e}");
         let e = err(TEXT, &["nonsense"]);
         assert_eq!(e.to_string(), "--set nonsense: (syntax): expected KEY=VALUE");
         let e = err(TEXT, &["a..b=1"]);
