@@ -46,13 +46,12 @@ fn collect(dir: &Path, skip: &Path, files: &mut Vec<PathBuf>) {
 /// letter: what `git log --oneline` prints. `0x…` constants are not words
 /// here (the `x` joins them to the prefix).
 fn commit_hash(line: &str) -> Option<&str> {
-    line.split(|c: char| !c.is_ascii_alphanumeric())
-        .find(|w| {
-            (7..=40).contains(&w.len())
-                && w.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-                && w.chars().any(|c| c.is_ascii_digit())
-                && w.chars().any(|c| c.is_ascii_alphabetic())
-        })
+    line.split(|c: char| !c.is_ascii_alphanumeric()).find(|w| {
+        (7..=40).contains(&w.len())
+            && w.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+            && w.chars().any(|c| c.is_ascii_digit())
+            && w.chars().any(|c| c.is_ascii_alphabetic())
+    })
 }
 
 /// A clock time `H:MM` or `HH:MM` (optionally `:SS`) standing alone: not part

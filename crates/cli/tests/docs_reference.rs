@@ -93,7 +93,8 @@ fn deserialised_names(source: &str) -> BTreeSet<String> {
         let item = lines.get(j).map_or("", |l| l.trim());
         let is_enum = item.contains("enum ");
         // An untagged enum's variants are shapes of a value, not names.
-        if !(item.contains("struct ") || is_enum) || item.ends_with(';') || item.contains('(') || (is_enum && untagged) {
+        if !(item.contains("struct ") || is_enum) || item.ends_with(';') || item.contains('(') || (is_enum && untagged)
+        {
             i = j + 1;
             continue;
         }
@@ -164,12 +165,7 @@ fn assert_documented(sources: &[&str], pages: &[&str]) {
             }
         }
     }
-    assert!(
-        missing.is_empty(),
-        "in the code but not in {}:\n{}",
-        pages.join(", "),
-        missing.join("\n")
-    );
+    assert!(missing.is_empty(), "in the code but not in {}:\n{}", pages.join(", "), missing.join("\n"));
 }
 
 #[test]
