@@ -20,6 +20,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use fulcrum_base::nanos;
 use serde::{Deserialize, Serialize};
 
 use crate::endpoints::EndpointTable;
@@ -81,13 +82,13 @@ impl Default for LeastRequestConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct PeakEwmaConfig {
     /// Decay time constant τ (default 10 s).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub decay: Duration,
     /// Initial estimate of a new endpoint (default 30 ms, as Linkerd).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub default_rtt: Duration,
     /// Smallest latency a failed request counts as (default 250 ms).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub failure_penalty: Duration,
     /// Finagle's start: an endpoint with requests pending but no response
     /// yet costs a huge penalty (default false).
@@ -266,10 +267,6 @@ impl AlgorithmConfig {
     pub fn validate(&self) -> Result<(), BuildError> {
         build(self, &[], 0).map(|_| ())
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Build the balancer `config` describes over `endpoints`, its RNG seeded

@@ -33,7 +33,6 @@ mod random;
 mod rendezvous;
 mod retry;
 mod ring_hash;
-mod rng;
 mod round_robin;
 
 pub use config::{
@@ -49,20 +48,10 @@ pub use random::Random;
 pub use rendezvous::Rendezvous;
 pub use retry::{pick_avoiding, retry_key, RETRY_PICKS};
 pub use ring_hash::RingHash;
-pub use rng::Rng;
 pub use round_robin::RoundRobin;
 
-/// A point in time or a duration, in nanoseconds. The driver decides the epoch.
-pub type Nanos = u64;
-
-/// Nanoseconds in a millisecond, for readable constants.
-pub const MILLISECOND: Nanos = 1_000_000;
-/// Nanoseconds in a second.
-pub const SECOND: Nanos = 1_000_000_000;
-
-/// Stable identity of an endpoint across endpoint-set changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EndpointId(pub u64);
+/// Time, the seeded generator and endpoint ids come from the base crate.
+pub use fulcrum_base::{EndpointId, Nanos, Rng, MILLISECOND, SECOND};
 
 /// One upstream the balancer may pick.
 #[derive(Clone, Debug, PartialEq)]

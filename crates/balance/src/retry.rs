@@ -17,8 +17,8 @@
 //!   and the draw number otherwise. A request without a key stays without one
 //!   (the balancer draws a random key).
 
-use crate::rng::splitmix64;
 use crate::{Balancer, EndpointId, Nanos, Ticket};
+use fulcrum_base::splitmix64;
 
 /// Draws made for one try before settling for an endpoint already tried.
 /// Draws stop at the first acceptable endpoint, so this bound only costs

@@ -91,7 +91,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
         progress::wanted(options.progress),
         |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "simulated µs", elapsed),
         || fulcrum_fabric::run_many(&scenario, seed, options.runs as usize, threads, Some(&done)),
-    );
+    )
+    .map_err(|e| Failure::input(format!("--seed {seed} --runs {}: {e}", options.runs)))?;
     let wall = started.elapsed().as_secs_f64();
     let report = Report { scenario: &scenario.name, sets: &args.sets, outcomes: &outcomes, wall_seconds: wall };
     let text = if options.json { report.json() } else { report.table() };

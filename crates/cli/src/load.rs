@@ -42,7 +42,7 @@ pub struct Args {
     connections: Option<u32>,
 
     /// Stop sending after this long (e.g. 10s, 500ms).
-    #[arg(short, long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(short, long, value_name = "DURATION", value_parser = fulcrum_config::parse_duration)]
     duration: Option<Duration>,
 
     /// Stop after this many requests.
@@ -55,7 +55,7 @@ pub struct Args {
     clients: Option<u32>,
 
     /// Clients pattern: time between one client's requests.
-    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "100ms", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "100ms", value_parser = fulcrum_config::parse_duration)]
     interval: Duration,
 
     /// Clients pattern: requests each client sends.
@@ -63,11 +63,11 @@ pub struct Args {
     requests_per_client: u64,
 
     /// Clients pattern: when the first client starts.
-    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "0s", value_parser = fulcrum_config::parse_duration)]
     client_start: Duration,
 
     /// Clients pattern: client i starts at --client-start + i × this.
-    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "1ms", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "clients", default_value = "1ms", value_parser = fulcrum_config::parse_duration)]
     client_stagger: Duration,
 
     /// Speak h2c (HTTP/2 without TLS, prior knowledge).
@@ -91,7 +91,7 @@ pub struct Args {
     body_bytes: usize,
 
     /// Per-request limit, from the intended send time.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = fulcrum_config::parse_duration)]
     timeout: Duration,
 
     /// Threads sending the load (default: one per core).

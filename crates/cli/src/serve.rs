@@ -52,7 +52,7 @@ pub struct Args {
     #[arg(long)]
     check: bool,
     /// On SIGTERM/SIGINT, wait this long for requests in flight.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = fulcrum_config::parse_duration)]
     drain: Duration,
     /// Write the process id here, for `fulcrum reload --pid-file`.
     #[arg(long, value_name = "FILE")]

@@ -25,13 +25,15 @@ Examples:
   fulcrum sim scenarios/seed-000.toml
   fulcrum sim scenarios/seed-000.toml --runs 20 --json
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
+  fulcrum sim scenarios/seed-000.toml --set clients.requests=1000 --set servers[1].count=4
 
 --runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run), \
 requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x) and \
 each server's share of requests over time.
 
 The scenario format is described in docs/reference/sim-scenario.md. Exit code 2 means the \
-scenario or an option was rejected; the message names the file, line and field.")]
+scenario or an option was rejected; the message names the file, line and field (or the --set \
+that broke it).")]
 pub struct Args {
     /// The scenario file (TOML).
     scenario: PathBuf,
@@ -52,6 +54,11 @@ pub struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
+    /// Override a scenario field, e.g. --set clients.requests=1000 or
+    /// --set servers[0].service=8ms (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+
     /// Keep every latency sample for exact percentiles, however many there
     /// are (as the scenario's `[metrics] exact = true`). Without it, a run
     /// past 1,000,000 measured requests switches to an HDR histogram
@@ -65,7 +72,7 @@ pub struct Args {
 
 /// Load, run, report.
 pub fn run(args: Args) -> Result<(), Failure> {
-    let mut scenario = Scenario::load(&args.scenario).map_err(|e| Failure::input(e.to_string()))?;
+    let mut scenario = Scenario::load_with(&args.scenario, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
     for name in &args.without {
         let mechanism = name.parse().map_err(|e| Failure::input(format!("--without: {e}")))?;
         scenario.resilience.disable(mechanism);

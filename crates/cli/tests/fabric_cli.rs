@@ -53,6 +53,35 @@ fn bad_input_names_the_field_and_exits_2() {
 }
 
 #[test]
+fn set_overrides_fields_and_bad_keys_and_seeds_are_named() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["fabric", "scenarios/fabric/large-scale-ecnsharp.toml", "--json"];
+        args.extend(SHORT);
+        args.extend(extra);
+        fulcrum(&args)
+    };
+    let o = run(&["--set", "workload.load=0.3", "--set", "routing.scheme=presto", "--set", "routing.flowcell=32KiB"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["set"][2], "workload.load=0.3");
+    for (set, needle) in [
+        ("workload.load=1.5", "--set workload.load=1.5: workload.load: must be above 0 and below 1 (found 1.5)"),
+        ("workload.laod=0.3", "--set workload.laod=0.3: workload.laod: unknown field `laod`"),
+        ("tcp.min_rto=5 parsecs", "--set tcp.min_rto=5 parsecs: tcp.min_rto: \"5 parsecs\" is not a duration"),
+        ("load", "--set load: (syntax): expected KEY=VALUE"),
+    ] {
+        let o = run(&["--set", set]);
+        assert_eq!(o.status.code(), Some(2), "{set}");
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert!(err.contains(needle), "{set}: {err}");
+    }
+    let o = run(&["--seed", "18446744073709551615", "--runs", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.contains("2 runs from seed 18446744073709551615 pass the largest seed"), "{err}");
+}
+
+#[test]
 fn load_balancing_scenarios_run_and_a_sweep_plots() {
     let shapes = ["4x4x8", "8x8x16"];
     let cases = ["symmetric", "asymmetric", "random-drop", "black-hole"];

@@ -141,7 +141,7 @@ fn bad_input_exits_2_with_a_clear_message() {
         assert!(o.stdout.is_empty(), "{args:?}");
     }
     let o = fulcrum(&["sim", bad.to_str().unwrap()]);
-    assert!(stderr(&o).contains("bad.toml") && stderr(&o).contains("line 3"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.toml:3:1: clients.intervall: unknown field"), "{}", stderr(&o));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -202,4 +202,28 @@ fn past_the_limit_quantiles_switch_to_hdr_unless_exact() {
         assert!((h - e).abs() <= tolerance * e, "{figure}: hdr {h} vs exact {e}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn set_overrides_a_scenario_field_and_a_bad_one_names_itself() {
+    let base = ["sim", "scenarios/seed-000.toml", "--json", "--algorithms", "peak-ewma"];
+    let run = |sets: &[&str]| fulcrum(&[&base[..], sets].concat());
+    let o = run(&["--set", "clients.requests=50", "--set", "servers[1].count=4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["results"][0]["requests_per_server"].as_array().map(Vec::len), Some(9 + 4));
+    assert_eq!(v["results"][0]["requests"], 10 * 50);
+    for (set, needle) in [
+        ("clients.requests=0", "--set clients.requests=0: clients.requests: must be at least 1"),
+        ("clients.reqests=5", "--set clients.reqests=5: clients.reqests: unknown field `reqests`"),
+        ("servers[9].count=1", "--set servers[9].count=1: servers[9]: out of range"),
+        ("requests", "--set requests: (syntax): expected KEY=VALUE"),
+    ] {
+        let o = run(&["--set", set]);
+        assert_eq!(o.status.code(), Some(2), "{set}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{set}: {}", stderr(&o));
+    }
+    let o = run(&["--seed", "18446744073709551615", "--runs", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("2 runs from seed 18446744073709551615 pass the largest seed"), "{}", stderr(&o));
 }

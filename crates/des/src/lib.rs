@@ -25,11 +25,9 @@
 
 mod queue;
 mod run;
-mod streams;
 mod wheel;
 
-pub use fulcrum_balance::{Nanos, Rng};
+pub use fulcrum_base::{Nanos, Rng, Streams};
 pub use queue::{Lane, Queue};
 pub use run::{run, Model, Pending, Ran, PROGRESS_EVENTS};
-pub use streams::Streams;
 pub use wheel::{Wheel, HORIZON, SLOTS, SLOT_NS};

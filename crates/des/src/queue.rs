@@ -81,7 +81,7 @@
 
 use std::collections::VecDeque;
 
-use fulcrum_balance::Nanos;
+use fulcrum_base::Nanos;
 
 /// Keys are compared in digits of this many bits (radix 64).
 const DIGIT_BITS: u32 = 6;
@@ -659,7 +659,7 @@ mod tests {
         // has been popped, no bucket (and not the run) may keep room for
         // more than `KEEP_MAX` events, or a long run's memory would grow
         // as buckets of the upper positions take their turn.
-        let mut rng = fulcrum_balance::Rng::new(5);
+        let mut rng = fulcrum_base::Rng::new(5);
         let mut q = Queue::new();
         for i in 0..200_000u32 {
             q.schedule(rng.next_u64() >> 34, i);
@@ -676,7 +676,7 @@ mod tests {
 
     #[test]
     fn the_bucket_table_finds_the_highest_differing_digit() {
-        let mut rng = fulcrum_balance::Rng::new(3);
+        let mut rng = fulcrum_base::Rng::new(3);
         for _ in 0..100_000 {
             let last = rng.next_u64() >> (rng.next_u64() % 64);
             let at = last.saturating_add(1 + (rng.next_u64() >> (rng.next_u64() % 64)));

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fulcrum_balance::Nanos;
+use fulcrum_base::Nanos;
 
 use crate::queue::Queue;
 use crate::wheel::Wheel;

@@ -31,7 +31,7 @@
 //! As with [`Queue`], no event may be scheduled before the time of the last
 //! event popped.
 
-use fulcrum_balance::Nanos;
+use fulcrum_base::Nanos;
 
 use crate::queue::Queue;
 

@@ -11,13 +11,16 @@
 //!   per-flow TOS picks it.
 //! - A first line starting with `start` is a header and skipped; blank
 //!   lines and lines starting with `#` are skipped.
-//! - Every error names the file, the line and the column (1-based), e.g.
-//!   `flows.csv: line 3, column 4 (bytes): "12k" is not a whole number`.
+//! - Every error names the file, the line, the column (1-based, in
+//!   characters) and the column's name, as every configuration error does
+//!   (`fulcrum_config::Error`), e.g.
+//!   `flows.csv:3:9: bytes: "12k" is not a whole number`.
 
 use std::path::Path;
 
+use fulcrum_config::{parse_nanos, Error};
+
 use crate::packet::Nanos;
-use crate::scenario::parse_duration;
 use crate::workload::FlowSpec;
 
 /// The columns, in order.
@@ -26,17 +29,27 @@ const COLUMNS: [&str; 6] = ["start", "src", "dst", "bytes", "class", "delay"];
 /// Parse the flow list `text` read from `file` (named in errors). Hosts
 /// must be below `hosts` and differ; classes below `classes`; delay classes
 /// below `delays` (a scenario without delay classes accepts only 0).
-pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32, delays: u32) -> Result<Vec<FlowSpec>, String> {
+pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32, delays: u32) -> Result<Vec<FlowSpec>, Error> {
     let mut flows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') || (flows.is_empty() && t.starts_with("start")) {
             continue;
         }
-        let fail = |col: usize, msg: String| {
-            format!("{}: line {}, column {} ({}): {msg}", file.display(), i + 1, col + 1, COLUMNS[col.min(5)])
-        };
         let cells: Vec<&str> = t.split(',').map(str::trim).collect();
+        // Where each cell starts in the line, in characters (1-based).
+        let mut starts = Vec::with_capacity(cells.len());
+        let mut at = line.len() - line.trim_start().len();
+        for raw in t.split(',') {
+            starts.push(line[..at + raw.len() - raw.trim_start().len()].chars().count() + 1);
+            at += raw.len() + 1;
+        }
+        let fail = |col: usize, message: String| Error {
+            line: i + 1,
+            column: starts.get(col).copied().unwrap_or(line.chars().count() + 1),
+            field: COLUMNS[col.min(5)].to_string(),
+            ..Error::new(file, "", message)
+        };
         if !(4..=6).contains(&cells.len()) {
             return Err(fail(
                 cells.len().min(5),
@@ -45,12 +58,12 @@ pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32, delays: u32) -> 
         }
         let start: Nanos = match cells[0].parse::<u64>() {
             Ok(ns) => ns,
-            Err(_) => parse_duration(cells[0]).map_err(|e| fail(0, e))?,
+            Err(_) => parse_nanos(cells[0]).map_err(|e| fail(0, e))?,
         };
-        let number = |col: usize| -> Result<u64, String> {
+        let number = |col: usize| -> Result<u64, Error> {
             cells[col].parse::<u64>().map_err(|_| fail(col, format!("{:?} is not a whole number", cells[col])))
         };
-        let host = |col: usize| -> Result<u32, String> {
+        let host = |col: usize| -> Result<u32, Error> {
             let h = number(col)?;
             if h < hosts as u64 {
                 Ok(h as u32)
@@ -68,16 +81,16 @@ pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32, delays: u32) -> 
         }
         let class = if cells.len() >= 5 { number(4)? } else { 0 };
         if class >= classes as u64 {
-            return Err(fail(4, format!("= {class}: the scheduler has no such class")));
+            return Err(fail(4, format!("the scheduler has no such class (found {class})")));
         }
         let delay = if cells.len() == 6 { number(5)? } else { 0 };
         if delay >= u64::from(delays.max(1)) {
-            return Err(fail(5, format!("= {delay}: hosts.delay_classes has no such class")));
+            return Err(fail(5, format!("hosts.delay_classes has no such class (found {delay})")));
         }
         flows.push(FlowSpec { src, dst, bytes, start, class: delay as u8, prio: class as u8 });
     }
     if flows.is_empty() {
-        return Err(format!("{}: no flows", file.display()));
+        return Err(Error::new(file, "", "no flows"));
     }
     Ok(flows)
 }
@@ -87,7 +100,7 @@ mod tests {
     use super::*;
 
     fn p(text: &str) -> Result<Vec<FlowSpec>, String> {
-        parse(text, Path::new("flows.csv"), 4, 2, 3)
+        parse(text, Path::new("flows.csv"), 4, 2, 3).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -104,19 +117,19 @@ mod tests {
     #[test]
     fn errors_name_file_line_and_column() {
         let e = p("0,0,1,1000\n0,0,1,12k\n").unwrap_err();
-        assert_eq!(e, "flows.csv: line 2, column 4 (bytes): \"12k\" is not a whole number");
-        let e = p("0,0,9,1\n").unwrap_err();
-        assert!(e.starts_with("flows.csv: line 1, column 3 (dst): there is no host 9"), "{e}");
+        assert_eq!(e, "flows.csv:2:7: bytes: \"12k\" is not a whole number");
+        let e = p("0, 0, 9, 1\n").unwrap_err();
+        assert!(e.starts_with("flows.csv:1:7: dst: there is no host 9"), "{e}");
         let e = p("soon,0,1,1\n").unwrap_err();
-        assert!(e.starts_with("flows.csv: line 1, column 1 (start):"), "{e}");
+        assert!(e.starts_with("flows.csv:1:1: start: "), "{e}");
         let e = p("0,0,1\n").unwrap_err();
-        assert!(e.contains("line 1") && e.contains("found 3 columns"), "{e}");
+        assert!(e.starts_with("flows.csv:1:6: bytes: ") && e.contains("found 3 columns"), "{e}");
         let e = p("0,1,1,5\n").unwrap_err();
-        assert!(e.contains("column 3") && e.contains("to itself"), "{e}");
+        assert!(e.starts_with("flows.csv:1:5: dst: ") && e.contains("to itself"), "{e}");
         let e = p("0,0,1,5,2\n").unwrap_err();
-        assert!(e.contains("column 5 (class)") && e.contains("no such class"), "{e}");
+        assert!(e.starts_with("flows.csv:1:9: class: ") && e.contains("no such class"), "{e}");
         let e = p("0,0,1,5,0,3\n").unwrap_err();
-        assert!(e.contains("column 6 (delay)") && e.contains("delay_classes has no such class"), "{e}");
+        assert!(e.starts_with("flows.csv:1:11: delay: ") && e.contains("delay_classes has no such class"), "{e}");
         let e = p("0,0,1,5,0,1,9\n").unwrap_err();
         assert!(e.contains("found 7 columns"), "{e}");
         assert!(p("# nothing\n").unwrap_err().contains("no flows"));

@@ -63,12 +63,12 @@ pub mod txtime;
 pub mod workload;
 pub mod world;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use fulcrum_des::{Streams, Wheel};
 use serde::Serialize;
 
+pub use fulcrum_workload::runs::SeedOverflow;
 pub use metrics::{Bucket, Convention, FctSummary, FlowRecord, Stranded};
 pub use scenario::{Scenario, ScenarioError};
 
@@ -246,33 +246,19 @@ fn port_summary(world: &World, port: u32, series: &QueueSeries) -> QueueSummary 
     }
 }
 
-/// Run seeds `first_seed .. first_seed + runs` on up to `threads` threads
-/// (`progress` sums their simulated microseconds);
-/// outcomes come back in seed order whatever the thread count.
+/// Run seeds `first_seed, first_seed + 1, …` (`runs` of them) on up to
+/// `threads` threads (`progress` sums their simulated microseconds);
+/// outcomes come back in seed order whatever the thread count. Seeds that
+/// would pass `u64::MAX` are an error.
 pub fn run_many(
     scenario: &Scenario,
     first_seed: u64,
     runs: usize,
     threads: usize,
     progress: Option<&AtomicU64>,
-) -> Vec<Outcome> {
-    let next = AtomicUsize::new(0);
-    let done = Mutex::new(Vec::with_capacity(runs));
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, runs.max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= runs {
-                    break;
-                }
-                let outcome = run(scenario, first_seed + i as u64, progress);
-                done.lock().expect("no run panics while holding the lock").push(outcome);
-            });
-        }
-    });
-    let mut outcomes = done.into_inner().expect("threads joined");
-    outcomes.sort_by_key(|o| o.seed);
-    outcomes
+) -> Result<Vec<Outcome>, SeedOverflow> {
+    let seeds = fulcrum_workload::runs::seeds(first_seed, runs as u64)?;
+    Ok(fulcrum_workload::runs::on_threads(&seeds, threads, |&seed| run(scenario, seed, progress)))
 }
 
 /// Bytes of a `payload` sent once in full segments, each carrying

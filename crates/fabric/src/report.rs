@@ -57,6 +57,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use fulcrum_workload::interval::mean_ci95;
+use fulcrum_workload::report::{write_csv_files, Csv};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -264,9 +265,7 @@ impl Report<'_> {
                 .collect(),
             routing_stats: self.routing_stats(),
         };
-        let mut s = serde_json::to_string(&json).expect("plain data serialises");
-        s.push('\n');
-        s
+        fulcrum_workload::report::json_line(&json)
     }
 
     /// The report as a table for people.
@@ -334,48 +333,52 @@ impl Report<'_> {
     /// Write `flows.csv` and `queues.csv` into `dir` (created if missing),
     /// and `queue_series.csv` when ports are watched.
     pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let mut flows =
-            String::from("seed,flow,src,dst,bytes,start_ns,fct_ns,complete,tx_bytes,slowdown,last_byte_ns\n");
-        let mut queues = String::from("seed,port,mean_packets,max_packets,marks,drops\n");
+        let mut flows = Csv::new(&[
+            "seed",
+            "flow",
+            "src",
+            "dst",
+            "bytes",
+            "start_ns",
+            "fct_ns",
+            "complete",
+            "tx_bytes",
+            "slowdown",
+            "last_byte_ns",
+        ]);
+        let mut queues = Csv::new(&["seed", "port", "mean_packets", "max_packets", "marks", "drops"]);
+        let mut series = Csv::new(&["seed", "port", "t_ns", "packets"]);
         for o in self.outcomes {
             for f in &o.flows {
-                let _ = writeln!(
-                    flows,
-                    "{},{},{},{},{},{},{},{},{},{:.4},{}",
-                    o.seed,
-                    f.id,
-                    f.src,
-                    f.dst,
-                    f.bytes,
-                    f.start_ns,
-                    f.fct_ns,
-                    f.complete,
-                    f.tx_bytes,
-                    f.slowdown,
-                    f.last_byte_ns.map_or(String::new(), |t| t.to_string())
-                );
+                let last_byte = f.last_byte_ns.map_or(String::new(), |t| t.to_string());
+                flows.row(&[
+                    &o.seed,
+                    &f.id,
+                    &f.src,
+                    &f.dst,
+                    &f.bytes,
+                    &f.start_ns,
+                    &f.fct_ns,
+                    &f.complete,
+                    &f.tx_bytes,
+                    &format_args!("{:.4}", f.slowdown),
+                    &last_byte,
+                ]);
             }
             for q in &o.queues {
-                let _ = writeln!(
-                    queues,
-                    "{},{},{:.4},{},{},{}",
-                    o.seed, q.port, q.mean_packets, q.max_packets, q.marks, q.drops
-                );
+                let mean = format_args!("{:.4}", q.mean_packets);
+                queues.row(&[&o.seed, &q.port, &mean, &q.max_packets, &q.marks, &q.drops]);
             }
-        }
-        if self.outcomes.iter().any(|o| !o.queue_series.is_empty()) {
-            let mut series = String::from("seed,port,t_ns,packets\n");
-            for o in self.outcomes {
-                for s in &o.queue_series {
-                    for (k, p) in s.packets.iter().enumerate() {
-                        let _ = writeln!(series, "{},{},{},{p}", o.seed, s.port, k as u64 * s.interval_ns);
-                    }
+            for s in &o.queue_series {
+                for (k, p) in s.packets.iter().enumerate() {
+                    series.row(&[&o.seed, &s.port, &(k as u64 * s.interval_ns), p]);
                 }
             }
-            std::fs::write(dir.join("queue_series.csv"), series)?;
         }
-        std::fs::write(dir.join("flows.csv"), flows)?;
-        std::fs::write(dir.join("queues.csv"), queues)
+        let mut files = vec![("flows.csv", &flows), ("queues.csv", &queues)];
+        if self.outcomes.iter().any(|o| !o.queue_series.is_empty()) {
+            files.push(("queue_series.csv", &series));
+        }
+        write_csv_files(dir, &files)
     }
 }

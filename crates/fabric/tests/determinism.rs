@@ -14,7 +14,7 @@ fn scenario() -> Scenario {
 }
 
 fn json(s: &Scenario, seed: u64, threads: usize) -> String {
-    let outcomes = fulcrum_fabric::run_many(s, seed, 2, threads, None);
+    let outcomes = fulcrum_fabric::run_many(s, seed, 2, threads, None).unwrap();
     let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     report.json()
 }
@@ -33,9 +33,17 @@ fn same_seed_same_bytes_whatever_the_threads() {
 }
 
 #[test]
+fn seeds_past_the_largest_are_an_error() {
+    let s = scenario();
+    let e = fulcrum_fabric::run_many(&s, u64::MAX, 2, 1, None).unwrap_err();
+    assert_eq!((e.first, e.runs), (u64::MAX, 2));
+    assert_eq!(fulcrum_fabric::run_many(&s, u64::MAX - 1, 0, 1, None).map(|o| o.len()), Ok(0));
+}
+
+#[test]
 fn csv_has_a_row_per_flow() {
     let s = scenario();
-    let outcomes = fulcrum_fabric::run_many(&s, 3, 1, 1, None);
+    let outcomes = fulcrum_fabric::run_many(&s, 3, 1, 1, None).unwrap();
     let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let dir = std::env::temp_dir().join(format!("fulcrum-fabric-csv-{}", std::process::id()));
     report.write_csv(&dir).unwrap();

@@ -85,7 +85,7 @@ fn seeds(name: &str) -> Vec<Outcome> {
     let path = format!("{}/../../scenarios/fabric/{name}.toml", env!("CARGO_MANIFEST_DIR"));
     let s = Scenario::load(Path::new(&path), &[]).unwrap();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    fulcrum_fabric::run_many(&s, 1, SEEDS, threads, None)
+    fulcrum_fabric::run_many(&s, 1, SEEDS, threads, None).unwrap()
 }
 
 /// The means over the outcomes of the small-flow average and p99.

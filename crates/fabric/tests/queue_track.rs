@@ -17,7 +17,7 @@ const PORT: &str = "switch 0 -> host 16";
 fn runs(file: &str) -> Vec<Outcome> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/fabric").join(file);
     let s = Scenario::load(&path, &[]).unwrap();
-    fulcrum_fabric::run_many(&s, 1, SEEDS, 2, None)
+    fulcrum_fabric::run_many(&s, 1, SEEDS, 2, None).unwrap()
 }
 
 /// The bottleneck's mean sampled queue (packets in the discipline).

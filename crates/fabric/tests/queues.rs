@@ -42,7 +42,7 @@ fn named_ports_are_sampled_every_interval() {
 #[test]
 fn series_reach_the_json_and_the_csv() {
     let s = scenario();
-    let outcomes = fulcrum_fabric::run_many(&s, 1, 2, 1, None);
+    let outcomes = fulcrum_fabric::run_many(&s, 1, 2, 1, None).unwrap();
     let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
     let series = &json["queue_series"];
@@ -75,7 +75,7 @@ fn without_named_ports_nothing_changes() {
 #[test]
 fn the_plot_has_a_queue_panel_and_a_throughput_panel() {
     let s = scenario();
-    let outcomes = fulcrum_fabric::run_many(&s, 1, 1, 1, None);
+    let outcomes = fulcrum_fabric::run_many(&s, 1, 1, 1, None).unwrap();
     let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let svg = report.plot_svg();
     assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));

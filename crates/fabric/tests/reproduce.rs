@@ -99,7 +99,7 @@ fn mean_of(name: &str) -> (FctSummary, FctSummary) {
     let path = format!("{}/../../scenarios/fabric/{name}.toml", env!("CARGO_MANIFEST_DIR"));
     let scenario = Scenario::load(Path::new(&path), &[]).unwrap();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let outcomes = fulcrum_fabric::run_many(&scenario, 1, SEEDS, threads, None);
+    let outcomes = fulcrum_fabric::run_many(&scenario, 1, SEEDS, threads, None).unwrap();
     let (monitor, last_byte) = both_conventions(name, &outcomes);
     eprintln!("{name}, seeds 1-5: flow monitor {}; last new byte {}", show(&monitor), show(&last_byte));
     (monitor, last_byte)

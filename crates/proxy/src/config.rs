@@ -1,8 +1,11 @@
 //! The proxy's configuration file: listeners, routes and clusters.
 //!
 //! TOML, typed with serde (`deny_unknown_fields`) and validated when loaded,
-//! so that a bad file is rejected with an error naming the file, line and
-//! field ([`ConfigError`]) before anything listens. A cluster's `algorithm`
+//! so that a bad file is rejected with an error naming the file, line,
+//! column and field ([`ConfigError`], the error of every configuration
+//! file and scenario: `fulcrum_config`) before anything listens. Durations
+//! (`"250ms"`) and sizes (`65536`, `"64KiB"`) have the syntax of
+//! `fulcrum_config::units`. A cluster's `algorithm`
 //! table is the same [`AlgorithmConfig`] the simulator's scenarios use.
 //!
 //! ```toml
@@ -21,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
+use fulcrum_config::Source;
 use fulcrum_resilience::{OutlierConfig, SlowStart, SlowStartConfig};
 pub use fulcrum_resilience::{RetryOn, RetryPolicy};
 use serde::Deserialize;
@@ -28,21 +32,10 @@ use toml::Spanned;
 
 use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
 
-/// A configuration the proxy rejects, located in its file.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{}:{line}:{column}: {field}: {message}", file.display())]
-pub struct ConfigError {
-    /// The file (or `<command line>` for quick mode).
-    pub file: PathBuf,
-    /// 1-based line of the offending value (0 when unknown).
-    pub line: usize,
-    /// 1-based column.
-    pub column: usize,
-    /// Dotted path of the field, e.g. `cluster[0].endpoints[1].weight`.
-    pub field: String,
-    /// What is wrong and what would be accepted.
-    pub message: String,
-}
+/// A configuration the proxy rejects, located in its file (`<command
+/// line>` for quick mode): `file:line:column: field: message`, the field a
+/// dotted path such as `cluster[0].endpoints[1].weight`.
+pub type ConfigError = fulcrum_config::Error;
 
 /// The whole proxy configuration, validated.
 #[derive(Debug, Clone)]
@@ -102,17 +95,18 @@ pub enum Http1Server {
 pub struct Limits {
     /// A request head must arrive within this long (slow-loris defence); the
     /// connection is closed otherwise.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub header_read_timeout: Duration,
     /// A connection with no request in flight is closed after this long.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub idle_timeout: Duration,
     /// Most header fields in a request (431 beyond).
     pub max_headers: usize,
     /// Most client connections open at once, over all workers; more are
     /// closed on accept.
     pub max_connections: usize,
-    /// Largest request body (413 beyond).
+    /// Largest request body (413 beyond); a size.
+    #[serde(with = "fulcrum_config::size")]
     pub max_body_bytes: u64,
 }
 
@@ -215,14 +209,14 @@ pub struct HealthCheck {
     /// Inclusive range of statuses that count as healthy.
     pub expected_status: [u16; 2],
     /// Time between checks of one endpoint.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub interval: Duration,
     /// A random extra delay up to this much before each check, so checks of
     /// many proxies do not arrive together.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub jitter: Duration,
     /// A check that takes longer fails.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub timeout: Duration,
     /// Passing checks in a row to become healthy again.
     pub healthy_threshold: u32,
@@ -313,7 +307,8 @@ struct RawListener {
     #[serde(default)]
     routes: Vec<RawRoute>,
     cluster: Option<Spanned<String>>,
-    max_header_bytes: Option<Spanned<usize>>,
+    #[serde(default, with = "fulcrum_config::size")]
+    max_header_bytes: Option<usize>,
     limits: Option<Spanned<Limits>>,
     #[serde(default)]
     http1_server: Http1Server,
@@ -383,11 +378,11 @@ struct RawCluster {
     hash_key: Option<HashKey>,
     #[serde(default = "default_upstream")]
     upstream: UpstreamProtocol,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     connect_timeout: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     request_timeout: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     resolve_interval: Option<Duration>,
     health_check: Option<Spanned<HealthCheck>>,
     outlier_detection: Option<Spanned<OutlierConfig>>,
@@ -457,53 +452,23 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 /// inline array (the server sets a limit only when it differs).
 pub const HYPER_MAX_HEADERS: usize = 100;
 
-/// Turns byte spans into line/column for errors.
-struct Source<'a> {
-    file: &'a Path,
-    text: &'a str,
-}
-
-impl Source<'_> {
-    fn error(&self, span: std::ops::Range<usize>, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        let (line, column) = if span.start == 0 && span.end == 0 {
-            (0, 0)
-        } else {
-            let before = &self.text[..span.start.min(self.text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-            (line, column)
-        };
-        ConfigError { file: self.file.to_path_buf(), line, column, field: field.into(), message: message.into() }
-    }
-}
-
 impl Config {
     /// Read and validate the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            line: 0,
-            column: 0,
-            field: "(file)".into(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError::new(path, "(file)", format!("cannot read: {e}")))?;
         Config::parse(path, &text)
     }
 
     /// Validate `text` as if read from `file`.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let src = Source { file, text };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            // toml's message names the field ("unknown field `x`, expected …").
-            src.error(span, "(syntax)", e.message().to_string())
-        })?;
+        let (raw, src): (RawConfig, Source) = fulcrum_config::parse(file, text, &[])?;
         raw.validate(&src)
     }
 
     /// The quick mode: one HTTP listener in front of one cluster.
     pub fn quick(listen: SocketAddr, backends: &[String], algorithm: AlgorithmKind) -> Result<Config, ConfigError> {
-        let src = Source { file: Path::new("<command line>"), text: "" };
+        let src = Source::new(Path::new("<command line>"), "");
         if backends.is_empty() {
             return Err(src.error(0..0, "--backends", "give at least one backend address (host:port)"));
         }
@@ -604,7 +569,7 @@ impl RawConfig {
             let panic_threshold = panic_threshold(c.panic_threshold, src, &at)?;
             let slow_start = match c.slow_start {
                 Some(s) => {
-                    SlowStart::new(s.get_ref()).map_err(|m| src.error(s.span(), at("slow_start"), m))?;
+                    SlowStart::new(s.get_ref()).map_err(|m| src.error_from(&at("slow_start"), &m))?;
                     Some(s.into_inner())
                 }
                 None => None,
@@ -628,8 +593,7 @@ impl RawConfig {
             let (max_connections, max_pending) = connection_limits(c.max_connections, c.max_pending, src, &at)?;
             // Checked last: errors come in the order they always did.
             let timeouts = [c.connect_timeout, c.request_timeout, c.resolve_interval];
-            let [connect_timeout, request_timeout, resolve_interval] =
-                timeouts_or_defaults(timeouts, &c.name, src, &at)?;
+            let [connect_timeout, request_timeout, resolve_interval] = timeouts_or_defaults(timeouts, src, &at)?;
             clusters.push(Cluster {
                 max_connections,
                 max_pending,
@@ -694,11 +658,9 @@ fn algorithm(
 }
 
 /// `connect_timeout`, `request_timeout` and `resolve_interval`: greater
-/// than 0 when given (the error points at the cluster's name: a duration
-/// read through humantime has no span of its own), else the defaults.
+/// than 0 when given, else the defaults.
 fn timeouts_or_defaults(
     given: [Option<Duration>; 3],
-    name: &Spanned<String>,
     src: &Source,
     at: FieldName,
 ) -> Result<[Duration; 3], ConfigError> {
@@ -707,7 +669,7 @@ fn timeouts_or_defaults(
     let mut out = defaults;
     for i in 0..3 {
         match given[i] {
-            Some(d) if d.is_zero() => return Err(src.error(name.span(), at(names[i]), "must be greater than 0")),
+            Some(d) if d.is_zero() => return Err(src.error_in(&at(names[i]), "must be greater than 0")),
             Some(d) => out[i] = d,
             None => {}
         }
@@ -738,7 +700,7 @@ fn health_check(h: Spanned<HealthCheck>, src: &Source, at: FieldName) -> Result<
 
 /// Outlier detection, checked by its own rules (`fulcrum-resilience`).
 fn outlier_detection(o: Spanned<OutlierConfig>, src: &Source, at: FieldName) -> Result<OutlierConfig, ConfigError> {
-    o.get_ref().validate().map_err(|m| src.error(o.span(), at("outlier_detection"), m))?;
+    o.get_ref().validate().map_err(|m| src.error_from(&at("outlier_detection"), &m))?;
     Ok(o.into_inner())
 }
 
@@ -801,11 +763,9 @@ impl RawListener {
         if listen.port() != 0 && earlier.iter().any(|k| k.listen == listen) {
             return Err(src.error(self.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
         }
-        let max_header_bytes = match &self.max_header_bytes {
-            Some(m) if *m.get_ref() < 8192 => {
-                return Err(src.error(m.span(), at("max_header_bytes"), "must be at least 8192"));
-            }
-            Some(m) => *m.get_ref(),
+        let max_header_bytes = match self.max_header_bytes {
+            Some(m) if m < 8192 => return Err(src.error_in(&at("max_header_bytes"), "must be at least 8192")),
+            Some(m) => m,
             None => DEFAULT_MAX_HEADER_BYTES,
         };
         let (routes, cluster) = match self.protocol {
@@ -962,6 +922,28 @@ connect_timeout = "250ms"
         let e = error(&GOOD.replace("connect_timeout", "connect_timeuot"));
         assert_eq!(e.line, 27, "{e}");
         assert!(e.message.contains("connect_timeuot"), "{e}");
+    }
+
+    #[test]
+    fn sizes_and_durations_have_one_syntax_and_errors_point_at_the_value() {
+        let text = GOOD.replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\nmax_header_bytes = \"16KiB\"\n\
+             limits = { max_body_bytes = \"1MiB\", idle_timeout = \"1m 30s\" }",
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.listeners[0].max_header_bytes, 16_384);
+        assert_eq!(c.listeners[0].limits.max_body_bytes, 1 << 20);
+        assert_eq!(c.listeners[0].limits.idle_timeout, Duration::from_secs(90));
+        let e = error(&text.replace("\"16KiB\"", "\"4KiB\""));
+        assert_eq!((e.line, e.column, e.field.as_str()), (7, 20, "listener[0].max_header_bytes"), "{e}");
+        let e = error(&text.replace("\"1MiB\"", "\"1 megabyte\""));
+        assert_eq!((e.line, e.column, e.field.as_str()), (8, 29, "listener[0].limits.max_body_bytes"), "{e}");
+        assert!(e.message.contains("megabyte"), "{e}");
+        let e = error(&GOOD.replace("connect_timeout = \"250ms\"", "connect_timeout = \"0s\""));
+        assert_eq!((e.line, e.column, e.field.as_str()), (27, 19, "cluster[1].connect_timeout"), "{e}");
+        let e = error(&GOOD.replace("\"250ms\"", "\"250 parsecs\""));
+        assert!(e.to_string().starts_with("test.toml:27:19: cluster[1].connect_timeout: "), "{e}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fulcrum_balance::{EndpointId, Nanos};
+use fulcrum_base::nanos;
 use serde::{Deserialize, Serialize};
 
 /// What became of one request, as the detector classifies it.
@@ -51,13 +52,13 @@ pub struct OutlierConfig {
     /// Gateway failures in a row that eject (0 disables the rule).
     pub consecutive_gateway_failure: u32,
     /// How often the success-rate and failure-percentage rules run.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub interval: Duration,
     /// Ejection time per ejection so far.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub base_ejection_time: Duration,
     /// Longest ejection.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub max_ejection_time: Duration,
     /// Largest share of endpoints ejected at once, in percent (at least one endpoint).
     pub max_ejection_percent: f64,
@@ -170,10 +171,6 @@ pub struct OutlierDetector {
     /// Endpoint order, for deterministic iteration.
     order: Vec<EndpointId>,
     next_interval: Nanos,
-}
-
-fn nanos(d: Duration) -> Nanos {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl OutlierDetector {

@@ -24,7 +24,7 @@ pub struct RetryBudgetConfig {
     /// Retries allowed per second regardless of traffic.
     pub min_per_second: f64,
     /// How long a request's deposit counts.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub ttl: Duration,
 }
 

@@ -82,7 +82,7 @@ pub struct RetryPolicy {
     pub different_endpoint: bool,
     /// A try without an answer after this long fails as a timeout (and may
     /// be retried); `None`: the request's own deadline bounds every try.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub per_try_timeout: Option<Duration>,
     /// The retry budget (each driver keeps one per balancer instance);
     /// `None` (`budget = false`): every failure is retried up to `attempts`.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct SlowStartConfig {
     /// How long the ramp lasts.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     pub window: Duration,
     /// Shape of the ramp: 1.0 is linear, larger ramps faster at first.
     pub aggression: f64,

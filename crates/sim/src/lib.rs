@@ -30,8 +30,7 @@ pub mod resilience;
 pub mod scenario;
 pub mod stats;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use fulcrum_balance::{AlgorithmConfig, BuildError, Nanos};
@@ -268,6 +267,9 @@ pub enum SimError {
     /// Zero runs or no algorithm.
     #[error("nothing to run: {0}")]
     Empty(&'static str),
+    /// The seeds would pass the largest one.
+    #[error(transparent)]
+    Seeds(#[from] fulcrum_workload::runs::SeedOverflow),
 }
 
 /// Run every algorithm of `plan` over `scenario` for each seed, on
@@ -281,41 +283,22 @@ pub fn simulate(scenario: &Scenario, plan: &Plan, progress: Option<&AtomicU64>) 
         return Err(SimError::Empty("no algorithm given"));
     }
     let started = Instant::now();
-    let jobs = plan.jobs();
-    let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<Result<RunResult, BuildError>>>> = Mutex::new(vec![None; jobs]);
-    let work = || loop {
-        let j = next.fetch_add(1, Ordering::Relaxed);
-        if j >= jobs {
-            break;
-        }
-        let (a, r) = (j / plan.runs as usize, j % plan.runs as usize);
-        let result = run_once(scenario, &plan.algorithms[a], plan.seed.wrapping_add(r as u64), progress);
-        slots.lock().expect("no worker panics while holding the lock")[j] = Some(result);
-    };
-    let threads = plan.threads.clamp(1, jobs);
-    if threads == 1 {
-        work();
-    } else {
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(work);
-            }
-        });
-    }
-    let mut slots = slots.into_inner().expect("workers finished").into_iter();
+    let seeds = fulcrum_workload::runs::seeds(plan.seed, u64::from(plan.runs))?;
+    // Every algorithm with every seed, algorithm by algorithm.
+    let jobs: Vec<(&AlgorithmConfig, u64)> =
+        plan.algorithms.iter().flat_map(|a| seeds.iter().map(move |&seed| (a, seed))).collect();
+    let done = fulcrum_workload::runs::on_threads(&jobs, plan.threads, |&(algorithm, seed)| {
+        run_once(scenario, algorithm, seed, progress)
+    });
+    let mut done = done.into_iter();
     let mut results = Vec::with_capacity(plan.algorithms.len());
     for config in &plan.algorithms {
         let name = config.kind().name().to_string();
-        let runs = (0..plan.runs)
-            .map(|_| {
-                slots
-                    .next()
-                    .flatten()
-                    .expect("every job ran")
-                    .map_err(|source| SimError::Build { algorithm: name.clone(), source })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let runs = done
+            .by_ref()
+            .take(seeds.len())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| SimError::Build { algorithm: name.clone(), source })?;
         results.push(AlgorithmReport::of(name, runs));
     }
     let simulated_requests = results.iter().flat_map(|a| &a.runs).map(|r| r.completed).sum();

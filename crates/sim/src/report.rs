@@ -20,10 +20,11 @@
 //! HDR-histogram percentiles: its `latency_ms` and `ci95_ms` then carry
 //! `"method": "hdr"` and the table ends with a line saying so.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 use std::io;
 use std::path::Path;
 
+use fulcrum_workload::report::{write_csv_files, Csv};
 use serde::Serialize;
 
 use crate::stats::{Summary, FIGURES};
@@ -264,56 +265,41 @@ pub fn json(report: &Report) -> String {
         simulated_requests: report.simulated_requests,
         wall_seconds: report.wall_seconds,
     };
-    let mut text = serde_json::to_string_pretty(&doc).expect("plain data serialises");
-    text.push('\n');
-    text
+    fulcrum_workload::report::json_document(&doc)
 }
 
 /// Write `summary.csv` (one row per run), `requests_per_server.csv`,
 /// `cdf.csv` and `share.csv` (per run) into `dir`, creating it if needed.
 pub fn write_csv(report: &Report, dir: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut summary = String::from("algorithm,seed,requests,failed");
-    for (name, _) in FIGURES {
-        let _ = write!(summary, ",{name}_ms");
-    }
-    summary.push('\n');
-    let mut per_server = String::from("algorithm,seed,server,name,requests\n");
-    let mut cdf = String::from("algorithm,seed,fraction,latency_ms\n");
-    let mut share = String::from("algorithm,seed,time_s,server,name,requests\n");
+    let figures: Vec<String> = FIGURES.iter().map(|(name, _)| format!("{name}_ms")).collect();
+    let mut header = vec!["algorithm", "seed", "requests", "failed"];
+    header.extend(figures.iter().map(String::as_str));
+    let mut summary = Csv::new(&header);
+    let mut per_server = Csv::new(&["algorithm", "seed", "server", "name", "requests"]);
+    let mut cdf = Csv::new(&["algorithm", "seed", "fraction", "latency_ms"]);
+    let mut share = Csv::new(&["algorithm", "seed", "time_s", "server", "name", "requests"]);
     for a in &report.results {
         for r in &a.runs {
-            let _ = write!(summary, "{},{},{},{}", a.algorithm, r.seed, r.requests, r.failed);
-            for (_, get) in FIGURES {
-                let _ = write!(summary, ",{}", get(&r.latency));
-            }
-            summary.push('\n');
+            let values: Vec<f64> = FIGURES.iter().map(|(_, get)| get(&r.latency)).collect();
+            let mut cells: Vec<&dyn Display> = vec![&a.algorithm, &r.seed, &r.requests, &r.failed];
+            cells.extend(values.iter().map(|v| v as &dyn Display));
+            summary.row(&cells);
             for (s, n) in r.requests_per_server.iter().enumerate() {
-                let _ = writeln!(per_server, "{},{},{s},{},{n}", a.algorithm, r.seed, csv_field(&report.servers[s]));
+                per_server.row(&[&a.algorithm, &r.seed, &s, &report.servers[s], n]);
             }
             for (f, ms) in &r.cdf {
-                let _ = writeln!(cdf, "{},{},{f},{ms}", a.algorithm, r.seed);
+                cdf.row(&[&a.algorithm, &r.seed, f, ms]);
             }
             let width = r.share.interval as f64 / 1e9;
             for (t, bucket) in r.share.buckets.iter().enumerate() {
+                let time = t as f64 * width;
                 for (s, n) in bucket.iter().enumerate() {
-                    let name = csv_field(&report.servers[s]);
-                    let _ = writeln!(share, "{},{},{},{s},{name},{n}", a.algorithm, r.seed, t as f64 * width);
+                    share.row(&[&a.algorithm, &r.seed, &time, &s, &report.servers[s], n]);
                 }
             }
         }
     }
-    std::fs::write(dir.join("summary.csv"), summary)?;
-    std::fs::write(dir.join("requests_per_server.csv"), per_server)?;
-    std::fs::write(dir.join("cdf.csv"), cdf)?;
-    std::fs::write(dir.join("share.csv"), share)?;
-    Ok(())
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    let files =
+        [("summary.csv", &summary), ("requests_per_server.csv", &per_server), ("cdf.csv", &cdf), ("share.csv", &share)];
+    write_csv_files(dir, &files)
 }

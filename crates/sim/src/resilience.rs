@@ -17,10 +17,9 @@ use std::str::FromStr;
 
 use fulcrum_balance::{Balancer, Endpoint, EndpointId, Nanos};
 use fulcrum_resilience::{
-    Change, CheckThresholds, ClusterHealth, HealthConfig, OutlierConfig, RetryBudget, RetryOn, RetryPolicy, SlowStart,
+    Change, CheckThresholds, ClusterHealth, HealthConfig, OutlierConfig, RetryBudget, RetryOn, RetryPolicy,
     SlowStartConfig, Snapshot, STEP,
 };
-use serde::Deserialize;
 
 use crate::dist::nanos;
 
@@ -123,49 +122,6 @@ impl FromStr for Mechanism {
             "retry-budget" | "budget" => Ok(Mechanism::RetryBudget),
             other => Err(format!("unknown mechanism {other:?} (outlier-detection, slow-start, retries, retry-budget)")),
         }
-    }
-}
-
-/// `[retries]`: the proxy's retry policy and vocabulary
-/// ([`RetryPolicy`]), validated while read so errors carry the line.
-/// "reset", single statuses and "grpc-unavailable" are accepted but never
-/// occur here: a simulated server fails with a generic 5xx, a timeout or a
-/// refusal.
-pub(crate) struct RetriesSpec(pub RetryPolicy);
-
-impl<'de> Deserialize<'de> for RetriesSpec {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let r = RetryPolicy::deserialize(d)?;
-        r.validate().map_err(D::Error::custom)?;
-        // Without a per-try timeout a try ends only at the request's
-        // deadline, which ends the request too: nothing left to retry.
-        if r.conditions.contains(&RetryOn::Timeout) && r.per_try_timeout.is_none() {
-            return Err(D::Error::custom("retries.on has \"timeout\", which needs retries.per_try_timeout"));
-        }
-        Ok(RetriesSpec(r))
-    }
-}
-
-/// `[outlier_detection]`, validated while read so errors carry the line.
-pub(crate) struct OutlierSpec(pub OutlierConfig);
-
-impl<'de> Deserialize<'de> for OutlierSpec {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let c = OutlierConfig::deserialize(d)?;
-        c.validate().map_err(serde::de::Error::custom)?;
-        Ok(OutlierSpec(c))
-    }
-}
-
-/// `[slow_start]`, validated while read.
-pub(crate) struct SlowStartSpec(pub SlowStartConfig);
-
-impl<'de> Deserialize<'de> for SlowStartSpec {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let c = SlowStartConfig::deserialize(d)?;
-        SlowStart::new(&c).map_err(serde::de::Error::custom)?;
-        Ok(SlowStartSpec(c))
     }
 }
 

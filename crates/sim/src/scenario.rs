@@ -4,15 +4,14 @@
 //! network between them ([`Network`]), the balancer instances
 //! ([`Balancers`]), where latency is measured ([`Metrics`]), timed
 //! [`Event`]s (a server slows down, fails, recovers, joins, leaves), and the
-//! algorithms to compare. Every section checks itself while it is read, so a
-//! mistake is reported with the file, the line and the field:
+//! algorithms to compare. The file is read into raw types (its TOML form)
+//! and each section is then validated into its type, so a mistake is
+//! reported with the file, the line, the column and the field (the error
+//! and the `--set KEY=VALUE` overrides of every configuration format:
+//! `fulcrum_config`):
 //!
 //! ```text
-//! scenarios/x.toml: TOML parse error at line 7, column 11
-//!   |
-//! 7 | service = { dist = "uniform", min = "10ms", max = "5ms" }
-//!   |           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-//! uniform: max (5ms) is below min (10ms)
+//! scenarios/x.toml:7:11: servers[0].service: uniform: max (5ms) is below min (10ms)
 //! ```
 //!
 //! `docs/reference/sim-scenario.md` is the reference of every field.
@@ -21,15 +20,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
+use fulcrum_config::Source;
+use fulcrum_resilience::{OutlierConfig, RetryOn, RetryPolicy, SlowStart, SlowStartConfig};
 use serde::Deserialize;
 
-use crate::resilience::{OutlierSpec, Resilience, RetriesSpec, SlowStartSpec};
+use crate::resilience::Resilience;
 use fulcrum_workload::dist::{nanos, with_base_dir, Dist};
 
-/// A scenario that failed to load: the message names the file and the field.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct ScenarioError(pub String);
+/// A scenario that failed to load: `file:line:column: field: message`.
+pub type ScenarioError = fulcrum_config::Error;
 
 /// A validated scenario.
 #[derive(Debug, Clone)]
@@ -225,7 +224,7 @@ pub struct Event {
     pub action: Action,
 }
 
-// ---- the TOML form ----
+// ---- the TOML form: raw sections, each validated into its type ----
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,19 +238,19 @@ struct RawScenario {
     algorithms: Vec<KindName>,
     #[serde(default)]
     algorithm: Vec<AlgorithmConfig>,
-    clients: Clients,
+    clients: RawClients,
     #[serde(default)]
-    network: Network,
-    servers: Vec<ServerSpec>,
+    network: RawNetwork,
+    servers: Vec<RawServer>,
     #[serde(default)]
-    balancers: Balancers,
+    balancers: RawBalancers,
     #[serde(default)]
-    metrics: Metrics,
+    metrics: RawMetrics,
     #[serde(default)]
-    events: Vec<toml::Spanned<EventSpec>>,
-    outlier_detection: Option<OutlierSpec>,
-    slow_start: Option<SlowStartSpec>,
-    retries: Option<RetriesSpec>,
+    events: Vec<RawEvent>,
+    outlier_detection: Option<OutlierConfig>,
+    slow_start: Option<SlowStartConfig>,
+    retries: Option<RetryPolicy>,
     panic_threshold: Option<f64>,
 }
 
@@ -287,16 +286,16 @@ struct RawClients {
     count: u32,
     #[serde(rename = "loop")]
     loop_kind: LoopKind,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     interval: Option<Duration>,
     rate: Option<f64>,
     in_flight: Option<u32>,
     requests: Option<u64>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     duration: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     start: Duration,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     stagger: Duration,
     #[serde(default)]
     connect: bool,
@@ -312,50 +311,52 @@ fn random_keys() -> Keys {
     Keys::Random
 }
 
-impl<'de> Deserialize<'de> for Clients {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let r = RawClients::deserialize(d)?;
-        if r.count == 0 {
-            return Err(D::Error::custom("clients.count must be at least 1"));
+impl RawClients {
+    /// An open loop with one interval or rate, or a closed loop with a
+    /// count in flight; a request count or a duration.
+    fn validate(self, src: &Source) -> Result<Clients, ScenarioError> {
+        if self.count == 0 {
+            return Err(src.error_in("clients.count", "must be at least 1"));
         }
-        let arrivals = match (r.loop_kind, r.interval, r.rate, r.in_flight) {
+        let arrivals = match (self.loop_kind, self.interval, self.rate, self.in_flight) {
             (LoopKind::Open, Some(i), None, None) if !i.is_zero() => Arrivals::Fixed(nanos(i)),
             (LoopKind::Open, None, Some(rate), None) if rate.is_finite() && rate > 0.0 => Arrivals::Poisson(1e9 / rate),
             (LoopKind::Open, ..) => {
-                return Err(D::Error::custom(
-                    "clients: an open loop needs exactly one of `interval` (a duration > 0) or `rate` \
+                return Err(src.error_in(
+                    "clients.loop",
+                    "an open loop needs exactly one of `interval` (a duration > 0) or `rate` \
                      (requests per second per client, > 0), and no `in_flight`",
                 ))
             }
             (LoopKind::Closed, None, None, Some(n)) if n > 0 => Arrivals::Closed(n),
             (LoopKind::Closed, ..) => {
-                return Err(D::Error::custom(
-                    "clients: a closed loop needs `in_flight` (requests each client keeps in flight, ≥ 1) \
+                return Err(src.error_in(
+                    "clients.loop",
+                    "a closed loop needs `in_flight` (requests each client keeps in flight, ≥ 1) \
                      and no `interval` or `rate`",
                 ))
             }
         };
-        match (r.requests, r.duration) {
-            (None, None) => return Err(D::Error::custom("clients: give `requests` (per client) or `duration`")),
-            (Some(0), _) => return Err(D::Error::custom("clients.requests must be at least 1")),
-            (_, Some(d)) if d.is_zero() => return Err(D::Error::custom("clients.duration must be above 0")),
+        match (self.requests, self.duration) {
+            (None, None) => return Err(src.error_in("clients", "give `requests` (per client) or `duration`")),
+            (Some(0), _) => return Err(src.error_in("clients.requests", "must be at least 1")),
+            (_, Some(d)) if d.is_zero() => return Err(src.error_in("clients.duration", "must be above 0")),
             _ => {}
         }
         Ok(Clients {
-            count: r.count,
+            count: self.count,
             arrivals,
-            requests: r.requests,
-            duration: r.duration.map(nanos),
-            start: nanos(r.start),
-            stagger: nanos(r.stagger),
-            connect: r.connect,
-            keys: r.keys,
+            requests: self.requests,
+            duration: self.duration.map(nanos),
+            start: nanos(self.start),
+            stagger: nanos(self.stagger),
+            connect: self.connect,
+            keys: self.keys,
         })
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNetwork {
     client_lb: Option<Dist>,
@@ -365,25 +366,25 @@ struct RawNetwork {
 
 impl Default for Network {
     fn default() -> Self {
-        Network { client_lb: Dist::Fixed(0), lb_server: Dist::Fixed(0), first_contact: Dist::Fixed(0) }
+        RawNetwork::default().validate()
     }
 }
 
-impl<'de> Deserialize<'de> for Network {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let r = RawNetwork::deserialize(d)?;
+impl RawNetwork {
+    /// Hops left out take no time (each distribution checked itself as it was read).
+    fn validate(self) -> Network {
         let zero = || Dist::Fixed(0);
-        Ok(Network {
-            client_lb: r.client_lb.unwrap_or_else(zero),
-            lb_server: r.lb_server.unwrap_or_else(zero),
-            first_contact: r.first_contact.unwrap_or_else(zero),
-        })
+        Network {
+            client_lb: self.client_lb.unwrap_or_else(zero),
+            lb_server: self.lb_server.unwrap_or_else(zero),
+            first_contact: self.first_contact.unwrap_or_else(zero),
+        }
     }
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ServerSpec {
+struct RawServer {
     count: Option<u32>,
     name: Option<String>,
     names: Option<Vec<String>>,
@@ -393,31 +394,15 @@ struct ServerSpec {
     concurrency: Option<u32>,
     #[serde(default = "yes")]
     joined: bool,
-    cold: Option<ColdSpec>,
+    cold: Option<RawCold>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCold {
     factor: f64,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "fulcrum_config::duration")]
     duration: Duration,
-}
-
-struct ColdSpec(Cold);
-
-impl<'de> Deserialize<'de> for ColdSpec {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let r = RawCold::deserialize(d)?;
-        if !(r.factor.is_finite() && r.factor >= 1.0) {
-            return Err(D::Error::custom(format!("cold.factor = {} must be a finite number ≥ 1", r.factor)));
-        }
-        if r.duration.is_zero() {
-            return Err(D::Error::custom("cold.duration must be above 0"));
-        }
-        Ok(ColdSpec(Cold { factor: r.factor, duration: nanos(r.duration) }))
-    }
 }
 
 fn unit_weight() -> f64 {
@@ -428,13 +413,97 @@ fn yes() -> bool {
     true
 }
 
+impl RawServer {
+    /// The servers this entry stands for (`count` of them, named by `name`
+    /// or `names`, or by address), appended to `servers`; `at` names the
+    /// entry (`servers[i]`).
+    fn expand(&self, at: &str, src: &Source, servers: &mut Vec<Server>) -> Result<(), ScenarioError> {
+        let field = |f: &str| format!("{at}.{f}");
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return Err(src.error_in(&field("weight"), format!("{} must be a finite number above 0", self.weight)));
+        }
+        let count = match (&self.names, self.count) {
+            (Some(_), _) if self.name.is_some() => {
+                return Err(src.error_in(&field("names"), "give `name` or `names`, not both"))
+            }
+            (Some(names), None) if !names.is_empty() => names.len() as u32,
+            (Some(names), Some(c)) if names.len() == c as usize && c > 0 => c,
+            (Some(names), _) => {
+                return Err(src.error_in(
+                    &field("names"),
+                    format!("has {} names; it needs one per server (count) and at least one", names.len()),
+                ))
+            }
+            (None, Some(0)) => return Err(src.error_in(&field("count"), "must be at least 1")),
+            (None, c) => c.unwrap_or(1),
+        };
+        if self.concurrency == Some(0) {
+            return Err(src.error_in(&field("concurrency"), "must be at least 1 (leave it out for unlimited)"));
+        }
+        let cold = match &self.cold {
+            Some(c) if !(c.factor.is_finite() && c.factor >= 1.0) => {
+                return Err(src.error_in(&field("cold.factor"), format!("{} must be a finite number ≥ 1", c.factor)))
+            }
+            Some(c) if c.duration.is_zero() => return Err(src.error_in(&field("cold.duration"), "must be above 0")),
+            Some(c) => Some(Cold { factor: c.factor, duration: nanos(c.duration) }),
+            None => None,
+        };
+        for k in 0..count {
+            let n = servers.len();
+            let name = match (&self.name, &self.names) {
+                (_, Some(names)) => names[k as usize].clone(),
+                (Some(name), _) if count == 1 => name.clone(),
+                (Some(name), _) => format!("{name}-{k}"),
+                (None, None) => format!("10.0.{}.{}:80", n / 250, n % 250 + 1),
+            };
+            servers.push(Server {
+                name,
+                weight: self.weight,
+                service: self.service.clone(),
+                concurrency: self.concurrency,
+                joined: self.joined,
+                cold,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Every `[[servers]]` entry expanded, with names unique.
+fn servers(raw: &[RawServer], src: &Source) -> Result<Vec<Server>, ScenarioError> {
+    let mut servers = Vec::new();
+    let mut entry_of = Vec::new();
+    for (i, spec) in raw.iter().enumerate() {
+        spec.expand(&format!("servers[{i}]"), src, &mut servers)?;
+        entry_of.resize(servers.len(), i);
+    }
+    if servers.is_empty() {
+        return Err(src.error_in("servers", "at least one [[servers]] entry is needed"));
+    }
+    for (i, a) in servers.iter().enumerate() {
+        if let Some(j) = servers[..i].iter().position(|b| b.name == a.name) {
+            return Err(src.error_in(
+                &format!("servers[{}]", entry_of[i]),
+                format!("servers {j} and {i} are both named {:?}; names must be unique", a.name),
+            ));
+        }
+    }
+    Ok(servers)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBalancers {
     #[serde(default = "one")]
     count: u32,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     timeout: Option<Duration>,
+}
+
+impl Default for RawBalancers {
+    fn default() -> Self {
+        RawBalancers { count: 1, timeout: None }
+    }
 }
 
 impl Default for Balancers {
@@ -443,17 +512,15 @@ impl Default for Balancers {
     }
 }
 
-impl<'de> Deserialize<'de> for Balancers {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let r = RawBalancers::deserialize(d)?;
-        if r.count == 0 {
-            return Err(D::Error::custom("balancers.count must be at least 1"));
+impl RawBalancers {
+    fn validate(self, src: &Source) -> Result<Balancers, ScenarioError> {
+        if self.count == 0 {
+            return Err(src.error_in("balancers.count", "must be at least 1"));
         }
-        if r.timeout.is_some_and(|t| t.is_zero()) {
-            return Err(D::Error::custom("balancers.timeout must be above 0 (leave it out for no timeout)"));
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(src.error_in("balancers.timeout", "must be above 0 (leave it out for no timeout)"));
         }
-        Ok(Balancers { count: r.count, timeout: r.timeout.map(nanos) })
+        Ok(Balancers { count: self.count, timeout: self.timeout.map(nanos) })
     }
 }
 
@@ -462,9 +529,9 @@ impl<'de> Deserialize<'de> for Balancers {
 struct RawMetrics {
     #[serde(default = "client_side")]
     latency: MeasureAt,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "fulcrum_config::duration")]
     warmup: Duration,
-    #[serde(default = "one_second", with = "humantime_serde")]
+    #[serde(default = "one_second", with = "fulcrum_config::duration")]
     share_interval: Duration,
     #[serde(default)]
     exact: bool,
@@ -478,23 +545,28 @@ fn one_second() -> Duration {
     Duration::from_secs(1)
 }
 
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics { latency: MeasureAt::Client, warmup: Duration::ZERO, share_interval: one_second(), exact: false }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics { latency_at: MeasureAt::Client, warmup: 0, share_interval: fulcrum_balance::SECOND, exact: false }
     }
 }
 
-impl<'de> Deserialize<'de> for Metrics {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let r = RawMetrics::deserialize(d)?;
-        if r.share_interval.is_zero() {
-            return Err(serde::de::Error::custom("metrics.share_interval must be above 0"));
+impl RawMetrics {
+    fn validate(self, src: &Source) -> Result<Metrics, ScenarioError> {
+        if self.share_interval.is_zero() {
+            return Err(src.error_in("metrics.share_interval", "must be above 0"));
         }
         Ok(Metrics {
-            latency_at: r.latency,
-            warmup: nanos(r.warmup),
-            share_interval: nanos(r.share_interval),
-            exact: r.exact,
+            latency_at: self.latency,
+            warmup: nanos(self.warmup),
+            share_interval: nanos(self.share_interval),
+            exact: self.exact,
         })
     }
 }
@@ -516,15 +588,15 @@ enum FailMode {
 
 #[derive(Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
-enum EventSpec {
+enum RawEvent {
     Slow {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
         service: Dist,
     },
     Fail {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
         #[serde(default = "error_mode")]
@@ -532,17 +604,17 @@ enum EventSpec {
         after: Option<Dist>,
     },
     Recover {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
     },
     Join {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
     },
     Leave {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         at: Duration,
         server: ServerRef,
     },
@@ -552,175 +624,169 @@ fn error_mode() -> FailMode {
     FailMode::Error
 }
 
-/// Line (1-based) of byte `offset` in `text`.
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+impl RawEvent {
+    /// The event, its server found among `servers`; `at` names it
+    /// (`events[i]`). A timeout needs the balancers' timeout.
+    fn validate(
+        &self,
+        at: &str,
+        servers: &[Server],
+        balancers: &Balancers,
+        src: &Source,
+    ) -> Result<Event, ScenarioError> {
+        let field = |f: &str| format!("{at}.{f}");
+        let (time, server, action) = match self {
+            RawEvent::Slow { at, server, service } => (at, server, Action::Slow(service.clone())),
+            RawEvent::Fail { at, server, mode, after } => {
+                let action = match mode {
+                    FailMode::Error => Action::Fail(Some(after.clone().unwrap_or(Dist::Fixed(0)))),
+                    FailMode::Timeout | FailMode::Refuse if after.is_some() => {
+                        return Err(src.error_in(&field("after"), "applies to mode = \"error\" only"))
+                    }
+                    FailMode::Timeout if balancers.timeout.is_none() => {
+                        return Err(src.error_in(
+                            &field("mode"),
+                            "a failure by timeout needs balancers.timeout (else nothing ends the request)",
+                        ))
+                    }
+                    FailMode::Timeout => Action::Fail(None),
+                    FailMode::Refuse => Action::Refuse,
+                };
+                (at, server, action)
+            }
+            RawEvent::Recover { at, server } => (at, server, Action::Recover),
+            RawEvent::Join { at, server } => (at, server, Action::Join),
+            RawEvent::Leave { at, server } => (at, server, Action::Leave),
+        };
+        let index = match server {
+            ServerRef::Index(k) if *k < servers.len() => *k,
+            ServerRef::Index(k) => {
+                return Err(src.error_in(
+                    &field("server"),
+                    format!("{k} is out of range (there are {} servers, 0..{})", servers.len(), servers.len() - 1),
+                ))
+            }
+            ServerRef::Name(name) => servers
+                .iter()
+                .position(|s| &s.name == name)
+                .ok_or_else(|| src.error_in(&field("server"), format!("{name:?} names no server")))?,
+        };
+        Ok(Event { at: nanos(*time), server: index, action })
+    }
+}
+
+/// The `[[algorithm]]` tables: one per kind, each buildable over the servers.
+fn algorithm_tables(raw: &[AlgorithmConfig], servers: &[Server], src: &Source) -> Result<(), ScenarioError> {
+    let endpoints: Vec<Endpoint> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
+        .collect();
+    for (i, config) in raw.iter().enumerate() {
+        let at = format!("algorithm[{i}]");
+        if raw[..i].iter().any(|c| c.kind() == config.kind()) {
+            return Err(src.error_in(&at, format!("a second [[algorithm]] of kind {}", config.kind())));
+        }
+        fulcrum_balance::build(config, &endpoints, 0)
+            .map_err(|e| src.error_in(&at, format!("{}: {e}", config.kind())))?;
+    }
+    Ok(())
+}
+
+/// Outlier detection, slow start and retries, each checked by its own
+/// rules (those of `fulcrum_resilience`, as in the proxy), and the panic threshold.
+fn resilience(
+    outlier_detection: Option<OutlierConfig>,
+    slow_start: Option<SlowStartConfig>,
+    retries: Option<RetryPolicy>,
+    panic_threshold: Option<f64>,
+    src: &Source,
+) -> Result<Resilience, ScenarioError> {
+    if let Some(o) = &outlier_detection {
+        o.validate().map_err(|m| src.error_from("outlier_detection", &m))?;
+    }
+    if let Some(s) = &slow_start {
+        SlowStart::new(s).map_err(|m| src.error_from("slow_start", &m))?;
+    }
+    if let Some(r) = &retries {
+        r.validate().map_err(|e| src.error_in(&format!("retries.{}", e.field), e.message))?;
+        // Without a per-try timeout a try ends only at the request's
+        // deadline, which ends the request too: nothing left to retry.
+        if r.conditions.contains(&RetryOn::Timeout) && r.per_try_timeout.is_none() {
+            return Err(src.error_in("retries.on", "has \"timeout\", which needs retries.per_try_timeout"));
+        }
+    }
+    let panic_threshold = match panic_threshold {
+        None => 50.0,
+        Some(p) if (0.0..=100.0).contains(&p) => p,
+        Some(p) => return Err(src.error_in("panic_threshold", format!("{p} must be a percentage in 0..=100"))),
+    };
+    Ok(Resilience { outlier_detection, slow_start, retries, panic_threshold, health_check: None })
 }
 
 impl Scenario {
     /// Read and validate the scenario at `path`. Relative `empirical` files
     /// are resolved against the scenario's directory.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ScenarioError(format!("{}: cannot read scenario: {e}", path.display())))?;
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into());
-        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Scenario::parse(&text, &path.display().to_string(), &stem, &base)
+        Scenario::load_with(path, &[])
     }
 
-    /// Parse scenario `text`; `origin` prefixes error messages, `default_name`
-    /// is used when the file has no `name`.
+    /// [`Scenario::load`] with `sets` (`KEY=VALUE`, the `--set` of
+    /// `fulcrum sim`) applied to the file's document before it is read:
+    /// see `fulcrum_config::document`.
+    pub fn load_with(path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError::new(path, "(file)", format!("cannot read scenario: {e}")))?;
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into());
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Scenario::read(&text, path, sets, &stem, &base)
+    }
+
+    /// Parse scenario `text`; `origin` names it in errors, `default_name`
+    /// is used when the file has no `name`, relative `empirical` files are
+    /// resolved against `base_dir`.
     pub fn parse(text: &str, origin: &str, default_name: &str, base_dir: &Path) -> Result<Scenario, ScenarioError> {
-        let fail = |msg: String| ScenarioError(format!("{origin}: {msg}"));
-        let raw: RawScenario =
-            with_base_dir(base_dir, || toml::from_str(text)).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
+        Scenario::read(text, Path::new(origin), &[], default_name, base_dir)
+    }
 
-        let mut servers = Vec::new();
-        for (i, spec) in raw.servers.iter().enumerate() {
-            if !(spec.weight.is_finite() && spec.weight > 0.0) {
-                return Err(fail(format!("servers[{i}].weight = {} must be a finite number above 0", spec.weight)));
-            }
-            let count = match (&spec.names, spec.count) {
-                (Some(_), _) if spec.name.is_some() => {
-                    return Err(fail(format!("servers[{i}]: give `name` or `names`, not both")))
-                }
-                (Some(names), None) if !names.is_empty() => names.len() as u32,
-                (Some(names), Some(c)) if names.len() == c as usize && c > 0 => c,
-                (Some(names), _) => {
-                    return Err(fail(format!(
-                        "servers[{i}].names has {} names; it needs one per server (count) and at least one",
-                        names.len()
-                    )))
-                }
-                (None, Some(0)) => return Err(fail(format!("servers[{i}].count must be at least 1"))),
-                (None, c) => c.unwrap_or(1),
-            };
-            if spec.concurrency == Some(0) {
-                return Err(fail(format!("servers[{i}].concurrency must be at least 1 (leave it out for unlimited)")));
-            }
-            for k in 0..count {
-                let n = servers.len();
-                let name = match (&spec.name, &spec.names) {
-                    (_, Some(names)) => names[k as usize].clone(),
-                    (Some(name), _) if count == 1 => name.clone(),
-                    (Some(name), _) => format!("{name}-{k}"),
-                    (None, None) => format!("10.0.{}.{}:80", n / 250, n % 250 + 1),
-                };
-                servers.push(Server {
-                    name,
-                    weight: spec.weight,
-                    service: spec.service.clone(),
-                    concurrency: spec.concurrency,
-                    joined: spec.joined,
-                    cold: spec.cold.as_ref().map(|c| c.0),
-                });
-            }
-        }
-        if servers.is_empty() {
-            return Err(fail("servers: at least one [[servers]] entry is needed".into()));
-        }
-        for (i, a) in servers.iter().enumerate() {
-            if let Some(j) = servers[..i].iter().position(|b| b.name == a.name) {
-                return Err(fail(format!("servers {j} and {i} are both named {:?}; names must be unique", a.name)));
-            }
-        }
-
-        let mut events = Vec::new();
-        for (i, spanned) in raw.events.iter().enumerate() {
-            let line = line_of(text, spanned.span().start);
-            let (at, server, action) = match spanned.get_ref() {
-                EventSpec::Slow { at, server, service } => (at, server, Action::Slow(service.clone())),
-                EventSpec::Fail { at, server, mode, after } => {
-                    let action = match mode {
-                        FailMode::Error => Action::Fail(Some(after.clone().unwrap_or(Dist::Fixed(0)))),
-                        FailMode::Timeout => {
-                            if after.is_some() {
-                                return Err(fail(format!(
-                                    "line {line}: events[{i}].after applies to mode = \"error\" only"
-                                )));
-                            }
-                            if raw.balancers.timeout.is_none() {
-                                return Err(fail(format!(
-                                    "line {line}: events[{i}] fails with mode = \"timeout\", which needs \
-                                     balancers.timeout"
-                                )));
-                            }
-                            Action::Fail(None)
-                        }
-                        FailMode::Refuse => {
-                            if after.is_some() {
-                                return Err(fail(format!(
-                                    "line {line}: events[{i}].after applies to mode = \"error\" only"
-                                )));
-                            }
-                            Action::Refuse
-                        }
-                    };
-                    (at, server, action)
-                }
-                EventSpec::Recover { at, server } => (at, server, Action::Recover),
-                EventSpec::Join { at, server } => (at, server, Action::Join),
-                EventSpec::Leave { at, server } => (at, server, Action::Leave),
-            };
-            let index = match server {
-                ServerRef::Index(k) if *k < servers.len() => *k,
-                ServerRef::Index(k) => {
-                    return Err(fail(format!(
-                        "line {line}: events[{i}].server = {k} is out of range (there are {} servers, 0..{})",
-                        servers.len(),
-                        servers.len() - 1
-                    )))
-                }
-                ServerRef::Name(name) => servers
-                    .iter()
-                    .position(|s| &s.name == name)
-                    .ok_or_else(|| fail(format!("line {line}: events[{i}].server = {name:?} names no server")))?,
-            };
-            events.push(Event { at: nanos(*at), server: index, action });
+    fn read(
+        text: &str,
+        file: &Path,
+        sets: &[String],
+        default_name: &str,
+        base_dir: &Path,
+    ) -> Result<Scenario, ScenarioError> {
+        let (raw, src): (RawScenario, Source) = with_base_dir(base_dir, || fulcrum_config::parse(file, text, sets))?;
+        let clients = raw.clients.validate(&src)?;
+        let network = raw.network.validate();
+        let servers = servers(&raw.servers, &src)?;
+        let balancers = raw.balancers.validate(&src)?;
+        let metrics = raw.metrics.validate(&src)?;
+        let mut events = Vec::with_capacity(raw.events.len());
+        for (i, e) in raw.events.iter().enumerate() {
+            events.push(e.validate(&format!("events[{i}]"), &servers, &balancers, &src)?);
         }
         // Stable: events at the same time keep file order.
         events.sort_by_key(|e| e.at);
-
-        let endpoints: Vec<Endpoint> = servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Endpoint::new(i as u64, s.name.clone()).with_weight(s.weight))
-            .collect();
-        for (i, config) in raw.algorithm.iter().enumerate() {
-            if raw.algorithm[..i].iter().any(|c| c.kind() == config.kind()) {
-                return Err(fail(format!("algorithm[{i}]: a second [[algorithm]] of kind {}", config.kind())));
-            }
-            fulcrum_balance::build(config, &endpoints, 0)
-                .map_err(|e| fail(format!("algorithm[{i}] ({}): {e}", config.kind())))?;
+        algorithm_tables(&raw.algorithm, &servers, &src)?;
+        let resilience = resilience(raw.outlier_detection, raw.slow_start, raw.retries, raw.panic_threshold, &src)?;
+        if raw.algorithms.is_empty() {
+            return Err(src.error_in("algorithms", "the list is empty"));
         }
-        let resilience = Resilience {
-            outlier_detection: raw.outlier_detection.map(|o| o.0),
-            slow_start: raw.slow_start.map(|s| s.0),
-            retries: raw.retries.map(|r| r.0),
-            panic_threshold: match raw.panic_threshold {
-                None => 50.0,
-                Some(p) if (0.0..=100.0).contains(&p) => p,
-                Some(p) => return Err(fail(format!("panic_threshold = {p} must be a percentage in 0..=100"))),
-            },
-            health_check: None,
-        };
         let mut scenario = Scenario {
             name: raw.name.unwrap_or_else(|| default_name.to_string()),
             description: raw.description,
             seed: raw.seed,
             algorithms: Vec::new(),
             overrides: raw.algorithm,
-            clients: raw.clients,
-            network: raw.network,
+            clients,
+            network,
             servers,
-            balancers: raw.balancers,
-            metrics: raw.metrics,
+            balancers,
+            metrics,
             events,
             resilience,
         };
-        if raw.algorithms.is_empty() {
-            return Err(fail("algorithms: the list is empty".into()));
-        }
         scenario.algorithms = raw.algorithms.iter().map(|k| scenario.config_for(k.0)).collect();
         Ok(scenario)
     }
@@ -756,7 +822,7 @@ service = "5ms"
 "#;
 
     fn parse(text: &str) -> Result<Scenario, String> {
-        Scenario::parse(text, "t.toml", "t", Path::new(".")).map_err(|e| e.0)
+        Scenario::parse(text, "t.toml", "t", Path::new(".")).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -774,27 +840,72 @@ service = "5ms"
         assert!(exact.metrics.exact);
     }
 
+    fn error(text: &str, sets: &[&str]) -> ScenarioError {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        Scenario::read(text, Path::new("t.toml"), &sets, "t", Path::new(".")).map(|_| ()).unwrap_err()
+    }
+
+    /// (line, column, field) of the error `text` (with `sets`) gets.
+    fn located(text: &str, sets: &[&str]) -> (usize, usize, String) {
+        let e = error(text, sets);
+        assert!(e.to_string().starts_with(&format!("t.toml:{}:{}: {}: ", e.line, e.column, e.field)), "{e}");
+        (e.line, e.column, e.field)
+    }
+
     #[test]
-    fn errors_name_file_line_and_field() {
-        let err = parse(&MINIMAL.replace("requests = 10", "requests = 10\nburst = 3")).unwrap_err();
-        assert!(err.starts_with("t.toml:") && err.contains("burst") && err.contains("line"), "{err}");
-        let err =
-            parse(&MINIMAL.replace("\"5ms\"", "{ dist = \"uniform\", min = \"9ms\", max = \"1ms\" }")).unwrap_err();
-        assert!(err.contains("line 9") && err.contains("below min"), "{err}");
-        let err = parse(&MINIMAL.replace("interval = \"100ms\"", "in_flight = 4")).unwrap_err();
-        assert!(err.contains("open loop") && err.contains("line"), "{err}");
-        let err = parse(&format!("algorithms = [\"fastest\"]\n{MINIMAL}")).unwrap_err();
-        assert!(err.contains("fastest") && err.contains("line 1"), "{err}");
-        let err = parse(&format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 7\naction = \"leave\"\n")).unwrap_err();
-        assert!(err.contains("line 11") && err.contains("events[0].server = 7"), "{err}");
-        let err =
-            parse(&format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 0\naction = \"fail\"\nmode = \"timeout\"\n"))
-                .unwrap_err();
-        assert!(err.contains("balancers.timeout"), "{err}");
-        let err = parse(&format!("{MINIMAL}\n[[algorithm]]\nkind = \"maglev\"\ntable_size = 100\n")).unwrap_err();
-        assert!(err.contains("algorithm[0]") && err.contains("prime"), "{err}");
-        let err = parse(&MINIMAL.replace("count = 3", "count = 3\nweight = -1")).unwrap_err();
-        assert!(err.contains("servers[0].weight"), "{err}");
+    fn errors_name_file_line_column_and_field() {
+        let at = |l: usize, c: usize, f: &str| (l, c, f.to_string());
+        assert_eq!(
+            located(&MINIMAL.replace("requests = 10", "requests = 10\nburst = 3"), &[]),
+            at(6, 1, "clients.burst")
+        );
+        let uniform = MINIMAL.replace("\"5ms\"", "{ dist = \"uniform\", min = \"9ms\", max = \"1ms\" }");
+        assert_eq!(located(&uniform, &[]), at(9, 11, "servers[0].service"));
+        assert!(error(&uniform, &[]).message.contains("below min"));
+        assert_eq!(located(&MINIMAL.replace("\"100ms\"", "\"100 parsecs\""), &[]), at(4, 12, "clients.interval"));
+        let closed = MINIMAL.replace("interval = \"100ms\"", "in_flight = 4");
+        assert_eq!(located(&closed, &[]), at(3, 8, "clients.loop"));
+        assert!(error(&closed, &[]).message.contains("open loop"));
+        assert_eq!(located(&format!("algorithms = [\"fastest\"]\n{MINIMAL}"), &[]), at(1, 14, "algorithms"));
+        let event = format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 7\naction = \"leave\"\n");
+        assert_eq!(located(&event, &[]), at(13, 10, "events[0].server"));
+        let timeout =
+            format!("{MINIMAL}\n[[events]]\nat = \"1s\"\nserver = 0\naction = \"fail\"\nmode = \"timeout\"\n");
+        assert_eq!(located(&timeout, &[]), at(15, 8, "events[0].mode"));
+        assert!(error(&timeout, &[]).message.contains("balancers.timeout"));
+        let maglev = format!("{MINIMAL}\n[[algorithm]]\nkind = \"maglev\"\ntable_size = 100\n");
+        assert_eq!(located(&maglev, &[]).2, "algorithm[0]");
+        assert!(error(&maglev, &[]).message.contains("prime"));
+        assert_eq!(
+            located(&MINIMAL.replace("count = 3", "count = 3\nweight = -1"), &[]),
+            at(9, 10, "servers[0].weight")
+        );
+        assert_eq!(located(&MINIMAL.replace("count = 3", "count = 0"), &[]), at(8, 9, "servers[0].count"));
+        // Inline and array tables: each value on its own line.
+        let inline = "clients = { loop = \"open\", interval = \"1s\",\n  requests = 0 }\n\
+                      servers = [\n  { service = \"1ms\" },\n  { service = \"2ms\", concurrency = 0 },\n]\n";
+        assert_eq!(located(inline, &[]), at(2, 14, "clients.requests"));
+        assert_eq!(located(&inline.replace("requests = 0", "requests = 1"), &[]), at(5, 36, "servers[1].concurrency"));
+        let missing = error("[[servers]]\nservice = \"1ms\"\n", &[]);
+        assert_eq!(missing.to_string(), "t.toml: missing field `clients`");
+    }
+
+    #[test]
+    fn set_overrides_fields_and_names_itself_in_errors() {
+        let sets = ["clients.requests=20", "servers[0].count=5", "balancers.timeout=250ms", "algorithms=[\"maglev\"]"];
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let s = Scenario::read(MINIMAL, Path::new("t.toml"), &sets, "t", Path::new(".")).unwrap();
+        assert_eq!((s.clients.requests, s.servers.len(), s.balancers.timeout), (Some(20), 5, Some(250_000_000)));
+        assert_eq!(s.algorithms, [AlgorithmKind::Maglev.default_config()]);
+        let e = error(MINIMAL, &["clients.requests=0"]);
+        assert_eq!(e.to_string(), "--set clients.requests=0: clients.requests: must be at least 1");
+        let e = error(MINIMAL, &["clients.requets=5"]);
+        assert!(e.to_string().starts_with("--set clients.requets=5: clients.requets: unknown field `requets`"), "{e}");
+        let e = error(MINIMAL, &["servers[0].service=5 parsecs"]);
+        assert!(e.to_string().starts_with("--set servers[0].service=5 parsecs: servers[0].service: "), "{e}");
+        let e = error(MINIMAL, &["servers.count=5"]);
+        assert_eq!((e.set.as_deref(), e.field.as_str()), (Some("servers.count=5"), "servers"), "{e}");
+        assert_eq!(error(MINIMAL, &["seed"]).to_string(), "--set seed: (syntax): expected KEY=VALUE");
     }
 
     #[test]

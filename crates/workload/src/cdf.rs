@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use fulcrum_balance::Rng;
+use fulcrum_base::Rng;
 
 /// A piecewise-linear CDF over flow sizes in bytes.
 #[derive(Clone, Debug, PartialEq)]

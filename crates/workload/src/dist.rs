@@ -26,7 +26,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fulcrum_balance::{Nanos, Rng, MILLISECOND};
+use fulcrum_base::{Nanos, Rng, MILLISECOND};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -154,9 +154,7 @@ fn standard_normal(rng: &mut Rng) -> f64 {
 }
 
 /// A duration in integer nanoseconds, saturating past 584 years.
-pub fn nanos(d: Duration) -> Nanos {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+pub use fulcrum_base::nanos;
 
 // Where relative `empirical` file names are resolved (see `with_base_dir`).
 thread_local! {
@@ -238,27 +236,27 @@ fn empirical(file: &Path) -> Result<Dist, String> {
 #[serde(tag = "dist", rename_all = "kebab-case", deny_unknown_fields)]
 enum DistTable {
     Fixed {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         value: Duration,
     },
     Uniform {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         min: Duration,
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         max: Duration,
     },
     UniformMs {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         min: Duration,
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         max: Duration,
     },
     Exponential {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         mean: Duration,
     },
     LogNormal {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "fulcrum_config::duration")]
         median: Duration,
         sigma: f64,
     },
@@ -293,9 +291,7 @@ impl<'de> Visitor<'de> for DistVisitor {
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Dist, E> {
-        let d = humantime::parse_duration(s)
-            .map_err(|e| E::custom(format!("{s:?} is not a duration ({e}); write e.g. \"5ms\"")))?;
-        Ok(Dist::Fixed(nanos(d)))
+        fulcrum_config::parse_duration(s).map(|d| Dist::Fixed(nanos(d))).map_err(E::custom)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Dist, A::Error> {
@@ -312,10 +308,10 @@ impl<'de> Deserialize<'de> for Dist {
     }
 }
 
-/// Parse a duration such as `5ms`, `1.5s` or `250us`.
+/// Parse a duration such as `5ms`, `1.5s` or `250us` (the syntax of
+/// every configuration file: [`fulcrum_config::parse_duration`]).
 pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
-    let s = s.trim();
-    humantime::parse_duration(s).map_err(|e| ParseError(format!("{s:?} is not a duration like 5ms or 1s: {e}")))
+    fulcrum_config::parse_duration(s).map_err(ParseError)
 }
 
 const SYNTAX: &str = "5ms, fixed(5ms), uniform(1ms,9ms), uniform-ms(10ms,50ms), exponential(5ms), \

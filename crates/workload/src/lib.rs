@@ -14,9 +14,12 @@
 //! - [`progress`]: the progress line long runs draw on stderr.
 //! - [`cdf`]: [`Cdf`], sizes interpolated from a CDF file (flow sizes).
 //! - [`interval`]: the mean and 95 % interval of a figure over runs.
+//! - [`runs`]: runs over seeds spread over threads, seeds checked.
+//! - [`report`]: the JSON and the CSV files the simulators write.
 //!
-//! No clocks, sockets or runtimes here: only values, so that a simulator
-//! and a live driver compute the same figures the same way.
+//! No clocks, sockets or async runtimes here: values (and the pool of
+//! threads independent runs share), so that a simulator and a live driver
+//! compute the same figures the same way.
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +28,8 @@ pub mod dist;
 pub mod interval;
 pub mod plot;
 pub mod progress;
+pub mod report;
+pub mod runs;
 pub mod summary;
 
 pub use cdf::Cdf;

@@ -23,7 +23,7 @@
 //! there, so its memory no longer grows with the number of requests.
 //! [`Recorder::exact`] never folds.
 
-use fulcrum_balance::Nanos;
+use fulcrum_base::Nanos;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 

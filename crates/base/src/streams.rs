@@ -15,7 +15,7 @@
 //! master generator in a fixed order (see `fulcrum-sim`'s engine); it keeps
 //! that derivation so that its published results stay byte-identical.
 
-use fulcrum_balance::Rng;
+use crate::Rng;
 
 /// SplitMix64's increment: the golden ratio in 64-bit fixed point.
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
