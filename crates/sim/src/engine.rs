@@ -173,26 +173,38 @@ enum Failing {
 }
 
 /// A server: `busy` of its `limit` slots serve a try each, and further
-/// tries wait in `queue`, first come first served. The fields every try's
-/// arrival reads come first (with 1,000 servers picked at random, the
-/// server's first cache line is a miss per arrival).
+/// tries wait in `queue`, first come first served. With 1,000 servers
+/// picked at random each server touched is a cache miss, so the fields are
+/// laid out by use: the first cache line has what every arrival and every
+/// end of service reads (the slots, the failure mode, the waiting tries,
+/// the cold start), the second what a service draws from.
 #[repr(C, align(64))]
 struct ServerState {
     busy: u32,
     limit: u32,
+    /// Boxed, as it is rarely set: 8 bytes on the first line.
     failing: Option<Box<Failing>>,
-    cold: Option<Cold>,
+    /// Waiting tries: (request, generation, attempt).
+    queue: VecDeque<(u32, u32, u8)>,
+    /// Boxed, as it is rarely set: 8 bytes on the first line.
+    cold: Option<Box<Cold>>,
     /// When it last joined (the start for servers joined from the start).
     joined_at: Nanos,
     service: Dist,
     rng: Rng,
-    /// Waiting tries: (request, generation, attempt).
-    queue: VecDeque<(u32, u32, u8)>,
     joined: bool,
     original: Dist,
     /// When the current failure or slow-down began (for time to ejection).
     failing_since: Option<Nanos>,
 }
+
+// The layout the comment above describes.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(ServerState, joined_at) + size_of::<Nanos>() <= 64);
+    assert!(offset_of!(ServerState, service) == 64);
+    assert!(offset_of!(ServerState, rng) + size_of::<Rng>() <= 128);
+};
 
 impl ServerState {
     fn new(s: &Server, rng: Rng) -> Self {
@@ -200,7 +212,7 @@ impl ServerState {
             busy: 0,
             limit: s.concurrency.unwrap_or(u32::MAX),
             failing: None,
-            cold: s.cold,
+            cold: s.cold.map(Box::new),
             joined_at: 0,
             service: s.service.clone(),
             rng,
@@ -257,10 +269,6 @@ pub struct Engine<'a> {
     server_lane: Option<Lane>,
     zero_client_hop: bool,
     zero_server_hop: bool,
-    /// Whether a try can be given up before its server answers (a
-    /// timeout); without one, every try at a server is its request's
-    /// current one, and [`Engine::wanted`] need not read the request.
-    abandons: bool,
     out: RawRun,
     completed: u64,
     progress: Option<&'a AtomicU64>,
@@ -338,7 +346,6 @@ impl<'a> Engine<'a> {
             server_lane,
             zero_client_hop: net.client_lb.is_zero(),
             zero_server_hop: net.lb_server.is_zero(),
-            abandons: scenario.balancers.timeout.is_some() || resilience.per_try_timeout().is_some(),
             out: RawRun::new(scenario),
             completed: 0,
             progress,
@@ -702,9 +709,6 @@ impl<'a> Engine<'a> {
     /// a later try, or another request, by then).
     #[inline]
     fn wanted(&self, req: u32, gen: u32, attempt: u8) -> bool {
-        if !self.abandons {
-            return true;
-        }
         let r = &self.requests[req as usize];
         r.gen == gen && r.attempt == attempt
     }
@@ -738,15 +742,16 @@ impl<'a> Engine<'a> {
     /// next waiting try; the answer goes back to the balancer if the try is
     /// still wanted.
     fn done(&mut self, req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, q: &mut Events) {
+        // Read before the release (which starts other tries only), so that
+        // the request's slot and the server's state are fetched together.
+        let wanted = self.wanted(req, gen, attempt);
         if res == TryResult::Ok {
             self.release(server, q);
         }
-        if !self.wanted(req, gen, attempt) {
+        if !wanted {
             return;
         }
-        // The balancer names the pair only for first-contact delays: the
-        // request is not read otherwise.
-        let b = if self.ready.is_empty() { 0 } else { self.requests[req as usize].balancer };
+        let b = self.requests[req as usize].balancer;
         self.send(Pair::ServerLb(b, server), Ev::BackAtLb { req, gen, attempt, res }, q);
     }
 
