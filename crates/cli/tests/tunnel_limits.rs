@@ -5,55 +5,16 @@
 //! `idle_timeout` when nothing crosses it, and counts as active in the
 //! balancer for as long as it lasts.
 //!
-//! The upstream is a few lines here: it answers an upgrade with 101 and
+//! The upstream (`common::echo_upstream`) answers an upgrade with 101 and
 //! then echoes, and a plain request with 200.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{app_config, get, Fulcrum};
-
-/// An upstream on a free port: 101 and echo for an upgrade, 200 otherwise.
-fn echo_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(conn));
-        }
-    });
-    addr
-}
-
-fn serve(conn: TcpStream) {
-    let mut writer = conn.try_clone().unwrap();
-    let mut reader = BufReader::new(conn);
-    let mut upgrade = false;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        upgrade |= line.to_ascii_lowercase().starts_with("upgrade:");
-        if line == "\r\n" {
-            break;
-        }
-    }
-    if !upgrade {
-        let _ = writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nplain");
-        return;
-    }
-    let _ = writer.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n");
-    let mut buf = [0u8; 1024];
-    while let Ok(n @ 1..) = reader.read(&mut buf) {
-        if writer.write_all(&buf[..n]).is_err() {
-            return;
-        }
-    }
-}
+use common::{app_config, echo_upstream, get, Fulcrum};
 
 /// A client tunnel through the proxy at `proxy`, past its 101.
 fn open_tunnel(proxy: SocketAddr) -> TcpStream {
