@@ -18,13 +18,11 @@
 //! when it is scheduled a short time ahead of the clock, as most simulator
 //! events are (100 µs ahead starts at position 2); each move is a
 //! sequential append instead of a binary heap's `log n` scattered swaps.
-//! Binary digits move events up to 64 times, 4-bit digits up to 16: in
-//! `perf` profiles of the request simulator on fleet-1000, the queue's
-//! share of the time fell from about 31 % with binary digits to 21 % with
-//! radix 16; radix 64 then cut the whole run's instructions by 6 % under
-//! cachegrind, and radix 256 (2,048 buckets) did worse than radix 64
-//! (`docs/contributing/event-core.md`; the queue alone is measured against
-//! a binary heap by `benches/queue.rs`).
+//! Binary digits move an event up to 64 times and 4-bit digits up to 16;
+//! 6-bit digits keep the moves few while the occupancy bitmap (11 words)
+//! and the bucket array stay small enough to stay in cache
+//! (`docs/contributing/event-core.md`; `benches/queue.rs` measures the
+//! queue against a binary heap).
 //!
 //! Lanes (the "pipe" of packet simulators such as htsim: a link of fixed
 //! latency is a FIFO of packets in flight): a [`Lane`] is registered with
@@ -62,10 +60,10 @@
 //! 0 must be emptied and holds at most [`RUN_MAX`] events, and no run is
 //! pending, its events are not re-filed: they are sorted once by time
 //! into the run and popped from it like a lane's front, merged with the
-//! lanes by (time, sequence number). In the request simulator's fleet
-//! those are mostly position-2 buckets (4,096 ns wide, about eight random
-//! delays each), which would otherwise move every event once more to a
-//! position-1 bucket and pop it from there. The order stays exact: a
+//! lanes by (time, sequence number). Small buckets are common when events
+//! are scheduled a short, random time ahead (a position-2 bucket is
+//! 4,096 ns wide); re-filing them would move every event once more to a
+//! lower bucket and pop it from there. The order stays exact: a
 //! bucket is in scheduling order (it is only appended to, and filled from
 //! a higher bucket only while every lower one is empty), so a stable sort
 //! by time leaves equal times in sequence order; the run's front is its
@@ -94,20 +92,19 @@ const BUCKETS: usize = POSITIONS * DIGITS;
 /// Words of the occupancy bitmap.
 const WORDS: usize = BUCKETS.div_ceil(64);
 /// A bucket above position 0 holding at most this many events becomes the
-/// sorted run when it is emptied, instead of being re-filed. On fleet-1000
-/// (cachegrind, instructions per request): 4 → 2,730, 8 → 2,679,
-/// 16 → 2,616, 32 and 64 → 2,615.
+/// sorted run when it is emptied, instead of being re-filed: an insertion
+/// sort of a few dozen events costs less than re-filing them, and a larger
+/// bound gains nothing once nearly every small bucket qualifies.
 const RUN_MAX: usize = 32;
 /// The least room [`Queue::keep`] counts an emptied bucket as needing: a
 /// bucket that held fewer events is treated as having held this many.
 const KEEP_MIN: usize = 16;
 /// The most room an emptied bucket keeps (32 KB of 32-byte entries): a
 /// bucket that held more grows again when it next fills, which costs
-/// little beside moving that many events. Without it a bucket kept what
-/// it last held, and the buckets of the upper positions, each filled
-/// once per turn of its digit (2^36 ns, 69 s, at position 5), kept
-/// thousands each: fleet-1000's buckets grew from 37 MB after 10 s to
-/// 59 MB after 100 s.
+/// little beside moving that many events. Without it a bucket keeps what
+/// it last held, and the buckets of the upper positions, each filled once
+/// per turn of its digit (2^36 ns, 69 s, at position 5), would keep
+/// thousands of entries each: memory would grow with the simulated time.
 const KEEP_MAX: usize = 1024;
 /// The source index of the sorted run among the lanes' (see
 /// [`Queue::lane_front`]).
@@ -370,8 +367,8 @@ impl<E> Queue<E> {
     fn lane_front(&self) -> Option<(usize, Nanos, u64)> {
         let mut best = self.run.last().map(|e| (RUN, e.at, e.seq));
         if let [lane] = &self.lanes[..] {
-            // One lane (the request simulator's fleet: both hops 100 µs):
-            // one comparison, no loop.
+            // One lane (a model whose constant delays are all equal): one
+            // comparison, no loop.
             return match lane.events.front() {
                 Some(e) if best.is_none_or(|(_, at, seq)| (e.at, e.seq) < (at, seq)) => Some((0, e.at, e.seq)),
                 _ => best,
@@ -493,8 +490,7 @@ impl<E> Queue<E> {
             } else {
                 // `file` without its `low` check (the caller recomputes
                 // `low`), written out: through a `&mut self` helper the
-                // loop reloads the bucket array each time (+5 instructions
-                // per fleet-1000 request under cachegrind).
+                // loop would reload the bucket array on every event.
                 let b = bucket(e.at, last);
                 self.buckets[b].push(e);
                 self.occupied[b / 64] |= 1 << (b % 64);
@@ -952,7 +948,7 @@ mod tests {
         }
 
         /// With a single lane, which the pop compares with the run's front
-        /// without a loop (the fleet's case: a delay like the heap's
+        /// without a loop (a delay like the heap's
         /// typical ones, so that ties between them happen).
         #[test]
         fn one_lane_matches_a_binary_heap(ops in proptest::collection::vec(op_near(), 0..600)) {
