@@ -281,7 +281,6 @@ pub struct Engine<'a> {
     client_hop: Hop,
     server_hop: Hop,
     out: RawRun,
-    completed: u64,
     progress: Option<&'a AtomicU64>,
     /// One per balancer when the scenario has resilience mechanisms, else empty.
     guards: Vec<Guard>,
@@ -358,7 +357,6 @@ impl<'a> Engine<'a> {
             client_hop,
             server_hop,
             out: RawRun::new(scenario),
-            completed: 0,
             progress,
             guards,
             stats: ResilienceStats {
@@ -378,7 +376,6 @@ impl<'a> Engine<'a> {
         // Every measured request is in the share series too (one count
         // per request instead of two on the hot path).
         self.out.per_server = self.out.share.totals();
-        self.out.completed = self.completed;
         if !self.guards.is_empty() {
             for g in &mut self.guards {
                 g.finish(self.now);
@@ -474,6 +471,8 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The client is ready to send: a closed loop fills its window, an
+    /// open loop has its first tick now.
     fn begin(&mut self, client: u32, q: &mut Events) {
         match self.scenario.clients.arrivals {
             Arrivals::Closed(n) => {
@@ -484,7 +483,6 @@ impl<'a> Engine<'a> {
                     self.send_request(client, q);
                 }
             }
-            // The first tick is due now.
             _ => self.dispatch(Ev::Tick { client }, q),
         }
     }
@@ -809,7 +807,7 @@ impl<'a> Engine<'a> {
         let client = r.client;
         r.gen = r.gen.wrapping_add(1);
         self.free.push(req);
-        self.completed += 1;
+        self.out.completed += 1;
         // A closed-loop client sends its next request on an answer.
         if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client) {
             self.send_request(client, q);
@@ -890,7 +888,7 @@ impl Model for Running<'_, '_> {
 
     /// Completed requests: what the progress bar counts.
     fn work_done(&self, _events: u64) -> u64 {
-        self.0.completed
+        self.0.out.completed
     }
 }
 
