@@ -234,6 +234,20 @@ impl ServerState {
     }
 }
 
+/// How messages cross a hop.
+#[derive(Clone, Copy)]
+enum Hop {
+    /// It takes no time (and there is no first-contact delay): the message
+    /// is handled at once, not through the queue.
+    AtOnce,
+    /// A fixed latency (and no first-contact delay): every message takes
+    /// the same time, so they arrive in the order sent, through the
+    /// queue's lane for that delay.
+    Lane(Lane),
+    /// A latency drawn per message, or first-contact delays.
+    Drawn,
+}
+
 /// Which directed pair of nodes a hop uses, for first-contact delays.
 #[derive(Clone, Copy)]
 enum Pair {
@@ -262,15 +276,11 @@ pub struct Engine<'a> {
     /// Time each directed pair may next send (first contact resolved), or
     /// `None` before first contact. Empty when there is no first-contact delay.
     ready: Vec<Option<Nanos>>,
-    /// The queue's lanes for the client ↔ balancer and balancer ↔ server
-    /// hops, when the hop's latency is fixed, not zero, and there is no
-    /// first-contact delay (every message then takes the same time).
-    client_lane: Option<Lane>,
-    server_lane: Option<Lane>,
-    zero_client_hop: bool,
-    zero_server_hop: bool,
+    /// How a message crosses the client ↔ balancer hop, and the
+    /// balancer ↔ server hop.
+    client_hop: Hop,
+    server_hop: Hop,
     out: RawRun,
-    completed: u64,
     progress: Option<&'a AtomicU64>,
     /// One per balancer when the scenario has resilience mechanisms, else empty.
     guards: Vec<Guard>,
@@ -323,11 +333,13 @@ impl<'a> Engine<'a> {
             vec![None; 2 * c.count as usize + 2 * n_balancers * n_servers]
         };
         let mut initial = Queue::new();
-        let mut hop_lane = |latency: &Dist| match latency {
-            Dist::Fixed(d) if *d > 0 && net.first_contact.is_zero() => Some(initial.lane(*d)),
-            _ => None,
+        let mut hop = |latency: &Dist| match latency {
+            _ if !net.first_contact.is_zero() => Hop::Drawn,
+            Dist::Fixed(0) => Hop::AtOnce,
+            Dist::Fixed(d) => Hop::Lane(initial.lane(*d)),
+            _ => Hop::Drawn,
         };
-        let (client_lane, server_lane) = (hop_lane(&net.client_lb), hop_lane(&net.lb_server));
+        let (client_hop, server_hop) = (hop(&net.client_lb), hop(&net.lb_server));
         schedule_initial(scenario, &mut initial);
         Ok(Engine {
             scenario,
@@ -342,12 +354,9 @@ impl<'a> Engine<'a> {
             workload,
             network,
             ready,
-            client_lane,
-            server_lane,
-            zero_client_hop: net.client_lb.is_zero(),
-            zero_server_hop: net.lb_server.is_zero(),
+            client_hop,
+            server_hop,
             out: RawRun::new(scenario),
-            completed: 0,
             progress,
             guards,
             stats: ResilienceStats {
@@ -367,7 +376,6 @@ impl<'a> Engine<'a> {
         // Every measured request is in the share series too (one count
         // per request instead of two on the hot path).
         self.out.per_server = self.out.share.totals();
-        self.out.completed = self.completed;
         if !self.guards.is_empty() {
             for g in &mut self.guards {
                 g.finish(self.now);
@@ -379,24 +387,23 @@ impl<'a> Engine<'a> {
         self.out
     }
 
-    /// Send a message over `pair`; it arrives as `ev`, at once if the hop
-    /// takes no time. The lane's case, four of a fleet request's six
-    /// events, is inlined into every handler; the general one is a call.
+    /// Send a message over `pair`; it arrives as `ev`: at once over a hop
+    /// that takes no time, on the hop's lane over a fixed latency, else
+    /// when [`Engine::send_drawn`] says.
     #[inline(always)]
     fn send(&mut self, pair: Pair, ev: Ev, q: &mut Events) {
         let client_hop = matches!(pair, Pair::ClientLb(_) | Pair::LbClient(_));
-        if let Some(lane) = if client_hop { self.client_lane } else { self.server_lane } {
-            // Due at now + the fixed latency, like the general path below.
-            q.schedule_lane(lane, ev);
-            return;
+        match if client_hop { self.client_hop } else { self.server_hop } {
+            Hop::AtOnce => self.dispatch(ev, q),
+            Hop::Lane(lane) => q.schedule_lane(lane, ev),
+            Hop::Drawn => self.send_drawn(pair, client_hop, ev, q),
         }
-        self.send_timed(pair, client_hop, ev, q);
     }
 
-    /// [`Engine::send`] over a hop without a lane: first contact, then the
-    /// hop's latency drawn.
+    /// [`Engine::send`] over a hop of random latency or with first-contact
+    /// delays: first contact, then the hop's latency drawn.
     #[inline(never)]
-    fn send_timed(&mut self, pair: Pair, client_hop: bool, ev: Ev, q: &mut Events) {
+    fn send_drawn(&mut self, pair: Pair, client_hop: bool, ev: Ev, q: &mut Events) {
         let latency = if client_hop { &self.scenario.network.client_lb } else { &self.scenario.network.lb_server };
         let mut at = self.now;
         if !self.ready.is_empty() {
@@ -410,7 +417,7 @@ impl<'a> Engine<'a> {
                 }
             };
         }
-        if !(if client_hop { self.zero_client_hop } else { self.zero_server_hop }) {
+        if !latency.is_zero() {
             at += latency.sample(&mut self.network);
         }
         if at == self.now {
@@ -464,6 +471,8 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The client is ready to send: a closed loop fills its window, an
+    /// open loop has its first tick now.
     fn begin(&mut self, client: u32, q: &mut Events) {
         match self.scenario.clients.arrivals {
             Arrivals::Closed(n) => {
@@ -474,7 +483,6 @@ impl<'a> Engine<'a> {
                     self.send_request(client, q);
                 }
             }
-            // The first tick is due now.
             _ => self.dispatch(Ev::Tick { client }, q),
         }
     }
@@ -799,7 +807,7 @@ impl<'a> Engine<'a> {
         let client = r.client;
         r.gen = r.gen.wrapping_add(1);
         self.free.push(req);
-        self.completed += 1;
+        self.out.completed += 1;
         // A closed-loop client sends its next request on an answer.
         if matches!(self.scenario.clients.arrivals, Arrivals::Closed(_)) && self.may_send(client) {
             self.send_request(client, q);
@@ -880,7 +888,7 @@ impl Model for Running<'_, '_> {
 
     /// Completed requests: what the progress bar counts.
     fn work_done(&self, _events: u64) -> u64 {
-        self.0.completed
+        self.0.out.completed
     }
 }
 
