@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Simulator speed and memory, one core, release build: the seed-004 1M
-# configuration (closed loop, 3 algorithms × 1,000,000 requests, about one
-# queued event per request) and fleet-1000 (open loop, 64 balancers, 1,000
-# servers, 3 algorithms × 10,000,000 requests, six events per request in
-# the model, two of them queued) side by side. Runs are interleaved (seed-004, fleet-1000, seed-004, …) and
+# configuration (closed loop, 3 algorithms × 1,000,000 requests, five
+# events per request, one of them queued: its hops take no time) and
+# fleet-1000 (open loop, 64 balancers, 1,000 servers, 3 algorithms ×
+# 10,000,000 requests, six events per request, all queued: four on the
+# lane of the 100 µs hops, two in the radix heap) side by side. Runs are interleaved (seed-004, fleet-1000, seed-004, …) and
 # never overlap, so the seed-004 figure is the baseline of the same
 # machine state: on a shared, noisy machine compare the ratio, not the
 # absolute figures.
