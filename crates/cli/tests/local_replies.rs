@@ -14,26 +14,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{echo_upstream, get, send, temp_dir, Fulcrum, Reply};
-
-/// An upgrade request for `path`.
-fn upgrade(path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: app\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n").into_bytes()
-}
+use common::{echo_upstream, get, open_tunnel, send, temp_dir, upgrade, Fulcrum, Reply};
 
 /// A client tunnel through the proxy at `proxy`, past its 101, checked to
 /// echo.
-fn open_tunnel(proxy: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(&upgrade("/tunnel")).unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed during the handshake: {:?}", String::from_utf8_lossy(&head));
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+fn open_checked_tunnel(proxy: SocketAddr) -> TcpStream {
+    let mut s = open_tunnel(proxy, "/tunnel");
     s.write_all(b"hello").unwrap();
     let mut back = [0u8; 5];
     s.read_exact(&mut back).unwrap();
@@ -78,7 +64,7 @@ fn refused_both_ways(name: &str, cluster: &str) -> [(Reply, serde_json::Value); 
     let dir = temp_dir(name);
     let f = Fulcrum::serve(name, &config(&dir, echo_upstream(), cluster));
     let proxy = f.listen[0];
-    let tunnel = open_tunnel(proxy);
+    let tunnel = open_checked_tunnel(proxy);
     let overflows = metric(&f, "fulcrum_cluster_overflow_total");
     let unavailable = metric(&f, "fulcrum_local_responses_total{code=\"503\"}");
     let refused = send(proxy, &upgrade("/upgrade"));

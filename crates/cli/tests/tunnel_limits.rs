@@ -14,22 +14,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{app_config, echo_upstream, get, Fulcrum};
-
-/// A client tunnel through the proxy at `proxy`, past its 101.
-fn open_tunnel(proxy: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(b"GET /t HTTP/1.1\r\nHost: app\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed during the handshake: {:?}", String::from_utf8_lossy(&head));
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
-    s
-}
+use common::{app_config, echo_upstream, get, open_tunnel, Fulcrum};
 
 fn echo(s: &mut TcpStream, message: &[u8]) {
     s.write_all(message).unwrap();
@@ -47,7 +32,7 @@ fn metric(f: &Fulcrum, name: &str) -> u64 {
 
 /// The status of an upgrade request that is refused (not switched).
 fn refused_upgrade(proxy: SocketAddr) -> u16 {
-    let r = common::send(proxy, b"GET /t HTTP/1.1\r\nHost: app\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n");
+    let r = common::send(proxy, &common::upgrade("/t"));
     r.status
 }
 
@@ -69,7 +54,7 @@ fn a_tunnel_holds_its_connection_slot_and_counts_active_until_it_closes() {
     let proxy = f.listen[0];
     assert!(served(proxy), "a plain request is served");
 
-    let mut tunnel = open_tunnel(proxy);
+    let mut tunnel = open_tunnel(proxy, "/t");
     echo(&mut tunnel, b"hello");
     assert_eq!(metric(&f, "fulcrum_balancer_active{"), 1, "the open tunnel is an active request");
     let rejected = metric(&f, "fulcrum_downstream_rejected_total");
@@ -91,7 +76,7 @@ fn the_idle_timeout_closes_a_quiet_tunnel_and_traffic_keeps_it_open() {
     let upstream = echo_upstream();
     let listener = "limits = { idle_timeout = \"2s\" }";
     let f = Fulcrum::serve("tunnel-idle", &app_config(&format!("\"{upstream}\""), "workers = 1", listener, ""));
-    let mut tunnel = open_tunnel(f.listen[0]);
+    let mut tunnel = open_tunnel(f.listen[0], "/t");
     // Messages every 200 ms for 3 s: longer than the idle timeout in all.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(3) {
@@ -122,7 +107,7 @@ fn a_tunnel_counts_against_the_clusters_upstream_connection_limit() {
     let cluster = "max_connections = 1\nmax_pending = 0";
     let f = Fulcrum::serve("tunnel-cluster", &app_config(&format!("\"{upstream}\""), "workers = 1", "", cluster));
     let proxy = f.listen[0];
-    let mut tunnel = open_tunnel(proxy);
+    let mut tunnel = open_tunnel(proxy, "/t");
     echo(&mut tunnel, b"hello");
     assert_eq!(metric(&f, "fulcrum_cluster_upstream_connections"), 1);
     let overflows = metric(&f, "fulcrum_cluster_overflow_total");
@@ -135,5 +120,5 @@ fn a_tunnel_counts_against_the_clusters_upstream_connection_limit() {
         assert!(Instant::now() < deadline, "the tunnel's upstream connection is still counted after it closed");
         std::thread::sleep(Duration::from_millis(20));
     }
-    echo(&mut open_tunnel(proxy), b"again");
+    echo(&mut open_tunnel(proxy, "/t"), b"again");
 }

@@ -268,3 +268,24 @@ fn serve(conn: TcpStream) {
         }
     }
 }
+
+/// An HTTP/1.1 upgrade request for `path` (the echo upstream accepts it).
+pub fn upgrade(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: app\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n").into_bytes()
+}
+
+/// A client tunnel through the proxy at `proxy` to an [`echo_upstream`],
+/// read past its 101.
+pub fn open_tunnel(proxy: SocketAddr, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&upgrade(path)).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed during the handshake: {:?}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
