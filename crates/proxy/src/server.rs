@@ -43,6 +43,7 @@ use crate::h1::conn::{Io, Rewind};
 use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
+use crate::proxy_protocol::client_of;
 use crate::routing::Routing;
 use crate::shutdown::{stopping, Stop};
 use crate::upstream::UpstreamPool;
@@ -114,10 +115,14 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
                 && a.connect_timeout == b.connect_timeout
                 && a.max_connections == b.max_connections
                 && a.max_pending == b.max_pending
+                && a.proxy_protocol == b.proxy_protocol
         });
         pools.push(match old {
             Some((_, pool)) if same_pool => pool.clone(),
-            _ => UpstreamPool::new(s.config.upstream, s.config.connect_timeout, s.connections.clone()),
+            _ => {
+                let c = &s.config;
+                UpstreamPool::new(c.upstream, c.connect_timeout, s.connections.clone(), c.proxy_protocol)
+            }
         });
     }
     Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
@@ -245,6 +250,7 @@ impl Proxy {
                 && a.limits == b.limits
                 && a.http1_server == b.http1_server
                 && a.access_log == b.access_log
+                && a.proxy_protocol == b.proxy_protocol
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -346,7 +352,7 @@ impl Worker {
             });
             accept_loops.push(match listener.protocol {
                 ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),
-                ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
+                ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough => tokio::spawn(accept.tcp(service)),
             });
         }
         for a in accept_loops {
@@ -437,8 +443,12 @@ impl Accept {
             let watcher = self.graceful.watcher();
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
+            let proxy_protocol = listener.proxy_protocol.clone();
             tokio::spawn(async move {
-                let peer = Arc::new(crate::http::Peer::new(peer));
+                let mut stream = stream;
+                let stats = &service.stats;
+                let Some(client) = client_of(&mut stream, peer, proxy_protocol.as_ref(), stats).await else { return };
+                let peer = Arc::new(crate::http::Peer::connected(client));
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {
@@ -476,16 +486,13 @@ impl Accept {
         }
     }
 
+    /// A TCP or TLS passthrough listener's accept loop.
     async fn tcp(mut self, service: Arc<HttpService>) {
         while let Some((stream, peer, permit)) = self.next().await {
-            let routing = service.routing.borrow().clone();
-            let Some(cluster) = routing.listeners[service.listener].cluster.map(|i| routing.clusters[i].clone()) else {
-                continue;
-            };
-            let epoch = service.epoch;
+            let service = service.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                crate::tcp::proxy(cluster, epoch, stream, peer).await;
+                crate::tcp::serve(service, stream, peer).await;
             });
         }
     }
