@@ -231,6 +231,19 @@ mod tests {
     }
 
     #[test]
+    fn hellos_from_a_real_tls_stack() {
+        // Python's ssl module (OpenSSL), from the fuzz corpus.
+        let corpus =
+            |name| std::fs::read(format!("{}/../../fuzz/corpus/client_hello/{name}", env!("CARGO_MANIFEST_DIR")));
+        let read = |name| client_hello(&corpus(name).unwrap());
+        assert_eq!(read("python-sni"), Ok(Some(Some("a.example.com".into()))));
+        assert_eq!(read("split-records"), Ok(Some(Some("a.example.com".into()))));
+        assert_eq!(read("python-sni-alpn"), Ok(Some(Some("www.example.org".into()))));
+        assert_eq!(read("python-no-sni"), Ok(Some(None)));
+        assert_eq!(read("truncated"), Ok(None));
+    }
+
+    #[test]
     fn a_hello_split_across_records_is_reassembled() {
         let rec = hello_with(&sni("b.example.com"));
         let msg = &rec[5..];
