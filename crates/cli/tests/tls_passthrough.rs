@@ -109,7 +109,7 @@ fn tls_server(dir: &std::path::Path, name: &str) -> (KillOnDrop, SocketAddr, Str
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
     let addr = common::closed_port();
-    let child = Command::new("openssl")
+    let server = Command::new("openssl")
         .args(["s_server", "-quiet", "-www", "-accept", &addr.to_string()])
         .args(["-cert", cert_path.to_str().unwrap(), "-key", key_path.to_str().unwrap()])
         .stdin(Stdio::piped())
@@ -117,9 +117,10 @@ fn tls_server(dir: &std::path::Path, name: &str) -> (KillOnDrop, SocketAddr, Str
         .stderr(Stdio::null())
         .spawn()
         .expect("openssl (scripts/test installs it)");
+    let server = KillOnDrop(server);
     for _ in 0..500 {
         if TcpStream::connect(addr).is_ok() {
-            return (KillOnDrop(child), addr, cert.cert.pem());
+            return (server, addr, cert.cert.pem());
         }
         std::thread::sleep(Duration::from_millis(10));
     }

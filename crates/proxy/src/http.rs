@@ -356,6 +356,15 @@ impl HttpService {
         self.reply(reply, trace)
     }
 
+    /// The client of a connection accepted from `peer`: the socket's, or
+    /// the one a PROXY protocol header carries; `None` if the listener's
+    /// rule refuses the connection.
+    pub async fn peer(&self, stream: &mut tokio::net::TcpStream, peer: SocketAddr) -> Option<Arc<Peer>> {
+        let rule = self.routing.borrow().listeners[self.listener].proxy_protocol.clone();
+        let client = crate::proxy_protocol::client_of(stream, peer, rule.as_ref(), &self.stats).await?;
+        Some(Arc::new(Peer::connected(client)))
+    }
+
     /// Serve one request from `peer`. Never fails: every problem becomes a
     /// response. With an access log, the request's record is sent when its
     /// response body ends (at once for the proxy's own answers).

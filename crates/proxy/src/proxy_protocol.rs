@@ -349,8 +349,8 @@ pub async fn accept(
 
 /// The addresses of a connection accepted from `peer` on a listener with
 /// `rule`: the client's (a trusted header's, else the socket's) and the one
-/// it connected to, or `None` when the rule refuses it (logged, and counted
-/// in `fulcrum_proxy_protocol_refused_total`).
+/// it connected to, or `None` when the rule refuses it (counted in
+/// `fulcrum_proxy_protocol_refused_total`, and logged unless the client left).
 pub async fn client_of(
     stream: &mut TcpStream,
     peer: SocketAddr,
@@ -371,7 +371,10 @@ pub async fn client_of(
                 Refused::Closed(_) => 4,
             };
             stats.proxy_protocol_refused[reason].fetch_add(1, Relaxed);
-            eprintln!("fulcrum: listener {local}: refused a connection from {peer}: {e}");
+            // A client that leaves first (a load balancer's TCP health check) is not news.
+            if !matches!(e, Refused::Closed(_)) {
+                eprintln!("fulcrum: listener {local}: refused a connection from {peer}: {e}");
+            }
             None
         }
     }

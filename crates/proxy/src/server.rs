@@ -43,7 +43,6 @@ use crate::h1::conn::{Io, Rewind};
 use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
-use crate::proxy_protocol::client_of;
 use crate::routing::Routing;
 use crate::shutdown::{stopping, Stop};
 use crate::upstream::UpstreamPool;
@@ -435,7 +434,7 @@ impl Accept {
                 idle_timeout: limits.idle_timeout,
             })
         });
-        while let Some((stream, peer, permit)) = self.next().await {
+        while let Some((mut stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
@@ -443,12 +442,8 @@ impl Accept {
             let watcher = self.graceful.watcher();
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
-            let proxy_protocol = listener.proxy_protocol.clone();
             tokio::spawn(async move {
-                let mut stream = stream;
-                let stats = &service.stats;
-                let Some(client) = client_of(&mut stream, peer, proxy_protocol.as_ref(), stats).await else { return };
-                let peer = Arc::new(crate::http::Peer::connected(client));
+                let Some(peer) = service.peer(&mut stream, peer).await else { return };
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {

@@ -201,7 +201,8 @@ impl UpstreamPool {
         // Pooled connections first. One that closed before taking the
         // request gives it back, and the next is tried.
         let header = self.proxy_protocol.map(|v| {
-            let client = req.extensions_mut().remove::<Addresses>();
+            // Kept on the request: a try that comes back unsent goes out again.
+            let client = req.extensions().get::<Addresses>().copied();
             crate::proxy_protocol::encode(v, client)
         });
         while let Some(conn) = header.is_none().then(|| self.pooled_http1(addr)).flatten() {
