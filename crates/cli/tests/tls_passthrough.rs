@@ -101,6 +101,38 @@ fn connections_are_routed_by_server_name() {
     assert!(f.terminate().success());
 }
 
+/// A TCP endpoint that answers the first line it receives.
+fn first_line_endpoint() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut writer = conn.try_clone().unwrap();
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(conn), &mut line);
+            let _ = writer.write_all(line.as_bytes());
+        }
+    });
+    addr
+}
+
+#[test]
+fn behind_a_proxy_protocol_balancer_the_client_is_passed_on() {
+    let config = format!(
+        "workers = 1\nadmin = \"127.0.0.1:0\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+         protocol = \"tls-passthrough\"\nsni_routes = [{{ server_name = \"a.example.com\", cluster = \"a\" }}]\n\
+         proxy_protocol = {{ trusted = [\"127.0.0.1\"] }}\n\n\
+         [[cluster]]\nname = \"a\"\nendpoints = [\"{}\"]\nproxy_protocol = \"v1\"\n",
+        first_line_endpoint()
+    );
+    let f = Fulcrum::serve("passthrough-proxy-protocol", &config);
+    let to = f.listen[0];
+    let header = format!("PROXY TCP4 203.0.113.9 {} 40000 {}\r\n", to.ip(), to.port());
+    let reply = ask(to, &[header.as_bytes(), &client_hello(Some("a.example.com"))].concat());
+    assert_eq!(reply, header);
+    assert!(f.terminate().success());
+}
+
 /// An `openssl s_server -www` for `name` with its own certificate: the
 /// server (killed on drop), its address and its certificate (PEM).
 fn tls_server(dir: &std::path::Path, name: &str) -> (KillOnDrop, SocketAddr, String) {
