@@ -224,12 +224,16 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
     let _ = s.read_to_string(&mut reply);
     assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with("\r\n\r\n127.0.0.2"), "{reply}");
 
-    // Client 127.0.0.3 → Fulcrum (proxy_protocol = "v2") → HAProxy's accept-proxy.
-    let mut s = connect_from("127.0.0.3", f.listen[1]);
-    s.write_all(REQUEST).unwrap();
-    let mut reply = String::new();
-    let _ = s.read_to_string(&mut reply);
-    assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with("src=127.0.0.3"), "{reply}");
+    // Clients 127.0.0.3, then .4, then .3 → Fulcrum (proxy_protocol = "v2")
+    // → HAProxy's accept-proxy: each is named, none gets a connection that
+    // an earlier client's header named.
+    for client in ["127.0.0.3", "127.0.0.4", "127.0.0.3"] {
+        let mut s = connect_from(client, f.listen[1]);
+        s.write_all(REQUEST).unwrap();
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with(&format!("src={client}")), "{reply}");
+    }
 
     assert!(f.terminate().success());
     let _ = std::fs::remove_dir_all(dir);
