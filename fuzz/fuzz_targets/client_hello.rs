@@ -1,6 +1,7 @@
 //! The TLS passthrough's ClientHello reader
 //! (`fulcrum_proxy::passthrough::client_hello`) on any bytes. Never a
-//! panic, and:
+//! panic, and (the first byte of an input picks where to cut it, the rest
+//! is the bytes read):
 //! - a server name is lower case, at most 253 bytes of a DNS name's characters;
 //! - a complete hello reads the same with more bytes after it, and a prefix
 //!   of the input is incomplete, refused, or the same hello.

@@ -235,7 +235,8 @@ mod tests {
         // Python's ssl module (OpenSSL), from the fuzz corpus.
         let corpus =
             |name| std::fs::read(format!("{}/../../fuzz/corpus/client_hello/{name}", env!("CARGO_MANIFEST_DIR")));
-        let read = |name| client_hello(&corpus(name).unwrap());
+        // Each file's first byte is the fuzz target's cut point, not TLS.
+        let read = |name| client_hello(&corpus(name).unwrap()[1..]);
         assert_eq!(read("python-sni"), Ok(Some(Some("a.example.com".into()))));
         assert_eq!(read("split-records"), Ok(Some(Some("a.example.com".into()))));
         assert_eq!(read("python-sni-alpn"), Ok(Some(Some("www.example.org".into()))));
