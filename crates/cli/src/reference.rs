@@ -22,7 +22,8 @@ const HEADER: &str = "# Command-line reference\n\n\
     `scripts/install` once for `fulcrum` on your PATH, its shell completions and\n\
     `man fulcrum`.\n\n";
 
-/// Every visible command, in tree order, under a heading of its own.
+/// Every visible command, in tree order, under a heading of its own, after
+/// an index of the top-level commands (each with links to its subcommands).
 pub fn markdown(cmd: clap::Command) -> String {
     let mut cmd = cmd.term_width(HELP_WIDTH).disable_help_subcommand(true);
     cmd.build();
@@ -30,8 +31,22 @@ pub fn markdown(cmd: clap::Command) -> String {
     walk(&mut cmd, &BTreeSet::new(), &mut sections);
     let mut out = String::from(HEADER);
     out.push_str("| Command | What it does |\n| --- | --- |\n");
-    for section in &sections {
-        let _ = writeln!(out, "| [`{}`](#{}) | {} |", section.path, anchor(&section.path), section.about);
+    for (i, section) in sections.iter().enumerate() {
+        if section.depth > 1 {
+            continue;
+        }
+        let subs: Vec<String> = sections[i + 1..]
+            .iter()
+            .take_while(|s| s.depth > section.depth)
+            .filter(|s| s.depth == section.depth + 1 && section.depth > 0)
+            .map(|s| format!("[`{}`](#{})", s.path.rsplit(' ').next().unwrap_or(&s.path), anchor(&s.path)))
+            .collect();
+        let link = format!("[`{}`](#{})", section.path, anchor(&section.path));
+        if subs.is_empty() {
+            let _ = writeln!(out, "| {link} | {} |", section.about);
+        } else {
+            let _ = writeln!(out, "| {link} | {}. Subcommands: {} |", section.about.trim_end_matches('.'), subs.join(", "));
+        }
     }
     for section in &sections {
         out.push_str(&section.body);
@@ -42,6 +57,8 @@ pub fn markdown(cmd: clap::Command) -> String {
 /// One command's part of the page.
 struct Section {
     path: String,
+    /// 0 for `fulcrum`, 1 for its commands, 2 for their subcommands.
+    depth: usize,
     about: String,
     body: String,
 }
@@ -73,14 +90,31 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Secti
         body.push('\n');
     }
     if let Some(after) = cmd.get_after_long_help().or(cmd.get_after_help()) {
-        let _ = writeln!(body, "```text\n{}\n```", after.to_string().trim_end());
+        after_help(&after.to_string(), &mut body);
     }
     let mut inherited = globals.clone();
     inherited.extend(args.iter().filter(|a| a.is_global_set()).map(|a| a.get_id().to_string()));
-    out.push(Section { path, about, body });
+    let depth = path.matches(' ').count();
+    out.push(Section { path, depth, about, body });
     for sub in cmd.get_subcommands_mut().filter(|s| !s.is_hide_set()) {
         walk(sub, &inherited, out);
     }
+}
+
+/// The text after the options: its examples as a shell block, its other
+/// paragraphs as text. The note on inherited global options is left out:
+/// the page says once where they go, and the parent's section lists them.
+fn after_help(text: &str, body: &mut String) {
+    let mut parts = Vec::new();
+    for paragraph in text.trim_end().split("\n\n") {
+        if let Some(examples) = paragraph.strip_prefix("Examples:\n") {
+            let lines: Vec<&str> = examples.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
+            parts.push(format!("```sh\n{}\n```", lines.join("\n")));
+        } else if !paragraph.starts_with(crate::cli::GLOBAL_NOTE) {
+            parts.push(paragraph.trim_end().to_string());
+        }
+    }
+    let _ = writeln!(body, "{}", parts.join("\n\n"));
 }
 
 /// `-c, --config <FILE>` or `<SCENARIO>`, in backticks.
