@@ -45,7 +45,8 @@ pub fn markdown(cmd: clap::Command) -> String {
         if subs.is_empty() {
             let _ = writeln!(out, "| {link} | {} |", section.about);
         } else {
-            let _ = writeln!(out, "| {link} | {}. Subcommands: {} |", section.about.trim_end_matches('.'), subs.join(", "));
+            let _ =
+                writeln!(out, "| {link} | {}. Subcommands: {} |", section.about.trim_end_matches('.'), subs.join(", "));
         }
     }
     for section in &sections {
