@@ -23,32 +23,25 @@ const HEADER: &str = "# Command-line reference\n\n\
     `man fulcrum`.\n\n";
 
 /// Every visible command, in tree order, under a heading of its own, after
-/// an index of the top-level commands (each with links to its subcommands).
+/// one line of links to them all.
 pub fn markdown(cmd: clap::Command) -> String {
     let mut cmd = cmd.term_width(HELP_WIDTH).disable_help_subcommand(true);
     cmd.build();
     let mut sections = Vec::new();
     walk(&mut cmd, &BTreeSet::new(), &mut sections);
     let mut out = String::from(HEADER);
-    out.push_str("| Command | What it does |\n| --- | --- |\n");
-    for (i, section) in sections.iter().enumerate() {
-        if section.depth > 1 {
-            continue;
-        }
+    let mut links = Vec::new();
+    for (i, section) in sections.iter().enumerate().filter(|(_, s)| s.depth == 1) {
         let subs: Vec<String> = sections[i + 1..]
             .iter()
-            .take_while(|s| s.depth > section.depth)
-            .filter(|s| s.depth == section.depth + 1 && section.depth > 0)
+            .take_while(|s| s.depth > 1)
             .map(|s| format!("[`{}`](#{})", s.path.rsplit(' ').next().unwrap_or(&s.path), anchor(&s.path)))
             .collect();
-        let link = format!("[`{}`](#{})", section.path, anchor(&section.path));
-        if subs.is_empty() {
-            let _ = writeln!(out, "| {link} | {} |", section.about);
-        } else {
-            let _ =
-                writeln!(out, "| {link} | {}. Subcommands: {} |", section.about.trim_end_matches('.'), subs.join(", "));
-        }
+        let name = section.path.rsplit(' ').next().unwrap_or(&section.path);
+        let link = format!("[`{name}`](#{})", anchor(&section.path));
+        links.push(if subs.is_empty() { link } else { format!("{link} ({})", subs.join(", ")) });
     }
+    let _ = writeln!(out, "Commands: {}.", links.join(", "));
     for section in &sections {
         out.push_str(&section.body);
     }
@@ -60,7 +53,6 @@ struct Section {
     path: String,
     /// 0 for `fulcrum`, 1 for its commands, 2 for their subcommands.
     depth: usize,
-    about: String,
     body: String,
 }
 
@@ -96,7 +88,7 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Secti
     let mut inherited = globals.clone();
     inherited.extend(args.iter().filter(|a| a.is_global_set()).map(|a| a.get_id().to_string()));
     let depth = path.matches(' ').count();
-    out.push(Section { path, depth, about, body });
+    out.push(Section { path, depth, body });
     for sub in cmd.get_subcommands_mut().filter(|s| !s.is_hide_set()) {
         walk(sub, &inherited, out);
     }
