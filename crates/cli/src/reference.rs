@@ -69,7 +69,11 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Secti
     }
     let usage = cmd.render_usage().to_string();
     let usage: Vec<&str> = usage.lines().map(|l| l.trim().trim_start_matches("Usage:").trim()).collect();
-    let _ = writeln!(body, "Usage: `{}`\n", usage.join("`, `"));
+    // A usage line that says no more than the heading and the table (no
+    // positional or required argument) is left out.
+    if usage.iter().any(|u| *u != path && *u != format!("{path} [OPTIONS]")) {
+        let _ = writeln!(body, "Usage: `{}`\n", usage.join("`, `"));
+    }
     let args: Vec<&clap::Arg> = cmd
         .get_arguments()
         .filter(|a| !a.is_hide_set() && !["help", "version"].contains(&a.get_id().as_str()))
