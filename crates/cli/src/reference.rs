@@ -28,7 +28,7 @@ pub fn markdown(cmd: clap::Command) -> String {
     let mut cmd = cmd.term_width(HELP_WIDTH).disable_help_subcommand(true);
     cmd.build();
     let mut sections = Vec::new();
-    walk(&mut cmd, &BTreeSet::new(), &mut sections);
+    walk(&mut cmd, &BTreeSet::new(), &BTreeSet::new(), &mut sections);
     let mut out = String::from(HEADER);
     let mut links = Vec::new();
     for (i, section) in sections.iter().enumerate().filter(|(_, s)| s.depth == 1) {
@@ -57,8 +57,9 @@ struct Section {
 }
 
 /// `cmd` and its visible subcommands; `globals` are the ids of the global
-/// arguments an ancestor already lists.
-fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Section>) {
+/// arguments an ancestor already lists, `shown` the example commands its
+/// parent's section already gives (left out here).
+fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, shown: &BTreeSet<String>, out: &mut Vec<Section>) {
     let path = cmd.get_bin_name().unwrap_or(cmd.get_name()).to_string();
     let about = cmd.get_about().map(|a| one_line(&a.to_string())).unwrap_or_default();
     let mut body = format!("\n## {path}\n\n");
@@ -86,32 +87,58 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, out: &mut Vec<Secti
         }
         body.push('\n');
     }
+    let mut examples = BTreeSet::new();
     if let Some(after) = cmd.get_after_long_help().or(cmd.get_after_help()) {
-        after_help(&after.to_string(), &mut body);
+        examples = after_help(&after.to_string(), shown, &mut body);
     }
     let mut inherited = globals.clone();
     inherited.extend(args.iter().filter(|a| a.is_global_set()).map(|a| a.get_id().to_string()));
     let depth = path.matches(' ').count();
+    // The top level's examples are a tour of the commands: each command's
+    // section keeps its own.
+    if depth == 0 {
+        examples.clear();
+    }
+    let body = format!("{}\n", body.trim_end());
     out.push(Section { path, depth, body });
     for sub in cmd.get_subcommands_mut().filter(|s| !s.is_hide_set()) {
-        walk(sub, &inherited, out);
+        walk(sub, &inherited, &examples, out);
     }
 }
 
-/// The text after the options: its examples as a shell block, its other
-/// paragraphs as text. The note on inherited global options is left out:
-/// the page says once where they go, and the parent's section lists them.
-fn after_help(text: &str, body: &mut String) {
+/// An example line's command without its comment, or `None` for a line
+/// that is no whole command (a continuation, or one continued).
+fn example_command(line: &str) -> Option<String> {
+    let command = line.split(" #").next().unwrap_or(line).trim();
+    (command.starts_with("fulcrum ") && !command.ends_with('\\')).then(|| command.to_string())
+}
+
+/// The text after the options: its examples as a shell block (but for those
+/// in `shown`), its other paragraphs as text. The note on inherited global
+/// options is left out: the page says once where they go, and the parent's
+/// section lists them. Returns the example commands.
+fn after_help(text: &str, shown: &BTreeSet<String>, body: &mut String) -> BTreeSet<String> {
     let mut parts = Vec::new();
+    let mut commands = BTreeSet::new();
     for paragraph in text.trim_end().split("\n\n") {
         if let Some(examples) = paragraph.strip_prefix("Examples:\n") {
-            let lines: Vec<&str> = examples.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
-            parts.push(format!("```sh\n{}\n```", lines.join("\n")));
+            let lines: Vec<&str> = examples
+                .lines()
+                .map(|l| l.strip_prefix("  ").unwrap_or(l))
+                .filter(|l| example_command(l).is_none_or(|c| !shown.contains(&c)))
+                .collect();
+            commands.extend(lines.iter().filter_map(|l| example_command(l)));
+            if !lines.is_empty() {
+                parts.push(format!("```sh\n{}\n```", lines.join("\n")));
+            }
         } else if !paragraph.starts_with(crate::cli::GLOBAL_NOTE) {
             parts.push(paragraph.trim_end().to_string());
         }
     }
-    let _ = writeln!(body, "{}", parts.join("\n\n"));
+    if !parts.is_empty() {
+        let _ = writeln!(body, "{}", parts.join("\n\n"));
+    }
+    commands
 }
 
 /// `-c, --config <FILE>` or `<SCENARIO>`, in backticks.
