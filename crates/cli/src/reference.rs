@@ -2,7 +2,7 @@
 //! the same clap definitions as the parser (docs/reference/cli.md is its
 //! output, and `tests/cli_reference.rs` fails when the two differ).
 //!
-//! Each command gets its description, its usage line, one table row per
+//! Each command gets its description, its usage line, one list item per
 //! argument (the whole help text of the argument, its default and its
 //! values) and its examples: what `--help` says, in a form that reads as a
 //! reference rather than a terminal.
@@ -70,7 +70,7 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, shown: &BTreeSet<St
     }
     let usage = cmd.render_usage().to_string();
     let usage: Vec<&str> = usage.lines().map(|l| l.trim().trim_start_matches("Usage:").trim()).collect();
-    // A usage line that says no more than the heading and the table (no
+    // A usage line that says no more than the heading and the list of arguments (no
     // positional or required argument) is left out.
     if usage.iter().any(|u| *u != path && *u != format!("{path} [OPTIONS]")) {
         let _ = writeln!(body, "Usage: `{}`\n", usage.join("`, `"));
@@ -81,9 +81,8 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, shown: &BTreeSet<St
         .filter(|a| !globals.contains(a.get_id().as_str()))
         .collect();
     if !args.is_empty() {
-        body.push_str("| Argument | Meaning | Default |\n| --- | --- | --- |\n");
         for arg in &args {
-            let _ = writeln!(body, "| {} | {} | {} |", spelling(arg), meaning(arg), default(arg));
+            let _ = writeln!(body, "- {}{}: {}", spelling(arg), default(arg), meaning(arg));
         }
         body.push('\n');
     }
@@ -171,7 +170,6 @@ fn meaning(arg: &clap::Arg) -> String {
     let help = arg.get_long_help().or(arg.get_help()).map(|h| one_line(&h.to_string())).unwrap_or_default();
     let values: Vec<String> =
         arg.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| format!("`{}`", v.get_name())).collect();
-    let help = help.replace('|', "\\|");
     if values.is_empty() || !arg.get_action().takes_values() {
         help
     } else {
@@ -185,10 +183,14 @@ fn default(arg: &clap::Arg) -> String {
         return String::new();
     }
     let values: Vec<String> = arg.get_default_values().iter().map(|v| format!("`{}`", v.to_string_lossy())).collect();
-    values.join(", ")
+    if values.is_empty() {
+        String::new()
+    } else {
+        format!(" (default {})", values.join(", "))
+    }
 }
 
-/// Paragraphs joined into one line (a table cell holds no line break).
+/// Paragraphs joined into one line (one list item each).
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
