@@ -70,9 +70,12 @@ fn walk(cmd: &mut clap::Command, globals: &BTreeSet<String>, shown: &BTreeSet<St
     }
     let usage = cmd.render_usage().to_string();
     let usage: Vec<&str> = usage.lines().map(|l| l.trim().trim_start_matches("Usage:").trim()).collect();
-    // A usage line that says no more than the heading and the list of arguments (no
-    // positional or required argument) is left out.
-    if usage.iter().any(|u| *u != path && *u != format!("{path} [OPTIONS]")) {
+    // A usage line says more than the heading and the list of arguments only
+    // when it names a required option or an optional positional argument.
+    let says_more = |u: &&str| {
+        u.strip_prefix(path.as_str()).unwrap_or(u).split_whitespace().any(|w| w != "[OPTIONS]" && !w.starts_with('<'))
+    };
+    if usage.iter().any(says_more) {
         let _ = writeln!(body, "Usage: `{}`\n", usage.join("`, `"));
     }
     let args: Vec<&clap::Arg> = cmd
