@@ -37,6 +37,7 @@ pub mod server;
 mod shutdown;
 pub mod tcp;
 mod tls;
+pub mod trace_context;
 pub mod upstream;
 
 pub use config::{Config, ConfigError};
