@@ -1176,6 +1176,49 @@ connect_timeout = "250ms"
     }
 
     #[test]
+    fn limits_ids_and_sticky_cookies_parse_and_their_errors_name_the_field() {
+        let limited = GOOD.replace(
+            "{ cluster = \"web\" },",
+            "{ cluster = \"web\", rate_limit = { rate = 5, key = { header = \"X-Key\" } } },",
+        );
+        let c = parse(&limited).unwrap();
+        let limit = c.listeners[0].routes[1].rate_limit.clone().unwrap();
+        assert_eq!((limit.burst(), limit.key), (5, Some(LimitKey::Header("x-key".into()))));
+        let e = error(&limited.replace("rate = 5", "rate = 0"));
+        assert_eq!((e.line, e.field.as_str()), (9, "listener[0].routes[1].rate_limit"), "{e}");
+        assert!(e.message.contains("rate"), "{e}");
+        let e = error(&limited.replace("X-Key", "X Key"));
+        assert_eq!(e.field, "listener[0].routes[1].rate_limit.key.header", "{e}");
+        let e = error(&limited.replace("rate = 5", "rate = 5, brust = 2"));
+        assert!(e.message.contains("brust"), "{e}");
+
+        let ids = GOOD.replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\nrequest_id = { response = true }\ntraceparent = true",
+        );
+        let c = parse(&ids).unwrap();
+        let id = c.listeners[0].request_id.clone().unwrap();
+        assert_eq!((id.header.as_str(), id.response, c.listeners[0].traceparent), ("x-request-id", true, true));
+        let e = error(&ids.replace("{ response = true }", "{ header = \"a b\" }"));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].request_id.header"), "{e}");
+
+        let sticky = GOOD.replace(
+            "hash_key = { header = \"x-user\" }",
+            "hash_key = { cookie = \"sid\" }\nsticky_cookie = { ttl = \"1h\", secure = true, same_site = \"strict\" }",
+        );
+        let c = parse(&sticky).unwrap();
+        let cookie = c.clusters[1].sticky_cookie.clone().unwrap();
+        assert_eq!(cookie.set_cookie("sid", "v"), "sid=v; Path=/; Max-Age=3600; Secure; HttpOnly; SameSite=Strict");
+        let e = error(&sticky.replace("{ cookie = \"sid\" }", "{ header = \"sid\" }"));
+        assert_eq!((e.line, e.field.as_str()), (26, "cluster[1].sticky_cookie"), "{e}");
+        assert!(e.message.contains("cookie"), "{e}");
+        let e = error(&sticky.replace("maglev\", table_size = 251", "round-robin\""));
+        assert!(e.message.contains("ring-hash"), "{e}");
+        let e = error(&sticky.replace("ttl = \"1h\"", "path = \"/a;b\""));
+        assert_eq!(e.field, "cluster[1].sticky_cookie", "{e}");
+    }
+
+    #[test]
     fn quick_mode_checks_backends() {
         let listen = "127.0.0.1:8080".parse().unwrap();
         let c = Config::quick(listen, &["127.0.0.1:1".into()], AlgorithmKind::PeakEwma).unwrap();
