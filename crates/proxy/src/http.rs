@@ -23,15 +23,22 @@
 //! [`COPY_LIMIT`](crate::body::COPY_LIMIT)). Every retry spends a token of
 //! the worker's retry budget.
 //!
+//! Before routing, a listener with `request_id` or `traceparent` stamps the
+//! request ([`trace_context`](crate::trace_context)); after it, the route's
+//! rate limit (a [`RateLimiter`](fulcrum_resilience::RateLimiter) shared by
+//! the workers) may refuse it with 429 and `Retry-After`. A cluster with a
+//! `sticky_cookie` gives a request without its cookie a random key to hash
+//! and sets it as the cookie on the response.
+//!
 //! Responses the proxy makes itself are the [`LocalReply`]s: 400 (an
 //! HTTP/1.1 request without `Host` or any with two, RFC 9112 §3.2; a
 //! request body that broke while streaming, such as a chunk size that
-//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 503 (no
-//! endpoint, or the cluster's `max_requests` or `max_connections` reached),
-//! 502 (upstream refused, reset or broke the protocol), 504 (no response
-//! headers within the cluster's `request_timeout`); hyper answers malformed
-//! requests with 400 and oversized heads with 431. All are counted in
-//! [`ProxyStats`].
+//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 429 (a
+//! route's rate limit), 503 (no endpoint, or the cluster's `max_requests`
+//! or `max_connections` reached), 502 (upstream refused, reset or broke
+//! the protocol), 504 (no response headers within the cluster's
+//! `request_timeout`); hyper answers malformed requests with 400 and
+//! oversized heads with 431. All are counted in [`ProxyStats`].
 
 use std::borrow::Cow;
 use std::convert::Infallible;
