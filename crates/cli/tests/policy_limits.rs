@@ -225,11 +225,19 @@ fn limits_ids_and_sticky_cookies_change_with_a_reload() {
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after").map(|s| s.parse::<u64>().unwrap() <= 5), Some(true));
     assert!(r.header("x-trace-me").is_some(), "local replies carry the ID too");
+    // A reload that keeps the route's limit keeps its (empty) bucket.
+    reload(&f, &limited.replace("response = true", "response = false"));
+    eventually("the reload applied", || get(f.listen[0], "app", "/", "").header("x-trace-me").is_none());
+    assert_eq!(get(f.listen[0], "app", "/", "").status, 429, "the bucket survived the reload");
     // The limit goes with the next reload; IDs and cookies stay.
-    reload(&f, &limited.replace(", rate_limit = { rate = 0.2, burst = 1 }", ""));
+    reload(
+        &f,
+        &limited.replace(", rate_limit = { rate = 0.2, burst = 1 }", "").replace("response = true", "response = false"),
+    );
     eventually("the limit lifted", || get(f.listen[0], "app", "/", "").status == 200);
     let r = get(f.listen[0], "app", "/", "");
     assert!(echoed(&r, "x-trace-me").is_some() && echoed(&r, "traceparent").is_some(), "{r:?}");
+    assert_eq!(r.header("x-trace-me"), None, "response = false");
     assert!(r.header("set-cookie").is_some_and(|c| c.starts_with("s=")), "{r:?}");
     reload(&f, &plain);
     eventually("IDs and cookies gone", || {

@@ -13,13 +13,22 @@ use crate::upstream::UpstreamPool;
 /// shared by every worker, so that a limit holds for the whole proxy.
 pub type RouteLimits = Vec<Vec<Option<Arc<Mutex<RateLimiter>>>>>;
 
-/// Fresh limiters (full buckets) for `config`'s routes.
-pub fn route_limits(config: &Config) -> Arc<RouteLimits> {
-    let limiter = |l: &fulcrum_resilience::RateLimitConfig| {
-        let limiter = RateLimiter::new(l).unwrap_or_else(|e| unreachable!("validated rate limit rejected: {e}"));
-        Arc::new(Mutex::new(limiter))
+/// The limiters of `config`'s routes: on a reload (`previous`), a route at
+/// the same place with the same limit keeps its buckets; others start full.
+pub fn route_limits(config: &Config, previous: Option<&Routing>) -> Arc<RouteLimits> {
+    let limiter = |li: usize, ri: usize, l: &fulcrum_resilience::RateLimitConfig| {
+        let same = previous.and_then(|p| {
+            let before = p.listeners.get(li)?.routes.get(ri)?.rate_limit.as_ref()?;
+            (before == l).then(|| p.limits[li][ri].clone())?
+        });
+        same.unwrap_or_else(|| {
+            let limiter = RateLimiter::new(l).unwrap_or_else(|e| unreachable!("validated rate limit rejected: {e}"));
+            Arc::new(Mutex::new(limiter))
+        })
     };
-    let limits = config.listeners.iter().map(|l| l.routes.iter().map(|r| r.rate_limit.as_ref().map(limiter)).collect());
+    let limits = config.listeners.iter().enumerate().map(|(li, l)| {
+        l.routes.iter().enumerate().map(|(ri, r)| r.rate_limit.as_ref().map(|c| limiter(li, ri, c))).collect()
+    });
     Arc::new(limits.collect())
 }
 

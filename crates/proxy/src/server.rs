@@ -188,7 +188,7 @@ impl Proxy {
         let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
         let mut routing_tx = Vec::new();
-        let limits = route_limits(&config);
+        let limits = route_limits(&config, None);
         for (worker, sockets) in sockets.into_iter().enumerate() {
             let (tx, rx) = watch::channel(routing(&config, worker, &shared, None, &limits));
             routing_tx.push(tx);
@@ -280,8 +280,7 @@ impl Proxy {
                 SharedCluster::new(c.clone(), self.epoch, previous.map(|p| p.as_ref()))
             })
             .collect();
-        // Rate limits start again with full buckets.
-        let limits = route_limits(&next);
+        let limits = route_limits(&next, self.routing.first().map(|tx| tx.borrow().clone()).as_deref());
         for (worker, tx) in self.routing.iter().enumerate() {
             let previous = tx.borrow().clone();
             tx.send_replace(routing(&next, worker, &shared, Some(&previous), &limits));
