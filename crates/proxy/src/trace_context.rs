@@ -187,6 +187,39 @@ mod tests {
     }
 
     #[test]
+    fn random_headers_never_panic_and_what_parses_is_well_formed() {
+        let mut rng = Rng::new(11);
+        let alphabet = b"0123456789abcdefABF-x \xff";
+        let mut parsed = 0;
+        for i in 0..50_000 {
+            let mut v: Vec<u8> = if i % 2 == 0 {
+                let len = rng.below(70) as usize;
+                (0..len).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect()
+            } else {
+                // A valid header with a byte or two changed, cut or extended.
+                let mut v = GOOD.as_bytes().to_vec();
+                for _ in 0..rng.below(3) {
+                    let at = rng.below(v.len() as u64) as usize;
+                    v[at] = alphabet[rng.below(alphabet.len() as u64) as usize];
+                }
+                match rng.below(4) {
+                    0 => v.truncate(rng.below(56) as usize),
+                    1 => v.extend_from_slice(b"-more"),
+                    _ => {}
+                }
+                v
+            };
+            if let Some(p) = parse(&v) {
+                assert!(lower_hex(&p.trace_id) && lower_hex(&p.flags), "{v:?}");
+                let (next, _) = next_hop(Some(p), &mut rng);
+                assert_eq!(parse(next.as_bytes()).map(|n| n.trace_id), Some(p.trace_id));
+                parsed += 1;
+            }
+        }
+        assert!((1_000..25_000).contains(&parsed), "{parsed} parsed: both kinds of input are reached");
+    }
+
+    #[test]
     fn a_hop_keeps_the_trace_and_flags_and_makes_a_new_parent() {
         let mut rng = Rng::new(1);
         let parent = parse(GOOD.as_bytes());
