@@ -192,7 +192,7 @@ mod tests {
         let alphabet = b"0123456789abcdefABF-x \xff";
         let mut parsed = 0;
         for i in 0..50_000 {
-            let mut v: Vec<u8> = if i % 2 == 0 {
+            let v: Vec<u8> = if i % 2 == 0 {
                 let len = rng.below(70) as usize;
                 (0..len).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect()
             } else {
