@@ -55,7 +55,7 @@ fn the_json_and_the_csv_say_what_made_them() {
     let flows = std::fs::read_to_string(dir.join("flows.csv")).unwrap();
     let expected = format!(
         "# fulcrum={}\n# commit={commit}\n# scenario_hash={hash}\n# seed=4\n# runs=2\n\
-         # set=end=\"20ms\"\n# set=workload.launch_end=\"10ms\"\nseed,flow,",
+         # override=end=\"20ms\"\n# override=workload.launch_end=\"10ms\"\nseed,flow,",
         env!("CARGO_PKG_VERSION")
     );
     assert!(flows.starts_with(&expected), "{}", &flows[..300.min(flows.len())]);

@@ -93,7 +93,7 @@ impl Provenance {
         format!("xxh64:{digest:016x}")
     }
 
-    /// The `# key=value` lines that open each CSV file (one `# set=` line
+    /// The `# key=value` lines that open each CSV file (one `# override=` line
     /// per override, line breaks in a value turned into spaces).
     pub fn csv_comment(&self) -> String {
         let mut out = String::new();
@@ -107,7 +107,7 @@ impl Provenance {
         line("seed", &self.seed);
         line("runs", &self.runs);
         for o in &self.overrides {
-            line("set", o);
+            line("override", o);
         }
         out
     }
@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(
             text,
             "# fulcrum=1.2.3\n# commit=\n# scenario_hash=xxh64:00000000000000ab\n# seed=7\n# runs=2\n\
-             # set=a.b=1\n# set=c=\"two lines\"\nx\n1\n"
+             # override=a.b=1\n# override=c=\"two lines\"\nx\n1\n"
         );
         let json = serde_json::to_string(&p).unwrap();
         assert!(json.starts_with("{\"fulcrum\":\"1.2.3\",\"commit\":null,\"scenario_hash\":\"xxh64:00000000000000ab\""));
