@@ -67,9 +67,9 @@ def test_sim_matches_the_cli_and_has_its_tables():
     assert list(r.share.columns) == ["algorithm", "seed", "time_s", "server", "name", "requests"]
 
 
-def test_fabric_matches_the_cli_json_and_csv():
+def test_fabric_matches_the_cli_json_and_csv(tmp_path):
     r = fulcrum.fabric(FABRIC, set=SHORT, seed=5)
-    csv_dir = REPO / "target" / f"pytest-fabric-{os.getpid()}"
+    csv_dir = tmp_path / "csv"
     args = ["fabric", FABRIC, "--json", "--seed", "5", "--csv", str(csv_dir)]
     for s in SHORT:
         args += ["--set", s]
@@ -93,9 +93,6 @@ def test_fabric_matches_the_cli_json_and_csv():
         head = [next(f) for _ in range(3)]
     assert head[0] == f"# fulcrum={fulcrum.__version__}\n"
     assert head[2] == f"# scenario_hash={r.provenance['scenario_hash']}\n"
-    for p in csv_dir.iterdir():
-        p.unlink()
-    csv_dir.rmdir()
 
 
 def test_a_dict_scenario_runs_as_its_file():
