@@ -257,6 +257,9 @@ pub struct Report {
     pub events: u64,
     /// Wall-clock time of the simulation.
     pub wall_seconds: f64,
+    /// What produced the report, when the caller says
+    /// (`fulcrum sim` and the Python package do; none leaves it out).
+    pub provenance: Option<fulcrum_workload::report::Provenance>,
 }
 
 /// A plan that cannot run.
@@ -318,5 +321,6 @@ pub fn simulate(scenario: &Scenario, plan: &Plan, progress: Option<&AtomicU64>) 
         simulated_requests,
         events,
         wall_seconds: started.elapsed().as_secs_f64(),
+        provenance: None,
     })
 }

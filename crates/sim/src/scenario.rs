@@ -762,6 +762,18 @@ impl Scenario {
         Scenario::read(text, Path::new(origin), &[], default_name, base_dir)
     }
 
+    /// [`Scenario::parse`] with `sets` applied to the document first, as
+    /// [`Scenario::load_with`] does for a file.
+    pub fn parse_with(
+        text: &str,
+        origin: &Path,
+        sets: &[String],
+        default_name: &str,
+        base_dir: &Path,
+    ) -> Result<Scenario, ScenarioError> {
+        Scenario::read(text, origin, sets, default_name, base_dir)
+    }
+
     fn read(
         text: &str,
         file: &Path,
