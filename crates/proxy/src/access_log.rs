@@ -143,6 +143,8 @@ fields! {
     GrpcStatus = "grpc_status",
     /// How the request ended, as [`Flags`] codes joined by `,` (`-` if normally).
     Flags = "flags",
+    /// The subject of the client certificate the listener verified (mutual TLS).
+    ClientCert = "client_cert",
 }
 
 impl std::str::FromStr for Field {
@@ -297,6 +299,8 @@ pub struct Record {
     pub trace: Trace,
     /// A gRPC response's status.
     pub grpc_status: Option<u32>,
+    /// The subject of the client certificate a mutual-TLS listener verified.
+    pub client_cert: Option<std::sync::Arc<str>>,
 }
 
 /// What the request path learns about a request's routing, tries and end:
@@ -482,6 +486,7 @@ impl Record {
             Field::Endpoint => up.endpoint.is_none(),
             Field::GrpcStatus => self.grpc_status.is_none(),
             Field::Flags => up.flags == Flags::default(),
+            Field::ClientCert => self.client_cert.is_none(),
             _ => false,
         }
     }
@@ -494,6 +499,7 @@ impl Record {
             Field::Authority => self.authority.as_deref(),
             Field::Path => Some(&self.path),
             Field::Cluster => self.cluster.as_deref(),
+            Field::ClientCert => self.client_cert.as_deref(),
             _ => None,
         }
     }
@@ -528,6 +534,10 @@ impl Record {
             Field::Retries => decimal(out, up.retries.into()),
             Field::GrpcStatus => opt(out, self.grpc_status.map(u64::from)),
             Field::Flags => up.flags.write(out),
+            Field::ClientCert => match &self.client_cert {
+                Some(subject) => escaped(out, subject),
+                None => out.push('-'),
+            },
         }
     }
 
@@ -683,6 +693,7 @@ mod tests {
                 flags: Flags::UPSTREAM_RESET,
             },
             grpc_status: None,
+            client_cert: None,
         }
     }
 

@@ -45,7 +45,9 @@ use crate::http::HttpService;
 use crate::metrics::ProxyStats;
 use crate::routing::Routing;
 use crate::shutdown::{stopping, Stop};
+use crate::tls::{Certificates, ListenerTls};
 use crate::upstream::UpstreamPool;
+use tokio_rustls::TlsAcceptor;
 
 pub use crate::error::ServeError;
 
@@ -62,6 +64,8 @@ pub struct Proxy {
     clusters: watch::Sender<Vec<Arc<SharedCluster>>>,
     /// Each worker's routing.
     routing: Vec<watch::Sender<Arc<Routing>>>,
+    /// The TLS listeners' certificates, read again on a reload.
+    certificates: Vec<Arc<Certificates>>,
 }
 
 /// How long a shutdown waits for requests in flight, unless told otherwise.
@@ -108,16 +112,24 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
             Some((&p.clusters[j], &p.pools[j]))
         });
         clusters.push(WorkerCluster::new(s.clone(), worker_seed(config, worker, i), old.map(|o| o.0.as_ref())));
-        let same_pool = old.is_some_and(|(c, _)| {
-            let (a, b) = (&c.shared.config, &s.config);
-            a.upstream == b.upstream
-                && a.connect_timeout == b.connect_timeout
-                && a.max_connections == b.max_connections
-                && a.max_pending == b.max_pending
-        });
+        // A TLS cluster's pool starts anew: a reload may bring new files.
+        let same_pool = s.tls.is_none()
+            && old.is_some_and(|(c, _)| {
+                let (a, b) = (&c.shared.config, &s.config);
+                a.upstream == b.upstream
+                    && a.tls == b.tls
+                    && a.connect_timeout == b.connect_timeout
+                    && a.max_connections == b.max_connections
+                    && a.max_pending == b.max_pending
+            });
         pools.push(match old {
             Some((_, pool)) if same_pool => pool.clone(),
-            _ => UpstreamPool::new(s.config.upstream, s.config.connect_timeout, s.connections.clone()),
+            _ => UpstreamPool::with_tls(
+                s.config.upstream,
+                s.config.connect_timeout,
+                s.connections.clone(),
+                s.tls.clone(),
+            ),
         });
     }
     Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
@@ -134,8 +146,15 @@ impl Proxy {
         let tls: Vec<_> = config
             .listeners
             .iter()
-            .map(|l| l.tls.as_ref().map(|t| crate::tls::acceptor(t, l.protocol == ListenerProtocol::Http2)).transpose())
+            .map(|l| {
+                l.tls
+                    .as_ref()
+                    .map(|t| crate::tls::acceptor(l.listen, t, l.protocol == ListenerProtocol::Http2))
+                    .transpose()
+            })
             .collect::<Result<_, _>>()?;
+        let certificates: Vec<_> = tls.iter().flatten().map(|t: &ListenerTls| t.certificates.clone()).collect();
+        let tls: Vec<Option<TlsAcceptor>> = tls.into_iter().map(|t| t.map(|t| t.acceptor)).collect();
 
         let mut listen_addrs = Vec::new();
         // sockets[worker][listener]
@@ -195,6 +214,7 @@ impl Proxy {
         let control = Control {
             admin: admin_socket.map(|s| (s, Arc::new(Admin { clusters: clusters_rx.clone(), stats, epoch }))),
             clusters: clusters_rx,
+            certificates: certificates.clone(),
             stopped,
         };
         threads.push(std::thread::Builder::new().name("fulcrum-control".into()).spawn(move || match runtime() {
@@ -210,6 +230,7 @@ impl Proxy {
             threads,
             epoch,
             config: Mutex::new(config),
+            certificates,
             clusters: clusters_tx,
             routing: routing_tx,
         })
@@ -269,6 +290,11 @@ impl Proxy {
         }
         self.clusters.send_replace(shared);
         *config = next;
+        // The listeners' certificate files are read again (they were checked
+        // with the configuration).
+        for c in &self.certificates {
+            c.refresh();
+        }
         Ok(())
     }
 
@@ -287,7 +313,7 @@ impl Proxy {
 struct Worker {
     sockets: Vec<std::net::TcpListener>,
     routing: watch::Receiver<Arc<Routing>>,
-    tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
+    tls: Vec<Option<TlsAcceptor>>,
     permits: Vec<Arc<Semaphore>>,
     /// Each listener's access log, if it has one.
     logs: Vec<Option<AccessLog>>,
@@ -396,7 +422,7 @@ impl Accept {
         }
     }
 
-    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<tokio_rustls::TlsAcceptor>) {
+    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
         let limits = listener.limits.clone();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
@@ -438,7 +464,7 @@ impl Accept {
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
             tokio::spawn(async move {
-                let peer = Arc::new(crate::http::Peer::new(peer));
+                let mut peer = crate::http::Peer::new(peer);
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {
@@ -453,9 +479,11 @@ impl Accept {
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
+                        peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
                         Box::new(Counted::new(stream, permit))
                     }
                 };
+                let peer = Arc::new(peer);
                 // HTTP/1.1 goes to the lean server unless hyper's is
                 // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
                 let io = match lean {
@@ -584,6 +612,8 @@ impl Drop for ActiveGuard {
 struct Control {
     admin: Option<(std::net::TcpListener, Arc<Admin>)>,
     clusters: watch::Receiver<Vec<Arc<SharedCluster>>>,
+    /// The TLS listeners' certificates, watched for changes of their files.
+    certificates: Vec<Arc<Certificates>>,
     stopped: watch::Receiver<Stop>,
 }
 
@@ -612,6 +642,9 @@ impl Control {
         let mut clusters = self.clusters.clone();
         let mut stopped = self.stopped.clone();
         let mut tasks = self.spawn_cluster_tasks(&clusters.borrow_and_update());
+        for c in &self.certificates {
+            tokio::spawn(c.clone().watch(self.stopped.clone()));
+        }
         let supervisor = async {
             loop {
                 tokio::select! {

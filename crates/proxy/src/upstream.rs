@@ -36,6 +36,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::body::UpstreamBody;
 use crate::config::UpstreamProtocol;
 use crate::h1::{self, ExchangeError};
+use crate::upstream_tls::{UpstreamStream, UpstreamTls};
 
 /// An upstream response's body: read by [`h1`] or by hyper's HTTP/2 client.
 pub type ResponseBody = Either<h1::ResponseBody<Lease>, hyper::body::Incoming>;
@@ -120,6 +121,8 @@ struct Connections {
 /// The upstream connections of one cluster on one worker.
 pub struct UpstreamPool {
     protocol: UpstreamProtocol,
+    /// TLS to the endpoints, if the cluster has it.
+    tls: Option<Arc<UpstreamTls>>,
     connect_timeout: Duration,
     limit: Arc<ConnectionLimit>,
     connections: Mutex<Connections>,
@@ -154,7 +157,17 @@ impl h1::GiveBack for Lease {
 impl UpstreamPool {
     /// A pool speaking `protocol`, connecting within `connect_timeout`, under `limit`.
     pub fn new(protocol: UpstreamProtocol, connect_timeout: Duration, limit: Arc<ConnectionLimit>) -> Arc<Self> {
-        Arc::new(UpstreamPool { protocol, connect_timeout, limit, connections: Mutex::default() })
+        Self::with_tls(protocol, connect_timeout, limit, None)
+    }
+
+    /// A pool as [`new`](Self::new) makes, with TLS to the endpoints when `tls` is given.
+    pub fn with_tls(
+        protocol: UpstreamProtocol,
+        connect_timeout: Duration,
+        limit: Arc<ConnectionLimit>,
+        tls: Option<Arc<UpstreamTls>>,
+    ) -> Arc<Self> {
+        Arc::new(UpstreamPool { protocol, tls, connect_timeout, limit, connections: Mutex::default() })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connections> {
@@ -272,7 +285,7 @@ impl UpstreamPool {
         }
         c.swept = Some(now);
         c.idle.retain(|_, stack| {
-            stack.retain(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
+            stack.retain_mut(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
             !stack.is_empty()
         });
         c.shared.retain(|_, conns| {
@@ -287,7 +300,7 @@ impl UpstreamPool {
         let mut c = self.lock();
         Self::sweep(&mut c, now);
         let stack = c.idle.get_mut(&addr)?;
-        while let Some(i) = stack.pop() {
+        while let Some(mut i) = stack.pop() {
             if now.duration_since(i.since) < IDLE_TIMEOUT && !i.conn.is_closed() {
                 return Some(i.conn);
             }
@@ -304,16 +317,25 @@ impl UpstreamPool {
         conns.first().cloned()
     }
 
-    /// A new TCP connection to `addr` with its permit, under the cluster's limit.
-    async fn connect(&self, addr: SocketAddr) -> Result<(TcpStream, OwnedSemaphorePermit), Refused> {
+    /// A new connection to `addr` (TCP, and TLS if the cluster has it)
+    /// with its permit, under the cluster's limit.
+    async fn connect(&self, addr: SocketAddr) -> Result<(UpstreamStream, OwnedSemaphorePermit), Refused> {
         let permit = self.limit.acquire().await.ok_or(Refused::Overflow)?;
-        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(_)) | Err(_) => return Err(Refused::Connect),
-        };
-        // Requests and responses are small writes that should leave at once.
-        let _ = stream.set_nodelay(true);
+        let stream = connect(addr, self.connect_timeout, self.tls.as_deref()).await.ok_or(Refused::Connect)?;
         Ok((stream, permit))
+    }
+}
+
+/// A new connection to `addr`: TCP within `timeout`, then the TLS
+/// handshake within `timeout` again when `tls` is given. `None` when either
+/// failed (a TLS failure is counted and logged by `tls`).
+pub async fn connect(addr: SocketAddr, timeout: Duration, tls: Option<&UpstreamTls>) -> Option<UpstreamStream> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.ok()?.ok()?;
+    // Requests and responses are small writes that should leave at once.
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None => Some(UpstreamStream::Plain(stream)),
+        Some(tls) => tls.handshake(addr, stream, timeout).await,
     }
 }
 
