@@ -135,7 +135,7 @@ fn self_signed(dir: &Path, cn: &str) -> (PathBuf, PathBuf) {
 #[test]
 #[ignore = "needs openssl and curl (scripts/test installs them)"]
 fn a_certificate_replaced_on_disk_serves_new_handshakes_and_a_download_in_flight_completes() {
-    let dir = temp_dir("tls-rotate");
+    let dir = temp_dir("tls-rotate-files");
     let (first, first_key) = self_signed(&dir, "first");
     let (second, second_key) = self_signed(&dir, "second");
     let (live, live_key) = (dir.join("live.pem"), dir.join("live.key"));
@@ -171,10 +171,10 @@ fn a_certificate_replaced_on_disk_serves_new_handshakes_and_a_download_in_flight
         assert!(Instant::now() < deadline, "the new certificate was never served");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut child = download.0;
+    let mut download = download;
     let mut size = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut size).unwrap();
-    let status = child.wait().unwrap();
+    download.0.stdout.take().unwrap().read_to_string(&mut size).unwrap();
+    let status = download.0.wait().unwrap();
     assert!(status.success(), "the download over the old handshake broke: {status}");
     assert_eq!(size.trim(), SIZE.to_string());
     assert!(f.terminate().success());
@@ -247,7 +247,7 @@ fn metrics(admin: SocketAddr) -> String {
 #[ignore = "needs python3 (scripts/test runs it)"]
 fn a_python_upstream_requiring_a_client_certificate_gets_one_and_failures_are_502() {
     let (_peer, addr) = python_peer();
-    let dir = temp_dir("tls-upstream");
+    let dir = temp_dir("tls-upstream-files");
     let (other_ca, _) = self_signed(&dir, "other-ca");
     let cluster = |name: &str, tls: &str| {
         format!(
