@@ -298,3 +298,33 @@ fn a_python_upstream_requiring_a_client_certificate_gets_one_and_failures_are_50
     assert!(f.terminate().success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+#[ignore = "needs openssl (scripts/test installs it)"]
+fn a_reload_reads_the_certificate_files_at_once() {
+    let dir = temp_dir("tls-sighup-files");
+    let (first, first_key) = self_signed(&dir, "first");
+    let (second, second_key) = self_signed(&dir, "second");
+    let (live, live_key) = (dir.join("live.pem"), dir.join("live.key"));
+    std::fs::copy(&first, &live).unwrap();
+    std::fs::copy(&first_key, &live_key).unwrap();
+    let tls = format!(
+        "[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\nreload_interval = \"1h\"\n",
+        live.display(),
+        live_key.display()
+    );
+    let f = Fulcrum::serve("tls-sighup", &config(&tls, upstream(0)));
+    let addr = f.listen[0];
+    assert!(subject(addr, &["-servername", "localhost"]).contains("first"));
+    std::fs::copy(&second, &live).unwrap();
+    std::fs::copy(&second_key, &live_key).unwrap();
+    assert!(subject(addr, &["-servername", "localhost"]).contains("first"), "read before the interval");
+    Command::new("kill").args(["-HUP", &f.pid().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !subject(addr, &["-servername", "localhost"]).contains("second") {
+        assert!(Instant::now() < deadline, "the reload did not bring the new certificate");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(f.terminate().success());
+    let _ = std::fs::remove_dir_all(dir);
+}

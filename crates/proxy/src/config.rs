@@ -868,6 +868,9 @@ fn listener_tls(t: Spanned<Tls>, protocol: ListenerProtocol, src: &Source, at: F
             return Err(src.error_in(&at("tls.alpn"), format!("{p:?} is not one of {allowed:?}")));
         }
     }
+    if tls.reload_interval.is_zero() {
+        return Err(src.error_in(&at("tls.reload_interval"), "must be greater than 0"));
+    }
     if tls.client_auth.is_some() && tls.client_ca.is_none() {
         return Err(src.error(span, at("tls.client_auth"), "needs `client_ca`, the CA bundle to verify clients"));
     }
@@ -1284,6 +1287,8 @@ connect_timeout = "250ms"
         assert_eq!(e.field, "listener[0].tls.alpn", "{e}");
         let e = error(&text.replace(&format!("client_ca = \"{certs}/ca.pem\""), "client_auth = \"optional\""));
         assert_eq!(e.field, "listener[0].tls.client_auth", "{e}");
+        let e = error(&text.replace("alpn = ", "reload_interval = \"0s\"\nalpn = "));
+        assert_eq!(e.field, "listener[0].tls.reload_interval", "{e}");
         let e = error(&text.replace(", cert = \"", ", sni = \"not a name\", cert = \""));
         assert_eq!(e.field, "cluster[0].tls.sni", "{e}");
         let e = error(&text.replace(", key = \"{certs}/client.key\"".replace("{certs}", certs).as_str(), ""));
