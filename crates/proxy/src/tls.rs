@@ -240,17 +240,27 @@ pub fn client_cert(conn: &rustls::ServerConnection) -> Option<ClientCert> {
     let der = conn.peer_certificates()?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
     let subject = cert.subject().to_string();
-    let quoted = subject.replace('\\', "\\\\").replace('"', "\\\"");
-    let mut value = format!("Subject=\"{quoted}\"");
+    let mut value = String::from("Subject=\"");
+    for b in subject.bytes() {
+        match b {
+            b'"' | b'\\' => value.extend(['\\', char::from(b)]),
+            0x20..=0x7e => value.push(char::from(b)),
+            // Bytes a header cannot carry, as `\xHH`.
+            _ => value.push_str(&format!("\\x{b:02X}")),
+        }
+    }
+    value.push('"');
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::URI(uri) = name {
-                value.push_str(";URI=");
-                value.push_str(uri);
+            match name {
+                x509_parser::extensions::GeneralName::URI(uri) if uri.bytes().all(|b| b.is_ascii_graphic()) => {
+                    value.push_str(";URI=");
+                    value.push_str(uri);
+                }
+                _ => {}
             }
         }
     }
-    // A value with bytes a header cannot carry is not forwarded.
     let header = HeaderValue::from_str(&value).ok()?;
     Some(ClientCert { subject: subject.into(), header })
 }
