@@ -18,19 +18,21 @@ use tokio::sync::watch;
 
 use crate::cluster::SharedCluster;
 use crate::config::{HealthCheck, HealthCheckKind};
+use crate::proxy_protocol::encode;
 use crate::upstream_tls::{UpstreamStream, UpstreamTls};
 
 /// One probe of `addr` as `check` says (its kind, path, statuses and
 /// timeout): whether it passed.
 pub async fn probe(check: &HealthCheck, addr: SocketAddr) -> bool {
-    probe_over(check, addr, None).await
+    probe_over(check, addr, &[], None).await
 }
 
-/// [`probe`] over TLS when `tls` is given (a TCP check then passes once
-/// the handshake has); the HTTP check speaks HTTP/2 when TLS chose it.
-pub async fn probe_over(check: &HealthCheck, addr: SocketAddr, tls: Option<&UpstreamTls>) -> bool {
+/// [`probe`], with `preface` (a PROXY protocol header) sent first, over TLS
+/// when `tls` is given (a TCP check then passes once the handshake has); the
+/// HTTP check speaks HTTP/2 when TLS chose it.
+pub async fn probe_over(check: &HealthCheck, addr: SocketAddr, preface: &[u8], tls: Option<&UpstreamTls>) -> bool {
     let attempt = async {
-        let stream = crate::upstream::connect(addr, check.timeout, tls).await?;
+        let stream = crate::upstream::connect(addr, check.timeout, preface, tls).await?;
         if check.kind == HealthCheckKind::Tcp {
             return Some(true);
         }
@@ -59,6 +61,9 @@ pub async fn probe_over(check: &HealthCheck, addr: SocketAddr, tls: Option<&Upst
 /// appear later (DNS) are picked up at the next round.
 pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Option<Duration>>, seed: u64) {
     let Some(check) = cluster.config.health_check.clone() else { return };
+    // The endpoints of a cluster that sends the PROXY protocol expect a
+    // header on every connection: checks send one that names no client.
+    let preface: Arc<[u8]> = cluster.config.proxy_protocol.map(|v| encode(v, None)).unwrap_or_default().into();
     let mut checking: Vec<EndpointId> = Vec::new();
     let mut rng = Rng::new(seed);
     loop {
@@ -67,7 +72,7 @@ pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Optio
                 continue;
             }
             checking.push(e.id);
-            let (cluster, check, id) = (cluster.clone(), check.clone(), e.id);
+            let (cluster, check, id, preface) = (cluster.clone(), check.clone(), e.id, preface.clone());
             let mut stopped = stopped.clone();
             let jitter_ns = u64::try_from(check.jitter.as_nanos()).unwrap_or(0);
             let mut rng = rng.fork();
@@ -77,7 +82,7 @@ pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Optio
                     if !cluster.current().all.iter().any(|e| e.id == id) {
                         return; // Gone from the set; a new task starts if it comes back.
                     }
-                    let passed = probe_over(&check, addr, cluster.tls.as_deref()).await;
+                    let passed = probe_over(&check, addr, &preface, cluster.tls.as_deref()).await;
                     cluster.record_check(id, passed);
                     let jitter =
                         if jitter_ns > 0 { Duration::from_nanos(rng.below(jitter_ns)) } else { Duration::ZERO };

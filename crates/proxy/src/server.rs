@@ -121,15 +121,15 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
                     && a.connect_timeout == b.connect_timeout
                     && a.max_connections == b.max_connections
                     && a.max_pending == b.max_pending
+                    && a.proxy_protocol == b.proxy_protocol
             });
         pools.push(match old {
             Some((_, pool)) if same_pool => pool.clone(),
-            _ => UpstreamPool::with_tls(
-                s.config.upstream,
-                s.config.connect_timeout,
-                s.connections.clone(),
-                s.tls.clone(),
-            ),
+            _ => {
+                let c = &s.config;
+                let tls = s.tls.clone();
+                UpstreamPool::with_tls(c.upstream, c.connect_timeout, s.connections.clone(), c.proxy_protocol, tls)
+            }
         });
     }
     Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
@@ -266,6 +266,7 @@ impl Proxy {
                 && a.limits == b.limits
                 && a.http1_server == b.http1_server
                 && a.access_log == b.access_log
+                && a.proxy_protocol == b.proxy_protocol
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -372,7 +373,7 @@ impl Worker {
             });
             accept_loops.push(match listener.protocol {
                 ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),
-                ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
+                ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough => tokio::spawn(accept.tcp(service)),
             });
         }
         for a in accept_loops {
@@ -455,7 +456,7 @@ impl Accept {
                 idle_timeout: limits.idle_timeout,
             })
         });
-        while let Some((stream, peer, permit)) = self.next().await {
+        while let Some((mut stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
@@ -464,7 +465,7 @@ impl Accept {
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
             tokio::spawn(async move {
-                let mut peer = crate::http::Peer::new(peer);
+                let Some(mut peer) = service.peer(&mut stream, peer).await else { return };
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {
@@ -479,11 +480,13 @@ impl Accept {
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
-                        peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
+                        // The peer was made for this connection: nothing else holds it yet.
+                        if let Some(peer) = Arc::get_mut(&mut peer) {
+                            peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
+                        }
                         Box::new(Counted::new(stream, permit))
                     }
                 };
-                let peer = Arc::new(peer);
                 // HTTP/1.1 goes to the lean server unless hyper's is
                 // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
                 let io = match lean {
@@ -504,16 +507,13 @@ impl Accept {
         }
     }
 
+    /// A TCP or TLS passthrough listener's accept loop.
     async fn tcp(mut self, service: Arc<HttpService>) {
         while let Some((stream, peer, permit)) = self.next().await {
-            let routing = service.routing.borrow().clone();
-            let Some(cluster) = routing.listeners[service.listener].cluster.map(|i| routing.clusters[i].clone()) else {
-                continue;
-            };
-            let epoch = service.epoch;
+            let service = service.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                crate::tcp::proxy(cluster, epoch, stream, peer).await;
+                crate::tcp::serve(service, stream, peer).await;
             });
         }
     }

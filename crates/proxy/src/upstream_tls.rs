@@ -461,7 +461,7 @@ mod tests {
         let (addr, ca, kinds) = upstream(&dir).await;
         let pool_for = |c: &Cluster, errors: Arc<TlsErrors>| {
             let tls = UpstreamTls::new(c, errors);
-            UpstreamPool::with_tls(c.upstream, Duration::from_secs(2), ConnectionLimit::new(10, 10), tls)
+            UpstreamPool::with_tls(c.upstream, Duration::from_secs(2), ConnectionLimit::new(10, 10), None, tls)
         };
         // HTTP/1.1: each response closes its connection, and the next
         // connection resumes the session of the one before.
