@@ -46,7 +46,7 @@ pub struct Args {
     algorithms: Option<Vec<String>>,
 
     /// Turn off resilience mechanisms that the scenario turns on, to compare
-    /// (comma-separated): outlier-detection, slow-start, retries, retry-budget.
+    /// (comma-separated): outlier-detection, slow-start, retries, retry-budget, rate-limit.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     without: Vec<String>,
 

@@ -48,6 +48,8 @@ fn main() -> Result<(), String> {
         },
         grpc_status: None,
         client_cert: None,
+        request_id: None,
+        trace_id: None,
     };
     let mut line = String::with_capacity(256);
     let mut total = 0usize;

@@ -40,6 +40,7 @@ mod shutdown;
 pub mod tcp;
 pub mod tls;
 pub mod tls_files;
+pub mod trace_context;
 pub mod upstream;
 pub mod upstream_tls;
 

@@ -43,7 +43,7 @@ use crate::h1::conn::{Io, Rewind};
 use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
-use crate::routing::Routing;
+use crate::routing::{route_limits, RouteLimits, Routing};
 use crate::shutdown::{stopping, Stop};
 use crate::tls::{Certificates, ListenerTls};
 use crate::upstream::UpstreamPool;
@@ -97,13 +97,29 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
+/// A seed for a worker's request and trace IDs: unlike the balancers'
+/// seeds, different at every start (one clock read, at start).
+fn id_seed(listener: usize) -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut state = (now.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32) ^ listener as u64;
+    let thread = std::thread::current().id();
+    state ^= xxhash_rust::xxh64::xxh64(format!("{thread:?}").as_bytes(), 0);
+    fulcrum_balance::Rng::new(state).next_u64()
+}
+
 fn worker_seed(config: &Config, worker: usize, cluster: usize) -> u64 {
     config.seed.wrapping_add(worker as u64) ^ ((cluster as u64) << 32)
 }
 
 /// Routing for `worker` under `config`, reusing what `previous` had for
 /// clusters of the same name.
-fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previous: Option<&Routing>) -> Arc<Routing> {
+fn routing(
+    config: &Config,
+    worker: usize,
+    shared: &[Arc<SharedCluster>],
+    previous: Option<&Routing>,
+    limits: &Arc<RouteLimits>,
+) -> Arc<Routing> {
     let mut clusters = Vec::with_capacity(shared.len());
     let mut pools = Vec::with_capacity(shared.len());
     for (i, s) in shared.iter().enumerate() {
@@ -132,7 +148,7 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
             }
         });
     }
-    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
+    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools, limits: limits.clone() })
 }
 
 impl Proxy {
@@ -191,8 +207,9 @@ impl Proxy {
         let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
         let mut routing_tx = Vec::new();
+        let limits = route_limits(&config, None);
         for (worker, sockets) in sockets.into_iter().enumerate() {
-            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None));
+            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None, &limits));
             routing_tx.push(tx);
             let job = Worker {
                 sockets,
@@ -285,9 +302,10 @@ impl Proxy {
                 SharedCluster::new(c.clone(), self.epoch, previous.map(|p| p.as_ref()))
             })
             .collect();
+        let limits = route_limits(&next, self.routing.first().map(|tx| tx.borrow().clone()).as_deref());
         for (worker, tx) in self.routing.iter().enumerate() {
             let previous = tx.borrow().clone();
-            tx.send_replace(routing(&next, worker, &shared, Some(&previous)));
+            tx.send_replace(routing(&next, worker, &shared, Some(&previous), &limits));
         }
         self.clusters.send_replace(shared);
         *config = next;
@@ -370,6 +388,7 @@ impl Worker {
                 epoch: self.epoch,
                 tls: tls.is_some(),
                 access_log,
+                rng: std::sync::Mutex::new(fulcrum_balance::Rng::new(id_seed(index))),
             });
             accept_loops.push(match listener.protocol {
                 ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),

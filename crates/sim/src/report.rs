@@ -172,6 +172,16 @@ fn resilience_table(out: &mut String, report: &Report) {
             let _ = writeln!(out, "First ejections, {name}: {}", firsts.join(", "));
         }
     }
+    for a in &report.results {
+        if let Some(limited) = a.resilience.as_ref().and_then(|r| r.rate_limited) {
+            let share = if a.requests > 0.0 { 100.0 * limited / a.requests } else { 0.0 };
+            let _ = writeln!(
+                out,
+                "Rate limited, {}: {limited:.0} of {:.0} requests ({share:.1} %)",
+                a.algorithm, a.requests
+            );
+        }
+    }
 }
 
 fn header(out: &mut String) {
@@ -226,6 +236,8 @@ struct JsonResilience {
     panic_seconds: f64,
     first_ejection_s: Vec<Option<f64>>,
     time_to_ejection_ms: Vec<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limited: Option<u64>,
 }
 
 impl JsonResilience {
@@ -237,6 +249,7 @@ impl JsonResilience {
             panic_seconds: r.panic_seconds,
             first_ejection_s: r.first_ejection_s.clone(),
             time_to_ejection_ms: r.time_to_ejection_ms.clone(),
+            rate_limited: r.rate_limited.map(|n| n.round() as u64),
         }
     }
 }
