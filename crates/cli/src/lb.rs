@@ -11,7 +11,7 @@
 //! its service has a backend of non-zero weight that `health` has not found
 //! down (`crate::lb_health`).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -259,12 +259,13 @@ impl PortArgs {
 
 #[derive(Debug, ClapArgs)]
 struct CreateArgs {
-    /// The virtual IP (IPv4).
-    vip: Ipv4Addr,
+    /// The virtual IP: IPv4, or IPv6 (`2001:db8::1` or `[2001:db8::1]`) with IPv6 endpoints.
+    #[arg(value_parser = parse_vip)]
+    vip: IpAddr,
     #[command(flatten)]
     port: PortArgs,
     /// Backends, comma-separated: IP or IP:WEIGHT (a whole-number weight, default 1; 0 takes no
-    /// new flow). Not a port: backends listen on --tcp's or --udp's BACKEND_PORT.
+    /// new flow; IPv6 as [IP]:WEIGHT). Not a port: backends listen on --tcp's or --udp's BACKEND_PORT.
     #[arg(long, value_name = "IP[:WEIGHT],…")]
     endpoints: String,
     /// nat (rewrite the destination, replies come back through the LB) or
@@ -292,9 +293,14 @@ struct CreateArgs {
 #[derive(Debug, ClapArgs)]
 struct DeleteArgs {
     /// The virtual IP.
-    vip: Ipv4Addr,
+    #[arg(value_parser = parse_vip)]
+    vip: IpAddr,
     #[command(flatten)]
     port: PortArgs,
+}
+
+fn parse_vip(s: &str) -> Result<IpAddr, String> {
+    spec::parse_ip(s).map_err(|e| e.0)
 }
 
 fn input(e: spec::SpecError) -> Failure {
@@ -390,7 +396,8 @@ impl Bgp<'_> {
 
 /// The VIPs this node may announce: none unless the program is attached
 /// somewhere; otherwise those of services with a backend of non-zero weight
-/// that health checks have not found down.
+/// that health checks have not found down. IPv4 only: BIRD's include file
+/// is an IPv4 static protocol.
 fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
     if dataplane::attached(dir).is_empty() {
         return Ok(Vec::new());
@@ -401,7 +408,14 @@ fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
         Err(e) => return Err(failure(e)),
     };
     let serving = |s: &ServiceInfo| s.spec.backends.iter().zip(&s.down).any(|(b, &down)| b.weight > 0 && !down);
-    let mut vips: Vec<Ipv4Addr> = services.iter().filter(|s| serving(s)).map(|s| s.spec.key.vip).collect();
+    let mut vips: Vec<Ipv4Addr> = services
+        .iter()
+        .filter(|s| serving(s))
+        .filter_map(|s| match s.spec.key.vip {
+            IpAddr::V4(vip) => Some(vip),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
     vips.dedup();
     Ok(vips)
 }
@@ -767,7 +781,7 @@ mod tests {
     fn service() -> ServiceInfo {
         ServiceInfo {
             spec: ServiceSpec {
-                key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1), port: 2020, proto: Protocol::Tcp },
+                key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1).into(), port: 2020, proto: Protocol::Tcp },
                 backend_port: 5001,
                 backends: spec::parse_endpoints("31.31.31.1:1,32.32.32.1:2").unwrap(),
                 mode: spec::parse_mode("dsr").unwrap(),

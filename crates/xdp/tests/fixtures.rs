@@ -6,7 +6,15 @@
 //! Needs root and the program (built with clang): the tests are ignored
 //! unless asked for, and fail where they cannot run.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The IPv4 address of an IPv4 service's backend.
+fn v4(ip: IpAddr) -> Ipv4Addr {
+    match ip {
+        IpAddr::V4(ip) => ip,
+        IpAddr::V6(ip) => panic!("{ip} in an IPv4 service"),
+    }
+}
 
 use fulcrum_balance::HashFunction;
 use fulcrum_xdp::fixture::{backend_mac, FibFixture, CLIENT, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP};
@@ -45,7 +53,7 @@ impl Fixture {
         hash: HashFunction,
     ) -> ServiceSpec {
         let spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port, proto },
+            key: ServiceKey { vip: VIP.into(), port, proto },
             backend_port: if mode == Mode::Dsr { port } else { 8080 },
             backends: parse_endpoints(backends).unwrap(),
             mode,
@@ -74,7 +82,7 @@ fn flow(sport: u16, dport: u16, proto: Protocol) -> Flow {
 /// hash) gives `flow`.
 fn reference_backend(spec: &ServiceSpec, flow: &Flow) -> Ipv4Addr {
     let (backends, table) = fulcrum_xdp::table::build(spec).unwrap();
-    backends[table[entry(flow.hash(spec.hash))] as usize].ip
+    v4(backends[table[entry(flow.hash(spec.hash))] as usize].ip)
 }
 
 /// Send `f` from the client and check that it left for its reference
@@ -360,7 +368,7 @@ mod needs_root {
         // NAT without port translation, so that the backend stays the same
         // backend (same address and port) when the mode changes.
         let mut spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port: 80, proto: Protocol::Tcp },
+            key: ServiceKey { vip: VIP.into(), port: 80, proto: Protocol::Tcp },
             backend_port: 80,
             backends: parse_endpoints("10.201.0.11").unwrap(),
             mode: Mode::Nat,
@@ -389,7 +397,7 @@ mod needs_root {
         let net = FibFixture::new(&format!("fx{}-benchvar", std::process::id())).unwrap();
         let mut bench = Loaded::bench().unwrap();
         let spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port: 80, proto: Protocol::Tcp },
+            key: ServiceKey { vip: VIP.into(), port: 80, proto: Protocol::Tcp },
             backend_port: 8080,
             backends: parse_endpoints("10.201.0.11,10.201.0.12").unwrap(),
             mode: Mode::Nat,
@@ -434,8 +442,8 @@ mod needs_root {
         let sick = Ipv4Addr::new(10, 201, 0, 12);
         assert!(before.contains(&sick));
         let dp = &mut fx.loaded.dataplane;
-        assert!(dp.set_down(&spec.key, sick, true).unwrap());
-        assert!(!dp.set_down(&spec.key, sick, true).unwrap(), "down already");
+        assert!(dp.set_down(&spec.key, sick.into(), true).unwrap());
+        assert!(!dp.set_down(&spec.key, sick.into(), true).unwrap(), "down already");
         assert_eq!(dp.services().unwrap()[0].down, [false, true, false]);
         let drained =
             ServiceSpec { backends: parse_endpoints("10.201.0.11,10.201.0.12:0,10.201.0.13").unwrap(), ..spec.clone() };
@@ -454,18 +462,18 @@ mod needs_root {
         assert_eq!(fx.loaded.dataplane.services().unwrap()[0].down, [false, true, false]);
         // All down: the table is the whole set again (fail open).
         for ip in [[10, 201, 0, 11], [10, 201, 0, 13]] {
-            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip), true).unwrap());
+            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip).into(), true).unwrap());
         }
         let f = flow(60000, 80, Protocol::Tcp);
         assert_eq!(backend_of(&fx, &f), reference_backend(&spec, &f));
         // Back up.
         for ip in [[10, 201, 0, 11], [10, 201, 0, 12], [10, 201, 0, 13]] {
-            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip), false).unwrap());
+            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip).into(), false).unwrap());
         }
         assert_eq!(fx.loaded.dataplane.services().unwrap()[0].down, [false; 3]);
         assert_eq!(fx.loaded.dataplane.services().unwrap()[0].spec, spec, "the weights are the configured ones");
         let f = flow(60001, 80, Protocol::Tcp);
         assert_eq!(backend_of(&fx, &f), reference_backend(&spec, &f));
-        assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::new(10, 201, 0, 99), true).is_err());
+        assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::new(10, 201, 0, 99).into(), true).is_err());
     }
 }
