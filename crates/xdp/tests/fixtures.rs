@@ -272,8 +272,9 @@ mod needs_root {
         icmp[14 + 9] = 1;
         let mut arp = frames[0].clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        let mut ipv6 = frames[0].clone();
-        ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        // IPv6 to an address with no IPv6 service.
+        let v6 = Flow6 { src: CLIENT6, dst: VIP6, sport: 40000, dport: 80, proto: Protocol::Tcp };
+        let ipv6 = packet::build6(&v6, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"");
         for frame in frames.iter().chain([&icmp, &arp, &ipv6]) {
             let out = fx.run_on(fx.lb1, frame);
             assert_eq!((out.action, &out.packet), (action::PASS, frame));
