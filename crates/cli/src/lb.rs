@@ -561,7 +561,7 @@ fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
                 .zip(&s.backends)
                 .map(|(b, c)| {
                     let mut v = counters_json(c);
-                    v["endpoint"] = json!(format!("{}:{}", b.ip, spec.backend_port));
+                    v["endpoint"] = json!(std::net::SocketAddr::new(b.ip, spec.backend_port).to_string());
                     v
                 })
                 .collect();
@@ -594,7 +594,10 @@ fn list(dir: &Path, json: bool, bgp: &Bgp) -> Result<(), Failure> {
             .backends
             .iter()
             .zip(&s.down)
-            .map(|(b, &down)| format!("{}:{}{}", b.ip, b.weight, if down { "(down)" } else { "" }))
+            .map(|(b, &down)| {
+                let ip = if b.ip.is_ipv6() { format!("[{}]", b.ip) } else { b.ip.to_string() };
+                format!("{ip}:{}{}", b.weight, if down { "(down)" } else { "" })
+            })
             .collect();
         println!(
             "{:<16} {:>5} {:<5} {:>5} {:<4} {:<10} {:<7} {}",
@@ -643,7 +646,7 @@ fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
         let t = s.total;
         println!("{:<24} {:<22} {:>12} {:>14} {:>10}", s.info.spec.key.to_string(), "*", t.packets, t.bytes, t.flows);
         for (b, c) in s.info.spec.backends.iter().zip(&s.backends) {
-            let name = format!("{}:{}", b.ip, s.info.spec.backend_port);
+            let name = std::net::SocketAddr::new(b.ip, s.info.spec.backend_port).to_string();
             println!("{:<24} {:<22} {:>12} {:>14} {:>10}", "", name, c.packets, c.bytes, c.flows);
         }
     }

@@ -281,8 +281,10 @@ mod tests {
         let info = ServiceInfo { spec, id: 0, slots: vec![0, 1], down: vec![false, true] };
         let t = CheckThresholds { healthy: 2, unhealthy: 3 };
         let mut state = state_of(&info, t, 0).unwrap();
-        let (up, down) =
-            (endpoint_id(Ipv4Addr::new(10, 0, 0, 1).into(), 8080), endpoint_id(Ipv4Addr::new(10, 0, 0, 2).into(), 8080));
+        let (up, down) = (
+            endpoint_id(Ipv4Addr::new(10, 0, 0, 1).into(), 8080),
+            endpoint_id(Ipv4Addr::new(10, 0, 0, 2).into(), 8080),
+        );
         assert!(state.is_healthy(up) && !state.is_healthy(down));
         // Rise: two passes bring the down one back; fall: three failures.
         assert_eq!(state.record_check(down, true, 1), None);

@@ -49,7 +49,9 @@ pub fn build(spec: &ServiceSpec) -> Result<(Vec<Backend>, Vec<u32>), BuildError>
         .iter()
         .enumerate()
         .filter(|(_, b)| b.weight > 0)
-        .map(|(i, b)| Endpoint::new(i as u64, SocketAddr::new(b.ip, spec.backend_port).to_string()).with_weight(b.weight as f64))
+        .map(|(i, b)| {
+            Endpoint::new(i as u64, SocketAddr::new(b.ip, spec.backend_port).to_string()).with_weight(b.weight as f64)
+        })
         .collect();
     let table = match spec.select {
         Select::Maglev => {
@@ -122,8 +124,13 @@ mod tests {
             backends.iter().enumerate().map(|(i, b)| Endpoint::new(i as u64, format!("{}:5001", b.ip))).collect();
         let mut maglev = Maglev::new(&endpoints, RING_SIZE, None, 0).unwrap();
         for sport in 1000..1200 {
-            let flow =
-                Flow { src: Ipv4Addr::new(10, 9, 0, 1), dst: Ipv4Addr::new(20, 20, 20, 1), sport, dport: 2020, proto: Protocol::Tcp };
+            let flow = Flow {
+                src: Ipv4Addr::new(10, 9, 0, 1),
+                dst: Ipv4Addr::new(20, 20, 20, 1),
+                sport,
+                dport: 2020,
+                proto: Protocol::Tcp,
+            };
             let h = flow.hash(s.hash);
             let ticket = maglev.pick(0, Some(h)).unwrap();
             assert_eq!(ticket.endpoint().0 as u32, table[entry(h)]);

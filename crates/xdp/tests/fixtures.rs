@@ -516,7 +516,8 @@ mod needs_root {
     #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
     fn v6_nat_forward_and_reply_are_golden() {
         let mut fx = Fixture::new("v6_nat");
-        for (port, proto, hash) in [(80, Protocol::Tcp, HashFunction::Xxhash), (53, Protocol::Udp, HashFunction::Murmur3)]
+        for (port, proto, hash) in
+            [(80, Protocol::Tcp, HashFunction::Xxhash), (53, Protocol::Udp, HashFunction::Murmur3)]
         {
             let spec = service6(&mut fx, port, proto, Mode::Nat, hash);
             let f = flow6(40000, port, proto);
@@ -528,7 +529,8 @@ mod needs_root {
             assert_eq!(out.packet, golden, "{proto}: NAT forward");
             // The backend's reply gets the VIP and service port back.
             let reply = Flow6 { src: backend, dst: CLIENT6, sport: 8080, dport: 40000, proto };
-            let frame = packet::build6(&reply, packet::tcp::SYN | packet::tcp::ACK, backend_mac6(backend), LB0_MAC, b"r");
+            let frame =
+                packet::build6(&reply, packet::tcp::SYN | packet::tcp::ACK, backend_mac6(backend), LB0_MAC, b"r");
             let replies = total(&fx, "nat_replies");
             let out = fx.run_on(fx.lb0, &frame);
             assert_eq!(out.action, action::REDIRECT, "{proto}: lb0 → lb1");
