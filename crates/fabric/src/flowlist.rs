@@ -191,21 +191,12 @@ mod tests {
         assert_eq!(flows[1].start, 2_000_001_000);
         assert_eq!((flows[2].bytes, flows[2].class, flows[2].prio), (1, 0, 0));
         let e = |t: &str| parse_ns3(t, Path::new("flow.txt"), 4).unwrap_err().to_string();
-        assert!(
-            e("2\n0 3 3 100 20000 2.0\n")
-                .starts_with("flow.txt:1:1: count: the first line says 2 flows, the file has 1"),
-            "{}",
-            e("2\n0 3 3 100 20000 2.0\n")
-        );
+        assert!(e("2\n0 3 3 100 20000 2.0\n").starts_with("flow.txt:1:1: count: the first line says 2 flows, the file has 1"), "{}", e("2\n0 3 3 100 20000 2.0\n"));
         assert!(e("x\n").contains("count: the first line must be the number of flows"));
         assert!(e("1\n0 9 3 100 20000 2.0\n").starts_with("flow.txt:2:3: dst: there is no host 9"));
         assert!(e("1\n0 3 3 100 0 2.0\n").contains("bytes: must be above 0"));
         assert!(e("1\n0 3 3 100 10 -1\n").contains("start: \"-1\" is not a time"));
-        assert!(
-            e("1\n0 3 3 100 10\n").starts_with("flow.txt:2:13: start: expected src dst"),
-            "{}",
-            e("1\n0 3 3 100 10\n")
-        );
+        assert!(e("1\n0 3 3 100 10\n").starts_with("flow.txt:2:13: start: expected src dst"), "{}", e("1\n0 3 3 100 10\n"));
         assert!(e("1\n0 3 3 100 x 1\n").starts_with("flow.txt:2:11: bytes: \"x\" is not"));
         assert!(e("1\n0 0 3 100 10 1\n").contains("to itself"));
         assert!(e("1\n0 1 3 100 10 1 7\n").contains("found 7 columns"));
