@@ -44,8 +44,17 @@ impl Fulcrum {
 
     /// `fulcrum` with `args`, reading "listening on" lines from stderr.
     pub fn spawn(args: &[&str], dir: PathBuf) -> Fulcrum {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-            .args(args)
+        Fulcrum::spawn_command(Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(args), dir, None)
+    }
+
+    /// `command` (which runs `fulcrum serve`), reading "listening on" lines
+    /// from stderr; the later lines go to `log` if given.
+    pub fn spawn_command(
+        command: &mut Command,
+        dir: PathBuf,
+        log: Option<std::sync::mpsc::Sender<String>>,
+    ) -> Fulcrum {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -68,7 +77,13 @@ impl Fulcrum {
         }
         assert!(admin.is_some(), "fulcrum exited before listening: {seen:#?}");
         // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(log) = &log {
+                    let _ = log.send(line);
+                }
+            }
+        });
         Fulcrum { child, listen, admin, dir }
     }
 
