@@ -37,7 +37,11 @@ struct Direction {
 
 impl Direction {
     /// Write what is pending; `Ready(Ok)` once nothing is.
-    fn poll_pending<W: AsyncWrite + Unpin + ?Sized>(&mut self, cx: &mut Context<'_>, w: &mut W) -> Poll<io::Result<()>> {
+    fn poll_pending<W: AsyncWrite + Unpin + ?Sized>(
+        &mut self,
+        cx: &mut Context<'_>,
+        w: &mut W,
+    ) -> Poll<io::Result<()>> {
         while self.written < self.pending.len() {
             let n = ready!(Pin::new(&mut *w).poll_write(cx, &self.pending[self.written..]))?;
             if n == 0 {

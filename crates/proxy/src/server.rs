@@ -778,11 +778,17 @@ mod tests {
         let (_stop, stopped) = watch::channel(None);
         let serve = crate::h1::server::serve(Box::new(io), service.clone(), peer.clone(), &limits, stopped);
         let lean = std::mem::size_of_val(&serve);
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(10), serve).await;
-        let request = std::mem::size_of_val(&service.handle(&peer, hyper::Request::new(Either::Right(
-            crate::h1::conn::H1Body::new(crate::h1::conn::Inbound::new(Box::new(tokio::io::duplex(1).0)), crate::h1::parse::Framing::Length(0)),
-        ))));
+        let request = std::mem::size_of_val(&service.handle(
+            &peer,
+            hyper::Request::new(Either::Right(crate::h1::conn::H1Body::new(
+                crate::h1::conn::Inbound::new(Box::new(tokio::io::duplex(1).0)),
+                crate::h1::parse::Framing::Length(0),
+            ))),
+        ));
         eprintln!("lean server future: {lean} bytes; request path future: {request} bytes");
-        assert!(lean <= 1024, "the lean server's future is {lean} bytes");
+        // Debug-build figures (release ones are smaller); with the request
+        // path's future inline it would be over 6 KiB.
+        assert!(lean <= 2048, "the lean server's future is {lean} bytes");
+        assert!(request > 2 * lean, "request path {request} bytes, lean server {lean}: box less?");
     }
 }

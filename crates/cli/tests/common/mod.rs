@@ -49,16 +49,8 @@ impl Fulcrum {
 
     /// `command` (which runs `fulcrum serve`), reading "listening on" lines
     /// from stderr; the later lines go to `log` if given.
-    pub fn spawn_command(
-        command: &mut Command,
-        dir: PathBuf,
-        log: Option<std::sync::mpsc::Sender<String>>,
-    ) -> Fulcrum {
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fulcrum");
+    pub fn spawn_command(command: &mut Command, dir: PathBuf, log: Option<std::sync::mpsc::Sender<String>>) -> Fulcrum {
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start fulcrum");
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let mut listen = Vec::new();
