@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod overrides;
 pub mod passthrough;
 pub mod proxy_protocol;
+mod pipe;
 pub mod routing;
 pub mod runtime;
 pub mod server;
