@@ -30,21 +30,24 @@ mod least_request;
 mod maglev;
 mod peak_ewma;
 mod random;
+pub mod registry;
 mod rendezvous;
 mod retry;
 mod ring_hash;
 mod round_robin;
 
 pub use config::{
-    build, AlgorithmConfig, AlgorithmKind, LeastRequestConfig, MaglevConfig, PeakEwmaConfig, RendezvousConfig,
+    build, AlgorithmConfig, AlgorithmKind, Empty, LeastRequestConfig, MaglevConfig, PeakEwmaConfig, RendezvousConfig,
     RingHashConfig, UnknownAlgorithm,
 };
+pub use endpoints::{EndpointTable, Slot};
 pub use error::BuildError;
 pub use hash::HashFunction;
 pub use least_request::LeastRequest;
 pub use maglev::Maglev;
 pub use peak_ewma::{ColdStart, PeakEwma};
 pub use random::Random;
+pub use registry::{register, Algorithm, AlgorithmFactory, NameTaken};
 pub use rendezvous::Rendezvous;
 pub use retry::{pick_avoiding, retry_key, RETRY_PICKS};
 pub use ring_hash::RingHash;
