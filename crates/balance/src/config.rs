@@ -293,7 +293,7 @@ pub struct UnknownAlgorithm {
 
 impl UnknownAlgorithm {
     fn new(name: &str) -> Self {
-        UnknownAlgorithm { name: name.to_string(), known: registry::known_names() }
+        UnknownAlgorithm { name: name.to_string(), known: registry::ALGORITHMS.known() }
     }
 }
 

@@ -42,6 +42,8 @@ pub use config::{
 };
 pub use endpoints::{EndpointTable, Slot};
 pub use error::BuildError;
+/// The shared machinery of named extension points.
+pub use fulcrum_config::registry::Named;
 pub use hash::HashFunction;
 pub use least_request::LeastRequest;
 pub use maglev::Maglev;
