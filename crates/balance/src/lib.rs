@@ -8,7 +8,10 @@
 //! discrete-event simulator and on real sockets, and the same seed always gives
 //! the same picks.
 //!
-//! Balancers are built from an [`AlgorithmConfig`] with [`build`]. Hash-based
+//! Balancers are built from an [`AlgorithmConfig`] with [`build`]; every
+//! algorithm, built-in or from another crate ([`register`]), is an
+//! [`Algorithm`] known by name ([`registry`]), and an outside balancer keeps
+//! its endpoints and makes its tickets with the public [`EndpointTable`]. Hash-based
 //! algorithms ([`RingHash`], [`Maglev`], [`Rendezvous`]) do their expensive
 //! work once per endpoint change; picking is cheap. Changing the endpoint set
 //! with [`Balancer::set_endpoints`] keeps the state (in-flight counts, latency
