@@ -26,7 +26,7 @@ fn pick_complete(c: &mut Criterion) {
             let mut rng = Rng::new(1);
             b.iter(|| black_box(rng.below(n)));
         });
-        for kind in AlgorithmKind::ALL {
+        for kind in AlgorithmKind::all() {
             let mut lb = build(&kind.default_config(), &endpoints(n), 1).unwrap();
             let mut i = 0usize;
             let mut now = 0u64;

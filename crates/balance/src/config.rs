@@ -20,41 +20,17 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::registry::{self, Algorithm, AlgorithmFactory, Params, Typed};
+
 use fulcrum_base::nanos;
 use serde::{Deserialize, Serialize};
 
-use crate::endpoints::EndpointTable;
 use crate::maglev::DEFAULT_TABLE_SIZE;
 use crate::ring_hash::{DEFAULT_MIN_RING_SIZE, MAX_RING_SIZE};
 use crate::{
-    Balancer, BuildError, ColdStart, Endpoint, EndpointLoad, HashFunction, LeastRequest, Maglev, PeakEwma, Random,
-    Rendezvous, RingHash, RoundRobin,
+    Balancer, BuildError, ColdStart, Endpoint, HashFunction, LeastRequest, Maglev, PeakEwma, Random, Rendezvous,
+    RingHash, RoundRobin,
 };
-
-/// One algorithm with its parameters.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum AlgorithmConfig {
-    /// Round robin, EDF-weighted when weights differ.
-    #[serde(alias = "wrr", alias = "rr", alias = "weighted-round-robin")]
-    RoundRobin(Empty),
-    /// Uniform or weighted random.
-    Random(Empty),
-    /// Power of *d* choices on active requests.
-    #[serde(alias = "lr", alias = "least-loaded", alias = "p2c")]
-    LeastRequest(LeastRequestConfig),
-    /// Peak-EWMA latency with power of two choices.
-    #[serde(alias = "peakewma", alias = "ewma")]
-    PeakEwma(PeakEwmaConfig),
-    /// Ketama ring hash.
-    #[serde(alias = "ringhash", alias = "ketama")]
-    RingHash(RingHashConfig),
-    /// Maglev table.
-    Maglev(MaglevConfig),
-    /// Highest random weight.
-    #[serde(alias = "hrw")]
-    Rendezvous(RendezvousConfig),
-}
 
 /// The parameters of an algorithm that has none.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -162,61 +138,140 @@ pub struct RendezvousConfig {
     pub bounded_load: Option<f64>,
 }
 
-/// The algorithms by name, without parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AlgorithmKind {
-    /// `round-robin`
-    RoundRobin,
-    /// `random`
-    Random,
-    /// `least-request`
-    LeastRequest,
-    /// `peak-ewma`
-    PeakEwma,
-    /// `ring-hash`
-    RingHash,
-    /// `maglev`
-    Maglev,
-    /// `rendezvous`
-    Rendezvous,
+/// The built-in algorithms, in the order reports list them.
+pub(crate) const BUILT_IN: [&dyn AlgorithmFactory; 7] = [
+    &Typed::<RoundRobin>::NEW,
+    &Typed::<LeastRequest>::NEW,
+    &Typed::<Random>::NEW,
+    &Typed::<RingHash>::NEW,
+    &Typed::<Maglev>::NEW,
+    &Typed::<Rendezvous>::NEW,
+    &Typed::<PeakEwma>::NEW,
+];
+
+impl Algorithm for RoundRobin {
+    const NAME: &'static str = "round-robin";
+    const ALIASES: &'static [&'static str] = &["wrr", "rr", "weighted-round-robin"];
+    type Config = Empty;
+    fn build(_: &Empty, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(RoundRobin::new(endpoints, seed)?))
+    }
 }
 
+impl Algorithm for Random {
+    const NAME: &'static str = "random";
+    type Config = Empty;
+    fn build(_: &Empty, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(Random::new(endpoints, seed)?))
+    }
+}
+
+impl Algorithm for LeastRequest {
+    const NAME: &'static str = "least-request";
+    const ALIASES: &'static [&'static str] = &["lr", "least-loaded", "p2c"];
+    type Config = LeastRequestConfig;
+    fn build(c: &LeastRequestConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(LeastRequest::new(endpoints, c.choices, c.active_request_bias, seed)?))
+    }
+}
+
+impl Algorithm for PeakEwma {
+    const NAME: &'static str = "peak-ewma";
+    const ALIASES: &'static [&'static str] = &["ewma"];
+    type Config = PeakEwmaConfig;
+    fn build(c: &PeakEwmaConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(PeakEwma::new(
+            endpoints,
+            nanos(c.decay),
+            nanos(c.default_rtt),
+            nanos(c.failure_penalty),
+            c.unmeasured_penalty,
+            c.cold_start,
+            seed,
+        )?))
+    }
+}
+
+impl Algorithm for RingHash {
+    const NAME: &'static str = "ring-hash";
+    const ALIASES: &'static [&'static str] = &["ketama"];
+    type Config = RingHashConfig;
+    fn build(c: &RingHashConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(RingHash::new(endpoints, c.min_ring_size, c.max_ring_size, c.hash, c.bounded_load, seed)?))
+    }
+}
+
+impl Algorithm for Maglev {
+    const NAME: &'static str = "maglev";
+    type Config = MaglevConfig;
+    fn build(c: &MaglevConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(Maglev::new(endpoints, c.table_size, c.bounded_load, seed)?))
+    }
+}
+
+impl Algorithm for Rendezvous {
+    const NAME: &'static str = "rendezvous";
+    const ALIASES: &'static [&'static str] = &["hrw"];
+    type Config = RendezvousConfig;
+    fn build(c: &RendezvousConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
+        Ok(Box::new(Rendezvous::new(endpoints, c.hash, c.bounded_load, seed)?))
+    }
+}
+
+/// A registered algorithm, by name, without parameters.
+#[derive(Clone, Copy)]
+pub struct AlgorithmKind(&'static dyn AlgorithmFactory);
+
 impl AlgorithmKind {
-    /// Every algorithm, in the order reports list them.
-    pub const ALL: [AlgorithmKind; 7] = [
-        AlgorithmKind::RoundRobin,
-        AlgorithmKind::LeastRequest,
-        AlgorithmKind::Random,
-        AlgorithmKind::RingHash,
-        AlgorithmKind::Maglev,
-        AlgorithmKind::Rendezvous,
-        AlgorithmKind::PeakEwma,
-    ];
+    /// `round-robin`
+    pub const ROUND_ROBIN: AlgorithmKind = AlgorithmKind(BUILT_IN[0]);
+    /// `least-request`
+    pub const LEAST_REQUEST: AlgorithmKind = AlgorithmKind(BUILT_IN[1]);
+    /// `random`
+    pub const RANDOM: AlgorithmKind = AlgorithmKind(BUILT_IN[2]);
+    /// `ring-hash`
+    pub const RING_HASH: AlgorithmKind = AlgorithmKind(BUILT_IN[3]);
+    /// `maglev`
+    pub const MAGLEV: AlgorithmKind = AlgorithmKind(BUILT_IN[4]);
+    /// `rendezvous`
+    pub const RENDEZVOUS: AlgorithmKind = AlgorithmKind(BUILT_IN[5]);
+    /// `peak-ewma`
+    pub const PEAK_EWMA: AlgorithmKind = AlgorithmKind(BUILT_IN[6]);
+
+    /// Every registered algorithm: the built-ins in the order reports list
+    /// them, then those registered from outside.
+    pub fn all() -> Vec<AlgorithmKind> {
+        registry::algorithms().into_iter().map(AlgorithmKind).collect()
+    }
 
     /// The canonical configuration name.
     pub fn name(self) -> &'static str {
-        match self {
-            AlgorithmKind::RoundRobin => "round-robin",
-            AlgorithmKind::Random => "random",
-            AlgorithmKind::LeastRequest => "least-request",
-            AlgorithmKind::PeakEwma => "peak-ewma",
-            AlgorithmKind::RingHash => "ring-hash",
-            AlgorithmKind::Maglev => "maglev",
-            AlgorithmKind::Rendezvous => "rendezvous",
-        }
+        self.0.name()
     }
 
     /// The algorithm with default parameters.
     pub fn default_config(self) -> AlgorithmConfig {
-        match self {
-            AlgorithmKind::RoundRobin => AlgorithmConfig::RoundRobin(Empty {}),
-            AlgorithmKind::Random => AlgorithmConfig::Random(Empty {}),
-            AlgorithmKind::LeastRequest => AlgorithmConfig::LeastRequest(LeastRequestConfig::default()),
-            AlgorithmKind::PeakEwma => AlgorithmConfig::PeakEwma(PeakEwmaConfig::default()),
-            AlgorithmKind::RingHash => AlgorithmConfig::RingHash(RingHashConfig::default()),
-            AlgorithmKind::Maglev => AlgorithmConfig::Maglev(MaglevConfig::default()),
-            AlgorithmKind::Rendezvous => AlgorithmConfig::Rendezvous(RendezvousConfig::default()),
-        }
+        AlgorithmConfig { factory: self.0, params: self.0.default_params() }
+    }
+}
+
+impl PartialEq for AlgorithmKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for AlgorithmKind {}
+
+impl std::hash::Hash for AlgorithmKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl fmt::Debug for AlgorithmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlgorithmKind({:?})", self.name())
     }
 }
 
@@ -226,41 +281,56 @@ impl fmt::Display for AlgorithmKind {
     }
 }
 
-/// An algorithm name that is not one of ours.
+/// An algorithm name that is not registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown algorithm {0:?} (expected one of: round-robin (wrr), random, least-request (lr), peak-ewma, ring-hash, maglev, rendezvous)")]
-pub struct UnknownAlgorithm(pub String);
+#[error("unknown algorithm {name:?} (expected one of: {known})")]
+pub struct UnknownAlgorithm {
+    /// The name as given.
+    pub name: String,
+    /// The registered names, each with its first alias.
+    pub known: String,
+}
+
+impl UnknownAlgorithm {
+    fn new(name: &str) -> Self {
+        UnknownAlgorithm { name: name.to_string(), known: registry::ALGORITHMS.known() }
+    }
+}
 
 impl FromStr for AlgorithmKind {
     type Err = UnknownAlgorithm;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let lower = s.trim().to_ascii_lowercase().replace('_', "-");
-        Ok(match lower.as_str() {
-            "round-robin" | "roundrobin" | "rr" | "wrr" | "weighted-round-robin" => AlgorithmKind::RoundRobin,
-            "random" => AlgorithmKind::Random,
-            "least-request" | "leastrequest" | "lr" | "least-loaded" | "p2c" => AlgorithmKind::LeastRequest,
-            "peak-ewma" | "peakewma" | "ewma" => AlgorithmKind::PeakEwma,
-            "ring-hash" | "ringhash" | "ketama" => AlgorithmKind::RingHash,
-            "maglev" => AlgorithmKind::Maglev,
-            "rendezvous" | "hrw" => AlgorithmKind::Rendezvous,
-            _ => return Err(UnknownAlgorithm(s.to_string())),
-        })
+        registry::lookup(s).map(AlgorithmKind).ok_or_else(|| UnknownAlgorithm::new(s))
     }
 }
 
+/// One algorithm with its parameters: in TOML, a table with its `kind`
+/// and the parameters that kind's [`Algorithm::Config`] reads.
+pub struct AlgorithmConfig {
+    factory: &'static dyn AlgorithmFactory,
+    params: Box<dyn Params>,
+}
+
 impl AlgorithmConfig {
+    /// `A` with `config` (`A` need not be registered).
+    pub fn new<A: Algorithm>(config: A::Config) -> Self {
+        AlgorithmConfig { factory: Box::leak(Box::new(Typed::<A>::NEW)), params: Box::new(config) }
+    }
+
     /// Which algorithm this configures.
     pub fn kind(&self) -> AlgorithmKind {
-        match self {
-            AlgorithmConfig::RoundRobin(_) => AlgorithmKind::RoundRobin,
-            AlgorithmConfig::Random(_) => AlgorithmKind::Random,
-            AlgorithmConfig::LeastRequest(_) => AlgorithmKind::LeastRequest,
-            AlgorithmConfig::PeakEwma(_) => AlgorithmKind::PeakEwma,
-            AlgorithmConfig::RingHash(_) => AlgorithmKind::RingHash,
-            AlgorithmConfig::Maglev(_) => AlgorithmKind::Maglev,
-            AlgorithmConfig::Rendezvous(_) => AlgorithmKind::Rendezvous,
-        }
+        AlgorithmKind(self.factory)
+    }
+
+    /// The parameters, when they are a `T` (the algorithm's `Config`).
+    pub fn params<T: 'static>(&self) -> Option<&T> {
+        self.params.as_any().downcast_ref()
+    }
+
+    /// The parameters to change, when they are a `T`.
+    pub fn params_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        self.params.as_any_mut().downcast_mut()
     }
 
     /// Build the balancer once to check every parameter.
@@ -269,45 +339,62 @@ impl AlgorithmConfig {
     }
 }
 
+impl Clone for AlgorithmConfig {
+    fn clone(&self) -> Self {
+        AlgorithmConfig { factory: self.factory, params: self.params.clone_box() }
+    }
+}
+
+impl PartialEq for AlgorithmConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind() == other.kind() && self.params.eq_dyn(&*other.params)
+    }
+}
+
+impl fmt::Debug for AlgorithmConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AlgorithmConfig").field("kind", &self.kind().name()).field("params", &self.params).finish()
+    }
+}
+
+impl Serialize for AlgorithmConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let fields = self.params.fields();
+        let mut map = s.serialize_map(Some(fields.len() + 1))?;
+        map.serialize_entry("kind", self.kind().name())?;
+        for (k, v) in &fields {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for AlgorithmConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = toml::Table::deserialize(d)?;
+        let kind = match table.remove("kind") {
+            Some(toml::Value::String(kind)) => kind,
+            Some(other) => return Err(D::Error::custom(format!("kind must be a string, not {other}"))),
+            None => return Err(D::Error::missing_field("kind")),
+        };
+        let factory = registry::lookup(&kind).ok_or_else(|| D::Error::custom(UnknownAlgorithm::new(&kind)))?;
+        let params = factory.parse(table).map_err(|e| D::Error::custom(format!("{}: {e}", factory.name())))?;
+        Ok(AlgorithmConfig { factory, params })
+    }
+}
+
 /// Build the balancer `config` describes over `endpoints`, its RNG seeded
 /// with `seed`.
 pub fn build(config: &AlgorithmConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
-    Ok(match config {
-        AlgorithmConfig::RoundRobin(_) => Box::new(RoundRobin::new(endpoints, seed)?),
-        AlgorithmConfig::Random(_) => Box::new(Random::new(endpoints, seed)?),
-        AlgorithmConfig::LeastRequest(c) => {
-            Box::new(LeastRequest::new(endpoints, c.choices, c.active_request_bias, seed)?)
-        }
-        AlgorithmConfig::PeakEwma(c) => Box::new(PeakEwma::new(
-            endpoints,
-            nanos(c.decay),
-            nanos(c.default_rtt),
-            nanos(c.failure_penalty),
-            c.unmeasured_penalty,
-            c.cold_start,
-            seed,
-        )?),
-        AlgorithmConfig::RingHash(c) => {
-            Box::new(RingHash::new(endpoints, c.min_ring_size, c.max_ring_size, c.hash, c.bounded_load, seed)?)
-        }
-        AlgorithmConfig::Maglev(c) => Box::new(Maglev::new(endpoints, c.table_size, c.bounded_load, seed)?),
-        AlgorithmConfig::Rendezvous(c) => Box::new(Rendezvous::new(endpoints, c.hash, c.bounded_load, seed)?),
-    })
-}
-
-/// Loads of an algorithm that keeps no latency estimate.
-pub(crate) fn plain_loads<S>(table: &EndpointTable<S>) -> Vec<EndpointLoad> {
-    table
-        .endpoints()
-        .iter()
-        .zip(table.slots())
-        .map(|(e, s)| EndpointLoad { id: e.id, active: s.active, latency_estimate: None })
-        .collect()
+    config.factory.build(&*config.params, endpoints, seed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{EndpointLoad, EndpointTable};
 
     #[derive(Deserialize)]
     struct Doc {
@@ -320,11 +407,11 @@ mod tests {
 
     #[test]
     fn toml_with_defaults_and_parameters() {
-        assert_eq!(parse("[algorithm]\nkind = \"maglev\"").unwrap(), AlgorithmKind::Maglev.default_config());
+        assert_eq!(parse("[algorithm]\nkind = \"maglev\"").unwrap(), AlgorithmKind::MAGLEV.default_config());
         let pe = parse("[algorithm]\nkind = \"peak-ewma\"\ndecay = \"5s\"\ndefault_rtt = \"0ms\"").unwrap();
-        let AlgorithmConfig::PeakEwma(c) = pe else { panic!("{pe:?}") };
+        let c = pe.params::<PeakEwmaConfig>().unwrap();
         assert_eq!((c.decay, c.default_rtt), (Duration::from_secs(5), Duration::ZERO));
-        assert_eq!(parse("[algorithm]\nkind = \"wrr\"").unwrap().kind(), AlgorithmKind::RoundRobin);
+        assert_eq!(parse("[algorithm]\nkind = \"wrr\"").unwrap().kind(), AlgorithmKind::ROUND_ROBIN);
     }
 
     #[test]
@@ -340,17 +427,17 @@ mod tests {
     #[test]
     fn names_and_aliases_are_case_insensitive() {
         for (s, k) in [
-            ("WRR", AlgorithmKind::RoundRobin),
-            ("LR", AlgorithmKind::LeastRequest),
-            ("PeakEWMA", AlgorithmKind::PeakEwma),
-            ("RingHash", AlgorithmKind::RingHash),
-            ("Maglev", AlgorithmKind::Maglev),
-            ("rendezvous", AlgorithmKind::Rendezvous),
-            ("Random", AlgorithmKind::Random),
+            ("WRR", AlgorithmKind::ROUND_ROBIN),
+            ("LR", AlgorithmKind::LEAST_REQUEST),
+            ("PeakEWMA", AlgorithmKind::PEAK_EWMA),
+            ("RingHash", AlgorithmKind::RING_HASH),
+            ("Maglev", AlgorithmKind::MAGLEV),
+            ("rendezvous", AlgorithmKind::RENDEZVOUS),
+            ("Random", AlgorithmKind::RANDOM),
         ] {
             assert_eq!(s.parse::<AlgorithmKind>(), Ok(k), "{s}");
         }
-        for k in AlgorithmKind::ALL {
+        for k in AlgorithmKind::all() {
             assert_eq!(k.name().parse::<AlgorithmKind>(), Ok(k));
             assert_eq!(k.default_config().kind(), k);
             assert_eq!(build(&k.default_config(), &[], 0).unwrap().name(), k.name());
@@ -360,7 +447,79 @@ mod tests {
 
     #[test]
     fn validate_reports_bad_parameters() {
-        let bad = AlgorithmConfig::Maglev(MaglevConfig { table_size: 100, bounded_load: None });
+        let bad = AlgorithmConfig::new::<Maglev>(MaglevConfig { table_size: 100, bounded_load: None });
         assert_eq!(bad.validate(), Err(BuildError::TableSizeNotPrime(100)));
+    }
+
+    #[test]
+    fn serializes_kind_first_then_parameters_in_order() {
+        let mut c = AlgorithmKind::PEAK_EWMA.default_config();
+        c.params_mut::<PeakEwmaConfig>().unwrap().decay = Duration::from_secs(5);
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.starts_with("kind = \"peak-ewma\"\ndecay = \"5s\"\ndefault_rtt"), "{text}");
+        assert_eq!(toml::from_str::<AlgorithmConfig>(&text).unwrap(), c);
+    }
+
+    /// An algorithm from outside the crate: registered once, then known
+    /// by name and alias, with its own parameters.
+    #[derive(Debug)]
+    struct First(EndpointTable<()>);
+
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct FirstConfig {
+        offset: usize,
+    }
+
+    impl Algorithm for First {
+        const NAME: &'static str = "first-test";
+        const ALIASES: &'static [&'static str] = &["ft"];
+        type Config = FirstConfig;
+        fn build(_: &FirstConfig, endpoints: &[Endpoint], _: u64) -> Result<Box<dyn Balancer>, BuildError> {
+            Ok(Box::new(First(EndpointTable::new(endpoints, |_| ())?)))
+        }
+    }
+
+    impl Balancer for First {
+        fn name(&self) -> &'static str {
+            "first-test"
+        }
+        fn pick(&mut self, _: crate::Nanos, _: Option<u64>) -> Option<crate::Ticket> {
+            (!self.0.is_empty()).then(|| self.0.issue(0))
+        }
+        fn on_complete(&mut self, ticket: crate::Ticket, _: crate::Nanos, _: crate::Outcome) {
+            self.0.settle(&ticket);
+        }
+        fn on_cancel(&mut self, ticket: crate::Ticket) {
+            self.0.settle(&ticket);
+        }
+        fn set_endpoints(&mut self, endpoints: &[Endpoint]) -> Result<(), BuildError> {
+            self.0.replace(endpoints, |_| ())
+        }
+        fn endpoints(&self) -> &[Endpoint] {
+            self.0.endpoints()
+        }
+        fn loads(&self, _: crate::Nanos) -> Vec<EndpointLoad> {
+            self.0.loads()
+        }
+    }
+
+    #[test]
+    fn an_outside_algorithm_registers_by_name() {
+        crate::register::<First>().unwrap();
+        assert_eq!(crate::register::<First>(), Err(crate::NameTaken("first-test".into())));
+        let c = parse("[algorithm]\nkind = \"FT\"\noffset = 3").unwrap();
+        assert_eq!(c.kind(), "first-test".parse().unwrap());
+        assert_eq!(c.params::<FirstConfig>(), Some(&FirstConfig { offset: 3 }));
+        let err = parse("[algorithm]\nkind = \"ft\"\noffst = 3").unwrap_err().to_string();
+        assert!(err.contains("first-test: unknown field `offst`"), "{err}");
+        let mut b = build(&c, &[Endpoint::new(7, "a")], 0).unwrap();
+        let t = b.pick(0, None).unwrap();
+        assert_eq!((t.endpoint(), b.loads(0)[0].active), (crate::EndpointId(7), 1));
+        b.on_cancel(t);
+        assert!(AlgorithmKind::all().contains(&c.kind()));
+        let err = "nope".parse::<AlgorithmKind>().unwrap_err().to_string();
+        assert!(err.contains("round-robin (wrr)") && err.contains("first-test (ft)"), "{err}");
+        assert!(crate::registry::register_factory(BUILT_IN[4]).is_err());
     }
 }

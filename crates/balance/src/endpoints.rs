@@ -1,6 +1,10 @@
 //! Bookkeeping every balancer shares: the endpoint list, per-endpoint
 //! in-flight counts and algorithm state, ticket issue and settlement, and
 //! state-preserving updates of the set.
+//!
+//! [`EndpointTable`] is public so that an algorithm outside this crate
+//! keeps its endpoints as the built-ins do: [`EndpointTable::issue`] is how
+//! a [`Ticket`] is made, [`EndpointTable::settle`] how it is taken back.
 
 use std::collections::HashMap;
 
@@ -8,7 +12,7 @@ use crate::{BuildError, Endpoint, EndpointId, Ticket};
 
 /// The endpoint set of one balancer with per-endpoint state `S`.
 #[derive(Debug, Clone)]
-pub(crate) struct EndpointTable<S> {
+pub struct EndpointTable<S> {
     /// The set as given, for names and listings (not read on the hot path).
     endpoints: Vec<Endpoint>,
     /// Per slot, everything a pick or a settlement reads, in one record.
@@ -26,7 +30,7 @@ pub(crate) struct EndpointTable<S> {
 /// per array. With Peak-EWMA's estimate the record is exactly 64 bytes.
 #[derive(Debug, Clone)]
 #[repr(C, align(64))]
-pub(crate) struct Slot<S> {
+pub struct Slot<S> {
     id: EndpointId,
     /// Set whenever the endpoint (re-)enters the set, never reused within a
     /// table, so a ticket from an earlier membership is recognised as stale
@@ -57,9 +61,26 @@ pub(crate) fn validate(endpoints: &[Endpoint]) -> Result<(), BuildError> {
     Ok(())
 }
 
+impl<S> Slot<S> {
+    /// The endpoint's id.
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    /// Requests picked and not yet settled.
+    pub fn active(&self) -> u32 {
+        self.active
+    }
+
+    /// The algorithm's state.
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+}
+
 impl<S> EndpointTable<S> {
     /// A table over `endpoints` with fresh state for each.
-    pub(crate) fn new(endpoints: &[Endpoint], fresh: impl FnMut(&Endpoint) -> S) -> Result<Self, BuildError> {
+    pub fn new(endpoints: &[Endpoint], fresh: impl FnMut(&Endpoint) -> S) -> Result<Self, BuildError> {
         let mut table = EndpointTable {
             endpoints: Vec::new(),
             slots: Vec::new(),
@@ -72,11 +93,7 @@ impl<S> EndpointTable<S> {
     }
 
     /// Replace the set, keeping `active` and `state` of ids that remain.
-    pub(crate) fn replace(
-        &mut self,
-        endpoints: &[Endpoint],
-        mut fresh: impl FnMut(&Endpoint) -> S,
-    ) -> Result<(), BuildError> {
+    pub fn replace(&mut self, endpoints: &[Endpoint], mut fresh: impl FnMut(&Endpoint) -> S) -> Result<(), BuildError> {
         validate(endpoints)?;
         let mut old: Vec<Option<Slot<S>>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
         let mut slots = Vec::with_capacity(endpoints.len());
@@ -104,27 +121,54 @@ impl<S> EndpointTable<S> {
         Ok(())
     }
 
-    pub(crate) fn endpoints(&self) -> &[Endpoint] {
+    pub fn endpoints(&self) -> &[Endpoint] {
         &self.endpoints
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.slots.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
     #[inline]
-    pub(crate) fn weight(&self, slot: usize) -> f64 {
+    pub fn weight(&self, slot: usize) -> f64 {
         self.slots[slot].weight
     }
 
     /// Requests picked from `slot` and not yet settled.
     #[inline]
-    pub(crate) fn active(&self, slot: usize) -> u32 {
+    pub fn active(&self, slot: usize) -> u32 {
         self.slots[slot].active
+    }
+
+    /// Requests picked and not yet settled, over all endpoints.
+    #[inline]
+    pub fn total_active(&self) -> u64 {
+        self.total_active
+    }
+
+    /// The algorithm's state of `slot`.
+    #[inline]
+    pub fn state(&self, slot: usize) -> &S {
+        &self.slots[slot].state
+    }
+
+    /// The algorithm's state of `slot`, to change.
+    #[inline]
+    pub fn state_mut(&mut self, slot: usize) -> &mut S {
+        &mut self.slots[slot].state
+    }
+
+    /// Per endpoint, its in-flight count (and no latency estimate).
+    pub fn loads(&self) -> Vec<crate::EndpointLoad> {
+        self.endpoints
+            .iter()
+            .zip(&self.slots)
+            .map(|(e, s)| crate::EndpointLoad { id: e.id, active: s.active, latency_estimate: None })
+            .collect()
     }
 
     /// The hot record of `slot`: its in-flight count, weight and state.
@@ -134,18 +178,18 @@ impl<S> EndpointTable<S> {
     }
 
     /// Per slot, in endpoint order.
-    pub(crate) fn slots(&self) -> &[Slot<S>] {
+    pub fn slots(&self) -> &[Slot<S>] {
         &self.slots
     }
 
     /// True when every endpoint has the same weight.
-    pub(crate) fn uniform_weights(&self) -> bool {
+    pub fn uniform_weights(&self) -> bool {
         self.endpoints.windows(2).all(|w| w[0].weight == w[1].weight)
     }
 
     /// Record a pick of `slot` and return its ticket.
     #[inline]
-    pub(crate) fn issue(&mut self, slot: usize) -> Ticket {
+    pub fn issue(&mut self, slot: usize) -> Ticket {
         let s = &mut self.slots[slot];
         s.active += 1;
         self.total_active += 1;
@@ -156,7 +200,7 @@ impl<S> EndpointTable<S> {
     /// Settle a ticket: the slot it refers to now, or `None` when its
     /// endpoint has left the set since the pick.
     #[inline]
-    pub(crate) fn settle(&mut self, ticket: &Ticket) -> Option<usize> {
+    pub fn settle(&mut self, ticket: &Ticket) -> Option<usize> {
         let fast = ticket.slot as usize;
         // An incarnation belongs to one membership of one id, so a match
         // at the ticket's slot proves it without reading the id.

@@ -8,7 +8,10 @@
 //! discrete-event simulator and on real sockets, and the same seed always gives
 //! the same picks.
 //!
-//! Balancers are built from an [`AlgorithmConfig`] with [`build`]. Hash-based
+//! Balancers are built from an [`AlgorithmConfig`] with [`build`]; every
+//! algorithm, built-in or from another crate ([`register`]), is an
+//! [`Algorithm`] known by name ([`registry`]), and an outside balancer keeps
+//! its endpoints and makes its tickets with the public [`EndpointTable`]. Hash-based
 //! algorithms ([`RingHash`], [`Maglev`], [`Rendezvous`]) do their expensive
 //! work once per endpoint change; picking is cheap. Changing the endpoint set
 //! with [`Balancer::set_endpoints`] keeps the state (in-flight counts, latency
@@ -30,21 +33,26 @@ mod least_request;
 mod maglev;
 mod peak_ewma;
 mod random;
+pub mod registry;
 mod rendezvous;
 mod retry;
 mod ring_hash;
 mod round_robin;
 
 pub use config::{
-    build, AlgorithmConfig, AlgorithmKind, LeastRequestConfig, MaglevConfig, PeakEwmaConfig, RendezvousConfig,
+    build, AlgorithmConfig, AlgorithmKind, Empty, LeastRequestConfig, MaglevConfig, PeakEwmaConfig, RendezvousConfig,
     RingHashConfig, UnknownAlgorithm,
 };
+pub use endpoints::{EndpointTable, Slot};
 pub use error::BuildError;
+/// The shared machinery of named extension points.
+pub use fulcrum_config::registry::Named;
 pub use hash::HashFunction;
 pub use least_request::LeastRequest;
 pub use maglev::Maglev;
 pub use peak_ewma::{ColdStart, PeakEwma};
 pub use random::Random;
+pub use registry::{register, Algorithm, AlgorithmFactory, NameTaken};
 pub use rendezvous::Rendezvous;
 pub use retry::{pick_avoiding, retry_key, RETRY_PICKS};
 pub use ring_hash::RingHash;

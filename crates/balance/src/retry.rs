@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn a_hash_balancer_retries_elsewhere() {
-        let mut b = build(&AlgorithmKind::RingHash.default_config(), &endpoints(3), 1).unwrap();
+        let mut b = build(&AlgorithmKind::RING_HASH.default_config(), &endpoints(3), 1).unwrap();
         for key in 0..200u64 {
             let first = pick_avoiding(b.as_mut(), 0, Some(key), 0, &[]).unwrap();
             let avoid = [first.endpoint()];
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn rejected_draws_are_cancelled_and_the_last_is_taken_when_all_are_avoided() {
-        let mut b = build(&AlgorithmKind::LeastRequest.default_config(), &endpoints(2), 1).unwrap();
+        let mut b = build(&AlgorithmKind::LEAST_REQUEST.default_config(), &endpoints(2), 1).unwrap();
         let t = pick_avoiding(b.as_mut(), 0, None, 1, &[EndpointId(0), EndpointId(1)]).unwrap();
         let active: u32 = b.loads(0).iter().map(|l| l.active).sum();
         assert_eq!(active, 1, "only the ticket handed out is in flight");

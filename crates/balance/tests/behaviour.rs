@@ -54,7 +54,7 @@ fn peak_ewma_recovers_after_the_endpoint_turns_fast() {
 fn peak_ewma_fast_failures_do_not_attract_traffic() {
     // Endpoint 0 fails in 1 ms; the others succeed in 10 ms. Counting the
     // failure as the 250 ms penalty keeps traffic away from it.
-    let mut b = balancer(AlgorithmKind::PeakEwma, &endpoints(5), 3);
+    let mut b = balancer(AlgorithmKind::PEAK_EWMA, &endpoints(5), 3);
     let mut to_zero = 0;
     let mut now = 0;
     for _ in 0..2000 {
@@ -73,7 +73,7 @@ fn peak_ewma_fast_failures_do_not_attract_traffic() {
 
 #[test]
 fn least_request_prefers_the_endpoint_with_fewer_active() {
-    let mut b = balancer(AlgorithmKind::LeastRequest, &endpoints(1), 5);
+    let mut b = balancer(AlgorithmKind::LEAST_REQUEST, &endpoints(1), 5);
     let held: Vec<_> = (0..5).map(|_| b.pick(0, None).unwrap()).collect();
     b.set_endpoints(&endpoints(3)).unwrap();
     // Every pair drawn holds an idle endpoint, which beats endpoint 0.
@@ -131,7 +131,7 @@ fn bounded_load_caps_every_endpoint_at_factor_times_mean() {
 
 #[test]
 fn removed_endpoints_tickets_are_ignored() {
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::all() {
         let mut b: Box<dyn Balancer> = balancer(kind, &endpoints(3), 1);
         let tickets: Vec<_> = (0..30).map(|_| b.pick(0, None).unwrap()).collect();
         b.set_endpoints(&endpoints(2)).unwrap();

@@ -19,7 +19,7 @@ fn run(kind: AlgorithmKind, seed: u64) -> Vec<u64> {
 
 #[test]
 fn same_seed_same_picks() {
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::all() {
         let a = run(kind, 42);
         assert!(a.len() > 200, "{kind}: only {} picks", a.len());
         assert_eq!(a, run(kind, 42), "{kind}");
@@ -30,7 +30,7 @@ fn same_seed_same_picks() {
 fn different_seeds_differ() {
     // Hash-based algorithms draw random keys when a request has none, so the
     // seed matters for every algorithm.
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::all() {
         assert_ne!(run(kind, 1), run(kind, 2), "{kind}");
     }
 }
@@ -40,7 +40,7 @@ fn round_robin_instances_start_at_different_points() {
     let eps = endpoints(10);
     let firsts: std::collections::HashSet<u64> = (0..50)
         .map(|seed| {
-            let mut b = balancer(AlgorithmKind::RoundRobin, &eps, seed);
+            let mut b = balancer(AlgorithmKind::ROUND_ROBIN, &eps, seed);
             let t = b.pick(0, None).unwrap();
             let id = t.endpoint().0;
             b.on_cancel(t);

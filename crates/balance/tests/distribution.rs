@@ -52,8 +52,8 @@ fn assert_shares(name: &str, eps: &[Endpoint], got: &[f64], bound: f64) {
 #[test]
 fn equal_weights_are_shared_equally() {
     let eps = endpoints(5);
-    for kind in AlgorithmKind::ALL {
-        let bound = if kind == AlgorithmKind::RingHash { 0.04 } else { 0.02 };
+    for kind in AlgorithmKind::all() {
+        let bound = if kind == AlgorithmKind::RING_HASH { 0.04 } else { 0.02 };
         let mut b = balancer(kind, &eps, 11);
         assert_shares(kind.name(), &eps, &shares(&pick_many(b.as_mut()), 5), bound);
     }
@@ -62,11 +62,11 @@ fn equal_weights_are_shared_equally() {
 #[test]
 fn unequal_weights_are_shared_by_weight() {
     let eps = weighted(&[1.0, 2.0, 3.0, 4.0, 10.0]);
-    for kind in AlgorithmKind::ALL {
-        if kind == AlgorithmKind::PeakEwma {
+    for kind in AlgorithmKind::all() {
+        if kind == AlgorithmKind::PEAK_EWMA {
             continue;
         }
-        let bound = if kind == AlgorithmKind::RingHash { 0.04 } else { 0.02 };
+        let bound = if kind == AlgorithmKind::RING_HASH { 0.04 } else { 0.02 };
         let mut b = balancer(kind, &eps, 12);
         assert_shares(kind.name(), &eps, &shares(&pick_many(b.as_mut()), 5), bound);
     }
@@ -82,7 +82,7 @@ fn a_large_ring_is_balanced_to_one_percent() {
 #[test]
 fn peak_ewma_orders_shares_by_weight() {
     let eps = weighted(&[1.0, 2.0, 4.0]);
-    let mut b = balancer(AlgorithmKind::PeakEwma, &eps, 14);
+    let mut b = balancer(AlgorithmKind::PEAK_EWMA, &eps, 14);
     let s = shares(&pick_many(b.as_mut()), 3);
     assert!(s[0] < s[1] && s[1] < s[2], "{s:?}");
 }
@@ -104,7 +104,7 @@ fn low_weight_endpoints_are_not_starved_at_low_traffic() {
     let eps = weighted(&w);
     let mut light = 0;
     for seed in 0..100 {
-        let mut b = balancer(AlgorithmKind::RoundRobin, &eps, seed);
+        let mut b = balancer(AlgorithmKind::ROUND_ROBIN, &eps, seed);
         for _ in 0..3 {
             let t = b.pick(0, None).unwrap();
             light += u32::from(t.endpoint().0 < 9);

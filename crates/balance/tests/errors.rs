@@ -8,7 +8,7 @@ use fulcrum_balance::{build, AlgorithmConfig, AlgorithmKind, BuildError, Endpoin
 
 #[test]
 fn empty_set_picks_none() {
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::all() {
         let mut b = build(&kind.default_config(), &[], 0).unwrap();
         assert!(b.pick(0, Some(1)).is_none(), "{kind}");
         assert!(b.pick(0, None).is_none(), "{kind}");
@@ -19,7 +19,7 @@ fn empty_set_picks_none() {
 fn bad_weights_are_rejected_by_every_algorithm_and_named() {
     for weight in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         let eps = vec![Endpoint::new(0, "good"), Endpoint::new(1, "bad").with_weight(weight)];
-        for kind in AlgorithmKind::ALL {
+        for kind in AlgorithmKind::all() {
             let err = build(&kind.default_config(), &eps, 0).unwrap_err();
             assert!(matches!(err, BuildError::InvalidWeight { .. }), "{kind}: {err:?}");
             assert!(err.to_string().contains("\"bad\""), "{kind}: {err}");
@@ -34,7 +34,7 @@ fn bad_weights_are_rejected_by_every_algorithm_and_named() {
 #[test]
 fn duplicate_ids_are_rejected() {
     let eps = vec![Endpoint::new(0, "a"), Endpoint::new(0, "b")];
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::all() {
         let err = build(&kind.default_config(), &eps, 0).unwrap_err();
         assert_eq!(err, BuildError::DuplicateId { id: 0, name: "b".into() }, "{kind}");
     }
@@ -68,18 +68,18 @@ fn unknown_fields_and_kinds_are_rejected_by_the_parser() {
 #[test]
 fn names_and_aliases_parse_case_insensitively() {
     for (name, kind) in [
-        ("WRR", AlgorithmKind::RoundRobin),
-        ("round-robin", AlgorithmKind::RoundRobin),
-        ("LR", AlgorithmKind::LeastRequest),
-        ("PeakEWMA", AlgorithmKind::PeakEwma),
-        ("RingHash", AlgorithmKind::RingHash),
-        ("Maglev", AlgorithmKind::Maglev),
-        ("random", AlgorithmKind::Random),
-        ("rendezvous", AlgorithmKind::Rendezvous),
+        ("WRR", AlgorithmKind::ROUND_ROBIN),
+        ("round-robin", AlgorithmKind::ROUND_ROBIN),
+        ("LR", AlgorithmKind::LEAST_REQUEST),
+        ("PeakEWMA", AlgorithmKind::PEAK_EWMA),
+        ("RingHash", AlgorithmKind::RING_HASH),
+        ("Maglev", AlgorithmKind::MAGLEV),
+        ("random", AlgorithmKind::RANDOM),
+        ("rendezvous", AlgorithmKind::RENDEZVOUS),
     ] {
         assert_eq!(name.parse::<AlgorithmKind>().unwrap(), kind);
     }
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::all() {
         assert_eq!(kind.name().parse::<AlgorithmKind>().unwrap(), kind);
     }
 }

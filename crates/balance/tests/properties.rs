@@ -41,7 +41,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> impl Strategy<Value = AlgorithmConfig> {
-    let plain = prop::sample::select(AlgorithmKind::ALL.to_vec()).prop_map(|k| k.default_config());
+    let plain = prop::sample::select(AlgorithmKind::all()).prop_map(|k| k.default_config());
     let bounded = prop::sample::select(vec![
         "kind = \"maglev\"\ntable_size = 251\nbounded_load = 1.1",
         "kind = \"ring-hash\"\nmin_ring_size = 64\nbounded_load = 1.0",

@@ -27,7 +27,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         Some(name) => {
             vec![name.parse().map_err(|e: fulcrum_balance::UnknownAlgorithm| Failure::input(e.to_string()))?]
         }
-        None => AlgorithmKind::ALL.to_vec(),
+        None => AlgorithmKind::all(),
     };
     for (i, kind) in kinds.into_iter().enumerate() {
         let config = kind.default_config();

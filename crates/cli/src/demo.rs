@@ -121,7 +121,7 @@ fn live(
 /// Run the demo.
 pub fn run(args: Args) -> Result<(), Failure> {
     let kinds: Vec<AlgorithmKind> = if args.algorithms.is_empty() {
-        AlgorithmKind::ALL.to_vec()
+        AlgorithmKind::all()
     } else {
         args.algorithms
             .iter()

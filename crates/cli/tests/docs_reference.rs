@@ -204,7 +204,18 @@ fn request_scenario_keys_are_in_the_reference() {
 #[test]
 fn fabric_scenario_keys_are_in_the_reference() {
     assert_documented(
-        &["crates/fabric/src/scenario.rs", "crates/fabric/src/metrics.rs"],
+        &[
+            "crates/fabric/src/scenario.rs",
+            "crates/fabric/src/metrics.rs",
+            // Each scheme's parameters are defined next to it.
+            "crates/fabric/src/lb/drb.rs",
+            "crates/fabric/src/lb/letflow.rs",
+            "crates/fabric/src/lb/drill.rs",
+            "crates/fabric/src/lb/conga.rs",
+            "crates/fabric/src/lb/clove.rs",
+            "crates/fabric/src/lb/flowbender.rs",
+            "crates/fabric/src/lb/hermes.rs",
+        ],
         &["docs/reference/fabric-scenario.md", "docs/reference/input-files.md"],
     );
 }

@@ -7,6 +7,7 @@
 //! - [`document`]: a TOML file with `--set KEY=VALUE` overrides applied to
 //!   its document before deserialization, every value keeping its
 //!   position ([`toml::Spanned`]), and a [`Source`] that locates fields;
+//! - [`registry`]: extension points by name (algorithms, fabric schemes);
 //! - [`Error`]: one error, `file:line:column: field: message`.
 //!
 //! Each format keeps its raw (deserialized) types apart from its validated
@@ -16,9 +17,10 @@
 
 pub mod document;
 mod error;
+pub mod registry;
 pub mod units;
 
 pub use document::{digest, parse, Source, SYNTAX};
 pub use error::Error;
 pub use toml::Spanned;
-pub use units::{duration, parse_duration, parse_nanos, parse_size, size, Dur};
+pub use units::{duration, nanos, parse_duration, parse_nanos, parse_size, size, Dur};

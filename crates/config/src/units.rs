@@ -86,6 +86,22 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
+/// `#[serde(with = "fulcrum_config::nanos")]` on a [`Nanos`] field: read
+/// as a duration's text ([`parse_nanos`]), written as `"…ns"`.
+pub mod nanos {
+    use super::*;
+
+    /// Serde's `deserialize_with`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Nanos, D::Error> {
+        Dur::deserialize(d).map(|d| d.0)
+    }
+
+    /// Serde's `serialize_with`.
+    pub fn serialize<S: Serializer>(value: &Nanos, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{value}ns"))
+    }
+}
+
 /// `#[serde(with = "fulcrum_config::duration")]` on a [`Duration`] or an
 /// `Option<Duration>` field: read with [`parse_duration`], written as
 /// humantime formats it (`"1s 500ms"`).

@@ -26,10 +26,6 @@ use crate::codel;
 use crate::faults::{BlackHole, FaultConfig, LinkFailure};
 use crate::flowlist;
 use crate::lb;
-use crate::lb::clove::CloveParams;
-use crate::lb::conga::CongaParams;
-use crate::lb::flowbender::FlowBenderParams;
-use crate::lb::hermes::HermesParams;
 use crate::metrics::Convention;
 use crate::packet::Nanos;
 use crate::ports;
@@ -70,7 +66,7 @@ struct RawScenario {
     #[serde(default)]
     monitor: Monitor,
     #[serde(default)]
-    routing: Option<RoutingCfg>,
+    routing: Option<toml::Table>,
     #[serde(default)]
     faults: Option<FaultsCfg>,
     #[serde(default)]
@@ -96,7 +92,7 @@ pub struct Scenario {
     pub scheduler: Option<SchedulerCfg>,
     pub monitor: Monitor,
     /// Load balancing inside the fabric; per-flow ECMP unless given.
-    pub routing: Option<RoutingCfg>,
+    pub routing: lb::Config,
     /// Asymmetry and failures (leaf-spine only); none unless given.
     pub faults: Option<FaultsCfg>,
     /// The receivers' resequencing buffer; off unless given.
@@ -464,84 +460,6 @@ impl SchedulerCfg {
     }
 }
 
-/// A load-balancing scheme as written in a scenario (`[routing]`, the
-/// `scheme` field naming it); see [`crate::lb`].
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "scheme", rename_all = "kebab-case")]
-pub enum RoutingCfg {
-    Ecmp {},
-    Drb {},
-    Presto {
-        /// Bytes per flowcell (a size).
-        #[serde(default = "flowcell", with = "fulcrum_config::size")]
-        flowcell: u64,
-        /// Shrink each path's flowcell with its capacity.
-        #[serde(default)]
-        weighted: bool,
-    },
-    #[serde(rename = "letflow")]
-    LetFlow {
-        #[serde(default = "flowlet_gap")]
-        flowlet_gap: Dur,
-    },
-    Drill {
-        /// Output queues sampled per packet.
-        #[serde(default = "two")]
-        d: u32,
-        /// Least-loaded ports remembered per destination.
-        #[serde(default = "one_u32")]
-        memory: u32,
-    },
-    /// CONGA; every field defaults to `lb::conga::CongaParams::default()`.
-    Conga {
-        tdre: Option<Dur>,
-        alpha: Option<f64>,
-        q_bits: Option<u32>,
-        flowlet_gap: Option<Dur>,
-        aging: Option<Dur>,
-    },
-    /// CLOVE-ECN; defaults from `lb::clove::CloveParams::default()`.
-    Clove {
-        flowlet_gap: Option<Dur>,
-        half_rtt: Option<Dur>,
-    },
-    /// FlowBender; defaults from `lb::flowbender::FlowBenderParams::default()`.
-    #[serde(rename = "flowbender")]
-    FlowBender {
-        threshold: Option<f64>,
-        rounds: Option<u32>,
-        reroute_on_timeout: Option<bool>,
-    },
-    /// Hermes; defaults from `lb::hermes::HermesParams::default()`.
-    Hermes {
-        good_delay: Option<Dur>,
-        bad_delay: Option<Dur>,
-        ecn_low: Option<f64>,
-        #[serde(default, with = "fulcrum_config::size")]
-        ecn_min_bytes: Option<u64>,
-        window: Option<Dur>,
-        better_delay: Option<Dur>,
-        fail_timeouts: Option<u32>,
-        fail_retx: Option<f64>,
-        #[serde(default, with = "fulcrum_config::size")]
-        fail_sample_bytes: Option<u64>,
-        #[serde(default, with = "fulcrum_config::size")]
-        min_bytes: Option<u64>,
-        max_rate_gbps: Option<f64>,
-        reroute_probability: Option<f64>,
-        retry_gap: Option<Dur>,
-        flowlet_gap: Option<Dur>,
-        forget_after: Option<Dur>,
-        reverse_ack: Option<bool>,
-        acklet_timeout: Option<Dur>,
-    },
-}
-
-/// A duration the scenario may give, else its default.
-fn ns(given: Option<Dur>, default: Nanos) -> Nanos {
-    given.map_or(default, |d| d.0)
-}
-
 /// `[faults]`: see [`crate::faults`].
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -614,18 +532,6 @@ fn hundred_us() -> Dur {
 
 fn fifth() -> f64 {
     0.2
-}
-
-fn flowcell() -> u64 {
-    65_536
-}
-
-fn flowlet_gap() -> Dur {
-    Dur(500_000)
-}
-
-fn two() -> u32 {
-    2
 }
 
 fn zero() -> Dur {
@@ -872,95 +778,6 @@ impl FaultsCfg {
     }
 }
 
-impl RoutingCfg {
-    /// The fields of every scheme, checked on the parameters the run would
-    /// use (defaults included).
-    fn check(&self) -> Result<(), Invalid> {
-        match *self {
-            RoutingCfg::Presto { flowcell, .. } => positive("routing.flowcell", flowcell as f64)?,
-            RoutingCfg::LetFlow { flowlet_gap } => positive("routing.flowlet_gap", flowlet_gap.0 as f64)?,
-            RoutingCfg::Drill { d, memory } => {
-                if !(1..=64).contains(&d) {
-                    return bad("routing.d", format!("sample 1 to 64 queues (found {d})"));
-                }
-                if memory > 64 {
-                    return bad("routing.memory", format!("remember at most 64 ports (found {memory})"));
-                }
-            }
-            _ => {}
-        }
-        check_sensing_scheme(&lb_config(Some(self)))
-    }
-}
-
-/// The fields of CONGA, CLOVE, FlowBender and Hermes, on the parameters
-/// the run would use (each error names its field).
-fn check_sensing_scheme(config: &lb::Config) -> Result<(), Invalid> {
-    let field = |f: &str| format!("routing.{f}");
-    let positive = |f: &str, v: f64| positive(&field(f), v);
-    let fraction = |f: &str, v: f64| {
-        if v > 0.0 && v < 1.0 {
-            Ok(())
-        } else {
-            bad(field(f), format!("must be between 0 and 1, exclusive (found {v})"))
-        }
-    };
-    match config {
-        lb::Config::Conga(p) => {
-            positive("tdre", p.tdre as f64)?;
-            fraction("alpha", p.alpha)?;
-            if !(1..=6).contains(&p.q_bits) {
-                return bad(field("q_bits"), format!("the metric field holds 1 to 6 bits (found {})", p.q_bits));
-            }
-            positive("flowlet_gap", p.flowlet_gap as f64)?;
-            positive("aging", p.aging as f64)?;
-        }
-        lb::Config::Clove(p) => {
-            positive("flowlet_gap", p.flowlet_gap as f64)?;
-            positive("half_rtt", p.half_rtt as f64)?;
-        }
-        lb::Config::FlowBender(p) => {
-            fraction("threshold", p.threshold)?;
-            positive("rounds", f64::from(p.rounds))?;
-        }
-        lb::Config::Hermes(p) => {
-            for (f, v) in [
-                ("good_delay", p.good_delay),
-                ("window", p.window),
-                ("retry_gap", p.retry_gap),
-                ("flowlet_gap", p.flowlet_gap),
-                ("forget_after", p.forget_after),
-                ("acklet_timeout", p.acklet_timeout),
-                ("fail_sample_bytes", p.fail_sample_bytes),
-                ("max_rate_gbps", p.max_rate_bps),
-            ] {
-                positive(f, v as f64)?;
-            }
-            if p.bad_delay <= p.good_delay {
-                return bad(
-                    field("bad_delay"),
-                    format!("must be above good_delay ({} ns) (found {} ns)", p.good_delay, p.bad_delay),
-                );
-            }
-            fraction("ecn_low", p.ecn_low)?;
-            if !(0.0..1.0).contains(&p.fail_retx) {
-                return bad(
-                    field("fail_retx"),
-                    format!("must be at least 0 (off) and below 1 (found {})", p.fail_retx),
-                );
-            }
-            if !(0.0..=1.0).contains(&p.reroute_probability) {
-                return bad(
-                    field("reroute_probability"),
-                    format!("must be within 0 and 1 (found {})", p.reroute_probability),
-                );
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
 impl IncastCfg {
     /// Over a fabric of `hosts` hosts.
     fn check(&self, hosts: u32) -> Result<(), Invalid> {
@@ -1085,7 +902,7 @@ impl RawScenario {
             positive("resequence.timeout", r.timeout.0 as f64)?;
         }
         if let Some(r) = &self.routing {
-            r.check()?;
+            routing_config(r)?;
         }
         positive("end", self.end.0 as f64)?;
         if let Some(s) = &self.scheduler {
@@ -1144,6 +961,10 @@ impl Scenario {
             }
             _ => None,
         };
+        let routing = match &raw.routing {
+            Some(table) => routing_config(table).map_err(|(field, message)| src.error_in(&field, message))?,
+            None => lb::Config::default(),
+        };
         Ok(Scenario {
             name: raw.name,
             seed: raw.seed,
@@ -1156,7 +977,7 @@ impl Scenario {
             workload: raw.workload,
             scheduler: raw.scheduler,
             monitor,
-            routing: raw.routing,
+            routing,
             faults: raw.faults,
             resequence: raw.resequence,
             path: path.to_path_buf(),
@@ -1249,7 +1070,7 @@ impl Scenario {
 
     /// The load-balancing scheme and its parameters.
     pub fn routing(&self) -> lb::Config {
-        lb_config(self.routing.as_ref())
+        self.routing.clone()
     }
 
     /// The Poisson workload with its CDF loaded, if that is the workload.
@@ -1341,89 +1162,13 @@ impl Topology {
     }
 }
 
-/// The load-balancing scheme `routing` describes, with its parameters
-/// (per-flow ECMP when there is none).
-fn lb_config(routing: Option<&RoutingCfg>) -> lb::Config {
-    match routing.cloned() {
-        None | Some(RoutingCfg::Ecmp {}) => lb::Config::Ecmp,
-        Some(RoutingCfg::Drb {}) => lb::Config::Drb,
-        Some(RoutingCfg::Presto { flowcell, weighted }) => lb::Config::Presto { flowcell, weighted },
-        Some(RoutingCfg::LetFlow { flowlet_gap }) => lb::Config::LetFlow { flowlet_gap: flowlet_gap.0 },
-        Some(RoutingCfg::Drill { d, memory }) => lb::Config::Drill { d, memory },
-        Some(RoutingCfg::Conga { tdre, alpha, q_bits, flowlet_gap, aging }) => {
-            let d = CongaParams::default();
-            lb::Config::Conga(CongaParams {
-                tdre: ns(tdre, d.tdre),
-                alpha: alpha.unwrap_or(d.alpha),
-                q_bits: q_bits.unwrap_or(d.q_bits),
-                flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
-                aging: ns(aging, d.aging),
-            })
-        }
-        Some(RoutingCfg::Clove { flowlet_gap, half_rtt }) => {
-            let d = CloveParams::default();
-            lb::Config::Clove(CloveParams {
-                flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
-                half_rtt: ns(half_rtt, d.half_rtt),
-            })
-        }
-        Some(RoutingCfg::FlowBender { threshold, rounds, reroute_on_timeout }) => {
-            let d = FlowBenderParams::default();
-            lb::Config::FlowBender(FlowBenderParams {
-                threshold: threshold.unwrap_or(d.threshold),
-                rounds: rounds.unwrap_or(d.rounds),
-                reroute_on_timeout: reroute_on_timeout.unwrap_or(d.reroute_on_timeout),
-            })
-        }
-        Some(RoutingCfg::Hermes { .. }) => lb::Config::Hermes(hermes_params(routing)),
-    }
-}
-
-/// Hermes's parameters: the scenario's, the rest at their defaults.
-fn hermes_params(routing: Option<&RoutingCfg>) -> HermesParams {
-    let d = HermesParams::default();
-    let Some(RoutingCfg::Hermes {
-        good_delay,
-        bad_delay,
-        ecn_low,
-        ecn_min_bytes,
-        window,
-        better_delay,
-        fail_timeouts,
-        fail_retx,
-        fail_sample_bytes,
-        min_bytes,
-        max_rate_gbps,
-        reroute_probability,
-        retry_gap,
-        flowlet_gap,
-        forget_after,
-        reverse_ack,
-        acklet_timeout,
-    }) = routing.cloned()
-    else {
-        return d;
-    };
-    HermesParams {
-        good_delay: ns(good_delay, d.good_delay),
-        bad_delay: ns(bad_delay, d.bad_delay),
-        ecn_low: ecn_low.unwrap_or(d.ecn_low),
-        ecn_min_bytes: ecn_min_bytes.unwrap_or(d.ecn_min_bytes),
-        window: ns(window, d.window),
-        better_delay: ns(better_delay, d.better_delay),
-        fail_timeouts: fail_timeouts.unwrap_or(d.fail_timeouts),
-        fail_retx: fail_retx.unwrap_or(d.fail_retx),
-        fail_sample_bytes: fail_sample_bytes.unwrap_or(d.fail_sample_bytes),
-        min_bytes: min_bytes.unwrap_or(d.min_bytes),
-        max_rate_bps: max_rate_gbps.map_or(d.max_rate_bps, |g| (g * 1e9) as u64),
-        reroute_probability: reroute_probability.unwrap_or(d.reroute_probability),
-        retry_gap: ns(retry_gap, d.retry_gap),
-        flowlet_gap: ns(flowlet_gap, d.flowlet_gap),
-        forget_after: ns(forget_after, d.forget_after),
-        reverse_ack: reverse_ack.unwrap_or(d.reverse_ack),
-        acklet_timeout: ns(acklet_timeout, d.acklet_timeout),
-        ..d
-    }
+/// The scheme a `[routing]` table names, its parameters read and checked
+/// by the scheme (see [`lb::SchemeType`]).
+fn routing_config(table: &toml::Table) -> Result<lb::Config, Invalid> {
+    lb::Config::from_table(table.clone()).map_err(|e| match e.field.as_str() {
+        "" => ("routing".to_string(), e.message),
+        key => (format!("routing.{key}"), e.message),
+    })
 }
 
 /// The marking rule an `[aqm]` table describes.
@@ -1446,6 +1191,13 @@ fn marking_of(aqm: &Aqm) -> Marking {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lb::clove::CloveParams;
+    use crate::lb::conga::CongaParams;
+    use crate::lb::drb::{Presto, PrestoParams};
+    use crate::lb::drill::DrillParams;
+    use crate::lb::flowbender::FlowBenderParams;
+    use crate::lb::hermes::HermesParams;
+    use crate::lb::letflow::LetFlowParams;
 
     fn base() -> String {
         std::fs::read_to_string(concat!(
@@ -1505,7 +1257,7 @@ mod tests {
         assert_eq!(err, "--set buffers.device_packets=0: buffers.device_packets: must be above 0 (found 0)");
         assert_eq!(parse(&base(), &["nonsense"]).unwrap_err(), "--set nonsense: (syntax): expected KEY=VALUE");
         let s = parse(&base(), &["routing.scheme=presto", "routing.flowcell=\"32KiB\""]).unwrap();
-        assert_eq!(s.routing(), lb::Config::Presto { flowcell: 32_768, weighted: false });
+        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 32_768, weighted: false }));
     }
 
     #[test]
@@ -1518,20 +1270,23 @@ mod tests {
 
     #[test]
     fn routing_schemes_parse_with_defaults_and_checked_fields() {
-        assert_eq!(parse(&base(), &[]).unwrap().routing(), lb::Config::Ecmp);
+        assert_eq!(parse(&base(), &[]).unwrap().routing(), lb::Config::default());
         let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
         let s = parse(&with("scheme = \"letflow\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::LetFlow { flowlet_gap: 500_000 });
+        assert_eq!(s.routing(), lb::Config::new::<lb::LetFlow>(LetFlowParams { flowlet_gap: 500_000 }));
         let s = parse(&with("scheme = \"presto\"\nweighted = true"), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::Presto { flowcell: 65_536, weighted: true });
+        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 65_536, weighted: true }));
         let s = parse(&base(), &["routing.scheme=drill"]).unwrap();
-        assert_eq!(s.routing(), lb::Config::Drill { d: 2, memory: 1 });
+        assert_eq!(s.routing(), lb::Config::new::<lb::Drill>(DrillParams { d: 2, memory: 1 }));
         let err = parse(&with("scheme = \"drill\"\nd = 0"), &[]).unwrap_err();
         assert!(err.ends_with("x.toml:70:5: routing.d: sample 1 to 64 queues (found 0)"), "{err}");
         let err = parse(&with("scheme = \"letflow\"\nflowlet_gap = \"0us\""), &[]).unwrap_err();
         assert!(err.contains("routing.flowlet_gap"), "{err}");
         let err = parse(&with("scheme = \"conga-lite\""), &[]).unwrap_err();
-        assert!(err.contains("x.toml:69:10: routing.scheme: unknown variant `conga-lite`"), "{err}");
+        assert!(
+            err.contains("x.toml:69:10: routing.scheme: unknown scheme \"conga-lite\" (expected one of: ecmp, drb"),
+            "{err}"
+        );
         let err = parse(&with("scheme = \"drb\"\nflowcell = 3"), &[]).unwrap_err();
         assert!(err.contains("flowcell"), "{err}");
         assert!(parse(&base(), &["routing.scheme=drill", "routing.d=99"]).unwrap_err().contains("--set routing.d"));
@@ -1541,20 +1296,23 @@ mod tests {
     fn sensing_schemes_parse_with_defaults_and_checked_fields() {
         let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
         let s = parse(&with("scheme = \"conga\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::Conga(CongaParams::default()));
+        assert_eq!(s.routing(), lb::Config::new::<lb::CongaScheme>(CongaParams::default()));
         let s = parse(&with("scheme = \"clove\"\nhalf_rtt = \"60us\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::Clove(CloveParams { half_rtt: 60_000, ..CloveParams::default() }));
+        assert_eq!(
+            s.routing(),
+            lb::Config::new::<lb::CloveScheme>(CloveParams { half_rtt: 60_000, ..CloveParams::default() })
+        );
         let s = parse(&base(), &["routing.scheme=flowbender", "routing.reroute_on_timeout=false"]).unwrap();
         let fb = FlowBenderParams { reroute_on_timeout: false, ..FlowBenderParams::default() };
-        assert_eq!(s.routing(), lb::Config::FlowBender(fb));
+        assert_eq!(s.routing(), lb::Config::new::<lb::FlowBenderScheme>(fb));
         let s = parse(&with("scheme = \"hermes\"\nmin_bytes = 100000\nmax_rate_gbps = 2.5"), &[]).unwrap();
         let h = HermesParams { min_bytes: 100_000, max_rate_bps: 2_500_000_000, ..HermesParams::default() };
-        assert_eq!(s.routing(), lb::Config::Hermes(h));
+        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
         let s =
             parse(&base(), &["routing.scheme=hermes", "routing.reverse_ack=true", "routing.acklet_timeout=\"200us\""])
                 .unwrap();
         let h = HermesParams { reverse_ack: true, acklet_timeout: 200_000, ..HermesParams::default() };
-        assert_eq!(s.routing(), lb::Config::Hermes(h));
+        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
         for (text, field) in [
             ("scheme = \"conga\"\nq_bits = 7", "70:10: routing.q_bits: "),
             ("scheme = \"conga\"\nalpha = 1.5", "70:9: routing.alpha: "),

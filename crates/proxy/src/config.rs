@@ -940,7 +940,7 @@ fn algorithm(
             a.get_ref().validate().map_err(|e| src.error(a.span(), at("algorithm"), e.to_string()))?;
             Ok(a.into_inner())
         }
-        None => Ok(AlgorithmKind::RoundRobin.default_config()),
+        None => Ok(AlgorithmKind::ROUND_ROBIN.default_config()),
     }
 }
 
@@ -1001,7 +1001,7 @@ fn sticky_cookie(
     at: FieldName,
 ) -> Result<StickyCookie, ConfigError> {
     let hashes =
-        matches!(algorithm.kind(), AlgorithmKind::RingHash | AlgorithmKind::Maglev | AlgorithmKind::Rendezvous);
+        [AlgorithmKind::RING_HASH, AlgorithmKind::MAGLEV, AlgorithmKind::RENDEZVOUS].contains(&algorithm.kind());
     let bad = if !matches!(hash_key, HashKey::Cookie(_)) {
         Some("needs hash_key = { cookie = \"NAME\" }: the cookie set is the one hashed")
     } else if !hashes {
@@ -1689,9 +1689,9 @@ connect_timeout = "250ms"
     #[test]
     fn quick_mode_checks_backends() {
         let listen = "127.0.0.1:8080".parse().unwrap();
-        let c = Config::quick(listen, &["127.0.0.1:1".into()], AlgorithmKind::PeakEwma).unwrap();
-        assert_eq!(c.clusters[0].algorithm.kind(), AlgorithmKind::PeakEwma);
-        let e = Config::quick(listen, &["nonsense".into()], AlgorithmKind::PeakEwma).unwrap_err();
+        let c = Config::quick(listen, &["127.0.0.1:1".into()], AlgorithmKind::PEAK_EWMA).unwrap();
+        assert_eq!(c.clusters[0].algorithm.kind(), AlgorithmKind::PEAK_EWMA);
+        let e = Config::quick(listen, &["nonsense".into()], AlgorithmKind::PEAK_EWMA).unwrap_err();
         assert_eq!(e.field, "--backends[0]");
     }
 }

@@ -804,9 +804,10 @@ mod tests {
         let config = Config::parse(std::path::Path::new("test.toml"), text).unwrap();
         let epoch = Epoch::new();
         let shared: Vec<_> = config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch, None)).collect();
-        let (_tx, rx) = watch::channel(routing(&config, 0, &shared, None));
+        let (_tx, rx) = watch::channel(routing(&config, 0, &shared, None, &route_limits(&config, None)));
         let stats = Arc::new(ProxyStats::with_workers(1));
-        let service = HttpService { listener: 0, routing: rx, stats, epoch, tls: false, access_log: None };
+        let rng = std::sync::Mutex::new(fulcrum_balance::Rng::new(0));
+        let service = HttpService { listener: 0, routing: rx, stats, epoch, tls: false, access_log: None, rng };
         (Arc::new(service), config.listeners[0].clone())
     }
 

@@ -148,7 +148,7 @@ fn the_simulator_and_the_proxy_route_alike() {
     let mut joined = vec![true, true, true, true, false, false, false, false];
     let mut guard = Guard::new(&scenario.resilience, &all, joined.clone(), 0);
     let established: Vec<Endpoint> = (0..SERVERS).filter(|&s| joined[s]).map(endpoint).collect();
-    let mut balancer: Box<dyn Balancer> = build(&AlgorithmKind::RoundRobin.default_config(), &established, 1).unwrap();
+    let mut balancer: Box<dyn Balancer> = build(&AlgorithmKind::ROUND_ROBIN.default_config(), &established, 1).unwrap();
     let mut membership = Membership::new(&config, 0);
     membership.set_members(proxy_members(&joined), 0);
 

@@ -115,7 +115,7 @@ fn proxy_with(server: Http1Server, limits: impl FnOnce(&mut fulcrum_proxy::confi
     let mut config = Config::quick(
         "127.0.0.1:0".parse().unwrap(),
         &[upstream.to_string()],
-        fulcrum_balance::AlgorithmKind::RoundRobin,
+        fulcrum_balance::AlgorithmKind::ROUND_ROBIN,
     )
     .unwrap();
     config.workers = 1;

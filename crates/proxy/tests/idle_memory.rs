@@ -112,7 +112,7 @@ fn an_idle_http1_connection_holds_little_heap() {
     let mut config = Config::quick(
         "127.0.0.1:0".parse().unwrap(),
         &[upstream().to_string()],
-        fulcrum_balance::AlgorithmKind::RoundRobin,
+        fulcrum_balance::AlgorithmKind::ROUND_ROBIN,
     )
     .unwrap();
     config.workers = 1;

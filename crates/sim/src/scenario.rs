@@ -260,7 +260,7 @@ fn default_seed() -> u64 {
 }
 
 fn default_algorithms() -> Vec<KindName> {
-    [AlgorithmKind::RoundRobin, AlgorithmKind::LeastRequest, AlgorithmKind::PeakEwma].map(KindName).to_vec()
+    [AlgorithmKind::ROUND_ROBIN, AlgorithmKind::LEAST_REQUEST, AlgorithmKind::PEAK_EWMA].map(KindName).to_vec()
 }
 
 #[derive(Clone, Copy)]
@@ -933,7 +933,7 @@ service = "5ms"
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let s = Scenario::read(MINIMAL, Path::new("t.toml"), &sets, "t", Path::new(".")).unwrap();
         assert_eq!((s.clients.requests, s.servers.len(), s.balancers.timeout), (Some(20), 5, Some(250_000_000)));
-        assert_eq!(s.algorithms, [AlgorithmKind::Maglev.default_config()]);
+        assert_eq!(s.algorithms, [AlgorithmKind::MAGLEV.default_config()]);
         let e = error(MINIMAL, &["clients.requests=0"]);
         assert_eq!(e.to_string(), "--set clients.requests=0: clients.requests: must be at least 1");
         let e = error(MINIMAL, &["clients.requets=5"]);
@@ -964,8 +964,8 @@ service = "5ms"
             "algorithms = [\"PeakEWMA\", \"wrr\"]\n{MINIMAL}\n[[algorithm]]\nkind = \"peak-ewma\"\ndefault_rtt = \"0s\"\n"
         ))
         .unwrap();
-        let fulcrum_balance::AlgorithmConfig::PeakEwma(c) = &s.algorithms[0] else { panic!() };
+        let c = s.algorithms[0].params::<fulcrum_balance::PeakEwmaConfig>().unwrap();
         assert_eq!(c.default_rtt, Duration::ZERO);
-        assert_eq!(s.algorithms[1].kind(), AlgorithmKind::RoundRobin);
+        assert_eq!(s.algorithms[1].kind(), AlgorithmKind::ROUND_ROBIN);
     }
 }

@@ -6,15 +6,15 @@
 
 use std::path::PathBuf;
 
-use fulcrum_balance::{AlgorithmConfig, ColdStart};
+use fulcrum_balance::{AlgorithmKind, ColdStart, PeakEwmaConfig};
 use fulcrum_sim::{simulate, AlgorithmReport, Plan, Scenario};
 
 /// Peak-EWMA's figures in the scenario with `cold_start`.
 fn peak_ewma(cold_start: ColdStart) -> AlgorithmReport {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/cold-start.toml");
     let mut s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    s.algorithms.retain(|a| matches!(a, AlgorithmConfig::PeakEwma(_)));
-    let AlgorithmConfig::PeakEwma(c) = &mut s.algorithms[0] else { unreachable!() };
+    s.algorithms.retain(|a| a.kind() == AlgorithmKind::PEAK_EWMA);
+    let c = s.algorithms[0].params_mut::<PeakEwmaConfig>().unwrap();
     c.cold_start = cold_start;
     let report = simulate(&s, &Plan::for_scenario(&s), None).unwrap();
     report.results.into_iter().next().unwrap()

@@ -29,14 +29,14 @@ concurrency = 1
 #[test]
 fn a_concurrency_limit_queues_in_fifo_order() {
     let s = parse(QUEUE);
-    let r = run_once(&s, &s.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
     // Request k is sent at k ms and finishes at (k+1)·10 ms: latency 10 + 9k ms.
     assert_eq!(r.latency.min, 10.0);
     assert_eq!(r.latency.max, 10.0 + 9.0 * 9.0);
     assert_eq!(r.requests, 10);
     // Without the limit the server is a pure delay.
     let s = parse(&QUEUE.replace("concurrency = 1\n", ""));
-    let r = run_once(&s, &s.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
     assert_eq!((r.latency.min, r.latency.max), (10.0, 10.0));
 }
 
@@ -44,10 +44,10 @@ fn a_concurrency_limit_queues_in_fifo_order() {
 fn network_hops_add_to_client_latency_but_not_balancer_latency() {
     let text = QUEUE.replace("concurrency = 1\n", "") + "[network]\nclient_lb = \"1ms\"\nlb_server = \"2ms\"\n";
     let s = parse(&text);
-    let r = run_once(&s, &s.config_for(AlgorithmKind::Random), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::RANDOM), 1, None).unwrap();
     assert_eq!((r.latency.min, r.latency.max), (16.0, 16.0));
     let s = parse(&(text + "[metrics]\nlatency = \"balancer\"\n"));
-    let r = run_once(&s, &s.config_for(AlgorithmKind::Random), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::RANDOM), 1, None).unwrap();
     assert_eq!((r.latency.min, r.latency.max), (14.0, 14.0));
 }
 
@@ -56,12 +56,12 @@ fn first_contact_delays_only_the_first_messages_of_a_pair() {
     let text = QUEUE.replace("concurrency = 1\n", "").replace("\"1ms\"", "\"100ms\"")
         + "[network]\nfirst_contact = { dist = \"uniform\", min = \"5ms\", max = \"6ms\" }\n";
     let s = parse(&text);
-    let r = run_once(&s, &s.config_for(AlgorithmKind::Random), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::RANDOM), 1, None).unwrap();
     // Four directed pairs are resolved on the first request (5–6 ms each).
     assert!(r.latency.max >= 30.0 && r.latency.max < 34.0, "{:?}", r.latency);
     assert_eq!(r.latency.min, 10.0, "later requests pay nothing");
     let s = parse(&text.replace("requests = 10", "requests = 10\nconnect = true"));
-    let r = run_once(&s, &s.config_for(AlgorithmKind::Random), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::RANDOM), 1, None).unwrap();
     assert!(r.latency.max >= 20.0 && r.latency.max < 23.0, "connecting first pays the client hops: {:?}", r.latency);
 }
 
@@ -89,17 +89,17 @@ fn failures_timeouts_and_recovery() {
         "{TWO}\n[[events]]\nat = \"1s\"\nserver = \"b\"\naction = \"fail\"\nafter = \"1ms\"\n\
          [[events]]\nat = \"3s\"\nserver = \"b\"\naction = \"recover\"\n"
     ));
-    let r = run_once(&errors, &errors.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
+    let r = run_once(&errors, &errors.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
     // Round robin sends every other request to b: half of those sent in 1–3 s fail.
     assert_eq!(r.failed, 100);
     assert_eq!(r.requests, 400);
     let timeouts =
         parse(&format!("{TWO}\n[[events]]\nat = \"1s\"\nserver = \"b\"\naction = \"fail\"\nmode = \"timeout\"\n"));
-    let r = run_once(&timeouts, &timeouts.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
+    let r = run_once(&timeouts, &timeouts.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
     assert_eq!(r.failed, 150);
     assert_eq!(r.latency.max, 5.0, "failures are not latency samples");
     // Peak-EWMA learns to avoid the server that times out (failures count as ≥ 250 ms).
-    let r = run_once(&timeouts, &timeouts.config_for(AlgorithmKind::PeakEwma), 1, None).unwrap();
+    let r = run_once(&timeouts, &timeouts.config_for(AlgorithmKind::PEAK_EWMA), 1, None).unwrap();
     assert!(r.failed < 20, "{}", r.failed);
 }
 
@@ -111,7 +111,7 @@ fn slow_down_join_and_leave() {
          [[events]]\nat = \"2s\"\nserver = \"a\"\naction = \"leave\"\n\
          [[events]]\nat = \"3s\"\nserver = \"b\"\naction = \"slow\"\nservice = \"50ms\"\n"
     ));
-    let r = run_once(&s, &s.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
     // 0–2 s: a and b share 200 requests; 2–4 s: b and c share 200.
     assert_eq!(r.requests_per_server, vec![100, 200, 100]);
     assert_eq!(r.latency.max, 50.0);
@@ -123,12 +123,12 @@ fn slow_down_join_and_leave() {
 #[test]
 fn warmup_is_left_out_and_clients_spread_over_balancers() {
     let s = parse(&format!("{TWO}\n[metrics]\nwarmup = \"1s\"\n").replace("[clients]", "[clients]\ncount = 4"));
-    let r = run_once(&s, &s.config_for(AlgorithmKind::RoundRobin), 1, None).unwrap();
+    let r = run_once(&s, &s.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
     assert_eq!(r.requests, 4 * 300);
     assert_eq!(r.completed, 4 * 400);
     let fleet =
         parse(&TWO.replace("[balancers]", "[balancers]\ncount = 3").replace("[clients]", "[clients]\ncount = 6"));
-    let r = run_once(&fleet, &fleet.config_for(AlgorithmKind::LeastRequest), 1, None).unwrap();
+    let r = run_once(&fleet, &fleet.config_for(AlgorithmKind::LEAST_REQUEST), 1, None).unwrap();
     assert_eq!(r.requests, 6 * 400);
 }
 
@@ -136,11 +136,11 @@ fn warmup_is_left_out_and_clients_spread_over_balancers() {
 fn closed_loop_and_poisson_workloads() {
     let closed =
         parse("[clients]\nloop = \"closed\"\nin_flight = 4\nduration = \"1s\"\n[[servers]]\nservice = \"10ms\"\n");
-    let r = run_once(&closed, &closed.config_for(AlgorithmKind::Random), 1, None).unwrap();
+    let r = run_once(&closed, &closed.config_for(AlgorithmKind::RANDOM), 1, None).unwrap();
     assert_eq!(r.requests, 400, "4 in flight for 1 s at 10 ms each");
     let poisson =
         parse("[clients]\nloop = \"open\"\nrate = 1000.0\nduration = \"10s\"\n[[servers]]\nservice = \"1ms\"\n");
-    let r = run_once(&poisson, &poisson.config_for(AlgorithmKind::Random), 1, None).unwrap();
+    let r = run_once(&poisson, &poisson.config_for(AlgorithmKind::RANDOM), 1, None).unwrap();
     assert!((9_700..10_300).contains(&r.requests), "{}", r.requests);
 }
 
@@ -148,7 +148,8 @@ fn closed_loop_and_poisson_workloads() {
 fn same_seed_same_report_whatever_the_threads() {
     let s =
         parse(&format!("{TWO}\n[network]\nfirst_contact = {{ dist = \"uniform\", min = \"0ms\", max = \"10ms\" }}\n"));
-    let kinds = [AlgorithmKind::PeakEwma, AlgorithmKind::LeastRequest, AlgorithmKind::RingHash, AlgorithmKind::Maglev];
+    let kinds =
+        [AlgorithmKind::PEAK_EWMA, AlgorithmKind::LEAST_REQUEST, AlgorithmKind::RING_HASH, AlgorithmKind::MAGLEV];
     let strip = |mut r: fulcrum_sim::Report| {
         r.wall_seconds = 0.0;
         (report::json(&r), report::table(&r))
@@ -171,7 +172,7 @@ fn snapshot_of_the_report() {
         "name = \"snapshot\"\n{TWO}\n[network]\nfirst_contact = {{ dist = \"uniform\", min = \"0ms\", max = \"10ms\" }}\n\
          [[events]]\nat = \"2s\"\nserver = \"b\"\naction = \"slow\"\nservice = {{ dist = \"exponential\", mean = \"20ms\" }}\n"
     ));
-    let kinds = [AlgorithmKind::RoundRobin, AlgorithmKind::LeastRequest, AlgorithmKind::PeakEwma];
+    let kinds = [AlgorithmKind::ROUND_ROBIN, AlgorithmKind::LEAST_REQUEST, AlgorithmKind::PEAK_EWMA];
     let mut r = simulate(&s, &plan(&s, &kinds, 2, 2), None).unwrap();
     r.wall_seconds = 0.0;
     let text = format!("{}\n{}", report::table(&r), report::json(&r));
@@ -193,7 +194,7 @@ fn many_servers_are_summarised() {
          [[servers]]\ncount = 24\nname = \"fast\"\nservice = \"5ms\"\nconcurrency = 2\n\
          [[servers]]\nname = \"slow\"\nservice = \"50ms\"\nconcurrency = 2\n",
     );
-    let kinds = [AlgorithmKind::RoundRobin, AlgorithmKind::LeastRequest];
+    let kinds = [AlgorithmKind::ROUND_ROBIN, AlgorithmKind::LEAST_REQUEST];
     let mut r = simulate(&s, &plan(&s, &kinds, 1, 1), None).unwrap();
     r.wall_seconds = 0.0;
     let text = report::table(&r);

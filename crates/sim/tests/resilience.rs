@@ -58,7 +58,7 @@ fn share(r: &RunResult, server: usize, from: f64, to: f64) -> f64 {
 fn outlier_detection_ejects_a_fast_failure_and_cuts_failures() {
     let on = shipped("outlier-ejection.toml");
     let off = without(&on, Mechanism::OutlierDetection);
-    for kind in [AlgorithmKind::RoundRobin, AlgorithmKind::LeastRequest] {
+    for kind in [AlgorithmKind::ROUND_ROBIN, AlgorithmKind::LEAST_REQUEST] {
         let with = run(&on, kind);
         let plain = run(&off, kind);
         let stats = with.resilience.as_ref().unwrap();
@@ -94,7 +94,7 @@ fn outlier_detection_ejects_a_fast_failure_and_cuts_failures() {
 fn slow_start_ramps_a_cold_joiner() {
     let on = shipped("slow-start.toml");
     let off = without(&on, Mechanism::SlowStart);
-    for kind in [AlgorithmKind::RoundRobin, AlgorithmKind::Maglev] {
+    for kind in [AlgorithmKind::ROUND_ROBIN, AlgorithmKind::MAGLEV] {
         let ramped = run(&on, kind);
         let plain = run(&off, kind);
         // cold-0 (#8) joins at 10 s; its full share is 1/10.
@@ -119,9 +119,9 @@ fn the_retry_budget_caps_amplification() {
     let budgeted = shipped("retries.toml");
     let unbudgeted = without(&budgeted, Mechanism::RetryBudget);
     let none = without(&budgeted, Mechanism::Retries);
-    let with = run(&budgeted, AlgorithmKind::RoundRobin);
-    let free = run(&unbudgeted, AlgorithmKind::RoundRobin);
-    let plain = run(&none, AlgorithmKind::RoundRobin);
+    let with = run(&budgeted, AlgorithmKind::ROUND_ROBIN);
+    let free = run(&unbudgeted, AlgorithmKind::ROUND_ROBIN);
+    let plain = run(&none, AlgorithmKind::ROUND_ROBIN);
     let (w, f) = (with.resilience.as_ref().unwrap(), free.resilience.as_ref().unwrap());
     // Retries hide failures; the budget gives some of that back for bounded load.
     assert!(
@@ -174,7 +174,7 @@ fn the_panic_threshold_balances_over_all_when_too_few_are_healthy() {
         fail("s-2", "1s", "")
     );
     // Two of three ejected: 33 % healthy is under 50 %, so all three are used.
-    let panicked = run(&parse(&text), AlgorithmKind::RoundRobin);
+    let panicked = run(&parse(&text), AlgorithmKind::ROUND_ROBIN);
     let stats = panicked.resilience.as_ref().unwrap();
     assert_eq!(stats.ejections, 2);
     // In panic from the ejections (just after 1 s) to the end of the run.
@@ -182,7 +182,7 @@ fn the_panic_threshold_balances_over_all_when_too_few_are_healthy() {
     assert!((2.9..=4.1).contains(&seconds), "panic {seconds} s");
     assert!(share(&panicked, 1, 1.5, 4.0) > 0.3, "in panic the ejected servers still get traffic");
     // Threshold 0: no panic, only the healthy server is used.
-    let strict = run(&parse(&format!("panic_threshold = 0.0\n{text}")), AlgorithmKind::RoundRobin);
+    let strict = run(&parse(&format!("panic_threshold = 0.0\n{text}")), AlgorithmKind::ROUND_ROBIN);
     assert_eq!(strict.resilience.as_ref().unwrap().panic, 0);
     assert_eq!(share(&strict, 0, 1.5, 4.0), 1.0);
     assert!(strict.failed < 20, "{}", strict.failed);
@@ -195,7 +195,7 @@ fn per_try_timeouts_and_refused_connections_are_retried_elsewhere() {
     let retries =
         "\n[retries]\nattempts = 2\non = [\"timeout\", \"connect-failure\"]\nper_try_timeout = \"50ms\"\nbudget = false\n";
     let silent = parse(&format!("{TRIO}{retries}{}", fail("s-1", "1s", "mode = \"timeout\"")));
-    let r = run(&silent, AlgorithmKind::RoundRobin);
+    let r = run(&silent, AlgorithmKind::ROUND_ROBIN);
     assert_eq!(r.failed, 0);
     assert!((r.latency.max - 55.0).abs() < 1e-9, "a timed-out try costs 50 ms: {}", r.latency.max);
     // Every try sent to s-1 timed out and was retried, elsewhere.
@@ -203,19 +203,19 @@ fn per_try_timeouts_and_refused_connections_are_retried_elsewhere() {
     assert_eq!(r.resilience.as_ref().unwrap().retries, to_silent);
     assert!(to_silent > 900, "{to_silent}");
     let refused = parse(&format!("{TRIO}{retries}{}", fail("s-1", "1s", "mode = \"refuse\"")));
-    let r = run(&refused, AlgorithmKind::RoundRobin);
+    let r = run(&refused, AlgorithmKind::ROUND_ROBIN);
     assert_eq!((r.failed, r.latency.max), (0, 5.0));
     // Not retried when `on` leaves it out: refused tries fail at once.
     let only_5xx =
         format!("{TRIO}\n[retries]\nattempts = 2\non = [\"5xx\"]\n{}", fail("s-1", "1s", "mode = \"refuse\""));
-    let r = run(&parse(&only_5xx), AlgorithmKind::RoundRobin);
+    let r = run(&parse(&only_5xx), AlgorithmKind::ROUND_ROBIN);
     assert_eq!(r.failed, 1000);
     // With one try in all, per_try_timeout still bounds each try.
     let once = parse(&format!(
         "{TRIO}\n[retries]\nattempts = 1\non = [\"timeout\"]\nper_try_timeout = \"50ms\"\n{}",
         fail("s-1", "1s", "mode = \"timeout\"")
     ));
-    let r = run(&once, AlgorithmKind::RoundRobin);
+    let r = run(&once, AlgorithmKind::ROUND_ROBIN);
     assert_eq!((r.failed, r.resilience.as_ref().unwrap().retries), (1000, 0));
 }
 
@@ -257,7 +257,7 @@ fn resilience_sections_are_validated_with_their_position() {
 fn resilience_reports_are_deterministic_and_only_add_keys() {
     let s = shipped("outlier-ejection.toml");
     let plan = |threads| Plan {
-        algorithms: [AlgorithmKind::RoundRobin, AlgorithmKind::PeakEwma].iter().map(|&k| s.config_for(k)).collect(),
+        algorithms: [AlgorithmKind::ROUND_ROBIN, AlgorithmKind::PEAK_EWMA].iter().map(|&k| s.config_for(k)).collect(),
         seed: 3,
         runs: 2,
         threads,

@@ -21,8 +21,10 @@
 use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
+use fulcrum_des::Streams;
+use serde::{Deserialize, Serialize};
 
-use super::{max_paths, EdgeCtx, Scheme};
+use super::{max_paths, EdgeCtx, ParamError, Scheme, SchemeType, STREAM_ROUTING};
 use crate::packet::{Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
 
@@ -30,17 +32,34 @@ use crate::topology::Fabric;
 const CUT: f64 = 1.0 / 3.0;
 
 /// CLOVE-ECN's parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CloveParams {
     /// Idle time after which a flow's next packet starts a new flowlet.
+    #[serde(with = "fulcrum_config::nanos")]
     pub flowlet_gap: Nanos,
     /// Least time between two cuts of the same path's weight.
+    #[serde(with = "fulcrum_config::nanos")]
     pub half_rtt: Nanos,
 }
 
 impl Default for CloveParams {
     fn default() -> Self {
         CloveParams { flowlet_gap: 500_000, half_rtt: 40_000 }
+    }
+}
+
+impl SchemeType for CloveScheme {
+    const NAME: &'static str = "clove";
+    type Params = CloveParams;
+
+    fn check(p: &CloveParams) -> Result<(), ParamError> {
+        ParamError::positive("flowlet_gap", p.flowlet_gap as f64)?;
+        ParamError::positive("half_rtt", p.half_rtt as f64)
+    }
+
+    fn build(p: &CloveParams, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(CloveScheme::new(*p, fabric, streams.stream(STREAM_ROUTING)))
     }
 }
 

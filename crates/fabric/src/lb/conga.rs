@@ -38,30 +38,55 @@
 use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
+use fulcrum_des::Streams;
+use serde::{Deserialize, Serialize};
 
 use super::ecmp::hash_port;
-use super::{follow, Scheme, SwitchCtx};
+use super::{follow, ParamError, Scheme, SchemeType, SwitchCtx, STREAM_ROUTING};
 use crate::packet::{Nanos, Packet, NO_PATH};
 use crate::topology::{End, Fabric};
 
 /// CONGA's parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CongaParams {
     /// DRE decay period.
+    #[serde(with = "fulcrum_config::nanos")]
     pub tdre: Nanos,
     /// DRE decay factor per period.
     pub alpha: f64,
     /// Bits of the quantised congestion metric.
     pub q_bits: u32,
     /// Idle time after which a flow's next packet starts a new flowlet.
+    #[serde(with = "fulcrum_config::nanos")]
     pub flowlet_gap: Nanos,
     /// Age after which a congestion-table entry no longer counts.
+    #[serde(with = "fulcrum_config::nanos")]
     pub aging: Nanos,
 }
 
 impl Default for CongaParams {
     fn default() -> Self {
         CongaParams { tdre: 30_000, alpha: 0.2, q_bits: 3, flowlet_gap: 500_000, aging: 10_000_000 }
+    }
+}
+
+impl SchemeType for CongaScheme {
+    const NAME: &'static str = "conga";
+    type Params = CongaParams;
+
+    fn check(p: &CongaParams) -> Result<(), ParamError> {
+        ParamError::positive("tdre", p.tdre as f64)?;
+        ParamError::fraction("alpha", p.alpha)?;
+        if !(1..=6).contains(&p.q_bits) {
+            return Err(ParamError::new("q_bits", format!("the metric field holds 1 to 6 bits (found {})", p.q_bits)));
+        }
+        ParamError::positive("flowlet_gap", p.flowlet_gap as f64)?;
+        ParamError::positive("aging", p.aging as f64)
+    }
+
+    fn build(p: &CongaParams, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(CongaScheme::new(*p, fabric, streams.stream(STREAM_ROUTING)))
     }
 }
 

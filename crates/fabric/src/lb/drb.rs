@@ -18,10 +18,57 @@
 //! Both leave the packet's path to the switches within a rack (one path).
 
 use fulcrum_balance::Rng;
+use fulcrum_des::Streams;
+use serde::{Deserialize, Serialize};
 
-use super::{EdgeCtx, Hooks, Scheme};
+use super::{EdgeCtx, Hooks, ParamError, Scheme, SchemeType, STREAM_ROUTING};
 use crate::packet::Packet;
 use crate::topology::Fabric;
+
+/// DRB, as a scheme a scenario names (`scheme = "drb"`, no parameters).
+pub struct Drb;
+
+impl SchemeType for Drb {
+    const NAME: &'static str = "drb";
+    type Params = fulcrum_balance::Empty;
+
+    fn build(_: &Self::Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(RoundRobinPaths::drb(fabric, streams.stream(STREAM_ROUTING)))
+    }
+}
+
+/// Presto, as a scheme a scenario names (`scheme = "presto"`).
+pub struct Presto;
+
+/// Presto's parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrestoParams {
+    /// Bytes per flowcell (a size; 64 KiB).
+    #[serde(deserialize_with = "fulcrum_config::size::deserialize")]
+    pub flowcell: u64,
+    /// Shrink each path's flowcell with its capacity.
+    pub weighted: bool,
+}
+
+impl Default for PrestoParams {
+    fn default() -> Self {
+        PrestoParams { flowcell: 65_536, weighted: false }
+    }
+}
+
+impl SchemeType for Presto {
+    const NAME: &'static str = "presto";
+    type Params = PrestoParams;
+
+    fn check(p: &PrestoParams) -> Result<(), ParamError> {
+        ParamError::positive("flowcell", p.flowcell as f64)
+    }
+
+    fn build(p: &PrestoParams, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(RoundRobinPaths::presto(p.flowcell, p.weighted, fabric, streams.stream(STREAM_ROUTING)))
+    }
+}
 
 /// Where a rotation stands: its current path and the bytes it has sent.
 #[derive(Clone, Copy, Debug, Default)]

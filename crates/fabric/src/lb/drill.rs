@@ -14,9 +14,12 @@
 //! rule has no memory and breaks ties at random, so it is not reused.
 
 use fulcrum_balance::Rng;
+use fulcrum_des::Streams;
+use serde::{Deserialize, Serialize};
 
-use super::{forced, Hooks, Scheme, SwitchCtx};
+use super::{forced, Hooks, ParamError, Scheme, SchemeType, SwitchCtx, STREAM_ROUTING};
 use crate::packet::Packet;
+use crate::topology::Fabric;
 
 /// DRILL(d, m) at every switch.
 #[derive(Debug)]
@@ -27,6 +30,41 @@ pub struct Drill {
     memory: Vec<u32>,
     rng: Rng,
     scratch: Vec<u32>,
+}
+
+/// DRILL's parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DrillParams {
+    /// Output queues sampled per packet (2).
+    pub d: u32,
+    /// Least-loaded ports remembered per destination (1).
+    pub memory: u32,
+}
+
+impl Default for DrillParams {
+    fn default() -> Self {
+        DrillParams { d: 2, memory: 1 }
+    }
+}
+
+impl SchemeType for Drill {
+    const NAME: &'static str = "drill";
+    type Params = DrillParams;
+
+    fn check(p: &DrillParams) -> Result<(), ParamError> {
+        if !(1..=64).contains(&p.d) {
+            return Err(ParamError::new("d", format!("sample 1 to 64 queues (found {})", p.d)));
+        }
+        if p.memory > 64 {
+            return Err(ParamError::new("memory", format!("remember at most 64 ports (found {})", p.memory)));
+        }
+        Ok(())
+    }
+
+    fn build(p: &DrillParams, _: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(Drill::new(p.d, p.memory, streams.stream(STREAM_ROUTING)))
+    }
 }
 
 impl Drill {

@@ -10,8 +10,11 @@
 
 use fulcrum_balance::HashFunction;
 
-use super::{follow, Hooks, Scheme, SwitchCtx};
+use fulcrum_des::Streams;
+
+use super::{follow, Hooks, Scheme, SchemeType, SwitchCtx};
 use crate::packet::{Packet, NO_PATH};
+use crate::topology::Fabric;
 
 /// Per-flow ECMP at every switch.
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,6 +29,15 @@ pub fn hash_port(ctx: &SwitchCtx, pkt: &Packet) -> u32 {
     }
     let key = (pkt.flow as u64) << 1 | ctx.reverse as u64 | (ctx.switch as u64) << 40;
     g[(HashFunction::Xxhash.hash_pair(key, ctx.salt) % g.len() as u64) as usize]
+}
+
+impl SchemeType for Ecmp {
+    const NAME: &'static str = "ecmp";
+    type Params = fulcrum_balance::Empty;
+
+    fn build(_: &Self::Params, _: &Fabric, _: &Streams) -> Box<dyn Scheme> {
+        Box::new(Ecmp)
+    }
 }
 
 impl Scheme for Ecmp {

@@ -24,12 +24,16 @@
 use std::collections::HashMap;
 
 use fulcrum_balance::{HashFunction, Rng};
+use fulcrum_des::Streams;
+use serde::{Deserialize, Serialize};
 
-use super::{EdgeCtx, Scheme};
+use super::{EdgeCtx, ParamError, Scheme, SchemeType, STREAM_ROUTING};
 use crate::packet::{Kind, Nanos, Packet};
+use crate::topology::Fabric;
 
 /// FlowBender's parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FlowBenderParams {
     /// Marked fraction of a round trip above which it is congested.
     pub threshold: f64,
@@ -42,6 +46,20 @@ pub struct FlowBenderParams {
 impl Default for FlowBenderParams {
     fn default() -> Self {
         FlowBenderParams { threshold: 0.05, rounds: 1, reroute_on_timeout: true }
+    }
+}
+
+impl SchemeType for FlowBenderScheme {
+    const NAME: &'static str = "flowbender";
+    type Params = FlowBenderParams;
+
+    fn check(p: &FlowBenderParams) -> Result<(), ParamError> {
+        ParamError::fraction("threshold", p.threshold)?;
+        ParamError::positive("rounds", f64::from(p.rounds))
+    }
+
+    fn build(p: &FlowBenderParams, _: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(FlowBenderScheme::new(*p, streams.stream(STREAM_ROUTING)))
     }
 }
 

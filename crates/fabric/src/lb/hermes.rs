@@ -77,27 +77,34 @@
 use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
-use serde::Serialize;
+use fulcrum_des::Streams;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{max_paths, EdgeCtx, Probe, ProbeReply, Scheme, SchemeStats};
+use super::{max_paths, EdgeCtx, ParamError, Probe, ProbeReply, Scheme, SchemeStats, SchemeType, STREAM_ROUTING};
 use crate::lb::conga::Dre;
 use crate::packet::{Kind, Nanos, Packet, NO_PATH};
 use crate::topology::Fabric;
 
 /// Hermes's parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct HermesParams {
     /// A good path's delay is below this (`TLBMinRTT`, 40 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub good_delay: Nanos,
     /// A bad path's delay is at least this (`TLBHighRTT`, 180 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub bad_delay: Nanos,
     /// A good path's ECN fraction is below this (0.1).
     pub ecn_low: f64,
     /// Bytes a window needs before a path can be good (14 000).
+    #[serde(deserialize_with = "fulcrum_config::size::deserialize")]
     pub ecn_min_bytes: u64,
     /// Sensing window (`T1`, 100 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub window: Nanos,
     /// Delay gap that makes one path better than another (1 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub better_delay: Nanos,
     /// Timeouts in a row that fail a path (0: off, as in the module; the
     /// paper suggests 3).
@@ -106,31 +113,41 @@ pub struct HermesParams {
     /// module; the paper suggests 0.01).
     pub fail_retx: f64,
     /// Bytes sent per retransmission block (140 000: 100 full packets).
+    #[serde(deserialize_with = "fulcrum_config::size::deserialize")]
     pub fail_sample_bytes: u64,
     /// Acknowledged bytes a flow needs on its path before it may move (`S`,
     /// 64 000).
+    #[serde(deserialize_with = "fulcrum_config::size::deserialize")]
     pub min_bytes: u64,
     /// A flow moves only if its path's send rate is at most this (the
     /// module's DRE limit: 5 × 1 Gb/s).
+    #[serde(rename = "max_rate_gbps", deserialize_with = "gbps", serialize_with = "write_gbps")]
     pub max_rate_bps: u64,
     /// Chance that an allowed move is tried (0.5).
     pub reroute_probability: f64,
     /// Least time between two tries of the same flow (100 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub retry_gap: Nanos,
     /// A pause this long lets a flow move (500 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub flowlet_gap: Nanos,
     /// A flow with no ACK for this long is forgotten (1 ms).
+    #[serde(with = "fulcrum_config::nanos")]
     pub forget_after: Nanos,
     /// Probe period (`TLBProbingInterval`, 50 µs).
+    #[serde(skip)]
     pub probe_interval: Nanos,
     /// DRE period and factor of the send-rate meter (30 µs, 0.2).
+    #[serde(skip)]
     pub tdre: Nanos,
+    #[serde(skip)]
     pub alpha: f64,
     /// The receiving side routes its ACKs too (the module's reverse-ACK
     /// option, `TLBReverseACK`; off in the experiment program).
     pub reverse_ack: bool,
     /// An ACK flowlet keeps its path while ACKs leave within this of each
     /// other (`AckletTimeout`, 300 µs).
+    #[serde(with = "fulcrum_config::nanos")]
     pub acklet_timeout: Nanos,
 }
 
@@ -158,6 +175,53 @@ impl Default for HermesParams {
             reverse_ack: false,
             acklet_timeout: 300_000,
         }
+    }
+}
+
+/// `max_rate_gbps`: Gb/s in the scenario, bits per second in the run.
+fn gbps<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    f64::deserialize(d).map(|g| (g * 1e9) as u64)
+}
+
+fn write_gbps<S: Serializer>(bps: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(*bps as f64 / 1e9)
+}
+
+impl SchemeType for HermesScheme {
+    const NAME: &'static str = "hermes";
+    type Params = HermesParams;
+
+    fn check(p: &HermesParams) -> Result<(), ParamError> {
+        for (f, v) in [
+            ("good_delay", p.good_delay),
+            ("window", p.window),
+            ("retry_gap", p.retry_gap),
+            ("flowlet_gap", p.flowlet_gap),
+            ("forget_after", p.forget_after),
+            ("acklet_timeout", p.acklet_timeout),
+            ("fail_sample_bytes", p.fail_sample_bytes),
+            ("max_rate_gbps", p.max_rate_bps),
+        ] {
+            ParamError::positive(f, v as f64)?;
+        }
+        if p.bad_delay <= p.good_delay {
+            let found = format!("must be above good_delay ({} ns) (found {} ns)", p.good_delay, p.bad_delay);
+            return Err(ParamError::new("bad_delay", found));
+        }
+        ParamError::fraction("ecn_low", p.ecn_low)?;
+        if !(0.0..1.0).contains(&p.fail_retx) {
+            let found = format!("must be at least 0 (off) and below 1 (found {})", p.fail_retx);
+            return Err(ParamError::new("fail_retx", found));
+        }
+        if !(0.0..=1.0).contains(&p.reroute_probability) {
+            let found = format!("must be within 0 and 1 (found {})", p.reroute_probability);
+            return Err(ParamError::new("reroute_probability", found));
+        }
+        Ok(())
+    }
+
+    fn build(p: &HermesParams, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(HermesScheme::new(*p, fabric, streams.stream(STREAM_ROUTING)))
     }
 }
 

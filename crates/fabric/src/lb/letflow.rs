@@ -14,9 +14,12 @@
 use std::collections::HashMap;
 
 use fulcrum_balance::Rng;
+use fulcrum_des::Streams;
+use serde::{Deserialize, Serialize};
 
-use super::{forced, Hooks, Scheme, SwitchCtx};
+use super::{forced, Hooks, ParamError, Scheme, SchemeType, SwitchCtx, STREAM_ROUTING};
 use crate::packet::{Nanos, Packet};
+use crate::topology::Fabric;
 
 /// A flow's current flowlet at one switch.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +35,34 @@ pub struct LetFlow {
     /// Keyed by `switch << 33 | flow << 1 | reverse`.
     table: HashMap<u64, Flowlet>,
     rng: Rng,
+}
+
+/// LetFlow's parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LetFlowParams {
+    /// Idle time after which a flow's next packet starts a new flowlet (500 µs).
+    #[serde(with = "fulcrum_config::nanos")]
+    pub flowlet_gap: Nanos,
+}
+
+impl Default for LetFlowParams {
+    fn default() -> Self {
+        LetFlowParams { flowlet_gap: 500_000 }
+    }
+}
+
+impl SchemeType for LetFlow {
+    const NAME: &'static str = "letflow";
+    type Params = LetFlowParams;
+
+    fn check(p: &LetFlowParams) -> Result<(), ParamError> {
+        ParamError::positive("flowlet_gap", p.flowlet_gap as f64)
+    }
+
+    fn build(p: &LetFlowParams, _: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        Box::new(LetFlow::new(p.flowlet_gap, streams.stream(STREAM_ROUTING)))
+    }
 }
 
 impl LetFlow {

@@ -28,10 +28,12 @@
 //!
 //! A scheme says which of these calls it needs ([`Scheme::hooks`]; all by
 //! default), so that per-flow ECMP costs what it did before the hook.
-//! Adding a scheme: a file here implementing [`Scheme`], a variant of
-//! [`Config`] built in [`build`], and its table in `scenario::RoutingCfg`;
-//! a scheme that counts its decisions returns the counts from
-//! [`Scheme::stats`] (a variant of [`SchemeStats`]), which the run's
+//! Adding a scheme, here or in another crate: a type implementing
+//! [`Scheme`], and a [`SchemeType`] giving its name, its parameters (read
+//! from `[routing]` with serde, checked by [`SchemeType::check`]) and its
+//! constructor, added with [`register`] (the built-ins are listed in
+//! [`BUILT_IN`]); a scheme that counts its decisions returns the counts
+//! from [`Scheme::stats`] (a variant of [`SchemeStats`]), which the run's
 //! outcome and its JSON report carry.
 //!
 //! Feedback reaches edge schemes through [`Scheme::on_ack`] (an ACK arrives
@@ -55,12 +57,12 @@
 
 pub mod clove;
 pub mod conga;
-mod drb;
-mod drill;
+pub mod drb;
+pub mod drill;
 mod ecmp;
 pub mod flowbender;
 pub mod hermes;
-mod letflow;
+pub mod letflow;
 
 pub use drb::RoundRobinPaths;
 pub use drill::Drill;
@@ -72,7 +74,13 @@ pub use conga::CongaScheme;
 pub use flowbender::FlowBenderScheme;
 pub use hermes::HermesScheme;
 
+use std::fmt;
+use std::marker::PhantomData;
+
+use fulcrum_config::registry::{parse_params, Named, Registry};
+pub use fulcrum_config::registry::{NameTaken, Params};
 use fulcrum_des::Streams;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::packet::{Nanos, Packet, NO_PATH};
@@ -243,31 +251,201 @@ pub fn forced(ctx: &SwitchCtx, pkt: &Packet) -> Option<u32> {
     (ctx.group.len() == 1).then(|| ctx.group[0])
 }
 
-/// A scheme and its parameters, as a scenario gives them.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Config {
-    /// Per-flow ECMP (each switch hashes the flow with the run's salt).
-    Ecmp,
-    /// Per-packet round robin over paths at the sender, per destination.
-    Drb,
-    /// Round robin of `flowcell`-byte flowcells over paths at the sender;
-    /// `weighted`: each path's flowcell shrinks with its capacity.
-    Presto { flowcell: u64, weighted: bool },
-    /// A random port per flowlet at each switch.
-    LetFlow { flowlet_gap: Nanos },
-    /// Per packet at each switch: the shortest of `d` sampled queues and
-    /// the `memory` best remembered.
-    Drill { d: u32, memory: u32 },
-    /// CONGA at every switch.
-    Conga(conga::CongaParams),
-    /// CLOVE-ECN at the sending hosts.
-    Clove(clove::CloveParams),
-    /// FlowBender at the sending hosts.
-    FlowBender(flowbender::FlowBenderParams),
-    /// Hermes at the sending hosts.
-    Hermes(hermes::HermesParams),
+/// A scheme that can be named in a scenario's `[routing]` table.
+pub trait SchemeType: 'static {
+    /// The name, as `scheme = "…"`.
+    const NAME: &'static str;
+    /// The other keys of `[routing]`; `Default` gives a table with
+    /// `scheme` alone. Reject unknown fields (`#[serde(deny_unknown_fields)]`).
+    type Params: Serialize + DeserializeOwned + Default + Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
+
+    /// Check the parameters (the first bad one, named by its key).
+    fn check(_params: &Self::Params) -> Result<(), ParamError> {
+        Ok(())
+    }
+
+    /// The scheme for one run over `fabric`; its randomness comes from
+    /// `streams` (stream [`STREAM_ROUTING`]).
+    fn build(params: &Self::Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme>;
 }
 
+/// A parameter that fails its scheme's check: its key and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamError {
+    /// The key in `[routing]` (empty: the table as a whole).
+    pub field: String,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+impl ParamError {
+    /// A failed check of `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ParamError { field: field.into(), message: message.into() }
+    }
+
+    /// `field` must be finite and above 0.
+    pub fn positive(field: &str, v: f64) -> Result<(), ParamError> {
+        if v > 0.0 && v.is_finite() {
+            Ok(())
+        } else {
+            Err(ParamError::new(field, format!("must be above 0 (found {v})")))
+        }
+    }
+
+    /// `field` must be strictly between 0 and 1.
+    pub fn fraction(field: &str, v: f64) -> Result<(), ParamError> {
+        if v > 0.0 && v < 1.0 {
+            Ok(())
+        } else {
+            Err(ParamError::new(field, format!("must be between 0 and 1, exclusive (found {v})")))
+        }
+    }
+}
+
+/// A scheme's entry in the registry ([`TypedScheme`] of a [`SchemeType`]).
+pub trait SchemeFactory: Named + Send + Sync + 'static {
+    /// The parameters from a `[routing]` table without its `scheme`.
+    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
+    /// The default parameters.
+    fn default_params(&self) -> Box<dyn Params>;
+    /// Check parameters this factory made.
+    fn check(&self, params: &dyn Params) -> Result<(), ParamError>;
+    /// The scheme configured by parameters this factory made.
+    fn build(&self, params: &dyn Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme>;
+}
+
+/// The [`SchemeFactory`] of a [`SchemeType`].
+pub struct TypedScheme<S>(PhantomData<fn() -> S>);
+
+impl<S: SchemeType> TypedScheme<S> {
+    /// The factory of `S`.
+    pub const NEW: TypedScheme<S> = TypedScheme(PhantomData);
+
+    fn typed(params: &dyn Params) -> S::Params {
+        params.as_any().downcast_ref::<S::Params>().cloned().unwrap_or_default()
+    }
+}
+
+impl<S: SchemeType> Named for TypedScheme<S> {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+}
+
+impl<S: SchemeType> SchemeFactory for TypedScheme<S> {
+    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
+        parse_params::<S::Params>(params)
+    }
+
+    fn default_params(&self) -> Box<dyn Params> {
+        Box::new(S::Params::default())
+    }
+
+    fn check(&self, params: &dyn Params) -> Result<(), ParamError> {
+        S::check(&Self::typed(params))
+    }
+
+    fn build(&self, params: &dyn Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
+        S::build(&Self::typed(params), fabric, streams)
+    }
+}
+
+/// The built-in schemes.
+pub const BUILT_IN: [&dyn SchemeFactory; 9] = [
+    &TypedScheme::<Ecmp>::NEW,
+    &TypedScheme::<drb::Drb>::NEW,
+    &TypedScheme::<drb::Presto>::NEW,
+    &TypedScheme::<LetFlow>::NEW,
+    &TypedScheme::<Drill>::NEW,
+    &TypedScheme::<CongaScheme>::NEW,
+    &TypedScheme::<CloveScheme>::NEW,
+    &TypedScheme::<FlowBenderScheme>::NEW,
+    &TypedScheme::<HermesScheme>::NEW,
+];
+
+static SCHEMES: Registry<dyn SchemeFactory> = Registry::new(&BUILT_IN);
+
+/// Add `S` to the schemes a scenario can name.
+pub fn register<S: SchemeType>() -> Result<(), NameTaken> {
+    SCHEMES.register(Box::leak(Box::new(TypedScheme::<S>::NEW)))
+}
+
+/// Every scheme: the built-ins, then the registered ones.
+pub fn schemes() -> Vec<&'static dyn SchemeFactory> {
+    SCHEMES.all()
+}
+
+/// A scheme and its parameters, as a scenario's `[routing]` gives them.
+pub struct Config {
+    factory: &'static dyn SchemeFactory,
+    params: Box<dyn Params>,
+}
+
+impl Config {
+    /// `S` with `params` (`S` need not be registered).
+    pub fn new<S: SchemeType>(params: S::Params) -> Config {
+        Config { factory: Box::leak(Box::new(TypedScheme::<S>::NEW)), params: Box::new(params) }
+    }
+
+    /// The scheme's name.
+    pub fn name(&self) -> &'static str {
+        self.factory.name()
+    }
+
+    /// The parameters, when they are a `T` (the scheme's `Params`).
+    pub fn params<T: 'static>(&self) -> Option<&T> {
+        self.params.as_any().downcast_ref()
+    }
+
+    /// The scheme a `[routing]` table names (`scheme`), with the rest of
+    /// the table as its parameters, checked.
+    pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
+        let name = match table.remove("scheme") {
+            Some(toml::Value::String(name)) => name,
+            Some(other) => return Err(ParamError::new("scheme", format!("must be a string, not {other}"))),
+            None => return Err(ParamError::new("scheme", "missing: name a scheme")),
+        };
+        let Some(factory) = SCHEMES.lookup(&name) else {
+            return Err(ParamError::new(
+                "scheme",
+                format!("unknown scheme {name:?} (expected one of: {})", SCHEMES.known()),
+            ));
+        };
+        let params = factory.parse(table).map_err(|message| {
+            // serde names an unknown key first: "unknown field `x`, …".
+            let key = message.strip_prefix("unknown field `").and_then(|r| r.split('`').next()).unwrap_or("");
+            ParamError::new(key, format!("{}: {message}", factory.name()))
+        })?;
+        factory.check(&*params)?;
+        Ok(Config { factory, params })
+    }
+}
+
+/// Per-flow ECMP, the scheme of a scenario without `[routing]`.
+impl Default for Config {
+    fn default() -> Self {
+        Config { factory: BUILT_IN[0], params: BUILT_IN[0].default_params() }
+    }
+}
+
+impl Clone for Config {
+    fn clone(&self) -> Self {
+        Config { factory: self.factory, params: self.params.clone_box() }
+    }
+}
+
+impl PartialEq for Config {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name() && self.params.eq_dyn(&*other.params)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config").field("scheme", &self.name()).field("params", &self.params).finish()
+    }
+}
 /// The most paths between two hosts of `fabric` (the size of a per-host
 /// path table).
 pub fn max_paths(fabric: &Fabric) -> usize {
@@ -278,18 +456,7 @@ pub fn max_paths(fabric: &Fabric) -> usize {
 
 /// Build the scheme of `cfg` for `fabric`, with the run's `streams`.
 pub fn build(cfg: &Config, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
-    let rng = || streams.stream(STREAM_ROUTING);
-    match *cfg {
-        Config::Ecmp => Box::new(Ecmp),
-        Config::Drb => Box::new(RoundRobinPaths::drb(fabric, rng())),
-        Config::Presto { flowcell, weighted } => Box::new(RoundRobinPaths::presto(flowcell, weighted, fabric, rng())),
-        Config::LetFlow { flowlet_gap } => Box::new(LetFlow::new(flowlet_gap, rng())),
-        Config::Drill { d, memory } => Box::new(Drill::new(d, memory, rng())),
-        Config::Conga(p) => Box::new(CongaScheme::new(p, fabric, rng())),
-        Config::Clove(p) => Box::new(CloveScheme::new(p, fabric, rng())),
-        Config::FlowBender(p) => Box::new(FlowBenderScheme::new(p, rng())),
-        Config::Hermes(p) => Box::new(HermesScheme::new(p, fabric, rng())),
-    }
+    cfg.factory.build(&*cfg.params, fabric, streams)
 }
 
 #[cfg(test)]
@@ -364,20 +531,10 @@ mod tests {
     fn every_config_builds_its_scheme() {
         let f = fabric();
         let streams = Streams::new(1);
-        let names: Vec<&str> = [
-            Config::Ecmp,
-            Config::Drb,
-            Config::Presto { flowcell: 65536, weighted: false },
-            Config::LetFlow { flowlet_gap: 500_000 },
-            Config::Drill { d: 2, memory: 1 },
-            Config::Conga(conga::CongaParams::default()),
-            Config::Clove(clove::CloveParams::default()),
-            Config::FlowBender(flowbender::FlowBenderParams::default()),
-            Config::Hermes(hermes::HermesParams::default()),
-        ]
-        .iter()
-        .map(|c| build(c, &f, &streams).name())
-        .collect();
+        let names: Vec<&str> = schemes()
+            .iter()
+            .map(|s| build(&Config { factory: *s, params: s.default_params() }, &f, &streams).name())
+            .collect();
         assert_eq!(names, ["ecmp", "drb", "presto", "letflow", "drill", "conga", "clove", "flowbender", "hermes"]);
         assert_eq!(max_paths(&f), 4);
     }
