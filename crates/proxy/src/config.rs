@@ -75,6 +75,9 @@ pub struct Listener {
     pub access_log: Option<AccessLogConfig>,
     /// Which server speaks HTTP/1.1 to clients.
     pub http1_server: Http1Server,
+    /// The `Alt-Svc` header value added to every response of a TLS
+    /// HTTP/1.1 or HTTP/2 listener, e.g. `h3=":8443"` for an `http3` listener.
+    pub alt_svc: Option<String>,
 }
 
 /// Which server speaks HTTP/1.1 to an HTTP listener's clients (HTTP/2 is
@@ -134,6 +137,8 @@ pub enum ListenerProtocol {
     Http2,
     /// Plain TCP, balanced per connection.
     Tcp,
+    /// HTTP/3 over QUIC (UDP); needs `tls`, ALPN offers only h3.
+    Http3,
 }
 
 /// PEM files for a TLS listener.
@@ -313,6 +318,7 @@ struct RawListener {
     #[serde(default)]
     http1_server: Http1Server,
     access_log: Option<Spanned<RawAccessLog>>,
+    alt_svc: Option<Spanned<String>>,
 }
 
 /// `access_log = { path = "…" | "stdout", format = "…" | json = true }`.
@@ -494,6 +500,7 @@ impl Config {
                 limits: Limits::default(),
                 http1_server: Http1Server::default(),
                 access_log: None,
+                alt_svc: None,
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
@@ -770,8 +777,19 @@ impl RawListener {
         };
         let (routes, cluster) = match self.protocol {
             ListenerProtocol::Http | ListenerProtocol::Http2 => (self.http_routes(src, at, clusters)?, None),
+            ListenerProtocol::Http3 => {
+                if self.tls.is_none() {
+                    return Err(src.error(
+                        self.listen.span(),
+                        at("tls"),
+                        "an http3 listener needs `tls` (QUIC is TLS 1.3)",
+                    ));
+                }
+                (self.http_routes(src, at, clusters)?, None)
+            }
             ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
         };
+        let alt_svc = self.alt_svc(src, at)?;
         let limits = match self.limits {
             Some(lim) => {
                 let v = lim.get_ref();
@@ -797,6 +815,7 @@ impl RawListener {
             None => None,
         };
         Ok(Listener {
+            alt_svc,
             listen,
             protocol: self.protocol,
             tls: self.tls,
@@ -828,6 +847,23 @@ impl RawListener {
             routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster });
         }
         Ok(routes)
+    }
+
+    /// `alt_svc`: a header value, on a TLS HTTP/1.1 or HTTP/2 listener only
+    /// (clients ignore `Alt-Svc` over clear text).
+    fn alt_svc(&self, src: &Source, at: FieldName) -> Result<Option<String>, ConfigError> {
+        let Some(a) = &self.alt_svc else { return Ok(None) };
+        let bad = if !matches!(self.protocol, ListenerProtocol::Http | ListenerProtocol::Http2) || self.tls.is_none() {
+            Some("`alt_svc` is for http and http2 listeners with `tls`")
+        } else if a.get_ref().is_empty() || http::HeaderValue::from_str(a.get_ref()).is_err() {
+            Some("not a header value, e.g. alt_svc = 'h3=\":8443\"; ma=86400'")
+        } else {
+            None
+        };
+        match bad {
+            Some(m) => Err(src.error(a.span(), at("alt_svc"), m)),
+            None => Ok(Some(a.get_ref().clone())),
+        }
     }
 
     /// A TCP listener's one cluster: no routes, no TLS.
