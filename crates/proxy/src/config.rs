@@ -767,7 +767,11 @@ impl RawListener {
             .get_ref()
             .parse()
             .map_err(|_| src.error(self.listen.span(), at("listen"), "expected ip:port, e.g. 127.0.0.1:8080"))?;
-        if listen.port() != 0 && earlier.iter().any(|k| k.listen == listen) {
+        // HTTP/3 listens on UDP: it may share its address with a TCP listener.
+        let udp = self.protocol == ListenerProtocol::Http3;
+        if listen.port() != 0
+            && earlier.iter().any(|k| k.listen == listen && (k.protocol == ListenerProtocol::Http3) == udp)
+        {
             return Err(src.error(self.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
         }
         let max_header_bytes = match self.max_header_bytes {
@@ -1000,6 +1004,10 @@ connect_timeout = "250ms"
         assert_eq!((minimal.listeners.len(), minimal.clusters[0].endpoints.len()), (1, 2));
         let tls = load("tls.toml", include_str!("../../../examples/proxy/tls.toml"));
         assert!(tls.listeners[0].tls.is_some());
+        let h3 = load("http3.toml", include_str!("../../../examples/proxy/http3.toml"));
+        assert_eq!(h3.listeners[0].protocol, ListenerProtocol::Http3);
+        assert_eq!(h3.listeners[0].listen, h3.listeners[1].listen);
+        assert!(h3.listeners[1].alt_svc.is_some());
         let resilience = load("resilience.toml", include_str!("../../../examples/proxy/resilience.toml"));
         let app = &resilience.clusters[0];
         assert!(app.health_check.is_some() && app.outlier_detection.is_some() && app.slow_start.is_some());
@@ -1046,6 +1054,23 @@ connect_timeout = "250ms"
         let e = error(&with(r#"{ file = "x" }"#));
         assert_eq!(e.line, 7, "{e}");
         assert!(e.message.contains("file"), "{e}");
+    }
+
+    #[test]
+    fn http3_needs_tls_and_alt_svc_needs_a_tls_http_listener() {
+        let tls = "tls = { cert = \"c.pem\", key = \"k.pem\" }";
+        let h3 =
+            |extra: &str| GOOD.replace("listen = \"127.0.0.1:8080\"", &format!("listen = \"127.0.0.1:8080\"\n{extra}"));
+        let c = parse(&h3(&format!("protocol = \"http3\"\n{tls}"))).unwrap();
+        assert_eq!(c.listeners[0].protocol, ListenerProtocol::Http3);
+        let e = error(&h3("protocol = \"http3\""));
+        assert_eq!((e.line, e.field.as_str()), (6, "listener[0].tls"), "{e}");
+        let c = parse(&h3(&format!("{tls}\nalt_svc = 'h3=\":8443\"'"))).unwrap();
+        assert_eq!(c.listeners[0].alt_svc.as_deref(), Some("h3=\":8443\""));
+        let e = error(&h3("alt_svc = 'h3=\":8443\"'"));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].alt_svc"), "{e}");
+        let e = error(&h3(&format!("{tls}\nalt_svc = \"a\\u0001\"")));
+        assert_eq!((e.line, e.field.as_str()), (8, "listener[0].alt_svc"), "{e}");
     }
 
     #[test]
