@@ -2,9 +2,8 @@
 //! backend`, with a quinn/h3 client and (ignored unless Python's `aioquic`
 //! is installed, as `scripts/test` does) with `aioquic`; the `Alt-Svc` a TLS
 //! listener advertises; the listener's connection limit, idle timeout and
-//! body limit;
-//! and bad input (datagrams that are not QUIC, a client expecting another
-//! name) that must leave the proxy serving. Loopback only, bounded, every
+//! body limit; and bad input (datagrams that are not QUIC, a client
+//! expecting another name) that must leave the proxy serving. Loopback only, bounded, every
 //! process ended by PID.
 
 mod common;
