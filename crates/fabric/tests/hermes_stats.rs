@@ -1,4 +1,4 @@
-//! What Hermes does on the 4 × 4 × 8 symmetric fabric (issue #15): where it
+//! What Hermes does on the 4 × 4 × 8 symmetric fabric: where it
 //! places flows, how often it judges a flow's path bad and moves the flow,
 //! and how much data is in flight when it does: the counters the scheme
 //! returns into the run's outcome (`Outcome::routing_stats`), in every

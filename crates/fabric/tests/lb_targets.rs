@@ -1,4 +1,4 @@
-//! The targets of issue #15 on the 4 × 4 × 8 leaf-spine (the Hermes paper's
+//! The load-balancing targets on the 4 × 4 × 8 leaf-spine (the Hermes paper's
 //! claims), measured on shortened runs of the shipped `lb-4x4x8-*`
 //! scenarios: flows launched over 100 ms, the run ending at 150 ms, seeds 1
 //! and 2 pooled (the figures are the mean over the two runs).

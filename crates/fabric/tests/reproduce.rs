@@ -29,7 +29,7 @@
 //! `orderings_and_magnitudes_hold_over_five_seeds` checks what the ns-3
 //! model shows on average: ECN#'s small flows finish sooner than TCN-high's,
 //! and TCN-high has the highest average FCT of the three. It also checks the
-//! figures against the table, within the bounds issue #14 sets: the
+//! figures against the table, within the project's reproduction bounds: the
 //! average and the small-flow average within ±15 %, the large-flow average
 //! and the small-flow p99 within ±25 %. (The large-flow average was met
 //! once the receiver stopped answering segments after its FIN, as ns-3's

@@ -31,6 +31,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
+pub use crate::proxy_protocol::{ProxyProtocolListener, Version as ProxyVersion};
 
 /// A configuration the proxy rejects, located in its file (`<command
 /// line>` for quick mode): `file:line:column: field: message`, the field a
@@ -78,6 +79,10 @@ pub struct Listener {
     /// The `Alt-Svc` header value added to every response of a TLS
     /// HTTP/1.1 or HTTP/2 listener, e.g. `h3=":8443"` for an `http3` listener.
     pub alt_svc: Option<String>,
+    /// Who may send a PROXY protocol header, and whether one is required.
+    pub proxy_protocol: Option<ProxyProtocolListener>,
+    /// TLS passthrough: clusters by server name (`cluster` is the default).
+    pub sni_routes: Vec<(String, usize)>,
 }
 
 /// Which server speaks HTTP/1.1 to an HTTP listener's clients (HTTP/2 is
@@ -139,6 +144,8 @@ pub enum ListenerProtocol {
     Tcp,
     /// HTTP/3 over QUIC (UDP); needs `tls`, ALPN offers only h3.
     Http3,
+    /// TLS left to the endpoints: TCP routed by the ClientHello's server name.
+    TlsPassthrough,
 }
 
 /// PEM files for a TLS listener.
@@ -201,6 +208,8 @@ pub struct Cluster {
     /// a trailers-only head, counts as a failure for outlier detection and
     /// Peak-EWMA's penalty (default true).
     pub grpc_status_failure: bool,
+    /// The PROXY protocol header sent on each new upstream connection.
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 /// Active health checks of every endpoint of a cluster.
@@ -319,6 +328,62 @@ struct RawListener {
     http1_server: Http1Server,
     access_log: Option<Spanned<RawAccessLog>>,
     alt_svc: Option<Spanned<String>>,
+    proxy_protocol: Option<Spanned<RawProxyProtocol>>,
+    #[serde(default)]
+    sni_routes: Vec<RawSniRoute>,
+}
+
+/// `proxy_protocol = { trusted = ["10.0.0.0/8"], required = true, timeout = "3s" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProxyProtocol {
+    trusted: Vec<Spanned<String>>,
+    #[serde(default = "default_true")]
+    required: bool,
+    #[serde(default, with = "fulcrum_config::duration")]
+    timeout: Option<Duration>,
+}
+
+/// How long a PROXY protocol header may take to arrive, unless configured.
+const DEFAULT_PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl RawProxyProtocol {
+    fn validate(
+        self,
+        span: std::ops::Range<usize>,
+        src: &Source,
+        at: FieldName,
+    ) -> Result<ProxyProtocolListener, ConfigError> {
+        if self.trusted.is_empty() {
+            return Err(src.error(
+                span,
+                at("proxy_protocol.trusted"),
+                "list the address ranges allowed to send a header",
+            ));
+        }
+        let mut trusted = Vec::with_capacity(self.trusted.len());
+        for (i, t) in self.trusted.iter().enumerate() {
+            let range =
+                t.get_ref().parse().map_err(|m| src.error(t.span(), at(&format!("proxy_protocol.trusted[{i}]")), m))?;
+            trusted.push(range);
+        }
+        let timeout = match self.timeout {
+            Some(t) if t.is_zero() => {
+                return Err(src.error(span, at("proxy_protocol.timeout"), "must be greater than 0"))
+            }
+            Some(t) => t,
+            None => DEFAULT_PROXY_PROTOCOL_TIMEOUT,
+        };
+        Ok(ProxyProtocolListener { trusted, required: self.required, timeout })
+    }
+}
+
+/// `sni_routes = [{ server_name = "a.example.com" | "*.example.com", cluster = "a" }]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSniRoute {
+    server_name: Spanned<String>,
+    cluster: Spanned<String>,
 }
 
 /// `access_log = { path = "…" | "stdout", format = "…" | json = true }`.
@@ -400,6 +465,7 @@ struct RawCluster {
     max_pending: Option<Spanned<usize>>,
     #[serde(default = "default_true")]
     grpc_status_failure: bool,
+    proxy_protocol: Option<Spanned<ProxyVersion>>,
 }
 
 fn default_true() -> bool {
@@ -501,6 +567,8 @@ impl Config {
                 http1_server: Http1Server::default(),
                 access_log: None,
                 alt_svc: None,
+                proxy_protocol: None,
+                sni_routes: Vec::new(),
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
@@ -520,6 +588,7 @@ impl Config {
                 max_connections: DEFAULT_MAX_REQUESTS as usize,
                 max_pending: DEFAULT_MAX_REQUESTS as usize,
                 grpc_status_failure: true,
+                proxy_protocol: None,
             }],
         })
     }
@@ -598,6 +667,13 @@ impl RawConfig {
                 None => DEFAULT_MAX_REQUESTS,
             };
             let (max_connections, max_pending) = connection_limits(c.max_connections, c.max_pending, src, &at)?;
+            let proxy_protocol = match c.proxy_protocol {
+                // An HTTP/2 connection carries many clients' requests; a header names one.
+                Some(p) if c.upstream == UpstreamProtocol::Http2 => {
+                    return Err(src.error(p.span(), at("proxy_protocol"), "needs upstream = \"http1\""));
+                }
+                p => p.map(Spanned::into_inner),
+            };
             // Checked last: errors come in the order they always did.
             let timeouts = [c.connect_timeout, c.request_timeout, c.resolve_interval];
             let [connect_timeout, request_timeout, resolve_interval] = timeouts_or_defaults(timeouts, src, &at)?;
@@ -619,6 +695,7 @@ impl RawConfig {
                 hash_key: c.hash_key.unwrap_or(HashKey::SourceIp),
                 upstream: c.upstream,
                 grpc_status_failure: c.grpc_status_failure,
+                proxy_protocol,
             });
         }
         Ok(clusters)
@@ -792,8 +869,20 @@ impl RawListener {
                 (self.http_routes(src, at, clusters)?, None)
             }
             ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
+            ListenerProtocol::TlsPassthrough => (Vec::new(), self.default_cluster(src, at, clusters)?),
         };
         let alt_svc = self.alt_svc(src, at)?;
+        let sni_routes = self.sni_routes(src, at, clusters)?;
+        let proxy_protocol = match self.proxy_protocol {
+            Some(p) if self.protocol == ListenerProtocol::Http3 => {
+                return Err(src.error(p.span(), at("proxy_protocol"), "the PROXY protocol is for TCP listeners"));
+            }
+            Some(p) => {
+                let span = p.span();
+                Some(p.into_inner().validate(span, src, at)?)
+            }
+            None => None,
+        };
         let limits = match self.limits {
             Some(lim) => {
                 let v = lim.get_ref();
@@ -809,7 +898,7 @@ impl RawListener {
         };
         let http1_server = self.http1_server;
         let access_log = match self.access_log {
-            Some(a) if self.protocol == ListenerProtocol::Tcp => {
+            Some(a) if matches!(self.protocol, ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough) => {
                 return Err(src.error(a.span(), at("access_log"), "access logs are for HTTP listeners"));
             }
             Some(a) => {
@@ -829,7 +918,64 @@ impl RawListener {
             limits,
             http1_server,
             access_log,
+            proxy_protocol,
+            sni_routes,
         })
+    }
+
+    /// A passthrough listener's default cluster (none: unmatched names are
+    /// refused); no routes, no TLS.
+    fn default_cluster(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Option<usize>, ConfigError> {
+        if self.tls.is_some() || !self.routes.is_empty() {
+            return Err(src.error(
+                self.listen.span(),
+                at("sni_routes"),
+                "TLS passthrough routes with `sni_routes` and `cluster`, and has no `tls`",
+            ));
+        }
+        if self.sni_routes.is_empty() && self.cluster.is_none() {
+            return Err(src.error(
+                self.listen.span(),
+                at("sni_routes"),
+                "TLS passthrough needs `sni_routes` or `cluster`",
+            ));
+        }
+        self.cluster.as_ref().map(|c| find_cluster(clusters, c, src, at("cluster"))).transpose()
+    }
+
+    /// `sni_routes` (passthrough listeners only): names lower-cased, each a
+    /// DNS name or `*.` and one, with a defined cluster.
+    fn sni_routes(
+        &self,
+        src: &Source,
+        at: FieldName,
+        clusters: &[Cluster],
+    ) -> Result<Vec<(String, usize)>, ConfigError> {
+        let mut routes = Vec::with_capacity(self.sni_routes.len());
+        for (i, r) in self.sni_routes.iter().enumerate() {
+            let field = |f: &str| at(&format!("sni_routes[{i}].{f}"));
+            if self.protocol != ListenerProtocol::TlsPassthrough {
+                return Err(src.error(
+                    r.server_name.span(),
+                    at("sni_routes"),
+                    "only for protocol = \"tls-passthrough\"",
+                ));
+            }
+            let name = r.server_name.get_ref().to_ascii_lowercase();
+            let bare = name.strip_prefix("*.").unwrap_or(&name);
+            let valid = !bare.is_empty()
+                && bare
+                    .split('.')
+                    .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            if !valid {
+                return Err(src.error(r.server_name.span(), field("server_name"), "expected a DNS name or *.name"));
+            }
+            if routes.iter().any(|(n, _)| *n == name) {
+                return Err(src.error(r.server_name.span(), field("server_name"), format!("{name} is routed twice")));
+            }
+            routes.push((name, find_cluster(clusters, &r.cluster, src, field("cluster"))?));
+        }
+        Ok(routes)
     }
 
     /// An HTTP listener's routes: at least one, each with an absolute path
@@ -1069,8 +1215,48 @@ connect_timeout = "250ms"
         assert_eq!(c.listeners[0].alt_svc.as_deref(), Some("h3=\":8443\""));
         let e = error(&h3("alt_svc = 'h3=\":8443\"'"));
         assert_eq!((e.line, e.field.as_str()), (7, "listener[0].alt_svc"), "{e}");
+        let e = error(&h3(&format!("protocol = \"http3\"\n{tls}\nproxy_protocol = {{ trusted = [\"::1\"] }}")));
+        assert_eq!((e.line, e.field.as_str()), (9, "listener[0].proxy_protocol"), "{e}");
         let e = error(&h3(&format!("{tls}\nalt_svc = \"a\\u0001\"")));
         assert_eq!((e.line, e.field.as_str()), (8, "listener[0].alt_svc"), "{e}");
+    }
+
+    #[test]
+    fn passthrough_and_proxy_protocol_keys() {
+        let text = format!(
+            "{GOOD}\n[[listener]]\nlisten = \"127.0.0.1:8443\"\nprotocol = \"tls-passthrough\"\n\
+             sni_routes = [{{ server_name = \"A.example.com\", cluster = \"api\" }}, \
+             {{ server_name = \"*.example.org\", cluster = \"web\" }}]\n\
+             proxy_protocol = {{ trusted = [\"10.0.0.0/8\", \"::1\"], required = false }}\n"
+        );
+        let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let l = &c.listeners[2];
+        assert_eq!(l.sni_routes, vec![("a.example.com".to_string(), 1), ("*.example.org".to_string(), 0)]);
+        assert_eq!(l.cluster, None);
+        let rule = l.proxy_protocol.as_ref().unwrap();
+        assert!(!rule.required && rule.trusted.len() == 2 && rule.timeout == Duration::from_secs(3));
+        let e = error(&text.replace("\"::1\"", "\"::1/200\""));
+        assert_eq!(e.field, "listener[2].proxy_protocol.trusted[1]", "{e}");
+        let e = error(&text.replace("[\"10.0.0.0/8\", \"::1\"]", "[]"));
+        assert_eq!(e.field, "listener[2].proxy_protocol.trusted", "{e}");
+        let e = error(&text.replace("*.example.org", "*.exa mple.org"));
+        assert_eq!(e.field, "listener[2].sni_routes[1].server_name", "{e}");
+        let e = error(&text.replace("\"*.example.org\", cluster = \"web\"", "\"*.example.org\", cluster = \"nope\""));
+        assert_eq!(e.field, "listener[2].sni_routes[1].cluster", "{e}");
+        let e = error(&text.replace("protocol = \"tls-passthrough\"", "protocol = \"tcp\"\ncluster = \"web\""));
+        assert_eq!(e.field, "listener[2].sni_routes", "{e}");
+        let bare = "\n[[listener]]\nlisten = \"127.0.0.1:8444\"\nprotocol = \"tls-passthrough\"\n";
+        assert_eq!(error(&format!("{GOOD}{bare}")).field, "listener[2].sni_routes");
+        let c = parse(
+            &GOOD
+                .replace("connect_timeout = \"250ms\"", "upstream = \"http1\"\nproxy_protocol = \"v1\"")
+                .replace("upstream = \"http2\"\n", ""),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.clusters[1].proxy_protocol, Some(ProxyVersion::V1));
+        let e = error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\""));
+        assert_eq!((e.field.as_str(), e.line), ("cluster[1].proxy_protocol", 27), "{e}");
+        assert!(error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v3\"")).message.contains("v3"));
     }
 
     #[test]

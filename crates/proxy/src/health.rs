@@ -18,12 +18,21 @@ use tokio::sync::watch;
 
 use crate::cluster::SharedCluster;
 use crate::config::{HealthCheck, HealthCheckKind};
+use crate::proxy_protocol::encode;
 
 /// One probe of `addr` as `check` says (its kind, path, statuses and
 /// timeout): whether it passed.
 pub async fn probe(check: &HealthCheck, addr: SocketAddr) -> bool {
+    probe_after(check, addr, &[]).await
+}
+
+/// [`probe`], with `preface` (a PROXY protocol header) sent first.
+pub async fn probe_after(check: &HealthCheck, addr: SocketAddr, preface: &[u8]) -> bool {
     let attempt = async {
-        let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        if !preface.is_empty() {
+            tokio::io::AsyncWriteExt::write_all(&mut stream, preface).await.ok()?;
+        }
         if check.kind == HealthCheckKind::Tcp {
             return Some(true);
         }
@@ -44,6 +53,9 @@ pub async fn probe(check: &HealthCheck, addr: SocketAddr) -> bool {
 /// appear later (DNS) are picked up at the next round.
 pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Option<Duration>>, seed: u64) {
     let Some(check) = cluster.config.health_check.clone() else { return };
+    // The endpoints of a cluster that sends the PROXY protocol expect a
+    // header on every connection: checks send one that names no client.
+    let preface: Arc<[u8]> = cluster.config.proxy_protocol.map(|v| encode(v, None)).unwrap_or_default().into();
     let mut checking: Vec<EndpointId> = Vec::new();
     let mut rng = Rng::new(seed);
     loop {
@@ -52,7 +64,7 @@ pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Optio
                 continue;
             }
             checking.push(e.id);
-            let (cluster, check, id) = (cluster.clone(), check.clone(), e.id);
+            let (cluster, check, id, preface) = (cluster.clone(), check.clone(), e.id, preface.clone());
             let mut stopped = stopped.clone();
             let jitter_ns = u64::try_from(check.jitter.as_nanos()).unwrap_or(0);
             let mut rng = rng.fork();
@@ -62,7 +74,7 @@ pub async fn run(cluster: Arc<SharedCluster>, mut stopped: watch::Receiver<Optio
                     if !cluster.current().all.iter().any(|e| e.id == id) {
                         return; // Gone from the set; a new task starts if it comes back.
                     }
-                    let passed = probe(&check, addr).await;
+                    let passed = probe_after(&check, addr, &preface).await;
                     cluster.record_check(id, passed);
                     let jitter =
                         if jitter_ns > 0 { Duration::from_nanos(rng.below(jitter_ns)) } else { Duration::ZERO };

@@ -62,6 +62,7 @@ use crate::h1::conn::{ClientUpgrade, LeanUpgrade};
 use crate::h1::UpgradeAnswer;
 use crate::local_reply::{Heard, LocalReply, CONTENT_TYPE};
 use crate::metrics::ProxyStats;
+use crate::proxy_protocol::Addresses;
 use crate::routing::Routing;
 use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
 
@@ -358,6 +359,15 @@ impl HttpService {
         self.reply(reply, trace)
     }
 
+    /// The client of a connection accepted from `peer`: the socket's, or
+    /// the one a PROXY protocol header carries; `None` if the listener's
+    /// rule refuses the connection.
+    pub async fn peer(&self, stream: &mut tokio::net::TcpStream, peer: SocketAddr) -> Option<Arc<Peer>> {
+        let rule = self.routing.borrow().listeners[self.listener].proxy_protocol.clone();
+        let client = crate::proxy_protocol::client_of(stream, peer, rule.as_ref(), &self.stats).await?;
+        Some(Arc::new(Peer::connected(client)))
+    }
+
     /// Serve one request from `peer`. Never fails: every problem becomes a
     /// response. With an access log, the request's record is sent when its
     /// response body ends (at once for the proxy's own answers).
@@ -453,6 +463,9 @@ impl HttpService {
             Some(copy) => Some(LimitedBody::new(body, max_body, fault.clone()).copied(copy.clone())),
             None => Some(LimitedBody::new(body, max_body, fault.clone())),
         };
+        if config.proxy_protocol.is_some() {
+            parts.extensions.insert(peer.addresses());
+        }
         let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
             return Err(LocalReply::HeadersNotForwardable);
         };
@@ -651,9 +664,13 @@ impl HttpService {
         let sent = Instant::now();
         let addr = pick.upstream.addr;
         let answer = async {
-            let stream =
+            let mut stream =
                 tokio::time::timeout(config.connect_timeout, tokio::net::TcpStream::connect(addr)).await.ok()?.ok()?;
             let _ = stream.set_nodelay(true);
+            if let Some(version) = config.proxy_protocol {
+                let header = crate::proxy_protocol::encode(version, Some(peer.addresses()));
+                tokio::io::AsyncWriteExt::write_all(&mut stream, &header).await.ok()?;
+            }
             crate::h1::upgrade(stream, &upstream_req).await
         };
         let answer = tokio::time::timeout(config.request_timeout, answer).await;
@@ -745,17 +762,33 @@ impl HttpService {
 
 /// The client of a connection, as requests need it.
 pub struct Peer {
-    /// Its address.
+    /// Its address (carried by a PROXY protocol header if its listener
+    /// accepted one).
     pub addr: SocketAddr,
     /// Its IP address as a header value, formatted once per connection.
     pub ip: HeaderValue,
+    /// The address it connected to, when known (sent on in PROXY protocol
+    /// headers).
+    pub destination: Option<SocketAddr>,
 }
 
 impl Peer {
     /// The peer at `addr`.
     pub fn new(addr: SocketAddr) -> Peer {
         let ip = HeaderValue::from_str(&addr.ip().to_string()).expect("an IP address is a valid header value");
-        Peer { addr, ip }
+        Peer { addr, ip, destination: None }
+    }
+
+    /// The peer of a connection with `addresses`.
+    pub fn connected(addresses: Addresses) -> Peer {
+        Peer { destination: Some(addresses.destination), ..Peer::new(addresses.source) }
+    }
+
+    /// Its addresses for a PROXY protocol header (the destination unknown:
+    /// the unspecified address, port 0).
+    pub fn addresses(&self) -> Addresses {
+        let unspecified = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
+        Addresses { source: self.addr, destination: self.destination.unwrap_or(unspecified) }
     }
 }
 
@@ -805,6 +838,9 @@ fn rewrite(
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     *req.version_mut() = version;
+    if let Some(addresses) = parts.extensions.get::<Addresses>() {
+        req.extensions_mut().insert(*addresses);
+    }
     Some(req)
 }
 

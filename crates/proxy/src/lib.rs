@@ -32,6 +32,8 @@ pub mod http;
 pub mod local_reply;
 pub mod metrics;
 pub mod overrides;
+pub mod passthrough;
+pub mod proxy_protocol;
 pub mod routing;
 pub mod runtime;
 pub mod server;

@@ -92,7 +92,19 @@ pub struct ProxyStats {
     pub rejected_connections: AtomicU64,
     /// Access log records dropped because a log's queue was full.
     pub access_log_dropped: AtomicU64,
+    /// Connections refused by a listener's `proxy_protocol` rule, by
+    /// [`PROXY_REFUSALS`] reason.
+    pub proxy_protocol_refused: [AtomicU64; PROXY_REFUSALS.len()],
+    /// TLS passthrough connections closed unrouted, by [`PASSTHROUGH_REFUSALS`] reason.
+    pub passthrough_refused: [AtomicU64; PASSTHROUGH_REFUSALS.len()],
 }
+
+/// The `reason` labels of `fulcrum_proxy_protocol_refused_total`.
+pub const PROXY_REFUSALS: [&str; 5] = ["untrusted", "missing", "malformed", "timeout", "closed"];
+/// The `reason` labels of `fulcrum_tls_passthrough_refused_total`: no
+/// ClientHello (not TLS, malformed, too long, too slow, closed), or no
+/// cluster for its server name.
+pub const PASSTHROUGH_REFUSALS: [&str; 2] = ["no-client-hello", "no-route"];
 
 impl ProxyStats {
     /// `(status, count)` pairs for rendering.

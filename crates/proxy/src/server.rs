@@ -133,10 +133,14 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
                 && a.connect_timeout == b.connect_timeout
                 && a.max_connections == b.max_connections
                 && a.max_pending == b.max_pending
+                && a.proxy_protocol == b.proxy_protocol
         });
         pools.push(match old {
             Some((_, pool)) if same_pool => pool.clone(),
-            _ => UpstreamPool::new(s.config.upstream, s.config.connect_timeout, s.connections.clone()),
+            _ => {
+                let c = &s.config;
+                UpstreamPool::new(c.upstream, c.connect_timeout, s.connections.clone(), c.proxy_protocol)
+            }
         });
     }
     Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
@@ -275,6 +279,7 @@ impl Proxy {
                 && a.http1_server == b.http1_server
                 && a.access_log == b.access_log
                 && a.alt_svc == b.alt_svc
+                && a.proxy_protocol == b.proxy_protocol
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -402,7 +407,7 @@ impl Worker {
                 ListenerProtocol::Http | ListenerProtocol::Http2 | ListenerProtocol::Http3 => {
                     tokio::spawn(accept.http(service, listener, tls))
                 }
-                ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
+                ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough => tokio::spawn(accept.tcp(service)),
             });
         }
         for a in accept_loops {
@@ -485,7 +490,7 @@ impl Accept {
                 idle_timeout: limits.idle_timeout,
             })
         });
-        while let Some((stream, peer, permit)) = self.next().await {
+        while let Some((mut stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
@@ -494,7 +499,7 @@ impl Accept {
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
             tokio::spawn(async move {
-                let peer = Arc::new(crate::http::Peer::new(peer));
+                let Some(peer) = service.peer(&mut stream, peer).await else { return };
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {
@@ -532,16 +537,13 @@ impl Accept {
         }
     }
 
+    /// A TCP or TLS passthrough listener's accept loop.
     async fn tcp(mut self, service: Arc<HttpService>) {
         while let Some((stream, peer, permit)) = self.next().await {
-            let routing = service.routing.borrow().clone();
-            let Some(cluster) = routing.listeners[service.listener].cluster.map(|i| routing.clusters[i].clone()) else {
-                continue;
-            };
-            let epoch = service.epoch;
+            let service = service.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                crate::tcp::proxy(cluster, epoch, stream, peer).await;
+                crate::tcp::serve(service, stream, peer).await;
             });
         }
     }

@@ -13,6 +13,11 @@
 //! closed before taking it hands it back, and it goes out on another
 //! connection as if nothing happened.
 //!
+//! A cluster that sends the PROXY protocol (`proxy_protocol`) writes the
+//! client's header first on each new connection, and a connection then
+//! serves that one request and closes: pooled, it would carry another
+//! client's request under the first one's address.
+//!
 //! Circuit breaking ([`ConnectionLimit`], Envoy's connection and
 //! pending-request limits): at most `max_connections` connections open to a
 //! cluster's endpoints over all workers, and at most `max_pending` requests
@@ -34,8 +39,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::UpstreamBody;
-use crate::config::UpstreamProtocol;
+use crate::config::{ProxyVersion, UpstreamProtocol};
 use crate::h1::{self, ExchangeError};
+use crate::proxy_protocol::Addresses;
 
 /// An upstream response's body: read by [`h1`] or by hyper's HTTP/2 client.
 pub type ResponseBody = Either<h1::ResponseBody<Lease>, hyper::body::Incoming>;
@@ -120,6 +126,8 @@ struct Connections {
 /// The upstream connections of one cluster on one worker.
 pub struct UpstreamPool {
     protocol: UpstreamProtocol,
+    /// The PROXY protocol header each connection starts with, if any.
+    proxy_protocol: Option<ProxyVersion>,
     connect_timeout: Duration,
     limit: Arc<ConnectionLimit>,
     connections: Mutex<Connections>,
@@ -143,6 +151,9 @@ pub struct Lease {
 impl h1::GiveBack for Lease {
     /// The exchange is over: `conn` may carry the next request.
     fn give_back(self, conn: h1::Connection) {
+        if self.pool.proxy_protocol.is_some() {
+            return; // Its header named the client of the request it served.
+        }
         let mut c = self.pool.lock();
         let stack = c.idle.entry(self.addr).or_default();
         if stack.len() < MAX_IDLE_PER_ENDPOINT {
@@ -152,9 +163,15 @@ impl h1::GiveBack for Lease {
 }
 
 impl UpstreamPool {
-    /// A pool speaking `protocol`, connecting within `connect_timeout`, under `limit`.
-    pub fn new(protocol: UpstreamProtocol, connect_timeout: Duration, limit: Arc<ConnectionLimit>) -> Arc<Self> {
-        Arc::new(UpstreamPool { protocol, connect_timeout, limit, connections: Mutex::default() })
+    /// A pool speaking `protocol`, connecting within `connect_timeout`, under
+    /// `limit`, sending the `proxy_protocol` header on each connection.
+    pub fn new(
+        protocol: UpstreamProtocol,
+        connect_timeout: Duration,
+        limit: Arc<ConnectionLimit>,
+        proxy_protocol: Option<ProxyVersion>,
+    ) -> Arc<Self> {
+        Arc::new(UpstreamPool { protocol, proxy_protocol, connect_timeout, limit, connections: Mutex::default() })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connections> {
@@ -183,7 +200,12 @@ impl UpstreamPool {
         let lease = || Lease { pool: self.clone(), addr };
         // Pooled connections first. One that closed before taking the
         // request gives it back, and the next is tried.
-        while let Some(conn) = self.pooled_http1(addr) {
+        let header = self.proxy_protocol.map(|v| {
+            // Kept on the request: a try that comes back unsent goes out again.
+            let client = req.extensions().get::<Addresses>().copied();
+            crate::proxy_protocol::encode(v, client)
+        });
+        while let Some(conn) = header.is_none().then(|| self.pooled_http1(addr)).flatten() {
             match conn.exchange(req, lease(), true).await {
                 Ok(response) => return Ok(response.map(Either::Left)),
                 Err(ExchangeError::Unsent(unsent)) => req = *unsent,
@@ -196,6 +218,12 @@ impl UpstreamPool {
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
         };
+        let mut stream = stream;
+        if let Some(header) = header {
+            if tokio::io::AsyncWriteExt::write_all(&mut stream, &header).await.is_err() {
+                return Err(SendFailure::ConnectFailure(Box::new(req)));
+            }
+        }
         let connected = ConnectTime(connecting.elapsed());
         match h1::Connection::new(stream, permit).exchange(req, lease(), false).await {
             Ok(mut response) => {
@@ -370,7 +398,7 @@ mod tests {
 
     fn pool(max_connections: usize, max_pending: usize) -> Arc<UpstreamPool> {
         let limit = ConnectionLimit::new(max_connections, max_pending);
-        UpstreamPool::new(UpstreamProtocol::Http1, Duration::from_secs(1), limit)
+        UpstreamPool::new(UpstreamProtocol::Http1, Duration::from_secs(1), limit, None)
     }
 
     /// An upstream that answers each request on one connection with the
