@@ -70,12 +70,12 @@ pub(crate) fn server_config(
 
 /// One HTTP/3 listener's endpoint on one worker.
 pub(crate) struct H3Listener {
-    pub endpoint: quinn::Endpoint,
-    pub permits: Arc<Semaphore>,
-    pub stats: Arc<ProxyStats>,
-    pub stopped: watch::Receiver<Stop>,
+    endpoint: quinn::Endpoint,
+    permits: Arc<Semaphore>,
+    stats: Arc<ProxyStats>,
+    stopped: watch::Receiver<Stop>,
     /// Held by every connection and request: the worker's drain waits until none is.
-    pub alive: watch::Receiver<()>,
+    alive: watch::Receiver<()>,
 }
 
 /// What a connection needs of its listener.
@@ -85,9 +85,20 @@ struct ConnLimits {
 }
 
 impl H3Listener {
-    /// The endpoint on `socket` with `config`, on the current tokio runtime.
-    pub fn endpoint(socket: std::net::UdpSocket, config: quinn::ServerConfig) -> std::io::Result<quinn::Endpoint> {
-        quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, Arc::new(quinn::TokioRuntime))
+    /// A QUIC endpoint on `socket` with `config` (from [`server_config`]),
+    /// on the current tokio runtime; `permits` are the listener's connections.
+    pub fn start(
+        socket: std::net::UdpSocket,
+        config: Option<quinn::ServerConfig>,
+        permits: Arc<Semaphore>,
+        stats: Arc<ProxyStats>,
+        stopped: watch::Receiver<Stop>,
+        alive: watch::Receiver<()>,
+    ) -> std::io::Result<H3Listener> {
+        let config = config.ok_or_else(|| std::io::Error::other("a UDP socket without a QUIC configuration"))?;
+        let runtime = Arc::new(quinn::TokioRuntime);
+        let endpoint = quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, runtime)?;
+        Ok(H3Listener { endpoint, permits, stats, stopped, alive })
     }
 
     /// Accept connections until the proxy stops; connections over the

@@ -369,24 +369,16 @@ impl Worker {
             });
             let socket = match (socket, quic) {
                 (Bound::Tcp(socket), _) => TcpListener::from_std(socket),
-                (Bound::Udp(socket), Some(quic)) => {
-                    match crate::h3::H3Listener::endpoint(socket, quic) {
-                        Ok(endpoint) => {
-                            let h3 = crate::h3::H3Listener {
-                                endpoint,
-                                permits,
-                                stats: self.stats.clone(),
-                                stopped: self.stopped.clone(),
-                                alive: alive_rx.clone(),
-                            };
-                            let run = async move { h3.run(service, &listener.limits, listener.max_header_bytes).await };
-                            accept_loops.push(tokio::spawn(run));
-                        }
+                (Bound::Udp(socket), quic) => {
+                    let (stats, stopped, alive) = (self.stats.clone(), self.stopped.clone(), alive_rx.clone());
+                    match crate::h3::H3Listener::start(socket, quic, permits, stats, stopped, alive) {
+                        Ok(h3) => accept_loops.push(tokio::spawn(async move {
+                            h3.run(service, &listener.limits, listener.max_header_bytes).await
+                        })),
                         Err(e) => eprintln!("fulcrum: listener {}: {e}", listener.listen),
                     }
                     continue;
                 }
-                (Bound::Udp(_), None) => Err(std::io::Error::other("a UDP socket without a QUIC configuration")),
             };
             let socket = match socket {
                 Ok(s) => s,
