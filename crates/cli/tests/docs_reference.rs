@@ -174,6 +174,7 @@ fn proxy_configuration_keys_are_in_the_reference() {
         &[
             "crates/proxy/src/config.rs",
             "crates/resilience/src/outlier.rs",
+            "crates/resilience/src/rate_limit.rs",
             "crates/resilience/src/retry_budget.rs",
             "crates/resilience/src/retry_policy.rs",
             "crates/resilience/src/slow_start.rs",

@@ -84,7 +84,7 @@ fn both_conventions(name: &str, outcomes: &[Outcome]) -> (FctSummary, FctSummary
             .iter()
             .map(|o| Outcome { fct: summarise(&o.flows, &o.stranded, convention), ..o.clone() })
             .collect();
-        Report { scenario: name, sets: &[], outcomes: &recounted, wall_seconds: 0.0 }.fct().0
+        Report { provenance: None, scenario: name, sets: &[], outcomes: &recounted, wall_seconds: 0.0 }.fct().0
     };
     (mean_as(Convention::Parser), mean_as(Convention::LastByte))
 }

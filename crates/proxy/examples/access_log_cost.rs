@@ -47,6 +47,8 @@ fn main() -> Result<(), String> {
             flags: Flags::default(),
         },
         grpc_status: None,
+        request_id: None,
+        trace_id: None,
     };
     let mut line = String::with_capacity(256);
     let mut total = 0usize;

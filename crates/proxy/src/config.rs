@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
 use fulcrum_config::Source;
+pub use fulcrum_resilience::{LimitKey, RateLimitConfig};
 use fulcrum_resilience::{OutlierConfig, SlowStart, SlowStartConfig};
 pub use fulcrum_resilience::{RetryOn, RetryPolicy};
 use serde::Deserialize;
@@ -83,6 +84,92 @@ pub struct Listener {
     pub proxy_protocol: Option<ProxyProtocolListener>,
     /// TLS passthrough: clusters by server name (`cluster` is the default).
     pub sni_routes: Vec<(String, usize)>,
+    /// Request IDs: made when a request has none, sent upstream, logged.
+    pub request_id: Option<RequestId>,
+    /// W3C trace context: `traceparent` passed on with a new parent ID, or a
+    /// trace started.
+    pub traceparent: bool,
+}
+
+/// A listener's request IDs, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId {
+    /// The header that carries the ID (lowercase).
+    pub header: http::HeaderName,
+    /// Return the ID to the client in that header too.
+    pub response: bool,
+}
+
+/// `request_id = { header = "x-request-id", response = false }`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawRequestId {
+    header: String,
+    response: bool,
+}
+
+impl Default for RawRequestId {
+    fn default() -> Self {
+        RawRequestId { header: "x-request-id".into(), response: false }
+    }
+}
+
+/// The cookie a sticky cluster sets on a response to a request without it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StickyCookie {
+    /// The cookie's lifetime (`Max-Age`); without it, a session cookie.
+    #[serde(with = "fulcrum_config::duration")]
+    pub ttl: Option<Duration>,
+    /// The cookie's `Path`.
+    pub path: String,
+    /// Sent only over HTTPS (`Secure`).
+    pub secure: bool,
+    /// Hidden from scripts (`HttpOnly`).
+    pub http_only: bool,
+    /// `SameSite`: `strict`, `lax` or `none` (not set by default).
+    pub same_site: Option<SameSite>,
+}
+
+impl Default for StickyCookie {
+    fn default() -> Self {
+        StickyCookie { ttl: None, path: "/".into(), secure: false, http_only: true, same_site: None }
+    }
+}
+
+/// A cookie's `SameSite` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SameSite {
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None` (browsers require `Secure` with it).
+    None,
+}
+
+impl StickyCookie {
+    /// The `Set-Cookie` value for cookie `name` with `value`.
+    pub fn set_cookie(&self, name: &str, value: &str) -> String {
+        let mut out = format!("{name}={value}; Path={}", self.path);
+        if let Some(ttl) = self.ttl {
+            out.push_str(&format!("; Max-Age={}", ttl.as_secs()));
+        }
+        if self.secure {
+            out.push_str("; Secure");
+        }
+        if self.http_only {
+            out.push_str("; HttpOnly");
+        }
+        match self.same_site {
+            Some(SameSite::Strict) => out.push_str("; SameSite=Strict"),
+            Some(SameSite::Lax) => out.push_str("; SameSite=Lax"),
+            Some(SameSite::None) => out.push_str("; SameSite=None"),
+            None => {}
+        }
+        out
+    }
 }
 
 /// Which server speaks HTTP/1.1 to an HTTP listener's clients (HTTP/2 is
@@ -159,7 +246,7 @@ pub struct Tls {
 }
 
 /// Where an HTTP request goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     /// Host to match (without port, case-insensitive); any host when `None`.
     pub host: Option<String>,
@@ -167,6 +254,8 @@ pub struct Route {
     pub path_prefix: String,
     /// Index into [`Config::clusters`].
     pub cluster: usize,
+    /// A local rate limit on the route's requests (429 beyond it).
+    pub rate_limit: Option<RateLimitConfig>,
 }
 
 /// A set of endpoints with the algorithm that balances over them.
@@ -180,6 +269,8 @@ pub struct Cluster {
     pub algorithm: AlgorithmConfig,
     /// What hash-based algorithms hash.
     pub hash_key: HashKey,
+    /// With `hash_key` a cookie: set it on responses to requests without it.
+    pub sticky_cookie: Option<StickyCookie>,
     /// Protocol spoken to the endpoints.
     pub upstream: UpstreamProtocol,
     /// Give up connecting after this long (502).
@@ -328,6 +419,9 @@ struct RawListener {
     http1_server: Http1Server,
     access_log: Option<Spanned<RawAccessLog>>,
     alt_svc: Option<Spanned<String>>,
+    request_id: Option<Spanned<RawRequestId>>,
+    #[serde(default)]
+    traceparent: bool,
     proxy_protocol: Option<Spanned<RawProxyProtocol>>,
     #[serde(default)]
     sni_routes: Vec<RawSniRoute>,
@@ -434,6 +528,7 @@ struct RawRoute {
     #[serde(default = "root")]
     path_prefix: String,
     cluster: Spanned<String>,
+    rate_limit: Option<Spanned<RateLimitConfig>>,
 }
 
 fn root() -> String {
@@ -447,6 +542,7 @@ struct RawCluster {
     endpoints: Spanned<Vec<RawEndpoint>>,
     algorithm: Option<Spanned<AlgorithmConfig>>,
     hash_key: Option<HashKey>,
+    sticky_cookie: Option<Spanned<StickyCookie>>,
     #[serde(default = "default_upstream")]
     upstream: UpstreamProtocol,
     #[serde(default, with = "fulcrum_config::duration")]
@@ -560,7 +656,7 @@ impl Config {
                 listen,
                 protocol: ListenerProtocol::Http,
                 tls: None,
-                routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0 }],
+                routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0, rate_limit: None }],
                 cluster: None,
                 max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
                 limits: Limits::default(),
@@ -569,12 +665,15 @@ impl Config {
                 alt_svc: None,
                 proxy_protocol: None,
                 sni_routes: Vec::new(),
+                request_id: None,
+                traceparent: false,
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
                 endpoints,
                 algorithm: algorithm.default_config(),
                 hash_key: HashKey::SourceIp,
+                sticky_cookie: None,
                 upstream: UpstreamProtocol::Http1,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -674,6 +773,9 @@ impl RawConfig {
                 }
                 p => p.map(Spanned::into_inner),
             };
+            let hash_key = c.hash_key.unwrap_or(HashKey::SourceIp);
+            let sticky_cookie =
+                c.sticky_cookie.map(|s| sticky_cookie(s, &hash_key, &algorithm, src, &at)).transpose()?;
             // Checked last: errors come in the order they always did.
             let timeouts = [c.connect_timeout, c.request_timeout, c.resolve_interval];
             let [connect_timeout, request_timeout, resolve_interval] = timeouts_or_defaults(timeouts, src, &at)?;
@@ -692,7 +794,8 @@ impl RawConfig {
                 name: c.name.into_inner(),
                 endpoints,
                 algorithm,
-                hash_key: c.hash_key.unwrap_or(HashKey::SourceIp),
+                hash_key,
+                sticky_cookie,
                 upstream: c.upstream,
                 grpc_status_failure: c.grpc_status_failure,
                 proxy_protocol,
@@ -788,6 +891,33 @@ fn outlier_detection(o: Spanned<OutlierConfig>, src: &Source, at: FieldName) -> 
     Ok(o.into_inner())
 }
 
+/// A sticky cookie: the cluster hashes a cookie with an algorithm that
+/// hashes, and the path is one a `Set-Cookie` can carry.
+fn sticky_cookie(
+    s: Spanned<StickyCookie>,
+    hash_key: &HashKey,
+    algorithm: &AlgorithmConfig,
+    src: &Source,
+    at: FieldName,
+) -> Result<StickyCookie, ConfigError> {
+    let hashes =
+        matches!(algorithm.kind(), AlgorithmKind::RingHash | AlgorithmKind::Maglev | AlgorithmKind::Rendezvous);
+    let bad = if !matches!(hash_key, HashKey::Cookie(_)) {
+        Some("needs hash_key = { cookie = \"NAME\" }: the cookie set is the one hashed")
+    } else if !hashes {
+        Some("needs an algorithm that hashes the key: ring-hash, maglev or rendezvous")
+    } else if !s.get_ref().path.starts_with('/') || s.get_ref().path.bytes().any(|b| b == b';' || !b.is_ascii_graphic())
+    {
+        Some("path must start with / and have no `;`, spaces or control characters")
+    } else {
+        None
+    };
+    match bad {
+        Some(m) => Err(src.error(s.span(), at("sticky_cookie"), m)),
+        None => Ok(s.into_inner()),
+    }
+}
+
 /// The panic threshold, a percentage (50 when not given).
 fn panic_threshold(p: Option<Spanned<f64>>, src: &Source, at: FieldName) -> Result<f64, ConfigError> {
     match p {
@@ -827,6 +957,20 @@ fn find_cluster(
         let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
         src.error(name.span(), field, format!("no cluster named {:?} (defined: {known:?})", name.get_ref()))
     })
+}
+
+/// A route's rate limit, checked by its own rules (`fulcrum-resilience`),
+/// with a header key that is a header name (kept lowercase).
+fn rate_limit(l: &Spanned<RateLimitConfig>, src: &Source, field: &str) -> Result<RateLimitConfig, ConfigError> {
+    l.get_ref().validate().map_err(|m| src.error(l.span(), field.to_string(), m))?;
+    let mut limit = l.get_ref().clone();
+    if let Some(LimitKey::Header(name)) = &mut limit.key {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(src.error(l.span(), format!("{field}.key.header"), format!("{name:?} is not a header name")));
+        }
+        name.make_ascii_lowercase();
+    }
+    Ok(limit)
 }
 
 impl RawListener {
@@ -907,8 +1051,22 @@ impl RawListener {
             }
             None => None,
         };
+        let request_id = match self.request_id {
+            Some(r) if self.protocol == ListenerProtocol::Tcp => {
+                return Err(src.error(r.span(), at("request_id"), "request IDs are for HTTP listeners"));
+            }
+            Some(r) => {
+                let span = r.span();
+                let header = http::HeaderName::from_bytes(r.get_ref().header.as_bytes())
+                    .map_err(|_| src.error(span.clone(), at("request_id.header"), "not a valid header name"))?;
+                Some(RequestId { header, response: r.get_ref().response })
+            }
+            None => None,
+        };
         Ok(Listener {
             alt_svc,
+            request_id,
+            traceparent: self.traceparent,
             listen,
             protocol: self.protocol,
             tls: self.tls,
@@ -994,7 +1152,12 @@ impl RawListener {
             }
             let cluster = find_cluster(clusters, &r.cluster, src, at(&format!("routes[{ri}].cluster")))?;
             let host = r.host.as_ref().map(|h| h.to_ascii_lowercase());
-            routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster });
+            let rate_limit = r
+                .rate_limit
+                .as_ref()
+                .map(|l| rate_limit(l, src, &at(&format!("routes[{ri}].rate_limit"))))
+                .transpose()?;
+            routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster, rate_limit });
         }
         Ok(routes)
     }
@@ -1071,7 +1234,7 @@ connect_timeout = "250ms"
         assert_eq!(c.workers, 2);
         assert_eq!(
             c.listeners[0].routes[0],
-            Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1 }
+            Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1, rate_limit: None }
         );
         assert_eq!(c.listeners[0].routes[1].path_prefix, "/");
         assert_eq!(c.listeners[1].cluster, Some(0));
@@ -1257,6 +1420,49 @@ connect_timeout = "250ms"
         let e = error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\""));
         assert_eq!((e.field.as_str(), e.line), ("cluster[1].proxy_protocol", 27), "{e}");
         assert!(error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v3\"")).message.contains("v3"));
+    }
+
+    #[test]
+    fn limits_ids_and_sticky_cookies_parse_and_their_errors_name_the_field() {
+        let limited = GOOD.replace(
+            "{ cluster = \"web\" },",
+            "{ cluster = \"web\", rate_limit = { rate = 5, key = { header = \"X-Key\" } } },",
+        );
+        let c = parse(&limited).unwrap();
+        let limit = c.listeners[0].routes[1].rate_limit.clone().unwrap();
+        assert_eq!((limit.burst(), limit.key), (5, Some(LimitKey::Header("x-key".into()))));
+        let e = error(&limited.replace("rate = 5", "rate = 0"));
+        assert_eq!((e.line, e.field.as_str()), (9, "listener[0].routes[1].rate_limit"), "{e}");
+        assert!(e.message.contains("rate"), "{e}");
+        let e = error(&limited.replace("X-Key", "X Key"));
+        assert_eq!(e.field, "listener[0].routes[1].rate_limit.key.header", "{e}");
+        let e = error(&limited.replace("rate = 5", "rate = 5, brust = 2"));
+        assert!(e.message.contains("brust"), "{e}");
+
+        let ids = GOOD.replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\nrequest_id = { response = true }\ntraceparent = true",
+        );
+        let c = parse(&ids).unwrap();
+        let id = c.listeners[0].request_id.clone().unwrap();
+        assert_eq!((id.header.as_str(), id.response, c.listeners[0].traceparent), ("x-request-id", true, true));
+        let e = error(&ids.replace("{ response = true }", "{ header = \"a b\" }"));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].request_id.header"), "{e}");
+
+        let sticky = GOOD.replace(
+            "hash_key = { header = \"x-user\" }",
+            "hash_key = { cookie = \"sid\" }\nsticky_cookie = { ttl = \"1h\", secure = true, same_site = \"strict\" }",
+        );
+        let c = parse(&sticky).unwrap();
+        let cookie = c.clusters[1].sticky_cookie.clone().unwrap();
+        assert_eq!(cookie.set_cookie("sid", "v"), "sid=v; Path=/; Max-Age=3600; Secure; HttpOnly; SameSite=Strict");
+        let e = error(&sticky.replace("{ cookie = \"sid\" }", "{ header = \"sid\" }"));
+        assert_eq!((e.line, e.field.as_str()), (26, "cluster[1].sticky_cookie"), "{e}");
+        assert!(e.message.contains("cookie"), "{e}");
+        let e = error(&sticky.replace("maglev\", table_size = 251", "round-robin\""));
+        assert!(e.message.contains("ring-hash"), "{e}");
+        let e = error(&sticky.replace("ttl = \"1h\"", "path = \"/a;b\""));
+        assert_eq!(e.field, "cluster[1].sticky_cookie", "{e}");
     }
 
     #[test]

@@ -23,15 +23,22 @@
 //! [`COPY_LIMIT`](crate::body::COPY_LIMIT)). Every retry spends a token of
 //! the worker's retry budget.
 //!
+//! Before routing, a listener with `request_id` or `traceparent` stamps the
+//! request ([`trace_context`](crate::trace_context)); after it, the route's
+//! rate limit (a [`RateLimiter`](fulcrum_resilience::RateLimiter) shared by
+//! the workers) may refuse it with 429 and `Retry-After`. A cluster with a
+//! `sticky_cookie` gives a request without its cookie a random key to hash
+//! and sets it as the cookie on the response.
+//!
 //! Responses the proxy makes itself are the [`LocalReply`]s: 400 (an
 //! HTTP/1.1 request without `Host` or any with two, RFC 9112 §3.2; a
 //! request body that broke while streaming, such as a chunk size that
-//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 503 (no
-//! endpoint, or the cluster's `max_requests` or `max_connections` reached),
-//! 502 (upstream refused, reset or broke the protocol), 504 (no response
-//! headers within the cluster's `request_timeout`); hyper answers malformed
-//! requests with 400 and oversized heads with 431. All are counted in
-//! [`ProxyStats`].
+//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 429 (a
+//! route's rate limit), 503 (no endpoint, or the cluster's `max_requests`
+//! or `max_connections` reached), 502 (upstream refused, reset or broke
+//! the protocol), 504 (no response headers within the cluster's
+//! `request_timeout`); hyper answers malformed requests with 400 and
+//! oversized heads with 431. All are counted in [`ProxyStats`].
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -57,13 +64,14 @@ use crate::access_log::{AccessLog, Flags, Record, Trace};
 use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{Pick, WorkerCluster};
-use crate::config::{Cluster, HashKey, Listener, RetryOn, UpstreamProtocol};
+use crate::config::{Cluster, HashKey, LimitKey, Listener, RetryOn, UpstreamProtocol};
 use crate::h1::conn::{ClientUpgrade, LeanUpgrade};
 use crate::h1::UpgradeAnswer;
 use crate::local_reply::{Heard, LocalReply, CONTENT_TYPE};
 use crate::metrics::ProxyStats;
 use crate::proxy_protocol::Addresses;
 use crate::routing::Routing;
+use crate::trace_context::Stamp;
 use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
 
 /// The body of every response the proxy sends.
@@ -85,6 +93,8 @@ pub struct HttpService {
     pub access_log: Option<AccessLog>,
     /// The listener's `Alt-Svc` header, added to every response.
     pub alt_svc: Option<HeaderValue>,
+    /// The worker's generator of request and trace IDs and sticky cookies.
+    pub rng: std::sync::Mutex<fulcrum_balance::Rng>,
 }
 
 /// The response of a reply the proxy makes itself.
@@ -96,6 +106,9 @@ fn local(reply: LocalReply) -> Response<ProxyBody> {
     let mut response = Response::new(Either::Right(Full::new(body)));
     *response.status_mut() = reply.status();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    if let LocalReply::RateLimited(seconds) = reply {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
     response
 }
 
@@ -234,6 +247,8 @@ struct Prepared {
     copy: Option<Arc<BodyCopy>>,
     /// Retry a gRPC UNAVAILABLE answer (the cluster says so and this is a gRPC call).
     grpc_retry: bool,
+    /// The sticky cookie to set on the response (the request had none).
+    sticky: Option<HeaderValue>,
 }
 
 impl Prepared {
@@ -258,15 +273,39 @@ fn is_upgrade<B>(req: &Request<B>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// The cluster of the first of `listener`'s routes that matches `req`.
+/// The index of the first of `listener`'s routes that matches `req`.
 fn route<B>(listener: &Listener, req: &Request<B>) -> Option<usize> {
     // Most listeners route by path alone: only look at the host if a route asks.
     let host = if listener.routes.iter().any(|r| r.host.is_some()) { host_of(req) } else { None };
     let path = req.uri().path();
-    let route = listener.routes.iter().find(|r| {
+    listener.routes.iter().position(|r| {
         r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
-    });
-    route.map(|r| r.cluster)
+    })
+}
+
+/// Whether the route's rate limit (if any) lets `req` from `peer` through
+/// at `now`; the refusal says how long to wait.
+fn admit<B>(
+    routing: &Routing,
+    listener: usize,
+    route: usize,
+    req: &Request<B>,
+    peer: &Peer,
+    now: Nanos,
+) -> Result<(), LocalReply> {
+    let Some(limiter) = &routing.limits[listener][route] else { return Ok(()) };
+    let Some(config) = &routing.listeners[listener].routes[route].rate_limit else { return Ok(()) };
+    let key = match &config.key {
+        None => None,
+        Some(LimitKey::Client) => hash_key(&HashKey::SourceIp, req, peer.addr),
+        Some(LimitKey::Header(name)) => Some(req.headers().get(name.as_str()).map_or(0, |v| xxh64(v.as_bytes(), 0))),
+    };
+    let mut limiter = crate::cluster::lock(limiter);
+    let checked = match key {
+        Some(key) => limiter.check_key(key, now),
+        None => limiter.check(now),
+    };
+    checked.map_err(|limited| LocalReply::RateLimited(limited.retry_after_secs()))
 }
 
 /// Send one try within `timeout`. A request the pool could not send comes
@@ -322,6 +361,15 @@ fn classify(outcome: &Try, grpc: bool, grpc_retry: bool) -> (Option<RetryOn>, Re
     }
 }
 
+/// The request ID back to the client, when the listener says so.
+fn return_id(listener: &Listener, stamp: &Stamp, response: &mut Response<ProxyBody>) {
+    if let (Some(config), Some(id)) = (&listener.request_id, &stamp.request_id) {
+        if config.response {
+            response.headers_mut().insert(config.header.clone(), id.clone());
+        }
+    }
+}
+
 /// Add `flag` to the request's trace, if it has one (only with an access log).
 fn note(trace: &mut Option<&mut Trace>, flag: Flags) {
     if let Some(t) = trace {
@@ -371,17 +419,28 @@ impl HttpService {
     /// Serve one request from `peer`. Never fails: every problem becomes a
     /// response. With an access log, the request's record is sent when its
     /// response body ends (at once for the proxy's own answers).
-    pub async fn handle(&self, peer: &Peer, req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
+    pub async fn handle(&self, peer: &Peer, mut req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
+        let listener = &routing.listeners[self.listener];
+        let stamp = if listener.request_id.is_some() || listener.traceparent {
+            crate::trace_context::stamp(listener, req.headers_mut(), &mut crate::cluster::lock(&self.rng))
+        } else {
+            Stamp::default()
+        };
         let body = Arc::new(ClientFault::default());
         let Some(log) = &self.access_log else {
-            return Ok(self.advertise(self.serve(&routing, peer, req, &body, None).await));
+            let mut response = self.serve(&routing, peer, req, &body, None).await;
+            return_id(listener, &stamp, &mut response);
+            return Ok(self.advertise(response));
         };
         let arrived = Instant::now();
         let mut record = Box::new(arriving(peer.addr, &req));
+        record.request_id = stamp.request_id.as_ref().map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
+        record.trace_id = stamp.trace_id.map(|t| String::from_utf8_lossy(&t).into_owned());
         let mut trace = Trace::default();
         let mut response = self.serve(&routing, peer, req, &body, Some(&mut trace)).await;
+        return_id(listener, &stamp, &mut response);
         record.status = response.status().as_u16();
         record.cluster = trace.cluster.map(|i| routing.clusters[i].shared.config.name.clone());
         record.grpc_status = crate::grpc::status(response.headers());
@@ -417,9 +476,13 @@ impl HttpService {
         if let Some(reply) = bad_host(&req) {
             return self.reply(reply, &mut trace);
         }
-        let Some(index) = route(listener, &req) else {
+        let Some(route_index) = route(listener, &req) else {
             return self.reply(LocalReply::NoRoute, &mut trace);
         };
+        let index = listener.routes[route_index].cluster;
+        if let Err(reply) = admit(routing, self.listener, route_index, &req, peer, self.epoch.now()) {
+            return self.reply(reply, &mut trace);
+        }
         if let Some(t) = &mut trace {
             t.cluster = Some(index);
         }
@@ -443,7 +506,15 @@ impl HttpService {
         req: Request<RequestBody>,
         fault: &Arc<ClientFault>,
     ) -> Result<Prepared, LocalReply> {
-        let key = hash_key(&config.hash_key, &req, peer.addr);
+        let mut key = hash_key(&config.hash_key, &req, peer.addr);
+        let sticky = match (&config.sticky_cookie, &config.hash_key) {
+            (Some(cookie), HashKey::Cookie(name)) if key.is_none() => {
+                let (value, hash) = self.sticky_value();
+                key = Some(hash);
+                HeaderValue::from_str(&cookie.set_cookie(name, &value)).ok()
+            }
+            _ => None,
+        };
         let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             return Err(LocalReply::BodyTooLarge);
@@ -490,7 +561,18 @@ impl HttpService {
             grpc_timeout,
             copy,
             grpc_retry,
+            sticky,
         })
+    }
+
+    /// A new sticky cookie's value, and its hash: random, so that the first
+    /// pick spreads as the algorithm spreads keys, and the cookie sent back
+    /// hashes to the endpoint that pick chose.
+    fn sticky_value(&self) -> (String, u64) {
+        let bits = crate::cluster::lock(&self.rng).next_u64();
+        let value = format!("{bits:016x}");
+        let hash = xxh64(value.as_bytes(), 0);
+        (value, hash)
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -559,7 +641,12 @@ impl HttpService {
             if failure.is_some_and(|f| config.retries.retries(f)) {
                 note(&mut trace, Flags::RETRIES_EXHAUSTED);
             }
-            return self.answer(cluster, pick, outcome, (latency, result), &req.fault, trace);
+            let sticky = req.sticky.take().filter(|_| matches!(outcome, Try::Response(_)));
+            let mut response = self.answer(cluster, pick, outcome, (latency, result), &req.fault, trace);
+            if let Some(cookie) = sticky {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            return response;
         }
     }
 
@@ -949,6 +1036,8 @@ fn arriving<B>(client: SocketAddr, req: &Request<B>) -> Record {
         cluster: None,
         trace: Trace::default(),
         grpc_status: None,
+        request_id: None,
+        trace_id: None,
     }
 }
 

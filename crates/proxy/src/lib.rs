@@ -40,6 +40,7 @@ pub mod server;
 mod shutdown;
 pub mod tcp;
 mod tls;
+pub mod trace_context;
 pub mod upstream;
 
 pub use config::{Config, ConfigError};

@@ -60,6 +60,8 @@ pub enum LocalReply {
     UpstreamReset,
     /// 504: no response head within the request timeout.
     Timeout,
+    /// 429: the route's rate limit; `Retry-After` says these seconds.
+    RateLimited(u64),
 }
 
 /// What the balancer hears of a request answered locally after an
@@ -87,6 +89,7 @@ impl LocalReply {
             CannotResend | ConnectFailure | UpstreamReset => StatusCode::BAD_GATEWAY,
             NoEndpoint | MaxRequests | MaxConnections => StatusCode::SERVICE_UNAVAILABLE,
             Timeout => StatusCode::GATEWAY_TIMEOUT,
+            RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -109,6 +112,7 @@ impl LocalReply {
             MaxConnections => "fulcrum: cluster overloaded (max_connections)\n",
             ConnectFailure | UpstreamReset => "fulcrum: upstream connection failed\n",
             Timeout => "fulcrum: upstream did not answer in time\n",
+            RateLimited(_) => "fulcrum: rate limit exceeded\n",
         })
     }
 
@@ -122,6 +126,7 @@ impl LocalReply {
             StatusCode::BAD_GATEWAY => &stats.bad_gateway,
             StatusCode::SERVICE_UNAVAILABLE => &stats.unavailable,
             StatusCode::GATEWAY_TIMEOUT => &stats.gateway_timeout,
+            StatusCode::TOO_MANY_REQUESTS => &stats.rate_limited,
             _ => &stats.bad_request,
         }
     }
@@ -141,6 +146,7 @@ impl LocalReply {
             ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
             CannotResend | UpstreamReset => Flags::UPSTREAM_RESET,
             Timeout => Flags::UPSTREAM_TIMEOUT,
+            RateLimited(_) => Flags::RATE_LIMITED,
         }
     }
 
@@ -177,7 +183,7 @@ mod tests {
 
     use super::*;
 
-    const ALL: [LocalReply; 16] = [
+    const ALL: [LocalReply; 17] = [
         LocalReply::MissingHost,
         LocalReply::TwoHosts,
         LocalReply::BadHead("malformed request line"),
@@ -194,6 +200,7 @@ mod tests {
         LocalReply::ConnectFailure,
         LocalReply::UpstreamReset,
         LocalReply::Timeout,
+        LocalReply::RateLimited(1),
     ];
 
     #[test]

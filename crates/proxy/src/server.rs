@@ -43,7 +43,7 @@ use crate::h1::conn::{Io, Rewind};
 use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
-use crate::routing::Routing;
+use crate::routing::{route_limits, RouteLimits, Routing};
 use crate::shutdown::{stopping, Stop};
 use crate::upstream::UpstreamPool;
 
@@ -112,13 +112,29 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
+/// A seed for a worker's request and trace IDs: unlike the balancers'
+/// seeds, different at every start (one clock read, at start).
+fn id_seed(listener: usize) -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut state = (now.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32) ^ listener as u64;
+    let thread = std::thread::current().id();
+    state ^= xxhash_rust::xxh64::xxh64(format!("{thread:?}").as_bytes(), 0);
+    fulcrum_balance::Rng::new(state).next_u64()
+}
+
 fn worker_seed(config: &Config, worker: usize, cluster: usize) -> u64 {
     config.seed.wrapping_add(worker as u64) ^ ((cluster as u64) << 32)
 }
 
 /// Routing for `worker` under `config`, reusing what `previous` had for
 /// clusters of the same name.
-fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previous: Option<&Routing>) -> Arc<Routing> {
+fn routing(
+    config: &Config,
+    worker: usize,
+    shared: &[Arc<SharedCluster>],
+    previous: Option<&Routing>,
+    limits: &Arc<RouteLimits>,
+) -> Arc<Routing> {
     let mut clusters = Vec::with_capacity(shared.len());
     let mut pools = Vec::with_capacity(shared.len());
     for (i, s) in shared.iter().enumerate() {
@@ -143,7 +159,7 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
             }
         });
     }
-    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
+    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools, limits: limits.clone() })
 }
 
 impl Proxy {
@@ -204,8 +220,9 @@ impl Proxy {
         let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
         let mut routing_tx = Vec::new();
+        let limits = route_limits(&config, None);
         for (worker, sockets) in sockets.into_iter().enumerate() {
-            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None));
+            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None, &limits));
             routing_tx.push(tx);
             let job = Worker {
                 sockets,
@@ -298,9 +315,10 @@ impl Proxy {
                 SharedCluster::new(c.clone(), self.epoch, previous.map(|p| p.as_ref()))
             })
             .collect();
+        let limits = route_limits(&next, self.routing.first().map(|tx| tx.borrow().clone()).as_deref());
         for (worker, tx) in self.routing.iter().enumerate() {
             let previous = tx.borrow().clone();
-            tx.send_replace(routing(&next, worker, &shared, Some(&previous)));
+            tx.send_replace(routing(&next, worker, &shared, Some(&previous), &limits));
         }
         self.clusters.send_replace(shared);
         *config = next;
@@ -366,6 +384,7 @@ impl Worker {
                 tls: tls.is_some(),
                 access_log,
                 alt_svc: listener.alt_svc.as_deref().and_then(|a| http::HeaderValue::from_str(a).ok()),
+                rng: std::sync::Mutex::new(fulcrum_balance::Rng::new(id_seed(index))),
             });
             let socket = match (socket, quic) {
                 (Bound::Tcp(socket), _) => TcpListener::from_std(socket),
