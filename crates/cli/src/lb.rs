@@ -11,7 +11,7 @@
 //! its service has a backend of non-zero weight that `health` has not found
 //! down (`crate::lb_health`).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -259,12 +259,13 @@ impl PortArgs {
 
 #[derive(Debug, ClapArgs)]
 struct CreateArgs {
-    /// The virtual IP (IPv4).
-    vip: Ipv4Addr,
+    /// The virtual IP: IPv4, or IPv6 (`2001:db8::1` or `[2001:db8::1]`) with IPv6 endpoints.
+    #[arg(value_parser = parse_vip)]
+    vip: IpAddr,
     #[command(flatten)]
     port: PortArgs,
     /// Backends, comma-separated: IP or IP:WEIGHT (a whole-number weight, default 1; 0 takes no
-    /// new flow). Not a port: backends listen on --tcp's or --udp's BACKEND_PORT.
+    /// new flow; IPv6 as [IP]:WEIGHT). Not a port: backends listen on --tcp's or --udp's BACKEND_PORT.
     #[arg(long, value_name = "IP[:WEIGHT],…")]
     endpoints: String,
     /// nat (rewrite the destination, replies come back through the LB) or
@@ -292,9 +293,14 @@ struct CreateArgs {
 #[derive(Debug, ClapArgs)]
 struct DeleteArgs {
     /// The virtual IP.
-    vip: Ipv4Addr,
+    #[arg(value_parser = parse_vip)]
+    vip: IpAddr,
     #[command(flatten)]
     port: PortArgs,
+}
+
+fn parse_vip(s: &str) -> Result<IpAddr, String> {
+    spec::parse_ip(s).map_err(|e| e.0)
 }
 
 fn input(e: spec::SpecError) -> Failure {
@@ -390,7 +396,8 @@ impl Bgp<'_> {
 
 /// The VIPs this node may announce: none unless the program is attached
 /// somewhere; otherwise those of services with a backend of non-zero weight
-/// that health checks have not found down.
+/// that health checks have not found down. IPv4 only: BIRD's include file
+/// is an IPv4 static protocol.
 fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
     if dataplane::attached(dir).is_empty() {
         return Ok(Vec::new());
@@ -401,7 +408,14 @@ fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
         Err(e) => return Err(failure(e)),
     };
     let serving = |s: &ServiceInfo| s.spec.backends.iter().zip(&s.down).any(|(b, &down)| b.weight > 0 && !down);
-    let mut vips: Vec<Ipv4Addr> = services.iter().filter(|s| serving(s)).map(|s| s.spec.key.vip).collect();
+    let mut vips: Vec<Ipv4Addr> = services
+        .iter()
+        .filter(|s| serving(s))
+        .filter_map(|s| match s.spec.key.vip {
+            IpAddr::V4(vip) => Some(vip),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
     vips.dedup();
     Ok(vips)
 }
@@ -547,7 +561,7 @@ fn stats_json(stats: &[ServiceStats], totals: &[(&str, u64)]) -> Value {
                 .zip(&s.backends)
                 .map(|(b, c)| {
                     let mut v = counters_json(c);
-                    v["endpoint"] = json!(format!("{}:{}", b.ip, spec.backend_port));
+                    v["endpoint"] = json!(std::net::SocketAddr::new(b.ip, spec.backend_port).to_string());
                     v
                 })
                 .collect();
@@ -580,7 +594,10 @@ fn list(dir: &Path, json: bool, bgp: &Bgp) -> Result<(), Failure> {
             .backends
             .iter()
             .zip(&s.down)
-            .map(|(b, &down)| format!("{}:{}{}", b.ip, b.weight, if down { "(down)" } else { "" }))
+            .map(|(b, &down)| {
+                let ip = if b.ip.is_ipv6() { format!("[{}]", b.ip) } else { b.ip.to_string() };
+                format!("{ip}:{}{}", b.weight, if down { "(down)" } else { "" })
+            })
             .collect();
         println!(
             "{:<16} {:>5} {:<5} {:>5} {:<4} {:<10} {:<7} {}",
@@ -629,7 +646,7 @@ fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
         let t = s.total;
         println!("{:<24} {:<22} {:>12} {:>14} {:>10}", s.info.spec.key.to_string(), "*", t.packets, t.bytes, t.flows);
         for (b, c) in s.info.spec.backends.iter().zip(&s.backends) {
-            let name = format!("{}:{}", b.ip, s.info.spec.backend_port);
+            let name = std::net::SocketAddr::new(b.ip, s.info.spec.backend_port).to_string();
             println!("{:<24} {:<22} {:>12} {:>14} {:>10}", "", name, c.packets, c.bytes, c.flows);
         }
     }
@@ -767,7 +784,7 @@ mod tests {
     fn service() -> ServiceInfo {
         ServiceInfo {
             spec: ServiceSpec {
-                key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1), port: 2020, proto: Protocol::Tcp },
+                key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1).into(), port: 2020, proto: Protocol::Tcp },
                 backend_port: 5001,
                 backends: spec::parse_endpoints("31.31.31.1:1,32.32.32.1:2").unwrap(),
                 mode: spec::parse_mode("dsr").unwrap(),

@@ -15,7 +15,7 @@
 //! round to the next.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -99,9 +99,16 @@ impl HealthArgs {
     }
 }
 
-/// A backend's identity for the state machine: its address and port.
-fn endpoint_id(ip: Ipv4Addr, port: u16) -> EndpointId {
-    EndpointId(u64::from(u32::from(ip)) << 16 | u64::from(port))
+/// A backend's identity for the state machine: its address and port (an
+/// IPv6 one hashed, with the top bit set so that it is never an IPv4 one's).
+fn endpoint_id(ip: IpAddr, port: u16) -> EndpointId {
+    match ip {
+        IpAddr::V4(ip) => EndpointId(u64::from(u32::from(ip)) << 16 | u64::from(port)),
+        IpAddr::V6(ip) => {
+            let name = SocketAddr::new(ip.into(), port).to_string();
+            EndpointId(fulcrum_balance::HashFunction::Xxhash.hash(name.as_bytes()) | 1 << 63)
+        }
+    }
 }
 
 /// The endpoints of a service, as its state machine knows them.
@@ -110,7 +117,7 @@ fn endpoints(s: &ServiceInfo) -> Vec<Endpoint> {
     s.spec
         .backends
         .iter()
-        .map(|b| Endpoint { id: endpoint_id(b.ip, port), weight: 1.0, name: format!("{}:{port}", b.ip) })
+        .map(|b| Endpoint { id: endpoint_id(b.ip, port), weight: 1.0, name: SocketAddr::new(b.ip, port).to_string() })
         .collect()
 }
 
@@ -221,6 +228,8 @@ pub fn run(dir: &Path, a: HealthArgs, refresh: impl Fn() -> Result<(), Failure>)
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
     use clap::Parser;
 
@@ -262,7 +271,7 @@ mod tests {
     fn the_state_machine_starts_where_the_data_plane_is() {
         use fulcrum_xdp::spec::{parse_endpoints, Mode, Protocol, Select, ServiceSpec};
         let spec = ServiceSpec {
-            key: ServiceKey { vip: Ipv4Addr::new(10, 0, 1, 1), port: 80, proto: Protocol::Tcp },
+            key: ServiceKey { vip: Ipv4Addr::new(10, 0, 1, 1).into(), port: 80, proto: Protocol::Tcp },
             backend_port: 8080,
             backends: parse_endpoints("10.0.0.1,10.0.0.2").unwrap(),
             mode: Mode::Nat,
@@ -272,7 +281,10 @@ mod tests {
         let info = ServiceInfo { spec, id: 0, slots: vec![0, 1], down: vec![false, true] };
         let t = CheckThresholds { healthy: 2, unhealthy: 3 };
         let mut state = state_of(&info, t, 0).unwrap();
-        let (up, down) = (endpoint_id(Ipv4Addr::new(10, 0, 0, 1), 8080), endpoint_id(Ipv4Addr::new(10, 0, 0, 2), 8080));
+        let (up, down) = (
+            endpoint_id(Ipv4Addr::new(10, 0, 0, 1).into(), 8080),
+            endpoint_id(Ipv4Addr::new(10, 0, 0, 2).into(), 8080),
+        );
         assert!(state.is_healthy(up) && !state.is_healthy(down));
         // Rise: two passes bring the down one back; fall: three failures.
         assert_eq!(state.record_check(down, true, 1), None);

@@ -47,6 +47,7 @@ fn main() -> Result<(), String> {
             flags: Flags::default(),
         },
         grpc_status: None,
+        client_cert: None,
         request_id: None,
         trace_id: None,
     };

@@ -143,6 +143,8 @@ fields! {
     GrpcStatus = "grpc_status",
     /// How the request ended, as [`Flags`] codes joined by `,` (`-` if normally).
     Flags = "flags",
+    /// The subject of the client certificate the listener verified (mutual TLS).
+    ClientCert = "client_cert",
     /// The request ID (the listener's `request_id` header, as received or as made).
     RequestId = "request_id",
     /// The W3C trace ID (32 hex digits) when the listener has `traceparent`.
@@ -304,6 +306,8 @@ pub struct Record {
     pub trace: Trace,
     /// A gRPC response's status.
     pub grpc_status: Option<u32>,
+    /// The subject of the client certificate a mutual-TLS listener verified.
+    pub client_cert: Option<std::sync::Arc<str>>,
     /// The request ID, when the listener has them.
     pub request_id: Option<String>,
     /// The trace ID, when the listener propagates trace context.
@@ -493,6 +497,7 @@ impl Record {
             Field::Endpoint => up.endpoint.is_none(),
             Field::GrpcStatus => self.grpc_status.is_none(),
             Field::Flags => up.flags == Flags::default(),
+            Field::ClientCert => self.client_cert.is_none(),
             Field::RequestId => self.request_id.is_none(),
             Field::TraceId => self.trace_id.is_none(),
             _ => false,
@@ -507,6 +512,7 @@ impl Record {
             Field::Authority => self.authority.as_deref(),
             Field::Path => Some(&self.path),
             Field::Cluster => self.cluster.as_deref(),
+            Field::ClientCert => self.client_cert.as_deref(),
             Field::RequestId => self.request_id.as_deref(),
             _ => None,
         }
@@ -542,6 +548,10 @@ impl Record {
             Field::Retries => decimal(out, up.retries.into()),
             Field::GrpcStatus => opt(out, self.grpc_status.map(u64::from)),
             Field::Flags => up.flags.write(out),
+            Field::ClientCert => match &self.client_cert {
+                Some(subject) => escaped(out, subject),
+                None => out.push('-'),
+            },
             Field::RequestId => match &self.request_id {
                 Some(id) => escaped(out, id),
                 None => out.push('-'),
@@ -702,6 +712,7 @@ mod tests {
                 flags: Flags::UPSTREAM_RESET,
             },
             grpc_status: None,
+            client_cert: None,
             request_id: Some("r\"1".into()),
             trace_id: None,
         }

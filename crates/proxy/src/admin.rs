@@ -166,6 +166,14 @@ impl Admin {
                 let _ = writeln!(out, "{name}{{cluster=\"{}\"}} {}", c.config.name, read(c));
             }
         }
+        let name = "fulcrum_cluster_upstream_tls_errors_total";
+        family(&mut out, name, "counter", "Failed TLS handshakes with endpoints, by reason.");
+        for c in clusters.iter().filter(|c| c.tls.is_some()) {
+            for reason in crate::upstream_tls::TlsFailure::ALL {
+                let n = c.counters.tls_errors.get(reason);
+                let _ = writeln!(out, "{name}{{cluster=\"{}\",reason=\"{}\"}} {n}", c.config.name, reason.label());
+            }
+        }
         family(&mut out, "fulcrum_local_responses_total", "counter", "Responses the proxy made itself, by status.");
         for (code, n) in self.stats.local_responses() {
             let _ = writeln!(out, "fulcrum_local_responses_total{{code=\"{code}\"}} {n}");

@@ -235,14 +235,107 @@ pub enum ListenerProtocol {
     TlsPassthrough,
 }
 
-/// PEM files for a TLS listener.
+/// TLS on an HTTP listener: the default certificate, more chosen by SNI,
+/// and the handshake's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tls {
-    /// Certificate chain.
+    /// Certificate chain of the default certificate (no SNI, or a name no
+    /// other certificate has).
     pub cert: PathBuf,
-    /// Private key.
+    /// Private key of the default certificate.
     pub key: PathBuf,
+    /// A DER OCSP response stapled with the default certificate.
+    #[serde(default)]
+    pub ocsp: Option<PathBuf>,
+    /// Further certificates, each for the server names it lists.
+    #[serde(default)]
+    pub certificates: Vec<NamedCert>,
+    /// The oldest TLS version accepted.
+    #[serde(default)]
+    pub min_version: TlsVersion,
+    /// ALPN protocols offered, in order of preference (default: `h2`, then
+    /// `http/1.1` unless the listener is HTTP/2 only).
+    #[serde(default)]
+    pub alpn: Option<Vec<String>>,
+    /// CA bundle (PEM) that client certificates are verified against
+    /// (mutual TLS); none: no client certificate is asked for.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Whether a client certificate is required (default) or only verified
+    /// when given.
+    #[serde(default)]
+    pub client_auth: Option<ClientAuth>,
+    /// How often the certificate, key and OCSP files are read again; a
+    /// change replaces the certificates for new handshakes.
+    #[serde(default = "default_tls_reload", with = "fulcrum_config::duration")]
+    pub reload_interval: Duration,
+}
+
+fn default_tls_reload() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// A certificate served to clients that ask for one of its names by SNI.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedCert {
+    /// Server names, exact (`api.example.com`) or wildcard (`*.example.com`,
+    /// one label); exact names win over wildcards.
+    pub names: Vec<String>,
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+    /// A DER OCSP response to staple.
+    #[serde(default)]
+    pub ocsp: Option<PathBuf>,
+}
+
+/// The oldest TLS version a listener accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum TlsVersion {
+    /// TLS 1.2 and 1.3.
+    #[default]
+    #[serde(rename = "1.2")]
+    V12,
+    /// TLS 1.3 only.
+    #[serde(rename = "1.3")]
+    V13,
+}
+
+/// Whether a mutual-TLS listener requires a client certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No certificate, no connection.
+    #[default]
+    Required,
+    /// Clients without a certificate are served; one given must verify.
+    Optional,
+}
+
+/// TLS to a cluster's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// CA bundle (PEM) the endpoints' certificates are verified against
+    /// (default: the Mozilla root programme's CAs, built in).
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// Server name sent by SNI and verified (default: the endpoint's host
+    /// name; an IP endpoint is verified against its address).
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// Verify the endpoints' certificates (default true).
+    #[serde(default = "default_true")]
+    pub verify: bool,
+    /// Client certificate chain (PEM) for endpoints that require one.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
 }
 
 /// Where an HTTP request goes.
@@ -299,6 +392,8 @@ pub struct Cluster {
     /// a trailers-only head, counts as a failure for outlier detection and
     /// Peak-EWMA's penalty (default true).
     pub grpc_status_failure: bool,
+    /// TLS to the endpoints (clear text when `None`).
+    pub tls: Option<UpstreamTls>,
     /// The PROXY protocol header sent on each new upstream connection.
     pub proxy_protocol: Option<ProxyVersion>,
 }
@@ -408,7 +503,7 @@ struct RawListener {
     listen: Spanned<String>,
     #[serde(default = "default_protocol")]
     protocol: ListenerProtocol,
-    tls: Option<Tls>,
+    tls: Option<Spanned<Tls>>,
     #[serde(default)]
     routes: Vec<RawRoute>,
     cluster: Option<Spanned<String>>,
@@ -561,6 +656,7 @@ struct RawCluster {
     max_pending: Option<Spanned<usize>>,
     #[serde(default = "default_true")]
     grpc_status_failure: bool,
+    tls: Option<Spanned<UpstreamTls>>,
     proxy_protocol: Option<Spanned<ProxyVersion>>,
 }
 
@@ -621,11 +717,20 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const HYPER_MAX_HEADERS: usize = 100;
 
 impl Config {
-    /// Read and validate the file at `path`.
+    /// Read and validate the file at `path`, and the TLS files it names.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|e| ConfigError::new(path, "(file)", format!("cannot read: {e}")))?;
-        Config::parse(path, &text)
+        Config::parse_with_files(path, &text)
+    }
+
+    /// Validate `text` as if read from `file`, and read the TLS files it
+    /// names ([`Config::check_tls_files`]).
+    pub fn parse_with_files(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let (raw, src): (RawConfig, Source) = fulcrum_config::parse(file, text, &[])?;
+        let config = raw.validate(&src)?;
+        config.check_tls_files(&src)?;
+        Ok(config)
     }
 
     /// Validate `text` as if read from `file`.
@@ -687,6 +792,7 @@ impl Config {
                 max_connections: DEFAULT_MAX_REQUESTS as usize,
                 max_pending: DEFAULT_MAX_REQUESTS as usize,
                 grpc_status_failure: true,
+                tls: None,
                 proxy_protocol: None,
             }],
         })
@@ -798,6 +904,7 @@ impl RawConfig {
                 sticky_cookie,
                 upstream: c.upstream,
                 grpc_status_failure: c.grpc_status_failure,
+                tls: c.tls.map(|t| upstream_tls(t, src, &at)).transpose()?,
                 proxy_protocol,
             });
         }
@@ -946,6 +1053,126 @@ fn connection_limits(
     Ok((max_connections, max_pending))
 }
 
+/// A listener's TLS: server names that are DNS names or one-label
+/// wildcards, each served by one certificate; ALPN protocols the listener
+/// speaks; `client_auth` only with `client_ca`.
+fn listener_tls(t: Spanned<Tls>, protocol: ListenerProtocol, src: &Source, at: FieldName) -> Result<Tls, ConfigError> {
+    let span = t.span();
+    let tls = t.into_inner();
+    let mut seen: Vec<&str> = Vec::new();
+    for (ci, c) in tls.certificates.iter().enumerate() {
+        let field = at(&format!("tls.certificates[{ci}].names"));
+        if c.names.is_empty() {
+            return Err(src.error_in(&field, "list at least one server name"));
+        }
+        for name in &c.names {
+            check_server_name(name).map_err(|m| src.error_in(&field, m))?;
+            if seen.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+                return Err(src.error_in(&field, format!("{name:?} is listed for two certificates")));
+            }
+            seen.push(name);
+        }
+    }
+    if let Some(alpn) = &tls.alpn {
+        let allowed: &[&str] = if protocol == ListenerProtocol::Http2 { &["h2"] } else { &["h2", "http/1.1"] };
+        if alpn.is_empty() {
+            return Err(src.error_in(&at("tls.alpn"), "list at least one protocol"));
+        }
+        if let Some(p) = alpn.iter().find(|p| !allowed.contains(&p.as_str())) {
+            return Err(src.error_in(&at("tls.alpn"), format!("{p:?} is not one of {allowed:?}")));
+        }
+    }
+    if tls.reload_interval.is_zero() {
+        return Err(src.error_in(&at("tls.reload_interval"), "must be greater than 0"));
+    }
+    if tls.client_auth.is_some() && tls.client_ca.is_none() {
+        return Err(src.error(span, at("tls.client_auth"), "needs `client_ca`, the CA bundle to verify clients"));
+    }
+    Ok(tls)
+}
+
+/// A DNS name, or `*.` followed by one (a wildcard for one label).
+fn check_server_name(name: &str) -> Result<(), String> {
+    let dns = name.strip_prefix("*.").unwrap_or(name);
+    let valid = !dns.contains('*')
+        && rustls::pki_types::DnsName::try_from(dns).is_ok()
+        && dns.parse::<std::net::IpAddr>().is_err();
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("{name:?} is not a server name (a DNS name, or `*.` and one)"))
+    }
+}
+
+/// A cluster's TLS: `cert` with `key`, an SNI name that is a DNS name, and
+/// no `ca` when nothing is verified.
+fn upstream_tls(t: Spanned<UpstreamTls>, src: &Source, at: FieldName) -> Result<UpstreamTls, ConfigError> {
+    let span = t.span();
+    let tls = t.into_inner();
+    if tls.cert.is_some() != tls.key.is_some() {
+        let missing = if tls.cert.is_some() { "tls.key" } else { "tls.cert" };
+        return Err(src.error(span, at(missing), "a client certificate needs both `cert` and `key`"));
+    }
+    if let Some(sni) = &tls.sni {
+        if rustls::pki_types::ServerName::try_from(sni.as_str()).is_err() {
+            return Err(src.error_in(&at("tls.sni"), format!("{sni:?} is not a DNS name or an IP address")));
+        }
+    }
+    if !tls.verify && tls.ca.is_some() {
+        return Err(src.error_in(&at("tls.ca"), "has no use with `verify = false`"));
+    }
+    Ok(tls)
+}
+
+impl Config {
+    /// Read every TLS file the configuration names (certificates, keys,
+    /// OCSP responses, CA bundles) and check that each can be used: a
+    /// certificate and key that match, a CA bundle of certificates. An
+    /// error names the field and the file.
+    pub fn check_tls_files(&self, src: &Source) -> Result<(), ConfigError> {
+        use crate::tls_files::{roots, KeyPairFiles};
+        let fail = |prefix: String| {
+            move |e: crate::tls_files::FileError| src.error_in(&format!("{prefix}.{}", e.field), e.to_string())
+        };
+        for (li, l) in self.listeners.iter().enumerate() {
+            let Some(tls) = &l.tls else { continue };
+            let at = format!("listener[{li}].tls");
+            let default = KeyPairFiles {
+                cert: &tls.cert,
+                key: &tls.key,
+                ocsp: tls.ocsp.as_deref(),
+                fields: ["cert", "key", "ocsp"],
+            };
+            default.load().map_err(fail(at.clone()))?;
+            for (ci, c) in tls.certificates.iter().enumerate() {
+                let files = KeyPairFiles {
+                    cert: &c.cert,
+                    key: &c.key,
+                    ocsp: c.ocsp.as_deref(),
+                    fields: ["cert", "key", "ocsp"],
+                };
+                files.load().map_err(fail(format!("{at}.certificates[{ci}]")))?;
+            }
+            if let Some(ca) = &tls.client_ca {
+                roots("client_ca", ca).map_err(fail(at.clone()))?;
+            }
+        }
+        for (ci, c) in self.clusters.iter().enumerate() {
+            let Some(tls) = &c.tls else { continue };
+            let at = format!("cluster[{ci}].tls");
+            if let Some(ca) = &tls.ca {
+                roots("ca", ca).map_err(fail(at.clone()))?;
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+                KeyPairFiles { cert, key, ocsp: None, fields: ["cert", "key", "ocsp"] }
+                    .load()
+                    .map_err(fail(at.clone()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The cluster called `name`, by index, or an error listing those defined.
 fn find_cluster(
     clusters: &[Cluster],
@@ -1051,6 +1278,7 @@ impl RawListener {
             }
             None => None,
         };
+        let tls = self.tls.map(|t| listener_tls(t, self.protocol, src, at)).transpose()?;
         let request_id = match self.request_id {
             Some(r) if self.protocol == ListenerProtocol::Tcp => {
                 return Err(src.error(r.span(), at("request_id"), "request IDs are for HTTP listeners"));
@@ -1069,7 +1297,7 @@ impl RawListener {
             traceparent: self.traceparent,
             listen,
             protocol: self.protocol,
-            tls: self.tls,
+            tls,
             routes,
             cluster,
             max_header_bytes,
@@ -1185,7 +1413,13 @@ impl RawListener {
             return Err(src.error(self.listen.span(), at("tls"), "TLS is for HTTP listeners"));
         }
         match &self.cluster {
-            Some(c) if self.routes.is_empty() => find_cluster(clusters, c, src, at("cluster")),
+            Some(c) if self.routes.is_empty() => {
+                let index = find_cluster(clusters, c, src, at("cluster"))?;
+                if clusters[index].tls.is_some() {
+                    return Err(src.error(c.span(), at("cluster"), "a TCP listener's cluster cannot have `tls`"));
+                }
+                Ok(index)
+            }
             _ => Err(src.error(self.listen.span(), at("cluster"), "a TCP listener needs `cluster` (and no routes)")),
         }
     }
@@ -1382,6 +1616,59 @@ connect_timeout = "250ms"
         assert_eq!((e.line, e.field.as_str()), (9, "listener[0].proxy_protocol"), "{e}");
         let e = error(&h3(&format!("{tls}\nalt_svc = \"a\\u0001\"")));
         assert_eq!((e.line, e.field.as_str()), (8, "listener[0].alt_svc"), "{e}");
+    }
+
+    #[test]
+    fn tls_keys_are_checked_and_files_errors_name_the_field_and_the_file() {
+        let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/proxy/certs");
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:1\"\nroutes = [{{ cluster = \"c\" }}]\n\
+             [listener.tls]\ncert = \"{certs}/default.pem\"\nkey = \"{certs}/default.key\"\n\
+             client_ca = \"{certs}/ca.pem\"\nalpn = [\"http/1.1\"]\n\
+             [[listener.tls.certificates]]\nnames = [\"api.example.test\", \"*.example.test\"]\n\
+             cert = \"{certs}/api.pem\"\nkey = \"{certs}/api.key\"\n\
+             [[cluster]]\nname = \"c\"\nendpoints = [\"127.0.0.1:2\"]\n\
+             tls = {{ ca = \"{certs}/ca.pem\", cert = \"{certs}/client.pem\", key = \"{certs}/client.key\" }}\n"
+        );
+        let checked = |text: &str| Config::parse_with_files(Path::new("test.toml"), text);
+        let c = checked(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.listeners[0].tls.as_ref().unwrap().certificates[0].names.len(), 2);
+        assert!(c.clusters[0].tls.as_ref().unwrap().verify);
+        // A missing file: the field and the path.
+        let e = checked(&text.replace("api.key", "nope.key")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (12, "listener[0].tls.certificates[0].key"), "{e}");
+        assert!(e.message.contains("nope.key") && e.message.contains("cannot read"), "{e}");
+        // A key that is not the certificate's.
+        let e = checked(&text.replacen("default.key", "wildcard.key", 1)).unwrap_err();
+        assert_eq!(e.field, "listener[0].tls.key", "{e}");
+        assert!(e.message.contains("does not match"), "{e}");
+        let e = checked(&text.replace("client.key", "api.key")).unwrap_err();
+        assert_eq!(e.field, "cluster[0].tls.key", "{e}");
+        // Not a certificate at all, and a CA bundle that is not one.
+        let e = checked(&text.replace("api.pem", "api.key")).unwrap_err();
+        assert_eq!(e.field, "listener[0].tls.certificates[0].cert", "{e}");
+        assert!(e.message.contains("no PEM certificate"), "{e}");
+        let e = checked(&text.replacen("ca.pem", "default.key", 1)).unwrap_err();
+        assert_eq!(e.field, "listener[0].tls.client_ca", "{e}");
+        // Settings, checked without reading files.
+        let e = error(&text.replace("\"*.example.test\"", "\"a.*.test\""));
+        assert_eq!(e.field, "listener[0].tls.certificates[0].names", "{e}");
+        let e = error(&text.replace("\"*.example.test\"", "\"API.example.test\""));
+        assert!(e.message.contains("two certificates"), "{e}");
+        let e = error(&text.replace("\"http/1.1\"]", "\"h3\"]"));
+        assert_eq!(e.field, "listener[0].tls.alpn", "{e}");
+        let e = error(&text.replace(&format!("client_ca = \"{certs}/ca.pem\""), "client_auth = \"optional\""));
+        assert_eq!(e.field, "listener[0].tls.client_auth", "{e}");
+        let e = error(&text.replace("alpn = ", "reload_interval = \"0s\"\nalpn = "));
+        assert_eq!(e.field, "listener[0].tls.reload_interval", "{e}");
+        let e = error(&text.replace(", cert = \"", ", sni = \"not a name\", cert = \""));
+        assert_eq!(e.field, "cluster[0].tls.sni", "{e}");
+        let e = error(&text.replace(", key = \"{certs}/client.key\"".replace("{certs}", certs).as_str(), ""));
+        assert_eq!(e.field, "cluster[0].tls.key", "{e}");
+        let e = error(&text.replace("tls = { ca", "tls = { verify = false, ca"));
+        assert_eq!(e.field, "cluster[0].tls.ca", "{e}");
+        let e = error(&text.replace("client_ca = ", "client_auth = \"optional\"\nclient_cx = "));
+        assert!(e.message.contains("client_cx"), "{e}");
     }
 
     #[test]

@@ -163,6 +163,8 @@ fn hash_key<B>(policy: &HashKey, req: &Request<B>, peer: SocketAddr) -> Option<u
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// The verified client certificate of a mutual-TLS listener (Envoy's name and format).
+const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
 
 /// Headers that belong to one connection and must not be forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -436,6 +438,7 @@ impl HttpService {
         };
         let arrived = Instant::now();
         let mut record = Box::new(arriving(peer.addr, &req));
+        record.client_cert = peer.client_cert.as_ref().map(|c| c.subject.clone());
         record.request_id = stamp.request_id.as_ref().map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
         record.trace_id = stamp.trace_id.map(|t| String::from_utf8_lossy(&t).into_owned());
         let mut trace = Trace::default();
@@ -751,13 +754,9 @@ impl HttpService {
         let sent = Instant::now();
         let addr = pick.upstream.addr;
         let answer = async {
-            let mut stream =
-                tokio::time::timeout(config.connect_timeout, tokio::net::TcpStream::connect(addr)).await.ok()?.ok()?;
-            let _ = stream.set_nodelay(true);
-            if let Some(version) = config.proxy_protocol {
-                let header = crate::proxy_protocol::encode(version, Some(peer.addresses()));
-                tokio::io::AsyncWriteExt::write_all(&mut stream, &header).await.ok()?;
-            }
+            let header = config.proxy_protocol.map(|v| crate::proxy_protocol::encode(v, Some(peer.addresses())));
+            let (preface, tls) = (header.as_deref().unwrap_or_default(), cluster.shared.tls.as_deref());
+            let stream = crate::upstream::connect(addr, config.connect_timeout, preface, tls).await?;
             crate::h1::upgrade(stream, &upstream_req).await
         };
         let answer = tokio::time::timeout(config.request_timeout, answer).await;
@@ -835,13 +834,18 @@ impl HttpService {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         // hyper sizes the map for the headers it parsed: make room for ours in one step.
-        headers.reserve(3);
+        headers.reserve(4);
         let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(prior) => HeaderValue::from_str(&format!("{prior}, {}", peer.ip.to_str().ok()?)).ok()?,
             None => peer.ip.clone(),
         };
         headers.insert(X_FORWARDED_FOR, forwarded_for);
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.tls { "https" } else { "http" }));
+        // Only the listener says who the client is: a copy the client sent is dropped.
+        match &peer.client_cert {
+            Some(cert) => headers.insert(X_FORWARDED_CLIENT_CERT, cert.header.clone()),
+            None => headers.remove(X_FORWARDED_CLIENT_CERT),
+        };
         headers.append(header::VIA, via(parts.version));
         Some(headers)
     }
@@ -857,13 +861,16 @@ pub struct Peer {
     /// The address it connected to, when known (sent on in PROXY protocol
     /// headers).
     pub destination: Option<SocketAddr>,
+    /// The client certificate it presented and the listener verified
+    /// (mutual TLS).
+    pub client_cert: Option<crate::tls::ClientCert>,
 }
 
 impl Peer {
     /// The peer at `addr`.
     pub fn new(addr: SocketAddr) -> Peer {
         let ip = HeaderValue::from_str(&addr.ip().to_string()).expect("an IP address is a valid header value");
-        Peer { addr, ip, destination: None }
+        Peer { addr, ip, destination: None, client_cert: None }
     }
 
     /// The peer of a connection with `addresses`.
@@ -938,7 +945,7 @@ fn rewrite(
 /// cluster's `max_connections`, given back when the tunnel closes.
 async fn tunnel(
     client: ClientUpgrade,
-    mut upstream: tokio::net::TcpStream,
+    mut upstream: crate::upstream_tls::UpstreamStream,
     early: Bytes,
     done: Completion,
     slot: tokio::sync::OwnedSemaphorePermit,
@@ -1036,6 +1043,7 @@ fn arriving<B>(client: SocketAddr, req: &Request<B>) -> Record {
         cluster: None,
         trace: Trace::default(),
         grpc_status: None,
+        client_cert: None,
         request_id: None,
         trace_id: None,
     }

@@ -39,9 +39,11 @@ pub mod runtime;
 pub mod server;
 mod shutdown;
 pub mod tcp;
-mod tls;
+pub mod tls;
+pub mod tls_files;
 pub mod trace_context;
 pub mod upstream;
+pub mod upstream_tls;
 
 pub use config::{Config, ConfigError};
 pub use server::{Proxy, ServeError, DEFAULT_DRAIN};

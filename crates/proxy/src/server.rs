@@ -45,7 +45,9 @@ use crate::http::HttpService;
 use crate::metrics::ProxyStats;
 use crate::routing::{route_limits, RouteLimits, Routing};
 use crate::shutdown::{stopping, Stop};
+use crate::tls::{Certificates, ListenerTls};
 use crate::upstream::UpstreamPool;
+use tokio_rustls::TlsAcceptor;
 
 pub use crate::error::ServeError;
 
@@ -62,6 +64,8 @@ pub struct Proxy {
     clusters: watch::Sender<Vec<Arc<SharedCluster>>>,
     /// Each worker's routing.
     routing: Vec<watch::Sender<Arc<Routing>>>,
+    /// The TLS listeners' certificates, read again on a reload.
+    certificates: Vec<Arc<Certificates>>,
 }
 
 /// How long a shutdown waits for requests in flight, unless told otherwise.
@@ -143,19 +147,23 @@ fn routing(
             Some((&p.clusters[j], &p.pools[j]))
         });
         clusters.push(WorkerCluster::new(s.clone(), worker_seed(config, worker, i), old.map(|o| o.0.as_ref())));
-        let same_pool = old.is_some_and(|(c, _)| {
-            let (a, b) = (&c.shared.config, &s.config);
-            a.upstream == b.upstream
-                && a.connect_timeout == b.connect_timeout
-                && a.max_connections == b.max_connections
-                && a.max_pending == b.max_pending
-                && a.proxy_protocol == b.proxy_protocol
-        });
+        // A TLS cluster's pool starts anew: a reload may bring new files.
+        let same_pool = s.tls.is_none()
+            && old.is_some_and(|(c, _)| {
+                let (a, b) = (&c.shared.config, &s.config);
+                a.upstream == b.upstream
+                    && a.tls == b.tls
+                    && a.connect_timeout == b.connect_timeout
+                    && a.max_connections == b.max_connections
+                    && a.max_pending == b.max_pending
+                    && a.proxy_protocol == b.proxy_protocol
+            });
         pools.push(match old {
             Some((_, pool)) if same_pool => pool.clone(),
             _ => {
                 let c = &s.config;
-                UpstreamPool::new(c.upstream, c.connect_timeout, s.connections.clone(), c.proxy_protocol)
+                let tls = s.tls.clone();
+                UpstreamPool::with_tls(c.upstream, c.connect_timeout, s.connections.clone(), c.proxy_protocol, tls)
             }
         });
     }
@@ -173,8 +181,15 @@ impl Proxy {
         let tls: Vec<_> = config
             .listeners
             .iter()
-            .map(|l| l.tls.as_ref().map(|t| crate::tls::acceptor(t, l.protocol == ListenerProtocol::Http2)).transpose())
+            .map(|l| {
+                l.tls
+                    .as_ref()
+                    .map(|t| crate::tls::acceptor(l.listen, t, l.protocol == ListenerProtocol::Http2))
+                    .transpose()
+            })
             .collect::<Result<_, _>>()?;
+        let certificates: Vec<_> = tls.iter().flatten().map(|t: &ListenerTls| t.certificates.clone()).collect();
+        let tls: Vec<Option<TlsAcceptor>> = tls.into_iter().map(|t| t.map(|t| t.acceptor)).collect();
         let quic: Vec<Option<quinn::ServerConfig>> = config
             .listeners
             .iter()
@@ -245,6 +260,7 @@ impl Proxy {
         let control = Control {
             admin: admin_socket.map(|s| (s, Arc::new(Admin { clusters: clusters_rx.clone(), stats, epoch }))),
             clusters: clusters_rx,
+            certificates: certificates.clone(),
             stopped,
         };
         threads.push(std::thread::Builder::new().name("fulcrum-control".into()).spawn(move || match runtime() {
@@ -260,6 +276,7 @@ impl Proxy {
             threads,
             epoch,
             config: Mutex::new(config),
+            certificates,
             clusters: clusters_tx,
             routing: routing_tx,
         })
@@ -322,6 +339,11 @@ impl Proxy {
         }
         self.clusters.send_replace(shared);
         *config = next;
+        // The listeners' certificate files are read again (they were checked
+        // with the configuration).
+        for c in &self.certificates {
+            c.refresh();
+        }
         Ok(())
     }
 
@@ -340,7 +362,7 @@ impl Proxy {
 struct Worker {
     sockets: Vec<Bound>,
     routing: watch::Receiver<Arc<Routing>>,
-    tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
+    tls: Vec<Option<TlsAcceptor>>,
     /// Each HTTP/3 listener's QUIC configuration.
     quic: Vec<Option<quinn::ServerConfig>>,
     permits: Vec<Arc<Semaphore>>,
@@ -468,7 +490,7 @@ impl Accept {
         }
     }
 
-    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<tokio_rustls::TlsAcceptor>) {
+    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
         let limits = listener.limits.clone();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
@@ -510,7 +532,7 @@ impl Accept {
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
             tokio::spawn(async move {
-                let Some(peer) = service.peer(&mut stream, peer).await else { return };
+                let Some(mut peer) = service.peer(&mut stream, peer).await else { return };
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {
@@ -525,6 +547,10 @@ impl Accept {
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
+                        // The peer was made for this connection: nothing else holds it yet.
+                        if let Some(peer) = Arc::get_mut(&mut peer) {
+                            peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
+                        }
                         Box::new(Counted::new(stream, permit))
                     }
                 };
@@ -653,6 +679,8 @@ impl Drop for ActiveGuard {
 struct Control {
     admin: Option<(std::net::TcpListener, Arc<Admin>)>,
     clusters: watch::Receiver<Vec<Arc<SharedCluster>>>,
+    /// The TLS listeners' certificates, watched for changes of their files.
+    certificates: Vec<Arc<Certificates>>,
     stopped: watch::Receiver<Stop>,
 }
 
@@ -681,6 +709,9 @@ impl Control {
         let mut clusters = self.clusters.clone();
         let mut stopped = self.stopped.clone();
         let mut tasks = self.spawn_cluster_tasks(&clusters.borrow_and_update());
+        for c in &self.certificates {
+            tokio::spawn(c.clone().watch(self.stopped.clone()));
+        }
         let supervisor = async {
             loop {
                 tokio::select! {

@@ -42,6 +42,7 @@ use crate::body::UpstreamBody;
 use crate::config::{ProxyVersion, UpstreamProtocol};
 use crate::h1::{self, ExchangeError};
 use crate::proxy_protocol::Addresses;
+use crate::upstream_tls::{UpstreamStream, UpstreamTls};
 
 /// An upstream response's body: read by [`h1`] or by hyper's HTTP/2 client.
 pub type ResponseBody = Either<h1::ResponseBody<Lease>, hyper::body::Incoming>;
@@ -128,6 +129,8 @@ pub struct UpstreamPool {
     protocol: UpstreamProtocol,
     /// The PROXY protocol header each connection starts with, if any.
     proxy_protocol: Option<ProxyVersion>,
+    /// TLS to the endpoints (after any PROXY protocol header), if the cluster has it.
+    tls: Option<Arc<UpstreamTls>>,
     connect_timeout: Duration,
     limit: Arc<ConnectionLimit>,
     connections: Mutex<Connections>,
@@ -171,7 +174,19 @@ impl UpstreamPool {
         limit: Arc<ConnectionLimit>,
         proxy_protocol: Option<ProxyVersion>,
     ) -> Arc<Self> {
-        Arc::new(UpstreamPool { protocol, proxy_protocol, connect_timeout, limit, connections: Mutex::default() })
+        Self::with_tls(protocol, connect_timeout, limit, proxy_protocol, None)
+    }
+
+    /// A pool as [`new`](Self::new) makes, with TLS to the endpoints when `tls` is given.
+    pub fn with_tls(
+        protocol: UpstreamProtocol,
+        connect_timeout: Duration,
+        limit: Arc<ConnectionLimit>,
+        proxy_protocol: Option<ProxyVersion>,
+        tls: Option<Arc<UpstreamTls>>,
+    ) -> Arc<Self> {
+        let connections = Mutex::default();
+        Arc::new(UpstreamPool { protocol, proxy_protocol, tls, connect_timeout, limit, connections })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connections> {
@@ -213,17 +228,11 @@ impl UpstreamPool {
             }
         }
         let connecting = Instant::now();
-        let (stream, permit) = match self.connect(addr).await {
+        let (stream, permit) = match self.connect(addr, header.as_deref().unwrap_or_default()).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
         };
-        let mut stream = stream;
-        if let Some(header) = header {
-            if tokio::io::AsyncWriteExt::write_all(&mut stream, &header).await.is_err() {
-                return Err(SendFailure::ConnectFailure(Box::new(req)));
-            }
-        }
         let connected = ConnectTime(connecting.elapsed());
         match h1::Connection::new(stream, permit).exchange(req, lease(), false).await {
             Ok(mut response) => {
@@ -252,7 +261,7 @@ impl UpstreamPool {
             }
         }
         let connecting = Instant::now();
-        let (stream, permit) = match self.connect(addr).await {
+        let (stream, permit) = match self.connect(addr, &[]).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
@@ -300,7 +309,7 @@ impl UpstreamPool {
         }
         c.swept = Some(now);
         c.idle.retain(|_, stack| {
-            stack.retain(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
+            stack.retain_mut(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
             !stack.is_empty()
         });
         c.shared.retain(|_, conns| {
@@ -315,7 +324,7 @@ impl UpstreamPool {
         let mut c = self.lock();
         Self::sweep(&mut c, now);
         let stack = c.idle.get_mut(&addr)?;
-        while let Some(i) = stack.pop() {
+        while let Some(mut i) = stack.pop() {
             if now.duration_since(i.since) < IDLE_TIMEOUT && !i.conn.is_closed() {
                 return Some(i.conn);
             }
@@ -332,16 +341,38 @@ impl UpstreamPool {
         conns.first().cloned()
     }
 
-    /// A new TCP connection to `addr` with its permit, under the cluster's limit.
-    async fn connect(&self, addr: SocketAddr) -> Result<(TcpStream, OwnedSemaphorePermit), Refused> {
+    /// A new connection to `addr` (TCP, and TLS if the cluster has it)
+    /// with its permit, under the cluster's limit.
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        preface: &[u8],
+    ) -> Result<(UpstreamStream, OwnedSemaphorePermit), Refused> {
         let permit = self.limit.acquire().await.ok_or(Refused::Overflow)?;
-        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(_)) | Err(_) => return Err(Refused::Connect),
-        };
-        // Requests and responses are small writes that should leave at once.
-        let _ = stream.set_nodelay(true);
+        let stream = connect(addr, self.connect_timeout, preface, self.tls.as_deref()).await.ok_or(Refused::Connect)?;
         Ok((stream, permit))
+    }
+}
+
+/// A new connection to `addr`: TCP within `timeout`, `preface` (a PROXY
+/// protocol header, or nothing) written, then the TLS handshake within
+/// `timeout` again when `tls` is given. `None` when any of it failed (a TLS
+/// failure is counted and logged by `tls`).
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    preface: &[u8],
+    tls: Option<&UpstreamTls>,
+) -> Option<UpstreamStream> {
+    let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.ok()?.ok()?;
+    // Requests and responses are small writes that should leave at once.
+    let _ = stream.set_nodelay(true);
+    if !preface.is_empty() {
+        tokio::io::AsyncWriteExt::write_all(&mut stream, preface).await.ok()?;
+    }
+    match tls {
+        None => Some(UpstreamStream::Plain(stream)),
+        Some(tls) => tls.handshake(addr, stream, timeout).await,
     }
 }
 

@@ -34,6 +34,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
@@ -51,6 +52,10 @@
 
 #define BACKEND_ACTIVE 1u
 #define BACKEND_DSR 2u /* the service's SVC_DSR, so that a conntrack hit needs no service lookup */
+#define BACKEND_DOWN 4u /* control plane only */
+#define BACKEND_V6 8u /* its address is in backends6 */
+
+#define MAX_FLOWS6 65536 /* IPv6 flows: compiled in */
 
 /* 0.25 s to 2.5 s, by CONFIG_HZ: jiffies are the cheapest clock a program has. */
 #define NEXTHOP_TTL_JIFFIES 250
@@ -65,6 +70,7 @@
 #define FLOW_CACHE_REFRESH_JIFFIES 250
 
 #define AF_INET 2
+#define AF_INET6 10
 
 /* TCP flags (byte 13 of the header). */
 #define TCP_FIN 0x01
@@ -259,6 +265,64 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } totals SEC(".maps");
+
+/* IPv6 services have maps of their own, so that the IPv4 path's keys,
+ * entries and cache lines are unchanged. They share the service ids (ring,
+ * svc_stats), the backend slots (backends, backend_stats) and the counters
+ * with IPv4: a v6 backend's slot has BACKEND_V6 and its address in
+ * backends6. No flow cache and no next-hop cache: every v6 packet costs a
+ * conntrack6 lookup and a FIB lookup. */
+struct in6 {
+	__u32 a[4]; /* network order */
+};
+
+struct svc_key6 {
+	struct in6 vip;
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* 40 bytes, also the input of the v6 flow hash (crates/xdp/src/flow.rs). */
+struct flow_key6 {
+	struct in6 saddr;
+	struct in6 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct flow6 {
+	__u32 backend; /* slot, or FLOW_REPLY */
+	__u32 gen;
+	struct in6 vip; /* FLOW_REPLY */
+	__u16 port;     /* FLOW_REPLY */
+	__u8 state;
+	__u8 pad;
+	__u64 seen;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, struct svc_key6);
+	__type(value, struct svc_value);
+} services6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct in6);
+} backends6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 2 * MAX_FLOWS6);
+	__type(key, struct flow_key6);
+	__type(value, struct flow6);
+} conntrack6 SEC(".maps");
 
 static __always_inline int count(__u32 which, int action)
 {
@@ -474,11 +538,16 @@ static __always_inline __u8 ct_next_state(__u8 state, __u8 flags)
 
 /* The entry has been idle for longer than its state allows. Signed: another
  * CPU may have stamped the entry after `now` was read. */
-static __always_inline int ct_expired(const struct flow *f, __u64 now)
+static __always_inline int ct_too_old(__u8 state, __u64 seen, __u64 now)
 {
 	__u32 zero = 0;
 	struct ct_config *cfg = bpf_map_lookup_elem(&ct_config, &zero);
-	return cfg && (__s64)(now - f->seen) > (__s64)cfg->timeout_ns[f->state & (CT_STATES - 1)];
+	return cfg && (__s64)(now - seen) > (__s64)cfg->timeout_ns[state & (CT_STATES - 1)];
+}
+
+static __always_inline int ct_expired(const struct flow *f, __u64 now)
+{
+	return ct_too_old(f->state, f->seen, now);
 }
 
 /* A FIN or RST in one direction of a NAT flow closes the other direction's
@@ -535,6 +604,250 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, struc
 	return forward(ctx, eth, ip, b->ip, slot);
 }
 
+
+/* xxHash64 (seed 0) of the 40-byte v6 flow key: one 32-byte stripe, then
+ * one 8-byte lane, as the reference algorithm does for 40 bytes. */
+static __always_inline __u64 xxh64_round(__u64 acc, __u64 lane)
+{
+	return rotl64(acc + lane * 0xC2B2AE3D27D4EB4FULL, 31) * 0x9E3779B185EBCA87ULL;
+}
+
+static __always_inline __u64 xxh64_merge(__u64 h, __u64 v)
+{
+	h ^= xxh64_round(0, v);
+	return h * 0x9E3779B185EBCA87ULL + 0x85EBCA77C2B2AE63ULL;
+}
+
+static __always_inline __u64 xxh64_40(const __u64 *l)
+{
+	const __u64 p1 = 0x9E3779B185EBCA87ULL, p2 = 0xC2B2AE3D27D4EB4FULL;
+	const __u64 p3 = 0x165667B19E3779F9ULL, p4 = 0x85EBCA77C2B2AE63ULL;
+	__u64 v1 = xxh64_round(p1 + p2, l[0]);
+	__u64 v2 = xxh64_round(p2, l[1]);
+	__u64 v3 = xxh64_round(0, l[2]);
+	__u64 v4 = xxh64_round(-p1, l[3]);
+	__u64 h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+	h = xxh64_merge(h, v1);
+	h = xxh64_merge(h, v2);
+	h = xxh64_merge(h, v3);
+	h = xxh64_merge(h, v4);
+	h += 40;
+	h ^= xxh64_round(0, l[4]);
+	h = rotl64(h, 27) * p1 + p4;
+	h ^= h >> 33;
+	h *= p2;
+	h ^= h >> 29;
+	h *= p3;
+	h ^= h >> 32;
+	return h;
+}
+
+/* MurmurHash3 x64_128 (seed 0) of the 40-byte v6 flow key, low 64 bits:
+ * two blocks and an 8-byte tail. */
+static __always_inline __u64 murmur3_40(const __u64 *l)
+{
+	const __u64 c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
+	__u64 h1 = 0, h2 = 0;
+	for (int i = 0; i < 4; i += 2) {
+		__u64 k1 = rotl64(l[i] * c1, 31) * c2;
+		h1 ^= k1;
+		h1 = (rotl64(h1, 27) + h2) * 5 + 0x52dce729;
+		__u64 k2 = rotl64(l[i + 1] * c2, 33) * c1;
+		h2 ^= k2;
+		h2 = (rotl64(h2, 31) + h1) * 5 + 0x38495ab5;
+	}
+	h1 ^= rotl64(l[4] * c1, 31) * c2;
+	h1 ^= 40;
+	h2 ^= 40;
+	h1 += h2;
+	h2 += h1;
+	h1 = fmix64(h1);
+	h2 = fmix64(h2);
+	return h1 + h2;
+}
+
+/* Rewrite a v6 address and a port: IPv6 has no header checksum, so only the
+ * TCP/UDP checksum changes (its pseudo-header holds the address). */
+static __always_inline void rewrite6(__u16 *l4sum, struct in6 *addr, __u16 *port, const struct in6 *new_addr,
+				     __u16 new_port, int is_udp)
+{
+	if (!is_udp || *l4sum) {
+		for (int i = 0; i < 4; i++)
+			csum_replace(l4sum, addr->a[i], new_addr->a[i]);
+		csum_replace(l4sum, *port, new_port);
+		if (is_udp && *l4sum == 0)
+			*l4sum = 0xffff;
+	}
+	*addr = *new_addr;
+	*port = new_port;
+}
+
+/* As forward() for IPv6, without the next-hop cache. */
+static __always_inline int forward6(struct xdp_md *ctx, struct ethhdr *eth, struct ipv6hdr *ip6,
+				    const struct in6 *next)
+{
+	struct bpf_fib_lookup fib = {};
+	fib.family = AF_INET6;
+	fib.l4_protocol = ip6->nexthdr;
+	fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, next, 16);
+	fib.ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return count(T_KERNEL, XDP_PASS);
+	return send(ctx, eth, fib.dmac, fib.smac, fib.ifindex);
+}
+
+/* Is IPv6 next header `nh` an extension header (hop-by-hop, routing,
+ * fragment, ESP, AH, destination options, mobility, HIP, shim6,
+ * experimental)? */
+static __always_inline int ipv6_ext(__u8 nh)
+{
+	return nh == 0 || nh == 43 || nh == 44 || nh == 50 || nh == 51 || nh == 60 || nh == 135 || nh == 139 ||
+	       nh == 140 || nh == 253 || nh == 254;
+}
+
+/* Count and forward a v6 packet to backend `b` in `slot` (as balance()). */
+static __always_inline int balance6(struct xdp_md *ctx, struct ethhdr *eth, struct ipv6hdr *ip6, __u16 *l4sum,
+				    __u16 *ports, int is_udp, const struct flow_key6 *key, const struct backend *b,
+				    __u32 slot, __u64 bytes, __u32 is_new, __u8 state, __u64 t)
+{
+	struct in6 *baddr = bpf_map_lookup_elem(&backends6, &slot);
+	if (!baddr || !(b->flags & BACKEND_V6))
+		return count(T_NO_BACKEND, XDP_DROP);
+	add(&svc_stats, b->svc_id, bytes, is_new);
+	add(&backend_stats, slot, bytes, is_new);
+	if (b->flags & BACKEND_DSR)
+		return forward6(ctx, eth, ip6, baddr);
+	if (is_new) {
+		struct flow_key6 reply = {
+			.saddr = *baddr,
+			.daddr = key->saddr,
+			.sport = b->port,
+			.dport = key->sport,
+			.proto = key->proto,
+		};
+		struct flow6 origin = {
+			.backend = FLOW_REPLY,
+			.vip = key->daddr,
+			.port = key->dport,
+			.state = state,
+			.seen = t,
+		};
+		bpf_map_update_elem(&conntrack6, &reply, &origin, BPF_ANY);
+	}
+	struct in6 to = *baddr;
+	rewrite6(l4sum, (struct in6 *)&ip6->daddr, &ports[1], &to, b->port, is_udp);
+	return forward6(ctx, eth, ip6, &to);
+}
+
+/* The IPv6 path: as the IPv4 one below, without the flow cache. A packet
+ * whose next header is not TCP or UDP goes to the kernel: counted as
+ * `unsupported` if it is an extension header, as `passed` otherwise. */
+static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, void *data_end, __u64 bytes)
+{
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	if ((void *)(ip6 + 1) > data_end)
+		return count(T_MALFORMED, XDP_DROP);
+	if (ip6->version != 6 || (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > data_end)
+		return count(T_MALFORMED, XDP_DROP);
+	if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
+		return count(ipv6_ext(ip6->nexthdr) ? T_UNSUPPORTED : T_PASS, XDP_PASS);
+	int is_udp = ip6->nexthdr == IPPROTO_UDP;
+	__u16 *ports = (void *)(ip6 + 1);
+	__u16 *l4sum;
+	__u8 tcp_flags = 0;
+	if (is_udp) {
+		struct udphdr *udp = (void *)(ip6 + 1);
+		if ((void *)(udp + 1) > data_end)
+			return count(T_MALFORMED, XDP_DROP);
+		l4sum = &udp->check;
+	} else {
+		struct tcphdr *tcp = (void *)(ip6 + 1);
+		if ((void *)(tcp + 1) > data_end)
+			return count(T_MALFORMED, XDP_DROP);
+		l4sum = &tcp->check;
+		tcp_flags = ((__u8 *)tcp)[13];
+	}
+	struct flow_key6 key = { .sport = ports[0], .dport = ports[1], .proto = ip6->nexthdr };
+	__builtin_memcpy(&key.saddr, &ip6->saddr, 16);
+	__builtin_memcpy(&key.daddr, &ip6->daddr, 16);
+
+	__u64 t = bpf_ktime_get_coarse_ns();
+	struct flow6 *known = bpf_map_lookup_elem(&conntrack6, &key);
+	if (known) {
+		__u8 st = ct_next_state(known->state, tcp_flags);
+		if (known->backend == FLOW_REPLY) {
+			if (st == CT_CLOSING && known->state != CT_CLOSING) {
+				struct flow_key6 origin = {
+					.saddr = key.daddr,
+					.daddr = known->vip,
+					.sport = key.dport,
+					.dport = known->port,
+					.proto = key.proto,
+				};
+				struct flow6 *o = bpf_map_lookup_elem(&conntrack6, &origin);
+				if (o) {
+					o->state = CT_CLOSING;
+					o->seen = t;
+				}
+			}
+			known->state = st;
+			known->seen = t;
+			struct in6 vip = known->vip;
+			rewrite6(l4sum, (struct in6 *)&ip6->saddr, &ports[0], &vip, known->port, is_udp);
+			count(T_REPLY, 0);
+			struct in6 client = key.daddr;
+			return forward6(ctx, eth, ip6, &client);
+		}
+		__u32 slot = known->backend;
+		struct backend *b = bpf_map_lookup_elem(&backends, &slot);
+		int reopened = known->state == CT_CLOSING && (tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		if (b && b->gen == known->gen && (b->flags & BACKEND_ACTIVE) && !reopened &&
+		    !ct_too_old(known->state, known->seen, t)) {
+			if (st == CT_CLOSING && known->state != CT_CLOSING && !(b->flags & BACKEND_DSR)) {
+				struct in6 *baddr = bpf_map_lookup_elem(&backends6, &slot);
+				if (baddr) {
+					struct flow_key6 reply = {
+						.saddr = *baddr,
+						.daddr = key.saddr,
+						.sport = b->port,
+						.dport = key.sport,
+						.proto = key.proto,
+					};
+					struct flow6 *r = bpf_map_lookup_elem(&conntrack6, &reply);
+					if (r) {
+						r->state = CT_CLOSING;
+						r->seen = t;
+					}
+				}
+			}
+			known->state = st;
+			known->seen = t;
+			return balance6(ctx, eth, ip6, l4sum, ports, is_udp, &key, b, slot, bytes, 0, 0, 0);
+		}
+	}
+
+	struct svc_key6 sk = { .vip = key.daddr, .port = ports[1], .proto = key.proto };
+	struct svc_value *svc = bpf_map_lookup_elem(&services6, &sk);
+	if (!svc)
+		return count(T_PASS, XDP_PASS);
+	const __u64 *lanes = (const __u64 *)&key;
+	__u64 h = (svc->flags & SVC_MURMUR3) ? murmur3_40(lanes) : xxh64_40(lanes);
+	__u32 entry = svc->id * RING_SIZE + (__u32)(h % RING_SIZE);
+	__u32 *idx = bpf_map_lookup_elem(&ring, &entry);
+	if (!idx || *idx == NO_BACKEND)
+		return count(T_NO_BACKEND, XDP_DROP);
+	__u32 slot = *idx;
+	struct backend *b = bpf_map_lookup_elem(&backends, &slot);
+	if (!b || !(b->flags & BACKEND_ACTIVE))
+		return count(T_NO_BACKEND, XDP_DROP);
+	__u8 st = ct_first_state(is_udp, tcp_flags);
+	struct flow6 remember = { .backend = slot, .gen = b->gen, .state = st, .seen = t };
+	bpf_map_update_elem(&conntrack6, &key, &remember, BPF_ANY);
+	return balance6(ctx, eth, ip6, l4sum, ports, is_udp, &key, b, slot, bytes, 1, st, t);
+}
+
 #ifdef FULCRUM_BENCH
 #include "bench.h"
 #endif
@@ -552,6 +865,8 @@ int fulcrum_lb(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return count(T_PASS, XDP_PASS);
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return fulcrum_lb6(ctx, eth, data_end, bytes);
 	if (eth->h_proto != bpf_htons(ETH_P_IP))
 		return count(T_PASS, XDP_PASS);
 

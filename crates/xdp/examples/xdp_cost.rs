@@ -74,7 +74,7 @@ fn setup(loaded: &mut Loaded) -> Res<()> {
     let backends = parse_endpoints("10.201.0.11,10.201.0.12,10.201.0.13")?;
     for (port, mode, hash) in SERVICES {
         loaded.dataplane.upsert(&ServiceSpec {
-            key: ServiceKey { vip: VIP, port, proto: Protocol::Tcp },
+            key: ServiceKey { vip: VIP.into(), port, proto: Protocol::Tcp },
             backend_port: if mode == Mode::Dsr { port } else { 8080 },
             backends: backends.clone(),
             mode,

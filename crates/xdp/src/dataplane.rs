@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -32,8 +32,11 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 10] = [
+const MAP_NAMES: [&str; 13] = [
     "services",
+    "services6",
+    "backends6",
+    "conntrack6",
     "ring",
     "backends",
     "conntrack",
@@ -161,6 +164,8 @@ pub const DEFAULT_CONNTRACK_ENTRIES: u32 = 2 * MAX_FLOWS;
 /// The program's maps.
 pub struct Dataplane {
     services: HashMap<MapData, SvcKey, SvcValue>,
+    services6: HashMap<MapData, SvcKey6, SvcValue>,
+    backends6: Array<MapData, Addr6>,
     ring: Array<MapData, u32>,
     backends: Array<MapData, BackendEntry>,
     conntrack: HashMap<MapData, FlowKey, FlowEntry>,
@@ -356,8 +361,19 @@ pub fn reset(dir: &Path) -> Result<(), Error> {
     }
 }
 
-fn svc_key(key: &ServiceKey) -> SvcKey {
-    SvcKey { vip: be_addr(key.vip), port: be_port(key.port), proto: key.proto.number(), pad: 0 }
+/// A service's key in the map of its address family.
+#[derive(Clone, Copy)]
+enum AnyKey {
+    V4(SvcKey),
+    V6(SvcKey6),
+}
+
+fn svc_key(key: &ServiceKey) -> AnyKey {
+    let (port, proto) = (be_port(key.port), key.proto.number());
+    match key.vip {
+        IpAddr::V4(vip) => AnyKey::V4(SvcKey { vip: be_addr(vip), port, proto, pad: 0 }),
+        IpAddr::V6(vip) => AnyKey::V6(SvcKey6 { vip: Addr6(vip.octets()), port, proto, pad: 0 }),
+    }
 }
 
 fn not_found(e: &MapError) -> bool {
@@ -371,6 +387,8 @@ impl Dataplane {
         }
         Ok(Dataplane {
             services: typed(take("services")?, "services")?,
+            services6: typed(take("services6")?, "services6")?,
+            backends6: typed(take("backends6")?, "backends6")?,
             ring: typed(take("ring")?, "ring")?,
             backends: typed(take("backends")?, "backends")?,
             conntrack: typed(take("conntrack")?, "conntrack")?,
@@ -413,7 +431,7 @@ impl Dataplane {
         if !dir.join("services").exists() {
             return Err(Error::NotCreated(dir.to_owned()));
         }
-        if !dir.join("ct_config").exists() {
+        if !dir.join("ct_config").exists() || !dir.join("services6").exists() {
             return Err(Error::Missing(format!(
                 "map ct_config in {}: the data plane there was made by an older fulcrum (`fulcrum lb reset` \
                  removes it, with its services)",
@@ -492,11 +510,7 @@ impl Dataplane {
     pub fn upsert(&mut self, spec: &ServiceSpec) -> Result<Change, Error> {
         spec.validate().map_err(|e| Error::Spec(e.0))?;
         let key = svc_key(&spec.key);
-        let existing = match self.services.get(&key, 0) {
-            Ok(v) => Some(v),
-            Err(e) if not_found(&e) => None,
-            Err(e) => return Err(Error::map("reading services", e)),
-        };
+        let existing = self.service_get(&key)?;
         let id = match existing {
             Some(v) => v.id,
             None => self.free_service_id()?,
@@ -504,19 +518,24 @@ impl Dataplane {
         let current = if existing.is_some() { self.backends_of(id)? } else { Vec::new() };
         let port = be_port(spec.backend_port);
         // Backends that stay keep their health; new ones start healthy.
-        let down: Vec<Ipv4Addr> = current
+        let down: Vec<IpAddr> = current
             .iter()
             .filter(|(_, e)| e.flags & BACKEND_DOWN != 0 && e.port == port)
-            .map(|(_, e)| addr_of(e.ip))
-            .collect();
+            .map(|&(slot, e)| self.backend_ip(slot, &e))
+            .collect::<Result<_, _>>()?;
         let (backends, table) = crate::table::build_healthy(spec, &down).map_err(|e| Error::Spec(e.to_string()))?;
         let mut free = self.free_backend_slots()?.into_iter();
         let mut slots = Vec::with_capacity(backends.len());
         let mut added = 0;
         for b in &backends {
-            let kept = current.iter().find(|(_, e)| e.ip == be_addr(b.ip) && e.port == port);
+            let mut kept = None;
+            for &(slot, e) in &current {
+                if e.port == port && self.backend_ip(slot, &e)? == b.ip {
+                    kept = Some((slot, e));
+                }
+            }
             let (slot, gen) = match kept {
-                Some(&(slot, e)) => (slot, e.gen),
+                Some((slot, e)) => (slot, e.gen),
                 None => {
                     let (slot, old) = free.next().ok_or_else(|| {
                         Error::Full(format!("no free backend slot (the data plane holds {MAX_BACKENDS})"))
@@ -530,7 +549,15 @@ impl Dataplane {
             if down.contains(&b.ip) {
                 flags |= BACKEND_DOWN;
             }
-            let entry = BackendEntry { ip: be_addr(b.ip), port, pad: 0, svc_id: id, weight: b.weight, gen, flags };
+            let ip = match b.ip {
+                IpAddr::V4(ip) => be_addr(ip),
+                IpAddr::V6(ip) => {
+                    flags |= BACKEND_V6;
+                    self.backends6.set(slot, Addr6(ip.octets()), 0).map_err(|e| Error::map("writing backends6", e))?;
+                    0
+                }
+            };
+            let entry = BackendEntry { ip, port, pad: 0, svc_id: id, weight: b.weight, gen, flags };
             self.backends.set(slot, entry, 0).map_err(|e| Error::map("writing backends", e))?;
             slots.push(slot);
         }
@@ -548,7 +575,12 @@ impl Dataplane {
         if spec.select == Select::Rendezvous {
             flags |= SVC_RENDEZVOUS;
         }
-        self.services.insert(key, SvcValue { id, flags }, 0).map_err(|e| Error::map("writing services", e))?;
+        let value = SvcValue { id, flags };
+        match key {
+            AnyKey::V4(k) => self.services.insert(k, value, 0),
+            AnyKey::V6(k) => self.services6.insert(k, value, 0),
+        }
+        .map_err(|e| Error::map("writing services", e))?;
         // Only now that the ring no longer names them do the old ones go.
         let mut removed = 0;
         for (slot, entry) in current.into_iter().filter(|(s, _)| !slots.contains(s)) {
@@ -563,7 +595,7 @@ impl Dataplane {
     /// table entry, so new flows go to the others, while the flows it has
     /// keep it (their conntrack entries still match its slot); when every
     /// backend is down, all keep their entries ([`crate::table::build_healthy`]).
-    pub fn set_down(&mut self, key: &ServiceKey, ip: Ipv4Addr, down: bool) -> Result<bool, Error> {
+    pub fn set_down(&mut self, key: &ServiceKey, ip: IpAddr, down: bool) -> Result<bool, Error> {
         let info = self
             .services()?
             .into_iter()
@@ -584,7 +616,7 @@ impl Dataplane {
         self.backends.set(slot, BackendEntry { flags, ..entry }, 0).map_err(|e| Error::map("writing backends", e))?;
         let mut is_down = info.down.clone();
         is_down[i] = down;
-        let down_ips: Vec<Ipv4Addr> =
+        let down_ips: Vec<IpAddr> =
             info.spec.backends.iter().zip(&is_down).filter(|(_, &d)| d).map(|(b, _)| b.ip).collect();
         let (sorted, table) =
             crate::table::build_healthy(&info.spec, &down_ips).map_err(|e| Error::Spec(e.to_string()))?;
@@ -608,12 +640,12 @@ impl Dataplane {
     /// Remove a service; false when there was none.
     pub fn delete(&mut self, key: &ServiceKey) -> Result<bool, Error> {
         let k = svc_key(key);
-        let v = match self.services.get(&k, 0) {
-            Ok(v) => v,
-            Err(e) if not_found(&e) => return Ok(false),
-            Err(e) => return Err(Error::map("reading services", e)),
-        };
-        self.services.remove(&k).map_err(|e| Error::map("removing the service", e))?;
+        let Some(v) = self.service_get(&k)? else { return Ok(false) };
+        match k {
+            AnyKey::V4(k) => self.services.remove(&k),
+            AnyKey::V6(k) => self.services6.remove(&k),
+        }
+        .map_err(|e| Error::map("removing the service", e))?;
         for (slot, entry) in self.backends_of(v.id)? {
             self.free_backend(slot, entry)?;
         }
@@ -623,16 +655,28 @@ impl Dataplane {
     /// Every service, ordered by VIP, port and protocol.
     pub fn services(&self) -> Result<Vec<ServiceInfo>, Error> {
         let mut out = Vec::new();
+        let mut keys = Vec::new();
         for item in self.services.iter() {
             let (k, v) = item.map_err(|e| Error::map("reading services", e))?;
+            keys.push((IpAddr::V4(addr_of(k.vip)), k.port, k.proto, v));
+        }
+        for item in self.services6.iter() {
+            let (k, v) = item.map_err(|e| Error::map("reading services6", e))?;
+            keys.push((IpAddr::V6(Ipv6Addr::from(k.vip.0)), k.port, k.proto, v));
+        }
+        for (vip, port, proto, v) in keys {
             let backends = self.backends_of(v.id)?;
-            let proto = Protocol::from_number(k.proto).ok_or_else(|| Error::Missing("a known protocol".into()))?;
-            let key = ServiceKey { vip: addr_of(k.vip), port: u16::from_be(k.port), proto };
+            let proto = Protocol::from_number(proto).ok_or_else(|| Error::Missing("a known protocol".into()))?;
+            let key = ServiceKey { vip, port: u16::from_be(port), proto };
+            let mut eps = Vec::with_capacity(backends.len());
+            for (slot, e) in &backends {
+                eps.push(Backend { ip: self.backend_ip(*slot, e)?, weight: e.weight });
+            }
             out.push(ServiceInfo {
                 spec: ServiceSpec {
                     key,
                     backend_port: backends.first().map_or(key.port, |(_, e)| u16::from_be(e.port)),
-                    backends: backends.iter().map(|(_, e)| Backend { ip: addr_of(e.ip), weight: e.weight }).collect(),
+                    backends: eps,
                     mode: if v.flags & SVC_DSR != 0 { Mode::Dsr } else { Mode::Nat },
                     select: if v.flags & SVC_RENDEZVOUS != 0 { Select::Rendezvous } else { Select::Maglev },
                     hash: if v.flags & SVC_MURMUR3 != 0 {
@@ -677,6 +721,27 @@ impl Dataplane {
             .collect()
     }
 
+    fn service_get(&self, key: &AnyKey) -> Result<Option<SvcValue>, Error> {
+        let got = match key {
+            AnyKey::V4(k) => self.services.get(k, 0),
+            AnyKey::V6(k) => self.services6.get(k, 0),
+        };
+        match got {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(Error::map("reading services", e)),
+        }
+    }
+
+    /// The address of the backend in `slot`.
+    fn backend_ip(&self, slot: u32, e: &BackendEntry) -> Result<IpAddr, Error> {
+        if e.flags & BACKEND_V6 == 0 {
+            return Ok(IpAddr::V4(addr_of(e.ip)));
+        }
+        let a = self.backends6.get(&slot, 0).map_err(|e| Error::map("reading backends6", e))?;
+        Ok(IpAddr::V6(Ipv6Addr::from(a.0)))
+    }
+
     fn backends_of(&self, id: u32) -> Result<Vec<(u32, BackendEntry)>, Error> {
         Ok(self
             .backend_entries()?
@@ -704,6 +769,9 @@ impl Dataplane {
         let mut used = HashSet::new();
         for item in self.services.iter() {
             used.insert(item.map_err(|e| Error::map("reading services", e))?.1.id);
+        }
+        for item in self.services6.iter() {
+            used.insert(item.map_err(|e| Error::map("reading services6", e))?.1.id);
         }
         (0..MAX_SERVICES)
             .find(|id| !used.contains(id))

@@ -2,7 +2,9 @@
 //! the packet fixtures and the per-packet cost benchmark. `lb0`
 //! (10.201.0.1/24) faces backends 10.201.0.11–.15, with permanent neighbour
 //! entries except for .14; `lb1` (10.201.2.1/24) faces the client
-//! 10.201.2.100. The calling thread enters it.
+//! 10.201.2.100. The calling thread enters it. The same over IPv6: `lb0`
+//! fd00:201::1/64 faces fd00:201::11–::15 (no neighbour for ::14), `lb1`
+//! fd00:201:2::1/64 the client fd00:201:2::100.
 //!
 //! Once entered, the namespace's name is deleted: the calling thread is
 //! then what keeps it alive, so the kernel frees it when that thread ends,
@@ -11,7 +13,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::netns::{run, Netns};
 use crate::packet::Mac;
@@ -26,6 +28,21 @@ pub const CLIENT_MAC: Mac = [2, 0, 0, 0, 1, 0x64];
 pub const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 100);
 /// The VIP services use.
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
+
+/// The IPv6 client.
+pub const CLIENT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x201, 2, 0, 0, 0, 0, 0x100);
+/// The IPv6 VIP services use.
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x201, 1, 0, 0, 0, 0, 1);
+
+/// IPv6 backend `last` (fd00:201::LAST, LAST in hex digits as written: 0x11 is ::11).
+pub fn backend6(last: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x201, 0, 0, 0, 0, 0, u16::from(last))
+}
+
+/// The MAC of IPv6 backend `ip` (its last octet, as [`backend_mac`]).
+pub fn backend_mac6(ip: Ipv6Addr) -> Mac {
+    [2, 0, 0, 0, 0, ip.octets()[15]]
+}
 
 /// The MAC of backend `ip` (its last octet).
 pub fn backend_mac(ip: Ipv4Addr) -> Mac {
@@ -67,7 +84,15 @@ impl FibFixture {
             let mac = if dev == "lb1" { CLIENT_MAC } else { backend_mac(ip) };
             ns.ip(&["neigh", "add", &ip.to_string(), "lladdr", &mac_str(mac), "dev", dev, "nud", "permanent"])?;
         }
+        for (dev, addr) in [("lb0", "fd00:201::1/64"), ("lb1", "fd00:201:2::1/64")] {
+            ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])?;
+        }
+        let neighbours6 = [0x11u8, 0x12, 0x13, 0x15].map(|last| (backend6(last), backend_mac6(backend6(last)), "lb0"));
+        for (ip, mac, dev) in neighbours6.into_iter().chain([(CLIENT6, CLIENT_MAC, "lb1")]) {
+            ns.ip(&["-6", "neigh", "add", &ip.to_string(), "lladdr", &mac_str(mac), "dev", dev, "nud", "permanent"])?;
+        }
         ns.sysctl("net.ipv4.ip_forward", "1")?;
+        ns.sysctl("net.ipv6.conf.all.forwarding", "1")?;
         ns.enter()?;
         let index = |name: &str| {
             let c = CString::new(name).expect("no NUL");

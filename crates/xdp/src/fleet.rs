@@ -20,7 +20,7 @@
 //! a packet (the design the namespace test `lb_scaleout` measures). It
 //! breaks when that pick is not its backend, or its backend is gone.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use fulcrum_balance::hash::xxh64;
 use fulcrum_balance::{BuildError, HashFunction, Rng};
@@ -149,9 +149,9 @@ fn backend_ip(i: usize) -> Ipv4Addr {
 
 fn spec(select: Select, backends: impl Iterator<Item = usize>) -> ServiceSpec {
     ServiceSpec {
-        key: ServiceKey { vip: Ipv4Addr::new(10, 255, 0, 1), port: 80, proto: Protocol::Tcp },
+        key: ServiceKey { vip: Ipv4Addr::new(10, 255, 0, 1).into(), port: 80, proto: Protocol::Tcp },
         backend_port: 80,
-        backends: backends.map(|i| Backend { ip: backend_ip(i), weight: 1 }).collect(),
+        backends: backends.map(|i| Backend { ip: backend_ip(i).into(), weight: 1 }).collect(),
         mode: Mode::Dsr,
         select,
         hash: HashFunction::Xxhash,
@@ -159,7 +159,7 @@ fn spec(select: Select, backends: impl Iterator<Item = usize>) -> ServiceSpec {
 }
 
 /// For every flow hash bucket (table entry), the backend's address.
-fn table(spec: &ServiceSpec) -> Result<Vec<Ipv4Addr>, BuildError> {
+fn table(spec: &ServiceSpec) -> Result<Vec<IpAddr>, BuildError> {
     let (backends, table) = crate::table::build(spec)?;
     Ok(table.iter().map(|&s| backends[s as usize].ip).collect())
 }
@@ -186,7 +186,7 @@ pub fn simulate(c: &Change) -> Result<Outcome, FleetError> {
     let after: Vec<usize> = (0..c.nodes + c.join).filter(|n| !c.leave.contains(n)).collect();
     let old = table(&spec(c.select, 0..c.backends))?;
     let new = table(&spec(c.select, c.remove_backends..c.backends + c.add_backends))?;
-    let gone = |ip: Ipv4Addr| u32::from(ip) < u32::from(backend_ip(c.remove_backends));
+    let gone = |ip: IpAddr| ip < IpAddr::V4(backend_ip(c.remove_backends));
     let mut rng = Rng::new(c.seed);
     let flows: Vec<Flow> = (0..c.flows)
         .map(|_| Flow {

@@ -6,11 +6,11 @@
 //! The table entry is `hash mod RING_SIZE`, so [`entry`] and the program
 //! agree on the backend of every flow; the fixture tests check that.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use fulcrum_balance::HashFunction;
 
-use crate::maps::{be_addr, be_port, FlowKey, RING_SIZE};
+use crate::maps::{be_addr, be_port, Addr6, FlowKey, FlowKey6, RING_SIZE};
 use crate::spec::Protocol;
 
 /// A flow as the client sent it.
@@ -58,6 +58,53 @@ impl Flow {
     }
 }
 
+/// An IPv6 flow as the client sent it. The program hashes its 40-byte key
+/// (`struct flow_key6`: source, destination, ports in network order,
+/// protocol, three zero bytes) with the same functions as IPv4's 16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Flow6 {
+    /// Client address.
+    pub src: Ipv6Addr,
+    /// Destination (the VIP).
+    pub dst: Ipv6Addr,
+    /// Client port.
+    pub sport: u16,
+    /// Destination port (the service port).
+    pub dport: u16,
+    /// TCP or UDP.
+    pub proto: Protocol,
+}
+
+impl Flow6 {
+    /// The 40 bytes the program hashes.
+    pub fn key_bytes(&self) -> [u8; 40] {
+        let mut key = [0u8; 40];
+        key[0..16].copy_from_slice(&self.src.octets());
+        key[16..32].copy_from_slice(&self.dst.octets());
+        key[32..34].copy_from_slice(&self.sport.to_be_bytes());
+        key[34..36].copy_from_slice(&self.dport.to_be_bytes());
+        key[36] = self.proto.number();
+        key
+    }
+
+    /// Its `conntrack6` key (the same 40 bytes).
+    pub fn key(&self) -> FlowKey6 {
+        FlowKey6 {
+            saddr: Addr6(self.src.octets()),
+            daddr: Addr6(self.dst.octets()),
+            sport: be_port(self.sport),
+            dport: be_port(self.dport),
+            proto: self.proto.number(),
+            pad: [0; 3],
+        }
+    }
+
+    /// The flow hash with `hash`.
+    pub fn hash(&self, hash: HashFunction) -> u64 {
+        hash.hash(&self.key_bytes())
+    }
+}
+
 /// The table entry a flow hashing to `hash` uses.
 pub fn entry(hash: u64) -> usize {
     (hash % RING_SIZE) as usize
@@ -81,6 +128,22 @@ mod tests {
         // SAFETY: FlowKey is 16 bytes of plain integers and explicit padding.
         let bytes: [u8; 16] = unsafe { std::mem::transmute(key) };
         assert_eq!(bytes, flow.key_bytes());
+    }
+
+    #[test]
+    fn v6_key_bytes_are_the_c_layout() {
+        let flow = Flow6 {
+            src: "2001:db8::1".parse().unwrap(),
+            dst: "2001:db8:1::1".parse().unwrap(),
+            sport: 0x1234,
+            dport: 2020,
+            proto: Protocol::Udp,
+        };
+        let bytes = flow.key_bytes();
+        assert_eq!((bytes[15], bytes[31], &bytes[32..40]), (1, 1, &[0x12, 0x34, 0x07, 0xe4, 17, 0, 0, 0][..]));
+        // SAFETY: FlowKey6 is 40 bytes of plain integers and explicit padding.
+        let key: [u8; 40] = unsafe { std::mem::transmute(flow.key()) };
+        assert_eq!(key, bytes);
     }
 
     #[test]

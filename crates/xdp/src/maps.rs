@@ -33,6 +33,10 @@ pub const BACKEND_DSR: u32 = 2;
 /// Backend flag, control plane only: health checks found it down, so it
 /// owns no table entry (new flows avoid it; its established flows stay).
 pub const BACKEND_DOWN: u32 = 4;
+/// Backend flag: an IPv6 backend, whose address is in the `backends6` map.
+pub const BACKEND_V6: u32 = 8;
+/// IPv6 flows the data plane tracks (compiled in); `conntrack6` holds twice as many entries.
+pub const MAX_FLOWS6: u32 = 65_536;
 
 /// The `totals` counters, in map order, with the names `lb stats` prints.
 pub const TOTALS: [&str; 6] = ["passed", "malformed", "no_backend", "nat_replies", "kernel_forwarded", "unsupported"];
@@ -49,6 +53,64 @@ pub struct SvcKey {
     pub proto: u8,
     /// Zero.
     pub pad: u8,
+}
+
+/// An IPv6 address as the program keeps it (`struct in6`): the octets in
+/// network order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Addr6(pub [u8; 16]);
+
+/// Key of the `services6` map: `struct svc_key6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SvcKey6 {
+    /// VIP.
+    pub vip: Addr6,
+    /// Port, network order.
+    pub port: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// Zero.
+    pub pad: u8,
+}
+
+/// Key of the `conntrack6` map: `struct flow_key6`, also the v6 flow hash's input.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FlowKey6 {
+    /// Source address.
+    pub saddr: Addr6,
+    /// Destination address.
+    pub daddr: Addr6,
+    /// Source port, network order.
+    pub sport: u16,
+    /// Destination port, network order.
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// Zero.
+    pub pad: [u8; 3],
+}
+
+/// Value of the `conntrack6` map: `struct flow6` (as [`FlowEntry`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FlowEntry6 {
+    /// The backend slot, or [`FLOW_REPLY`].
+    pub backend: u32,
+    /// The slot's generation when the flow was assigned.
+    pub gen: u32,
+    /// Reply direction: the VIP to put back as source.
+    pub vip: Addr6,
+    /// Reply direction: the service port (network order).
+    pub port: u16,
+    /// `CT_*` state.
+    pub state: u8,
+    /// Zero.
+    pub pad: u8,
+    /// `CLOCK_MONOTONIC_COARSE` nanoseconds of the last packet.
+    pub seen: u64,
 }
 
 /// Value of the `services` map: `struct svc_value`.
@@ -168,6 +230,14 @@ unsafe impl aya::Pod for FlowKey {}
 unsafe impl aya::Pod for FlowEntry {}
 // SAFETY: as above.
 unsafe impl aya::Pod for CtConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Addr6 {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SvcKey6 {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowKey6 {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowEntry6 {}
 
 /// An address as the program sees it: the octets in memory order.
 pub fn be_addr(ip: Ipv4Addr) -> u32 {
@@ -197,6 +267,9 @@ mod tests {
         assert_eq!(std::mem::size_of::<FlowKey>(), 16);
         assert_eq!(std::mem::size_of::<FlowEntry>(), 24);
         assert_eq!(std::mem::size_of::<CtConfig>(), 32);
+        assert_eq!(std::mem::size_of::<SvcKey6>(), 20);
+        assert_eq!(std::mem::size_of::<FlowKey6>(), 40);
+        assert_eq!(std::mem::size_of::<FlowEntry6>(), 40);
     }
 
     #[test]

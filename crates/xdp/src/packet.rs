@@ -1,10 +1,10 @@
-//! Ethernet/IPv4/TCP-or-UDP frames for fixtures and benchmarks: built with
+//! Ethernet/IPv4-or-IPv6/TCP-or-UDP frames for fixtures and benchmarks: built with
 //! correct checksums, parsed back, and checked from scratch, so that the
 //! program's incremental checksum updates are verified against a full sum.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::flow::Flow;
+use crate::flow::{Flow, Flow6};
 use crate::spec::Protocol;
 
 /// A MAC address.
@@ -127,6 +127,79 @@ pub fn parse(f: &[u8]) -> Option<Parsed> {
     })
 }
 
+const IP6_LEN: usize = 40;
+
+/// Checksum of the IPv6 pseudo-header plus L4 segment of `ip` (the L3 packet).
+fn l4_sum6(ip: &[u8]) -> u32 {
+    let seg = &ip[IP6_LEN..];
+    let mut pseudo = [0u8; 40];
+    pseudo[..32].copy_from_slice(&ip[8..40]);
+    pseudo[32..36].copy_from_slice(&(seg.len() as u32).to_be_bytes());
+    pseudo[39] = ip[6];
+    sum16(seg, sum16(&pseudo, 0))
+}
+
+/// An IPv6 frame carrying `flow` with TCP flags `flags` (ignored for UDP).
+pub fn build6(flow: &Flow6, flags: u8, src_mac: Mac, dst_mac: Mac, payload: &[u8]) -> Vec<u8> {
+    let l4_len = if flow.proto == Protocol::Tcp { 20 } else { 8 };
+    let mut f = Vec::with_capacity(ETH_LEN + IP6_LEN + l4_len + payload.len());
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x86, 0xdd]);
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&((l4_len + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[flow.proto.number(), 64]);
+    f.extend_from_slice(&flow.src.octets());
+    f.extend_from_slice(&flow.dst.octets());
+    f.extend_from_slice(&flow.sport.to_be_bytes());
+    f.extend_from_slice(&flow.dport.to_be_bytes());
+    match flow.proto {
+        Protocol::Tcp => f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xfa, 0xf0, 0, 0, 0, 0]),
+        Protocol::Udp => {
+            f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+            f.extend_from_slice(&[0, 0]);
+        }
+    }
+    f.extend_from_slice(payload);
+    let at = ETH_LEN + IP6_LEN + if flow.proto == Protocol::Tcp { 16 } else { 6 };
+    let mut l4 = !(l4_sum6(&f[ETH_LEN..]) as u16);
+    if flow.proto == Protocol::Udp && l4 == 0 {
+        l4 = 0xffff;
+    }
+    f[at..at + 2].copy_from_slice(&l4.to_be_bytes());
+    f
+}
+
+/// The fields of an IPv6 frame the fixtures look at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parsed6 {
+    /// Destination MAC.
+    pub dst_mac: Mac,
+    /// Source MAC.
+    pub src_mac: Mac,
+    /// The 5-tuple.
+    pub flow: Flow6,
+    /// The TCP/UDP checksum verifies over the IPv6 pseudo-header.
+    pub l4_checksum_ok: bool,
+}
+
+/// Parse a frame built like [`build6`]'s; `None` if it is not IPv6 TCP/UDP.
+pub fn parse6(f: &[u8]) -> Option<Parsed6> {
+    if f.len() < ETH_LEN + IP6_LEN + 8 || f[12..14] != [0x86, 0xdd] {
+        return None;
+    }
+    let ip = &f[ETH_LEN..];
+    let proto = Protocol::from_number(ip[6])?;
+    let addr = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&ip[at..at + 16]).expect("16 bytes"));
+    let port = |at: usize| u16::from_be_bytes([ip[at], ip[at + 1]]);
+    Some(Parsed6 {
+        dst_mac: f[0..6].try_into().ok()?,
+        src_mac: f[6..12].try_into().ok()?,
+        flow: Flow6 { src: addr(8), dst: addr(24), sport: port(IP6_LEN), dport: port(IP6_LEN + 2), proto },
+        l4_checksum_ok: l4_sum6(ip) == 0xffff,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +224,20 @@ mod tests {
             let mut bad = frame.clone();
             *bad.last_mut().unwrap() ^= 1;
             assert!(!parse(&bad).unwrap().l4_checksum_ok);
+            let flow6 = Flow6 {
+                src: "2001:db8::1".parse().unwrap(),
+                dst: "2001:db8:1::1".parse().unwrap(),
+                sport: 4242,
+                dport: 80,
+                proto,
+            };
+            let frame6 = build6(&flow6, tcp::SYN, [2; 6], [3; 6], b"hello");
+            let p6 = parse6(&frame6).unwrap();
+            assert_eq!(p6.flow, flow6);
+            assert!(p6.l4_checksum_ok, "{proto} over IPv6");
+            let mut bad6 = frame6.clone();
+            bad6[14 + 8] ^= 1;
+            assert!(!parse6(&bad6).unwrap().l4_checksum_ok);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! (`--tcp=2020:5001 --endpoints=31.31.31.1:1,32.32.32.1:2`).
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::str::FromStr;
 
 use fulcrum_balance::HashFunction;
@@ -70,8 +70,8 @@ pub enum Select {
 /// A service's identity: what clients address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServiceKey {
-    /// The virtual IP.
-    pub vip: Ipv4Addr,
+    /// The virtual IP (IPv4 or IPv6; its backends are of the same family).
+    pub vip: IpAddr,
     /// The service port.
     pub port: u16,
     /// TCP or UDP.
@@ -80,7 +80,7 @@ pub struct ServiceKey {
 
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}/{}", self.vip, self.port, self.proto)
+        write!(f, "{}/{}", std::net::SocketAddr::new(self.vip, self.port), self.proto)
     }
 }
 
@@ -88,7 +88,7 @@ impl fmt::Display for ServiceKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backend {
     /// Its address.
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     /// Its relative weight; 0 drains it (no new flows, established ones stay).
     pub weight: u32,
 }
@@ -127,12 +127,21 @@ pub fn parse_ports(s: &str) -> Result<(u16, u16), SpecError> {
 }
 
 /// Parse `IP[:WEIGHT],…` (`31.31.31.1:1,32.32.32.1:2`); the weight defaults
-/// to 1, and 0 drains the endpoint.
+/// to 1, and 0 drains the endpoint. An IPv6 address with a weight is in
+/// brackets (`[2001:db8::11]:2`); without one, brackets are optional.
 pub fn parse_endpoints(s: &str) -> Result<Vec<Backend>, SpecError> {
     s.split(',')
         .map(|item| {
-            let (ip, weight) = item.split_once(':').unwrap_or((item, "1"));
-            let ip = Ipv4Addr::from_str(ip.trim()).map_err(|_| SpecError(format!("bad endpoint address {ip:?}")))?;
+            let item = item.trim();
+            let (ip, weight) = if let Some(rest) = item.strip_prefix('[') {
+                let (ip, after) = rest.split_once(']').unwrap_or((rest, ""));
+                (ip, after.strip_prefix(':').unwrap_or(if after.is_empty() { "1" } else { after }))
+            } else if item.matches(':').count() > 1 {
+                (item, "1")
+            } else {
+                item.split_once(':').unwrap_or((item, "1"))
+            };
+            let ip = parse_ip(ip).map_err(|_| SpecError(format!("bad endpoint address {ip:?}")))?;
             let weight = weight
                 .parse::<u32>()
                 .ok()
@@ -140,6 +149,13 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<Backend>, SpecError> {
             Ok(Backend { ip, weight })
         })
         .collect()
+}
+
+/// Parse an IPv4 or IPv6 address, the latter with or without brackets.
+pub fn parse_ip(s: &str) -> Result<IpAddr, SpecError> {
+    let t = s.trim();
+    let t = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(t);
+    IpAddr::from_str(t).map_err(|_| SpecError(format!("bad address {s:?}")))
 }
 
 /// Parse `nat` or `dsr`.
@@ -178,7 +194,14 @@ impl ServiceSpec {
         if self.backends.iter().all(|b| b.weight == 0) {
             return Err(SpecError(format!("{}: every endpoint has weight 0: none could take a new flow", self.key)));
         }
-        let mut ips: Vec<Ipv4Addr> = self.backends.iter().map(|b| b.ip).collect();
+        if let Some(b) = self.backends.iter().find(|b| b.ip.is_ipv4() != self.key.vip.is_ipv4()) {
+            return Err(SpecError(format!(
+                "{}: endpoint {} is not of the VIP's address family (IPv4 and IPv6 backends need a service each: \
+                 one with an IPv4 VIP, one with an IPv6 VIP)",
+                self.key, b.ip
+            )));
+        }
+        let mut ips: Vec<IpAddr> = self.backends.iter().map(|b| b.ip).collect();
         ips.sort();
         if let Some(w) = ips.windows(2).find(|w| w[0] == w[1]) {
             return Err(SpecError(format!("{}: endpoint {} given twice", self.key, w[0])));
@@ -198,6 +221,8 @@ impl ServiceSpec {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     #[test]
@@ -207,6 +232,10 @@ mod tests {
         let eps = parse_endpoints("31.31.31.1:1,32.32.32.1:2,17.17.17.1").unwrap();
         assert_eq!(eps.iter().map(|b| b.weight).collect::<Vec<_>>(), [1, 2, 1]);
         assert_eq!(eps[1].ip, Ipv4Addr::new(32, 32, 32, 1));
+        let v6 = parse_endpoints("[2001:db8::11]:2,2001:db8::12,[2001:db8::13]").unwrap();
+        assert_eq!(v6.iter().map(|b| b.weight).collect::<Vec<_>>(), [2, 1, 1]);
+        assert_eq!(v6[1].ip, "2001:db8::12".parse::<IpAddr>().unwrap());
+        assert!(parse_endpoints("[2001:db8::11]:x").unwrap_err().0.contains("weight"));
     }
 
     #[test]
@@ -221,7 +250,7 @@ mod tests {
 
     fn spec(mode: Mode, backend_port: u16, backends: &str) -> ServiceSpec {
         ServiceSpec {
-            key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1), port: 2020, proto: Protocol::Tcp },
+            key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1).into(), port: 2020, proto: Protocol::Tcp },
             backend_port,
             backends: parse_endpoints(backends).unwrap(),
             mode,
@@ -241,6 +270,16 @@ mod tests {
     fn all_draining_is_refused() {
         assert!(spec(Mode::Nat, 1, "1.1.1.1:0,1.1.1.2:0").validate().unwrap_err().0.contains("weight 0"));
         assert!(spec(Mode::Nat, 1, "1.1.1.1:0,1.1.1.2:1").validate().is_ok());
+    }
+
+    #[test]
+    fn an_ipv4_vip_with_ipv6_endpoints_is_refused() {
+        let err = spec(Mode::Nat, 1, "1.1.1.1,2001:db8::1").validate().unwrap_err().0;
+        assert!(err.contains("2001:db8::1") && err.contains("family"), "{err}");
+        let mut v6 = spec(Mode::Nat, 1, "[2001:db8::1]:1,2001:db8::2");
+        v6.key.vip = parse_ip("[2001:db8::100]").unwrap();
+        assert!(v6.validate().is_ok());
+        assert_eq!(v6.key.to_string(), "[2001:db8::100]:2020/tcp");
     }
 
     #[test]

@@ -6,13 +6,14 @@
 //! holds the endpoint [`Rendezvous`] picks for key `i`, so a flow hashing to
 //! `h` gets rendezvous' choice for `h mod RING_SIZE` and removing an
 //! endpoint moves only the entries it owned. Endpoints are named `ip:port`
+//! (`[ip]:port` for IPv6)
 //! and sorted, so every node given the same set builds the same table.
 //! A backend of weight 0 is draining: it keeps its place in the backend
 //! order (so its slot and established flows stay) but owns no entry.
 
 use fulcrum_balance::{Balancer, BuildError, Endpoint, Maglev, Rendezvous};
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, SocketAddr};
 
 use crate::maps::RING_SIZE;
 use crate::spec::{Backend, Select, ServiceSpec};
@@ -23,7 +24,7 @@ use crate::spec::{Backend, Select, ServiceSpec};
 /// flow, every backend keeps its entries: the service fails open, and the
 /// node withdraws the VIP's announcement instead. The backends come back
 /// in table order with their configured weights.
-pub fn build_healthy(spec: &ServiceSpec, down: &[Ipv4Addr]) -> Result<(Vec<Backend>, Vec<u32>), BuildError> {
+pub fn build_healthy(spec: &ServiceSpec, down: &[IpAddr]) -> Result<(Vec<Backend>, Vec<u32>), BuildError> {
     let mut healthy = spec.clone();
     for b in &mut healthy.backends {
         if down.contains(&b.ip) {
@@ -48,7 +49,9 @@ pub fn build(spec: &ServiceSpec) -> Result<(Vec<Backend>, Vec<u32>), BuildError>
         .iter()
         .enumerate()
         .filter(|(_, b)| b.weight > 0)
-        .map(|(i, b)| Endpoint::new(i as u64, format!("{}:{}", b.ip, spec.backend_port)).with_weight(b.weight as f64))
+        .map(|(i, b)| {
+            Endpoint::new(i as u64, SocketAddr::new(b.ip, spec.backend_port).to_string()).with_weight(b.weight as f64)
+        })
         .collect();
     let table = match spec.select {
         Select::Maglev => {
@@ -83,7 +86,7 @@ mod tests {
 
     fn spec(select: Select, backends: &str) -> ServiceSpec {
         ServiceSpec {
-            key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1), port: 2020, proto: Protocol::Tcp },
+            key: ServiceKey { vip: Ipv4Addr::new(20, 20, 20, 1).into(), port: 2020, proto: Protocol::Tcp },
             backend_port: 5001,
             backends: parse_endpoints(backends).unwrap(),
             mode: Mode::Nat,
@@ -121,8 +124,13 @@ mod tests {
             backends.iter().enumerate().map(|(i, b)| Endpoint::new(i as u64, format!("{}:5001", b.ip))).collect();
         let mut maglev = Maglev::new(&endpoints, RING_SIZE, None, 0).unwrap();
         for sport in 1000..1200 {
-            let flow =
-                Flow { src: Ipv4Addr::new(10, 9, 0, 1), dst: s.key.vip, sport, dport: 2020, proto: Protocol::Tcp };
+            let flow = Flow {
+                src: Ipv4Addr::new(10, 9, 0, 1),
+                dst: Ipv4Addr::new(20, 20, 20, 1),
+                sport,
+                dport: 2020,
+                proto: Protocol::Tcp,
+            };
             let h = flow.hash(s.hash);
             let ticket = maglev.pick(0, Some(h)).unwrap();
             assert_eq!(ticket.endpoint().0 as u32, table[entry(h)]);
@@ -146,13 +154,13 @@ mod tests {
     #[test]
     fn a_down_backend_is_drained_unless_all_are() {
         let s = spec(Select::Maglev, "10.0.0.1,10.0.0.2,10.0.0.3:0");
-        let down = [Ipv4Addr::new(10, 0, 0, 2)];
+        let down = [Ipv4Addr::new(10, 0, 0, 2).into()];
         let drained = build(&spec(Select::Maglev, "10.0.0.1,10.0.0.2:0,10.0.0.3:0")).unwrap();
         let (backends, table) = build_healthy(&s, &down).unwrap();
         assert_eq!(table, drained.1);
         assert_eq!(backends, build(&s).unwrap().0, "configured weights");
         // The two that could take flows are both down: all keep their entries.
-        let all = [Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)];
+        let all = [Ipv4Addr::new(10, 0, 0, 1).into(), Ipv4Addr::new(10, 0, 0, 2).into()];
         assert_eq!(build_healthy(&s, &all).unwrap(), build(&s).unwrap());
         assert_eq!(build_healthy(&s, &[]).unwrap(), build(&s).unwrap());
     }

@@ -6,7 +6,15 @@
 //! ignored unless asked for, and fail where they cannot run.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The IPv4 address of an IPv4 service's backend.
+fn v4(ip: IpAddr) -> Ipv4Addr {
+    match ip {
+        IpAddr::V4(ip) => ip,
+        IpAddr::V6(ip) => panic!("{ip} in an IPv4 service"),
+    }
+}
 use std::time::Duration;
 
 use fulcrum_balance::HashFunction;
@@ -38,7 +46,7 @@ impl Fx {
 
     fn service(&mut self, port: u16, proto: Protocol, backends: &str, mode: Mode) -> ServiceSpec {
         let spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port, proto },
+            key: ServiceKey { vip: VIP.into(), port, proto },
             backend_port: if mode == Mode::Dsr { port } else { 8080 },
             backends: parse_endpoints(backends).unwrap(),
             mode,
@@ -102,7 +110,7 @@ fn reply_key(f: &Flow, backend: Ipv4Addr) -> FlowKey {
 /// The backend the table of `spec` gives `f`.
 fn table_backend(spec: &ServiceSpec, f: &Flow) -> Ipv4Addr {
     let (backends, table) = fulcrum_xdp::table::build(spec).unwrap();
-    backends[table[entry(f.hash(spec.hash))] as usize].ip
+    v4(backends[table[entry(f.hash(spec.hash))] as usize].ip)
 }
 
 /// A flow on `port` that `before`'s table and `after`'s send to different

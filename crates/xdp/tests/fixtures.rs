@@ -6,11 +6,21 @@
 //! Needs root and the program (built with clang): the tests are ignored
 //! unless asked for, and fail where they cannot run.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The IPv4 address of an IPv4 service's backend.
+fn v4(ip: IpAddr) -> Ipv4Addr {
+    match ip {
+        IpAddr::V4(ip) => ip,
+        IpAddr::V6(ip) => panic!("{ip} in an IPv4 service"),
+    }
+}
 
 use fulcrum_balance::HashFunction;
-use fulcrum_xdp::fixture::{backend_mac, FibFixture, CLIENT, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP};
-use fulcrum_xdp::flow::{entry, Flow};
+use fulcrum_xdp::fixture::{
+    backend_mac, backend_mac6, FibFixture, CLIENT, CLIENT6, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP, VIP6,
+};
+use fulcrum_xdp::flow::{entry, Flow, Flow6};
 use fulcrum_xdp::netns::require_bpf;
 use fulcrum_xdp::packet;
 use fulcrum_xdp::spec::{parse_endpoints, Mode, Protocol, Select, ServiceKey, ServiceSpec};
@@ -45,7 +55,7 @@ impl Fixture {
         hash: HashFunction,
     ) -> ServiceSpec {
         let spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port, proto },
+            key: ServiceKey { vip: VIP.into(), port, proto },
             backend_port: if mode == Mode::Dsr { port } else { 8080 },
             backends: parse_endpoints(backends).unwrap(),
             mode,
@@ -74,7 +84,7 @@ fn flow(sport: u16, dport: u16, proto: Protocol) -> Flow {
 /// hash) gives `flow`.
 fn reference_backend(spec: &ServiceSpec, flow: &Flow) -> Ipv4Addr {
     let (backends, table) = fulcrum_xdp::table::build(spec).unwrap();
-    backends[table[entry(flow.hash(spec.hash))] as usize].ip
+    v4(backends[table[entry(flow.hash(spec.hash))] as usize].ip)
 }
 
 /// Send `f` from the client and check that it left for its reference
@@ -262,8 +272,9 @@ mod needs_root {
         icmp[14 + 9] = 1;
         let mut arp = frames[0].clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        let mut ipv6 = frames[0].clone();
-        ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        // IPv6 to an address with no IPv6 service.
+        let v6 = Flow6 { src: CLIENT6, dst: VIP6, sport: 40000, dport: 80, proto: Protocol::Tcp };
+        let ipv6 = packet::build6(&v6, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"");
         for frame in frames.iter().chain([&icmp, &arp, &ipv6]) {
             let out = fx.run_on(fx.lb1, frame);
             assert_eq!((out.action, &out.packet), (action::PASS, frame));
@@ -360,7 +371,7 @@ mod needs_root {
         // NAT without port translation, so that the backend stays the same
         // backend (same address and port) when the mode changes.
         let mut spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port: 80, proto: Protocol::Tcp },
+            key: ServiceKey { vip: VIP.into(), port: 80, proto: Protocol::Tcp },
             backend_port: 80,
             backends: parse_endpoints("10.201.0.11").unwrap(),
             mode: Mode::Nat,
@@ -389,7 +400,7 @@ mod needs_root {
         let net = FibFixture::new(&format!("fx{}-benchvar", std::process::id())).unwrap();
         let mut bench = Loaded::bench().unwrap();
         let spec = ServiceSpec {
-            key: ServiceKey { vip: VIP, port: 80, proto: Protocol::Tcp },
+            key: ServiceKey { vip: VIP.into(), port: 80, proto: Protocol::Tcp },
             backend_port: 8080,
             backends: parse_endpoints("10.201.0.11,10.201.0.12").unwrap(),
             mode: Mode::Nat,
@@ -434,8 +445,8 @@ mod needs_root {
         let sick = Ipv4Addr::new(10, 201, 0, 12);
         assert!(before.contains(&sick));
         let dp = &mut fx.loaded.dataplane;
-        assert!(dp.set_down(&spec.key, sick, true).unwrap());
-        assert!(!dp.set_down(&spec.key, sick, true).unwrap(), "down already");
+        assert!(dp.set_down(&spec.key, sick.into(), true).unwrap());
+        assert!(!dp.set_down(&spec.key, sick.into(), true).unwrap(), "down already");
         assert_eq!(dp.services().unwrap()[0].down, [false, true, false]);
         let drained =
             ServiceSpec { backends: parse_endpoints("10.201.0.11,10.201.0.12:0,10.201.0.13").unwrap(), ..spec.clone() };
@@ -454,18 +465,159 @@ mod needs_root {
         assert_eq!(fx.loaded.dataplane.services().unwrap()[0].down, [false, true, false]);
         // All down: the table is the whole set again (fail open).
         for ip in [[10, 201, 0, 11], [10, 201, 0, 13]] {
-            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip), true).unwrap());
+            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip).into(), true).unwrap());
         }
         let f = flow(60000, 80, Protocol::Tcp);
         assert_eq!(backend_of(&fx, &f), reference_backend(&spec, &f));
         // Back up.
         for ip in [[10, 201, 0, 11], [10, 201, 0, 12], [10, 201, 0, 13]] {
-            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip), false).unwrap());
+            assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::from(ip).into(), false).unwrap());
         }
         assert_eq!(fx.loaded.dataplane.services().unwrap()[0].down, [false; 3]);
         assert_eq!(fx.loaded.dataplane.services().unwrap()[0].spec, spec, "the weights are the configured ones");
         let f = flow(60001, 80, Protocol::Tcp);
         assert_eq!(backend_of(&fx, &f), reference_backend(&spec, &f));
-        assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::new(10, 201, 0, 99), true).is_err());
+        assert!(fx.loaded.dataplane.set_down(&spec.key, Ipv4Addr::new(10, 201, 0, 99).into(), true).is_err());
+    }
+
+    // IPv6: the same paths, with golden output frames (built from scratch,
+    // full checksums) that the program's output must equal byte for byte.
+
+    fn service6(fx: &mut Fixture, port: u16, proto: Protocol, mode: Mode, hash: HashFunction) -> ServiceSpec {
+        let spec = ServiceSpec {
+            key: ServiceKey { vip: VIP6.into(), port, proto },
+            backend_port: if mode == Mode::Dsr { port } else { 8080 },
+            backends: parse_endpoints("[fd00:201::11]:1,fd00:201::12,[fd00:201::13]").unwrap(),
+            mode,
+            select: Select::Maglev,
+            hash,
+        };
+        fx.loaded.dataplane.upsert(&spec).unwrap();
+        spec
+    }
+
+    fn flow6(sport: u16, dport: u16, proto: Protocol) -> Flow6 {
+        Flow6 { src: CLIENT6, dst: VIP6, sport, dport, proto }
+    }
+
+    fn reference_backend6(spec: &ServiceSpec, f: &Flow6) -> Ipv6Addr {
+        let (backends, table) = fulcrum_xdp::table::build(spec).unwrap();
+        match backends[table[entry(f.hash(spec.hash))] as usize].ip {
+            IpAddr::V6(ip) => ip,
+            IpAddr::V4(ip) => panic!("{ip} in an IPv6 service"),
+        }
+    }
+
+    fn total(fx: &Fixture, name: &str) -> u64 {
+        fx.loaded.dataplane.totals().unwrap().into_iter().find(|(n, _)| *n == name).unwrap().1
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_nat_forward_and_reply_are_golden() {
+        let mut fx = Fixture::new("v6_nat");
+        for (port, proto, hash) in
+            [(80, Protocol::Tcp, HashFunction::Xxhash), (53, Protocol::Udp, HashFunction::Murmur3)]
+        {
+            let spec = service6(&mut fx, port, proto, Mode::Nat, hash);
+            let f = flow6(40000, port, proto);
+            let out = fx.run_on(fx.lb1, &packet::build6(&f, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"fixture6"));
+            assert_eq!(out.action, action::REDIRECT, "{proto}: lb1 → lb0");
+            let backend = reference_backend6(&spec, &f);
+            let fwd = Flow6 { dst: backend, dport: 8080, ..f };
+            let golden = packet::build6(&fwd, packet::tcp::SYN, LB0_MAC, backend_mac6(backend), b"fixture6");
+            assert_eq!(out.packet, golden, "{proto}: NAT forward");
+            // The backend's reply gets the VIP and service port back.
+            let reply = Flow6 { src: backend, dst: CLIENT6, sport: 8080, dport: 40000, proto };
+            let frame =
+                packet::build6(&reply, packet::tcp::SYN | packet::tcp::ACK, backend_mac6(backend), LB0_MAC, b"r");
+            let replies = total(&fx, "nat_replies");
+            let out = fx.run_on(fx.lb0, &frame);
+            assert_eq!(out.action, action::REDIRECT, "{proto}: lb0 → lb1");
+            let back = Flow6 { src: VIP6, sport: port, ..reply };
+            let golden = packet::build6(&back, packet::tcp::SYN | packet::tcp::ACK, LB1_MAC, CLIENT_MAC, b"r");
+            assert_eq!(out.packet, golden, "{proto}: NAT reply");
+            assert_eq!(total(&fx, "nat_replies"), replies + 1);
+        }
+        let stats = fx.loaded.dataplane.stats().unwrap();
+        assert_eq!(stats.iter().map(|s| s.total.flows).sum::<u64>(), 2, "one new flow per service");
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_dsr_rewrites_only_the_macs_and_hashes_as_the_reference() {
+        let mut fx = Fixture::new("v6_dsr");
+        for (port, hash) in [(80, HashFunction::Xxhash), (81, HashFunction::Murmur3)] {
+            let spec = service6(&mut fx, port, Protocol::Tcp, Mode::Dsr, hash);
+            let mut seen = std::collections::HashSet::new();
+            for sport in 41000..41100 {
+                let f = flow6(sport, port, Protocol::Tcp);
+                let frame = packet::build6(&f, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"dsr6");
+                let out = fx.run_on(fx.lb1, &frame);
+                assert_eq!(out.action, action::REDIRECT);
+                let backend = reference_backend6(&spec, &f);
+                seen.insert(backend);
+                let golden = packet::build6(&f, packet::tcp::SYN, LB0_MAC, backend_mac6(backend), b"dsr6");
+                assert_eq!(out.packet, golden, "{hash:?} sport {sport}: only the MACs change");
+            }
+            assert_eq!(seen.len(), 3, "{hash:?}: every backend takes flows");
+        }
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_extension_headers_and_other_addresses_pass_to_the_kernel() {
+        let mut fx = Fixture::new("v6_pass");
+        service6(&mut fx, 80, Protocol::Tcp, Mode::Nat, HashFunction::Xxhash);
+        let f = flow6(42000, 80, Protocol::Tcp);
+        // Next header hop-by-hop (0), fragment (44): not balanced, counted.
+        for next in [0u8, 44] {
+            let mut frame = packet::build6(&f, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"ext");
+            frame[14 + 6] = next;
+            let before = total(&fx, "unsupported");
+            let out = fx.run_on(fx.lb1, &frame);
+            assert_eq!((out.action, &out.packet), (action::PASS, &frame), "next header {next}");
+            assert_eq!(total(&fx, "unsupported"), before + 1);
+        }
+        // ICMPv6 (58), and TCP to an address that is no VIP: passed.
+        let mut icmp = packet::build6(&f, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"icmp");
+        icmp[14 + 6] = 58;
+        let other = Flow6 { dst: "fd00:201:1::2".parse().unwrap(), ..f };
+        for frame in [icmp, packet::build6(&other, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"x")] {
+            let before = total(&fx, "passed");
+            let out = fx.run_on(fx.lb1, &frame);
+            assert_eq!((out.action, &out.packet), (action::PASS, &frame));
+            assert_eq!(total(&fx, "passed"), before + 1);
+        }
+        // A payload length beyond the frame: dropped as malformed.
+        let mut short = packet::build6(&f, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b"x");
+        short[14 + 4..14 + 6].copy_from_slice(&1000u16.to_be_bytes());
+        assert_eq!(fx.run_on(fx.lb1, &short).action, action::DROP);
+        assert_eq!(fx.loaded.dataplane.stats().unwrap()[0].total.packets, 0, "nothing balanced");
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_and_v4_services_coexist_and_list_back() {
+        let mut fx = Fixture::new("v6_dual");
+        let v4 = fx.service(80, Protocol::Tcp, "10.201.0.11,10.201.0.12", Mode::Nat, HashFunction::Xxhash);
+        let v6 = service6(&mut fx, 80, Protocol::Tcp, Mode::Nat, HashFunction::Xxhash);
+        let listed: Vec<ServiceSpec> = fx.loaded.dataplane.services().unwrap().into_iter().map(|s| s.spec).collect();
+        let mut want = vec![v4.clone(), v6.clone()];
+        for s in &mut want {
+            s.backends.sort_by_key(|b| b.ip);
+        }
+        assert_eq!(listed, want);
+        assert_nat_forwarded(&fx, &v4, &flow(43000, 80, Protocol::Tcp));
+        let f = flow6(43000, 80, Protocol::Tcp);
+        let out = fx.run_on(fx.lb1, &packet::build6(&f, packet::tcp::SYN, CLIENT_MAC, LB1_MAC, b""));
+        let p = packet::parse6(&out.packet).unwrap();
+        assert_eq!((p.flow.dst, p.l4_checksum_ok), (reference_backend6(&v6, &f), true));
+        assert!(fx.loaded.dataplane.delete(&v6.key).unwrap());
+        let out = fx.run_on(fx.lb1, &packet::build6(&flow6(43001, 80, Protocol::Tcp), 2, CLIENT_MAC, LB1_MAC, b""));
+        assert_eq!(out.action, action::PASS, "deleted");
+        // An IPv4 VIP with IPv6 endpoints is refused.
+        let mixed = ServiceSpec { backends: parse_endpoints("fd00:201::11").unwrap(), ..v4 };
+        assert!(fx.loaded.dataplane.upsert(&mixed).unwrap_err().to_string().contains("family"));
     }
 }

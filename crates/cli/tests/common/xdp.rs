@@ -22,6 +22,10 @@ use super::answer_with_name;
 pub const VIP: &str = "10.202.1.1";
 /// The backends' addresses, `b1`…`b3`.
 pub const BACKENDS: [&str; 3] = ["10.202.0.11", "10.202.0.12", "10.202.0.13"];
+/// The IPv6 VIP the topology routes through the LB.
+pub const VIP6: &str = "fd00:202:1::1";
+/// The backends' IPv6 addresses, in [`BACKENDS`] order.
+pub const BACKENDS6: [&str; 3] = ["fd00:202::11", "fd00:202::12", "fd00:202::13"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -98,7 +102,8 @@ impl Topology {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             ns.enter().unwrap();
-            let listener = TcpListener::bind(("0.0.0.0", port)).unwrap();
+            // IPv6 and IPv4 (mapped) both.
+            let listener = TcpListener::bind(("::", port)).unwrap();
             listener.set_nonblocking(true).unwrap();
             ready_tx.send(()).unwrap();
             while !flag.load(Ordering::Relaxed) {
@@ -130,6 +135,12 @@ impl Topology {
     /// having asked once who answers.
     pub fn connect(&self, n: usize, port: u16) -> Vec<Conn> {
         self.in_client(move || (0..n).map(|_| Conn::open(port).unwrap()).collect())
+    }
+
+    /// As [`Topology::connect`], to the IPv6 VIP.
+    pub fn connect6(&self, n: usize, port: u16) -> Vec<Conn> {
+        let vip = SocketAddr::new(VIP6.parse().expect("an address"), port);
+        self.in_client(move || (0..n).map(|_| Conn::open_to(vip).unwrap()).collect())
     }
 
     /// Run `f` on a thread inside the client namespace.
@@ -180,7 +191,11 @@ impl Conn {
     /// Connect to the VIP's `port` (from a thread in the client namespace)
     /// and ask once.
     pub fn open(port: u16) -> std::io::Result<Conn> {
-        let vip = SocketAddr::from((VIP.parse::<Ipv4Addr>().expect("an address"), port));
+        Conn::open_to(SocketAddr::from((VIP.parse::<Ipv4Addr>().expect("an address"), port)))
+    }
+
+    /// As [`Conn::open`], to `vip`.
+    pub fn open_to(vip: SocketAddr) -> std::io::Result<Conn> {
         let stream = TcpStream::connect_timeout(&vip, Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         let mut conn = Conn { reader: BufReader::new(stream), backend: String::new() };
