@@ -182,6 +182,12 @@ impl Admin {
         let _ = writeln!(out, "fulcrum_downstream_connections_total {}", self.stats.connections.load(Relaxed));
         family(&mut out, "fulcrum_downstream_rejected_total", "counter", "Connections closed over max_connections.");
         let _ = writeln!(out, "fulcrum_downstream_rejected_total {}", self.stats.rejected_connections.load(Relaxed));
+        family(&mut out, "fulcrum_downstream_accept_errors_total", "counter", "Accepts failed: out of fds or memory.");
+        let _ = writeln!(out, "fulcrum_downstream_accept_errors_total {}", self.stats.accept_errors.load(Relaxed));
+        family(&mut out, "fulcrum_worker_connections", "gauge", "Client connections open, by worker.");
+        for (w, open) in self.stats.worker_connections.iter().enumerate() {
+            let _ = writeln!(out, "fulcrum_worker_connections{{worker=\"{w}\"}} {}", open.load(Relaxed));
+        }
         family(&mut out, "fulcrum_access_log_dropped_total", "counter", "Access log lines dropped: queue full.");
         let _ = writeln!(out, "fulcrum_access_log_dropped_total {}", self.stats.access_log_dropped.load(Relaxed));
         family(&mut out, "fulcrum_proxy_protocol_refused_total", "counter", "Connections refused: PROXY protocol.");

@@ -1,7 +1,8 @@
 //! Wrappers that stay with a client connection wherever it goes — the
 //! server that reads its requests, or, after an `Upgrade`, the tunnel that
-//! joins it to an upstream: [`Counted`] holds the connection's place in the
-//! listener's `max_connections`, [`IdleTimeout`] closes it once idle.
+//! joins it to an upstream: [`Counted`] holds the connection's [`Slot`] (its
+//! place in the listener's `max_connections` and its worker's count of open
+//! connections), [`IdleTimeout`] closes it once idle.
 //! Because they wrap the connection itself, an upgraded tunnel keeps both
 //! until it closes, whichever HTTP/1.1 server handed it over.
 
@@ -17,18 +18,45 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use crate::h1::conn::Io;
+use crate::metrics::ProxyStats;
 
-/// A client connection with its `max_connections` permit, given back when
-/// the connection is dropped.
+/// A client connection's place: its `max_connections` permit and one in
+/// its worker's count of open connections, both given back on drop.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    stats: Arc<ProxyStats>,
+    worker: usize,
+}
+
+impl Slot {
+    /// Count a connection open on `worker` while the slot lives.
+    pub fn new(permit: OwnedSemaphorePermit, stats: Arc<ProxyStats>, worker: usize) -> Self {
+        if let Some(open) = stats.worker_connections.get(worker) {
+            open.fetch_add(1, Relaxed);
+        }
+        Slot { _permit: permit, stats, worker }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(open) = self.stats.worker_connections.get(self.worker) {
+            open.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// A client connection with its [`Slot`], given back when the connection
+/// is dropped.
 pub struct Counted<IO> {
     io: IO,
-    _permit: OwnedSemaphorePermit,
+    _slot: Slot,
 }
 
 impl<IO> Counted<IO> {
-    /// `io`, holding `permit` while it lives.
-    pub fn new(io: IO, permit: OwnedSemaphorePermit) -> Self {
-        Counted { io, _permit: permit }
+    /// `io`, holding `slot` while it lives.
+    pub fn new(io: IO, slot: Slot) -> Self {
+        Counted { io, _slot: slot }
     }
 }
 

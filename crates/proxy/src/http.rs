@@ -956,7 +956,7 @@ async fn tunnel(
         upstream.write_all(&client.early).await.ok()?;
         client.io.write_all(&early).await.ok()?;
         let mut client = client.io;
-        tokio::io::copy_bidirectional(&mut client, &mut upstream).await.ok()
+        crate::pipe::join(&mut client, &mut upstream).await.ok()
     };
     // A tunnel that ends in a reset is still a tunnel the upstream served.
     let _ = joined.await;

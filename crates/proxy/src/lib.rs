@@ -33,6 +33,7 @@ pub mod local_reply;
 pub mod metrics;
 pub mod overrides;
 pub mod passthrough;
+mod pipe;
 pub mod proxy_protocol;
 pub mod routing;
 pub mod runtime;

@@ -92,6 +92,11 @@ pub struct ProxyStats {
     pub connections: AtomicU64,
     /// Connections closed on accept because `max_connections` were open.
     pub rejected_connections: AtomicU64,
+    /// Accepts that failed for want of file descriptors or memory (EMFILE,
+    /// ENFILE, ENOBUFS, ENOMEM); each pauses that accept loop briefly.
+    pub accept_errors: AtomicU64,
+    /// Client connections open on each worker.
+    pub worker_connections: Box<[AtomicU64]>,
     /// Access log records dropped because a log's queue was full.
     pub access_log_dropped: AtomicU64,
     /// Connections refused by a listener's `proxy_protocol` rule, by
@@ -109,6 +114,11 @@ pub const PROXY_REFUSALS: [&str; 5] = ["untrusted", "missing", "malformed", "tim
 pub const PASSTHROUGH_REFUSALS: [&str; 2] = ["no-client-hello", "no-route"];
 
 impl ProxyStats {
+    /// Counters for a proxy of `workers` workers.
+    pub fn with_workers(workers: usize) -> Self {
+        ProxyStats { worker_connections: (0..workers).map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
+    }
+
     /// `(status, count)` pairs for rendering.
     pub fn local_responses(&self) -> [(u16, u64); 8] {
         [

@@ -35,7 +35,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::access_log::AccessLog;
 use crate::admin::Admin;
-use crate::client_io::{Counted, IdleTimeout};
+use crate::client_io::{Counted, IdleTimeout, Slot};
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
@@ -175,7 +175,7 @@ impl Proxy {
     /// accepts connections.
     pub fn start(config: Config) -> Result<Proxy, ServeError> {
         let epoch = Epoch::new();
-        let stats = Arc::new(ProxyStats::default());
+        let stats = Arc::new(ProxyStats::with_workers(config.workers));
         let shared: Vec<Arc<SharedCluster>> =
             config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch, None)).collect();
         let tls: Vec<_> = config
@@ -240,6 +240,7 @@ impl Proxy {
             let (tx, rx) = watch::channel(routing(&config, worker, &shared, None, &limits));
             routing_tx.push(tx);
             let job = Worker {
+                index: worker,
                 sockets,
                 routing: rx,
                 tls: tls.clone(),
@@ -360,6 +361,8 @@ impl Proxy {
 
 /// One worker thread's share of the proxy.
 struct Worker {
+    /// Its number, from 0.
+    index: usize,
     sockets: Vec<Bound>,
     routing: watch::Receiver<Arc<Routing>>,
     tls: Vec<Option<TlsAcceptor>>,
@@ -431,6 +434,9 @@ impl Worker {
             let accept = Accept {
                 socket,
                 permits,
+                permits_total: listener.limits.max_connections,
+                worker: self.index,
+                warn: Warn::new(listener.listen),
                 stats: self.stats.clone(),
                 stopped: self.stopped.clone(),
                 graceful: graceful.clone(),
@@ -454,10 +460,61 @@ impl Worker {
     }
 }
 
+/// How long an accept loop pauses when the process is out of file
+/// descriptors or memory.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// Whether an accept error means the process or the system is out of
+/// something (file descriptors, socket buffers, memory), not that one
+/// client went away.
+fn out_of_resources(e: &std::io::Error) -> bool {
+    const EMFILE: i32 = 24;
+    const ENFILE: i32 = 23;
+    const ENOBUFS: i32 = 105;
+    const ENOMEM: i32 = 12;
+    matches!(e.raw_os_error(), Some(EMFILE | ENFILE | ENOBUFS | ENOMEM)) || e.kind() == std::io::ErrorKind::OutOfMemory
+}
+
+/// A warning printed at most once per [`Warn::EVERY`] (with the number of
+/// times it was suppressed), so that a listener at its limits does not
+/// flood the log.
+struct Warn {
+    listen: SocketAddr,
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl Warn {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn new(listen: SocketAddr) -> Self {
+        Warn { listen, last: None, suppressed: 0 }
+    }
+
+    fn say(&mut self, text: impl FnOnce() -> String) {
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < Self::EVERY) {
+            self.suppressed += 1;
+            return;
+        }
+        let more = match std::mem::take(&mut self.suppressed) {
+            0 => String::new(),
+            n => format!(" ({n} more since the last warning)"),
+        };
+        eprintln!("fulcrum: listener {}: {}{more}", self.listen, text());
+        self.last = Some(now);
+    }
+}
+
 /// One listener's accept loop on one worker.
 struct Accept {
     socket: TcpListener,
     permits: Arc<Semaphore>,
+    /// The listener's `max_connections`, for the warning.
+    permits_total: usize,
+    /// The worker this loop runs on.
+    worker: usize,
+    warn: Warn,
     stats: Arc<ProxyStats>,
     stopped: watch::Receiver<Stop>,
     graceful: Arc<GracefulShutdown>,
@@ -466,9 +523,12 @@ struct Accept {
 }
 
 impl Accept {
-    /// The next connection with its permit, or `None` once the proxy stops.
-    /// Connections beyond `max_connections` are closed at once.
-    async fn next(&mut self) -> Option<(tokio::net::TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit)> {
+    /// The next connection with its slot, or `None` once the proxy stops.
+    /// Connections beyond `max_connections` are closed at once; when the
+    /// process runs out of file descriptors (or memory) accepting pauses
+    /// for a moment, leaving new connections in the listen queue, instead
+    /// of failing again at once.
+    async fn next(&mut self) -> Option<(tokio::net::TcpStream, SocketAddr, Slot)> {
         loop {
             tokio::select! {
                 _ = stopping(&mut self.stopped) => return None,
@@ -476,15 +536,26 @@ impl Accept {
                     Ok((stream, peer)) => {
                         self.stats.connections.fetch_add(1, Relaxed);
                         match self.permits.clone().try_acquire_owned() {
-                            Ok(permit) => return Some((stream, peer, permit)),
+                            Ok(permit) => return Some((stream, peer, Slot::new(permit, self.stats.clone(), self.worker))),
                             Err(_) => {
                                 self.stats.rejected_connections.fetch_add(1, Relaxed);
+                                self.warn.say(|| format!(
+                                    "{} connections open (max_connections): closing new ones", self.permits_total
+                                ));
                                 drop(stream);
                             }
                         }
                     }
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    Err(e) if out_of_resources(&e) => {
+                        self.stats.accept_errors.fetch_add(1, Relaxed);
+                        self.warn.say(|| format!("cannot accept: {e}; pausing accepts for {ACCEPT_PAUSE:?} at a time"));
+                        tokio::select! {
+                            _ = stopping(&mut self.stopped) => return None,
+                            () = tokio::time::sleep(ACCEPT_PAUSE) => {}
+                        }
+                    }
+                    // The client gave up before the accept (ECONNABORTED and the like).
+                    Err(_) => {}
                 },
             }
         }
@@ -523,7 +594,7 @@ impl Accept {
                 idle_timeout: limits.idle_timeout,
             })
         });
-        while let Some((mut stream, peer, permit)) = self.next().await {
+        while let Some((mut stream, peer, slot)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
@@ -543,15 +614,19 @@ impl Accept {
                     _ => (stream, None),
                 };
                 let io: Box<dyn Io> = match tls {
-                    None => Box::new(Counted::new(stream, permit)),
+                    None => Box::new(Counted::new(stream, slot)),
                     Some(acceptor) => {
-                        let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                        // Boxed, like hyper's server below: a connection's task is
+                        // as large as its largest state, and it spends its life
+                        // idle in the lean server's, not in these.
+                        let handshake =
+                            tokio::time::timeout(limits.header_read_timeout, Box::pin(acceptor.accept(stream)));
                         let Ok(Ok(stream)) = handshake.await else { return };
                         // The peer was made for this connection: nothing else holds it yet.
                         if let Some(peer) = Arc::get_mut(&mut peer) {
                             peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
                         }
-                        Box::new(Counted::new(stream, permit))
+                        Box::new(Counted::new(stream, slot))
                     }
                 };
                 // HTTP/1.1 goes to the lean server unless hyper's is
@@ -566,9 +641,12 @@ impl Accept {
                     }
                     _ => io,
                 };
-                let failed = serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher, h2_only).await;
+                let failed =
+                    Box::pin(serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher, h2_only)).await;
                 if let (true, Some(spare)) = (failed, spare) {
-                    linger(spare).await;
+                    // Boxed: it holds a read buffer, which every connection's
+                    // task would otherwise have room for.
+                    Box::pin(linger(spare)).await;
                 }
             });
         }
@@ -741,7 +819,14 @@ impl Control {
                 tokio::select! {
                     _ = stopping(&mut stopped) => return,
                     accepted = socket.accept() => {
-                        let Ok((stream, _)) = accepted else { continue };
+                        let stream = match accepted {
+                            Ok((stream, _)) => stream,
+                            Err(e) if out_of_resources(&e) => {
+                                tokio::time::sleep(ACCEPT_PAUSE).await;
+                                continue;
+                            }
+                            Err(_) => continue,
+                        };
                         let admin = admin.clone();
                         tokio::spawn(async move {
                             let svc = service_fn(move |req| {
@@ -755,5 +840,57 @@ impl Control {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's service for the first listener of `text`.
+    fn service(text: &str) -> (Arc<HttpService>, Listener) {
+        let config = Config::parse(std::path::Path::new("test.toml"), text).unwrap();
+        let epoch = Epoch::new();
+        let shared: Vec<_> = config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch, None)).collect();
+        let (_tx, rx) = watch::channel(routing(&config, 0, &shared, None, &route_limits(&config, None)));
+        let stats = Arc::new(ProxyStats::with_workers(1));
+        let rng = std::sync::Mutex::new(fulcrum_balance::Rng::new(0));
+        let service =
+            HttpService { listener: 0, routing: rx, stats, epoch, tls: false, access_log: None, alt_svc: None, rng };
+        (Arc::new(service), config.listeners[0].clone())
+    }
+
+    /// An idle HTTP/1.1 connection costs its task's future, which holds
+    /// the lean server's state between requests; the request path's and
+    /// hyper's (larger) futures are boxed while they run.
+    #[tokio::test]
+    async fn an_idle_connection_holds_a_small_future() {
+        let (service, listener) = service(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{ cluster = \"a\" }]\n\
+             [[cluster]]\nname = \"a\"\nendpoints = [\"127.0.0.1:1\"]\n",
+        );
+        let limits = ServerLimits {
+            max_header_bytes: listener.max_header_bytes,
+            max_headers: listener.limits.max_headers,
+            header_read_timeout: listener.limits.header_read_timeout,
+            idle_timeout: listener.limits.idle_timeout,
+        };
+        let (io, _client) = tokio::io::duplex(64);
+        let peer = Arc::new(crate::http::Peer::new("127.0.0.1:9".parse().unwrap()));
+        let (_stop, stopped) = watch::channel(None);
+        let serve = crate::h1::server::serve(Box::new(io), service.clone(), peer.clone(), &limits, stopped);
+        let lean = std::mem::size_of_val(&serve);
+        let request = std::mem::size_of_val(&service.handle(
+            &peer,
+            hyper::Request::new(Either::Right(crate::h1::conn::H1Body::new(
+                crate::h1::conn::Inbound::new(Box::new(tokio::io::duplex(1).0)),
+                crate::h1::parse::Framing::Length(0),
+            ))),
+        ));
+        eprintln!("lean server future: {lean} bytes; request path future: {request} bytes");
+        // Debug-build figures (release ones are smaller); with the request
+        // path's future inline it would be over 6 KiB.
+        assert!(lean <= 2048, "the lean server's future is {lean} bytes");
+        assert!(request > 2 * lean, "request path {request} bytes, lean server {lean}: box less?");
     }
 }

@@ -105,7 +105,7 @@ pub async fn proxy(cluster: Arc<WorkerCluster>, epoch: Epoch, mut inbound: TcpSt
         return;
     }
     // Errors here are the peers resetting; the connection is over either way.
-    let copied = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+    let copied = crate::pipe::join(&mut inbound, &mut outbound).await;
     let result = if copied.is_ok() { RequestResult::Success } else { RequestResult::GatewayFailure };
     cluster.complete(pick, epoch.now(), latency, result);
 }

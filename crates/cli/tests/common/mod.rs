@@ -46,12 +46,13 @@ impl Fulcrum {
 
     /// `fulcrum` with `args`, reading "listening on" lines from stderr.
     pub fn spawn(args: &[&str], dir: PathBuf) -> Fulcrum {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fulcrum");
+        Fulcrum::spawn_command(Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(args), dir, None)
+    }
+
+    /// `command` (which runs `fulcrum serve`), reading "listening on" lines
+    /// from stderr; the later lines go to `log` if given.
+    pub fn spawn_command(command: &mut Command, dir: PathBuf, log: Option<std::sync::mpsc::Sender<String>>) -> Fulcrum {
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start fulcrum");
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let mut listen = Vec::new();
@@ -72,7 +73,14 @@ impl Fulcrum {
         // Keep draining stderr so the child never blocks on a full pipe.
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = stderr.clone();
-        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| kept.lock().unwrap().push(l)));
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(log) = &log {
+                    let _ = log.send(line.clone());
+                }
+                kept.lock().unwrap().push(line);
+            }
+        });
         Fulcrum { child, listen, admin, dir, stderr }
     }
 

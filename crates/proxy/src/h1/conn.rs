@@ -6,6 +6,11 @@
 //! path ([`http`](crate::http), [`body`](crate::body)) needs, so that
 //! neither imports the server.
 //!
+//! A connection holds a read buffer only while bytes are in it: between
+//! requests the buffer goes back to a small per-thread pool ([`pool`]), and
+//! a read on an idle connection lands in a stack buffer first, so that an
+//! idle keep-alive connection costs no buffer at all (as nginx does it).
+//!
 //! The connection's socket, read buffer and body state live behind one
 //! mutex ([`Shared`]): the request body (polled by the upstream write) and
 //! the server loop (which writes the response and reads the next head) take
@@ -14,6 +19,7 @@
 
 use std::future::poll_fn;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -109,11 +115,11 @@ impl std::fmt::Debug for Inbound {
 }
 
 impl Inbound {
-    /// A connection on `io`.
+    /// A connection on `io`; its read buffer comes with its first bytes.
     pub fn new(io: Box<dyn Io>) -> Shared {
         Arc::new(Mutex::new(Inbound {
             io: Some(io),
-            read: BytesMut::with_capacity(READ_CHUNK),
+            read: BytesMut::new(),
             body: BodyState::Length(0),
             continue_left: 0,
         }))
@@ -127,10 +133,30 @@ impl Inbound {
     }
 
     /// Read what the socket has into the buffer: the count, 0 at its end.
+    /// Without a buffer (an idle connection), the read goes to the stack
+    /// and a buffer is taken only if bytes came.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let Some(io) = self.io.as_mut() else { return Poll::Ready(Ok(0)) };
-        self.read.reserve(READ_CHUNK);
-        tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.read)
+        if self.read.capacity() > 0 {
+            self.read.reserve(READ_CHUNK);
+            return tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.read);
+        }
+        let mut stack = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+        let mut buf = ReadBuf::uninit(&mut stack);
+        std::task::ready!(Pin::new(io).poll_read(cx, &mut buf))?;
+        let n = buf.filled().len();
+        if n > 0 {
+            self.read = pool::take();
+            self.read.extend_from_slice(buf.filled());
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Between requests: give the read buffer back if nothing is in it.
+    pub fn release(&mut self) {
+        if self.read.is_empty() {
+            pool::give(std::mem::take(&mut self.read));
+        }
     }
 
     /// Write the rest of a pending 100 Continue.
@@ -161,6 +187,44 @@ impl Inbound {
             BodyState::Chunked(chunked) => chunked.step(&mut self.read).map_err(|_| malformed()),
             BodyState::Broken => Err(malformed()),
         }
+    }
+}
+
+/// Read buffers of the connections between requests, kept per worker
+/// thread (a few, for the connections that wake next) instead of each
+/// idle connection holding one.
+pub mod pool {
+    use std::cell::RefCell;
+
+    use bytes::BytesMut;
+
+    use super::READ_CHUNK;
+
+    /// Buffers kept per thread; more are freed.
+    const KEPT: usize = 64;
+
+    thread_local! {
+        static FREE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty buffer with room for a read.
+    pub fn take() -> BytesMut {
+        FREE.with(|f| f.borrow_mut().pop()).unwrap_or_else(|| BytesMut::with_capacity(READ_CHUNK))
+    }
+
+    /// Keep `buf` for another connection, if it is all its own (no body
+    /// or head still points into it) and there is room.
+    pub fn give(mut buf: BytesMut) {
+        buf.clear();
+        if buf.capacity() == 0 || !buf.try_reclaim(READ_CHUNK) {
+            return;
+        }
+        FREE.with(|f| {
+            let mut free = f.borrow_mut();
+            if free.len() < KEPT {
+                free.push(buf);
+            }
+        });
     }
 }
 
@@ -291,6 +355,9 @@ impl AsyncRead for Rewind {
         if !self.prefix.is_empty() {
             let n = self.prefix.len().min(buf.remaining());
             buf.put_slice(&self.prefix.split_to(n));
+            if self.prefix.is_empty() {
+                pool::give(std::mem::take(&mut self.prefix));
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.io).poll_read(cx, buf)

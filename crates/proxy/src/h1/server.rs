@@ -112,7 +112,7 @@ pub async fn serve(
                 };
             }
             Next::Refuse(e) => {
-                refuse(&conn, &service, e, limits.idle_timeout).await;
+                Box::pin(refuse(&conn, &service, e, limits.idle_timeout)).await;
                 return Served::Done;
             }
         };
@@ -120,9 +120,12 @@ pub async fn serve(
         let (req, upgraded, keep_alive) = request(&conn, head);
         let method = req.method().clone();
         let version = req.version();
-        let Ok(response) = service.handle(&peer, req).await;
+        // The request path's future and the response writer's are boxed:
+        // they are large, and an idle connection's task (which waits for
+        // the next head) would otherwise keep room for them.
+        let Ok(response) = Box::pin(service.handle(&peer, req)).await;
         let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-        let sent = respond(&conn, response, &method, version, keep_alive, limits.idle_timeout).await;
+        let sent = Box::pin(respond(&conn, response, &method, version, keep_alive, limits.idle_timeout)).await;
         match (sent, upgraded) {
             (Ok(_), Some(tx)) if switched => {
                 let mut inbound = lock(&conn);
@@ -136,6 +139,7 @@ pub async fn serve(
                 return Served::Done;
             }
             (Ok(true), _) if lock(&conn).body.is_done() && stopped.borrow().is_none() => {
+                lock(&conn).release();
                 timer.last_active = Instant::now();
             }
             _ => {

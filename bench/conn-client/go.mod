@@ -1,0 +1,3 @@
+module fulcrum/bench/conn-client
+
+go 1.21
