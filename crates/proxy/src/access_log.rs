@@ -116,7 +116,7 @@ fields! {
     Authority = "authority",
     /// The request target's path and query.
     Path = "path",
-    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`.
+    /// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2.0` or `HTTP/3.0`.
     Protocol = "protocol",
     /// The status sent to the client.
     Status = "status",

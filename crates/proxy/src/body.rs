@@ -16,10 +16,12 @@ use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 
 use crate::h1::conn::H1Body;
+use crate::h3::H3Body;
 
 /// A client's request body as a server path reads it: hyper's (HTTP/2, and
-/// HTTP/1.1 when hyper's server is chosen) or the lean HTTP/1.1 server's.
-pub type RequestBody = Either<Incoming, H1Body>;
+/// HTTP/1.1 when hyper's server is chosen), HTTP/3's, or the lean HTTP/1.1
+/// server's.
+pub type RequestBody = Either<Either<Incoming, Box<H3Body>>, H1Body>;
 
 /// What is sent upstream: the client's streamed body, or nothing (which
 /// can be sent again on a retry).

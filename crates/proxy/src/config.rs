@@ -77,6 +77,9 @@ pub struct Listener {
     pub access_log: Option<AccessLogConfig>,
     /// Which server speaks HTTP/1.1 to clients.
     pub http1_server: Http1Server,
+    /// The `Alt-Svc` header value added to every response of a TLS
+    /// HTTP/1.1 or HTTP/2 listener, e.g. `h3=":8443"` for an `http3` listener.
+    pub alt_svc: Option<String>,
     /// Who may send a PROXY protocol header, and whether one is required.
     pub proxy_protocol: Option<ProxyProtocolListener>,
     /// TLS passthrough: clusters by server name (`cluster` is the default).
@@ -226,6 +229,8 @@ pub enum ListenerProtocol {
     Http2,
     /// Plain TCP, balanced per connection.
     Tcp,
+    /// HTTP/3 over QUIC (UDP); needs `tls`, ALPN offers only h3.
+    Http3,
     /// TLS left to the endpoints: TCP routed by the ClientHello's server name.
     TlsPassthrough,
 }
@@ -508,6 +513,7 @@ struct RawListener {
     #[serde(default)]
     http1_server: Http1Server,
     access_log: Option<Spanned<RawAccessLog>>,
+    alt_svc: Option<Spanned<String>>,
     request_id: Option<Spanned<RawRequestId>>,
     #[serde(default)]
     traceparent: bool,
@@ -761,6 +767,7 @@ impl Config {
                 limits: Limits::default(),
                 http1_server: Http1Server::default(),
                 access_log: None,
+                alt_svc: None,
                 proxy_protocol: None,
                 sni_routes: Vec::new(),
                 request_id: None,
@@ -1208,7 +1215,11 @@ impl RawListener {
             .get_ref()
             .parse()
             .map_err(|_| src.error(self.listen.span(), at("listen"), "expected ip:port, e.g. 127.0.0.1:8080"))?;
-        if listen.port() != 0 && earlier.iter().any(|k| k.listen == listen) {
+        // HTTP/3 listens on UDP: it may share its address with a TCP listener.
+        let udp = self.protocol == ListenerProtocol::Http3;
+        if listen.port() != 0
+            && earlier.iter().any(|k| k.listen == listen && (k.protocol == ListenerProtocol::Http3) == udp)
+        {
             return Err(src.error(self.listen.span(), at("listen"), format!("{listen} is used by two listeners")));
         }
         let max_header_bytes = match self.max_header_bytes {
@@ -1218,11 +1229,25 @@ impl RawListener {
         };
         let (routes, cluster) = match self.protocol {
             ListenerProtocol::Http | ListenerProtocol::Http2 => (self.http_routes(src, at, clusters)?, None),
+            ListenerProtocol::Http3 => {
+                if self.tls.is_none() {
+                    return Err(src.error(
+                        self.listen.span(),
+                        at("tls"),
+                        "an http3 listener needs `tls` (QUIC is TLS 1.3)",
+                    ));
+                }
+                (self.http_routes(src, at, clusters)?, None)
+            }
             ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
             ListenerProtocol::TlsPassthrough => (Vec::new(), self.default_cluster(src, at, clusters)?),
         };
+        let alt_svc = self.alt_svc(src, at)?;
         let sni_routes = self.sni_routes(src, at, clusters)?;
         let proxy_protocol = match self.proxy_protocol {
+            Some(p) if self.protocol == ListenerProtocol::Http3 => {
+                return Err(src.error(p.span(), at("proxy_protocol"), "the PROXY protocol is for TCP listeners"));
+            }
             Some(p) => {
                 let span = p.span();
                 Some(p.into_inner().validate(span, src, at)?)
@@ -1267,6 +1292,7 @@ impl RawListener {
             None => None,
         };
         Ok(Listener {
+            alt_svc,
             request_id,
             traceparent: self.traceparent,
             listen,
@@ -1362,6 +1388,23 @@ impl RawListener {
             routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster, rate_limit });
         }
         Ok(routes)
+    }
+
+    /// `alt_svc`: a header value, on a TLS HTTP/1.1 or HTTP/2 listener only
+    /// (clients ignore `Alt-Svc` over clear text).
+    fn alt_svc(&self, src: &Source, at: FieldName) -> Result<Option<String>, ConfigError> {
+        let Some(a) = &self.alt_svc else { return Ok(None) };
+        let bad = if !matches!(self.protocol, ListenerProtocol::Http | ListenerProtocol::Http2) || self.tls.is_none() {
+            Some("`alt_svc` is for http and http2 listeners with `tls`")
+        } else if a.get_ref().is_empty() || http::HeaderValue::from_str(a.get_ref()).is_err() {
+            Some("not a header value, e.g. alt_svc = 'h3=\":8443\"; ma=86400'")
+        } else {
+            None
+        };
+        match bad {
+            Some(m) => Err(src.error(a.span(), at("alt_svc"), m)),
+            None => Ok(Some(a.get_ref().clone())),
+        }
     }
 
     /// A TCP listener's one cluster: no routes, no TLS.
@@ -1504,6 +1547,10 @@ connect_timeout = "250ms"
         assert_eq!((minimal.listeners.len(), minimal.clusters[0].endpoints.len()), (1, 2));
         let tls = load("tls.toml", include_str!("../../../examples/proxy/tls.toml"));
         assert!(tls.listeners[0].tls.is_some());
+        let h3 = load("http3.toml", include_str!("../../../examples/proxy/http3.toml"));
+        assert_eq!(h3.listeners[0].protocol, ListenerProtocol::Http3);
+        assert_eq!(h3.listeners[0].listen, h3.listeners[1].listen);
+        assert!(h3.listeners[1].alt_svc.is_some());
         let resilience = load("resilience.toml", include_str!("../../../examples/proxy/resilience.toml"));
         let app = &resilience.clusters[0];
         assert!(app.health_check.is_some() && app.outlier_detection.is_some() && app.slow_start.is_some());
@@ -1550,6 +1597,25 @@ connect_timeout = "250ms"
         let e = error(&with(r#"{ file = "x" }"#));
         assert_eq!(e.line, 7, "{e}");
         assert!(e.message.contains("file"), "{e}");
+    }
+
+    #[test]
+    fn http3_needs_tls_and_alt_svc_needs_a_tls_http_listener() {
+        let tls = "tls = { cert = \"c.pem\", key = \"k.pem\" }";
+        let h3 =
+            |extra: &str| GOOD.replace("listen = \"127.0.0.1:8080\"", &format!("listen = \"127.0.0.1:8080\"\n{extra}"));
+        let c = parse(&h3(&format!("protocol = \"http3\"\n{tls}"))).unwrap();
+        assert_eq!(c.listeners[0].protocol, ListenerProtocol::Http3);
+        let e = error(&h3("protocol = \"http3\""));
+        assert_eq!((e.line, e.field.as_str()), (6, "listener[0].tls"), "{e}");
+        let c = parse(&h3(&format!("{tls}\nalt_svc = 'h3=\":8443\"'"))).unwrap();
+        assert_eq!(c.listeners[0].alt_svc.as_deref(), Some("h3=\":8443\""));
+        let e = error(&h3("alt_svc = 'h3=\":8443\"'"));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].alt_svc"), "{e}");
+        let e = error(&h3(&format!("protocol = \"http3\"\n{tls}\nproxy_protocol = {{ trusted = [\"::1\"] }}")));
+        assert_eq!((e.line, e.field.as_str()), (9, "listener[0].proxy_protocol"), "{e}");
+        let e = error(&h3(&format!("{tls}\nalt_svc = \"a\\u0001\"")));
+        assert_eq!((e.line, e.field.as_str()), (8, "listener[0].alt_svc"), "{e}");
     }
 
     #[test]

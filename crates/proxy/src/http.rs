@@ -91,6 +91,8 @@ pub struct HttpService {
     pub tls: bool,
     /// The listener's access log, if it has one.
     pub access_log: Option<AccessLog>,
+    /// The listener's `Alt-Svc` header, added to every response.
+    pub alt_svc: Option<HeaderValue>,
     /// The worker's generator of request and trace IDs and sticky cookies.
     pub rng: std::sync::Mutex<fulcrum_balance::Rng>,
 }
@@ -195,6 +197,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 fn via(version: Version) -> HeaderValue {
     HeaderValue::from_static(match version {
         Version::HTTP_2 => "2 fulcrum",
+        Version::HTTP_3 => "3 fulcrum",
         Version::HTTP_10 => "1.0 fulcrum",
         _ => "1.1 fulcrum",
     })
@@ -431,7 +434,7 @@ impl HttpService {
         let Some(log) = &self.access_log else {
             let mut response = self.serve(&routing, peer, req, &body, None).await;
             return_id(listener, &stamp, &mut response);
-            return Ok(response);
+            return Ok(self.advertise(response));
         };
         let arrived = Instant::now();
         let mut record = Box::new(arriving(peer.addr, &req));
@@ -450,7 +453,15 @@ impl HttpService {
             Either::Left(tracked) => tracked.log = Some(pending),
             Either::Right(own) => pending.send(own.size_hint().exact().unwrap_or(0), Flags::default()),
         }
-        Ok(response)
+        Ok(self.advertise(response))
+    }
+
+    /// `response` with the listener's `Alt-Svc`, if it has one.
+    fn advertise(&self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if let Some(alt_svc) = &self.alt_svc {
+            response.headers_mut().insert(header::ALT_SVC, alt_svc.clone());
+        }
+        response
     }
 
     /// [`handle`](Self::handle) without the log: `body` counts the request

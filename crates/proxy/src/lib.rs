@@ -1,4 +1,4 @@
-//! Fulcrum's L7 proxy: HTTP/1.1, HTTP/2 (h2c and TLS with ALPN) and TCP
+//! Fulcrum's L7 proxy: HTTP/1.1, HTTP/2 (h2c and TLS with ALPN), HTTP/3 and TCP
 //! load balancing on tokio and hyper, driving the `fulcrum-balance`
 //! algorithms.
 //!
@@ -26,6 +26,7 @@ pub mod error;
 pub mod ext_connect;
 pub mod grpc;
 pub mod h1;
+pub mod h3;
 pub mod health;
 pub mod http;
 pub mod local_reply;

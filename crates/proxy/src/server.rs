@@ -82,13 +82,32 @@ fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
     Ok(socket.into())
 }
 
+/// A listener's socket on one worker: TCP, or UDP for HTTP/3.
+enum Bound {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
+}
+
+impl Bound {
+    fn bind(addr: SocketAddr, udp: bool) -> Result<Bound, ServeError> {
+        Ok(if udp { Bound::Udp(crate::h3::bind_udp(addr)?) } else { Bound::Tcp(bind(addr)?) })
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Bound::Tcp(s) => s.local_addr(),
+            Bound::Udp(s) => s.local_addr(),
+        }
+    }
+}
+
 /// Bind `addr` once per worker; port 0 is resolved by the first bind.
-fn bind_per_worker(addr: SocketAddr, workers: usize) -> Result<(SocketAddr, Vec<std::net::TcpListener>), ServeError> {
-    let first = bind(addr)?;
+fn bind_per_worker(addr: SocketAddr, workers: usize, udp: bool) -> Result<(SocketAddr, Vec<Bound>), ServeError> {
+    let first = Bound::bind(addr, udp)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
     for _ in 1..workers {
-        all.push(bind(actual)?);
+        all.push(Bound::bind(actual, udp)?);
     }
     Ok((actual, all))
 }
@@ -171,12 +190,21 @@ impl Proxy {
             .collect::<Result<_, _>>()?;
         let certificates: Vec<_> = tls.iter().flatten().map(|t: &ListenerTls| t.certificates.clone()).collect();
         let tls: Vec<Option<TlsAcceptor>> = tls.into_iter().map(|t| t.map(|t| t.acceptor)).collect();
+        let quic: Vec<Option<quinn::ServerConfig>> = config
+            .listeners
+            .iter()
+            .zip(&tls)
+            .map(|(l, t)| match (l.protocol, t) {
+                (ListenerProtocol::Http3, Some(t)) => crate::h3::server_config(l, t.config()).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
 
         let mut listen_addrs = Vec::new();
         // sockets[worker][listener]
-        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..config.workers).map(|_| Vec::new()).collect();
+        let mut sockets: Vec<Vec<Bound>> = (0..config.workers).map(|_| Vec::new()).collect();
         for l in &config.listeners {
-            let (addr, per_worker) = bind_per_worker(l.listen, config.workers)?;
+            let (addr, per_worker) = bind_per_worker(l.listen, config.workers, l.protocol == ListenerProtocol::Http3)?;
             listen_addrs.push(addr);
             for (w, s) in per_worker.into_iter().enumerate() {
                 sockets[w].push(s);
@@ -216,6 +244,7 @@ impl Proxy {
                 sockets,
                 routing: rx,
                 tls: tls.clone(),
+                quic: quic.clone(),
                 permits: permits.clone(),
                 logs: logs.clone(),
                 stats: stats.clone(),
@@ -284,6 +313,7 @@ impl Proxy {
                 && a.limits == b.limits
                 && a.http1_server == b.http1_server
                 && a.access_log == b.access_log
+                && a.alt_svc == b.alt_svc
                 && a.proxy_protocol == b.proxy_protocol
         };
         if next.listeners.len() != config.listeners.len()
@@ -333,9 +363,11 @@ impl Proxy {
 struct Worker {
     /// Its number, from 0.
     index: usize,
-    sockets: Vec<std::net::TcpListener>,
+    sockets: Vec<Bound>,
     routing: watch::Receiver<Arc<Routing>>,
     tls: Vec<Option<TlsAcceptor>>,
+    /// Each HTTP/3 listener's QUIC configuration.
+    quic: Vec<Option<quinn::ServerConfig>>,
     permits: Vec<Arc<Semaphore>>,
     /// Each listener's access log, if it has one.
     logs: Vec<Option<AccessLog>>,
@@ -366,10 +398,33 @@ impl Worker {
         // by receivers of `alive`, which each of them holds.
         let (alive, alive_rx) = watch::channel(());
         let mut accept_loops = Vec::new();
-        let listeners = self.sockets.into_iter().zip(self.tls).zip(self.permits).zip(self.logs);
-        for (index, (((socket, tls), permits), access_log)) in listeners.enumerate() {
+        let listeners = self.sockets.into_iter().zip(self.tls).zip(self.permits).zip(self.logs).zip(self.quic);
+        for (index, ((((socket, tls), permits), access_log), quic)) in listeners.enumerate() {
             let listener = self.routing.borrow().listeners[index].clone();
-            let socket = match TcpListener::from_std(socket) {
+            let service = Arc::new(HttpService {
+                listener: index,
+                routing: self.routing.clone(),
+                stats: self.stats.clone(),
+                epoch: self.epoch,
+                tls: tls.is_some(),
+                access_log,
+                alt_svc: listener.alt_svc.as_deref().and_then(|a| http::HeaderValue::from_str(a).ok()),
+                rng: std::sync::Mutex::new(fulcrum_balance::Rng::new(id_seed(index))),
+            });
+            let socket = match (socket, quic) {
+                (Bound::Tcp(socket), _) => TcpListener::from_std(socket),
+                (Bound::Udp(socket), quic) => {
+                    let (stats, stopped, alive) = (self.stats.clone(), self.stopped.clone(), alive_rx.clone());
+                    match crate::h3::H3Listener::start(socket, quic, permits, stats, stopped, alive) {
+                        Ok(h3) => accept_loops.push(tokio::spawn(async move {
+                            h3.run(service, &listener.limits, listener.max_header_bytes).await
+                        })),
+                        Err(e) => eprintln!("fulcrum: listener {}: {e}", listener.listen),
+                    }
+                    continue;
+                }
+            };
+            let socket = match socket {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("fulcrum: listener {}: {e}", listener.listen);
@@ -387,17 +442,10 @@ impl Worker {
                 graceful: graceful.clone(),
                 alive: alive_rx.clone(),
             };
-            let service = Arc::new(HttpService {
-                listener: index,
-                routing: self.routing.clone(),
-                stats: self.stats.clone(),
-                epoch: self.epoch,
-                tls: tls.is_some(),
-                access_log,
-                rng: std::sync::Mutex::new(fulcrum_balance::Rng::new(id_seed(index))),
-            });
             accept_loops.push(match listener.protocol {
-                ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),
+                ListenerProtocol::Http | ListenerProtocol::Http2 | ListenerProtocol::Http3 => {
+                    tokio::spawn(accept.http(service, listener, tls))
+                }
                 ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough => tokio::spawn(accept.tcp(service)),
             });
         }
@@ -635,7 +683,7 @@ async fn serve_hyper(
         let peer = peer.clone();
         let guard = ActiveGuard::new(counter.clone());
         async move {
-            let response = service.handle(&peer, req.map(Either::Left)).await;
+            let response = service.handle(&peer, req.map(|b| Either::Left(Either::Left(b)))).await;
             drop(guard);
             response
         }
@@ -807,7 +855,8 @@ mod tests {
         let (_tx, rx) = watch::channel(routing(&config, 0, &shared, None, &route_limits(&config, None)));
         let stats = Arc::new(ProxyStats::with_workers(1));
         let rng = std::sync::Mutex::new(fulcrum_balance::Rng::new(0));
-        let service = HttpService { listener: 0, routing: rx, stats, epoch, tls: false, access_log: None, rng };
+        let service =
+            HttpService { listener: 0, routing: rx, stats, epoch, tls: false, access_log: None, alt_svc: None, rng };
         (Arc::new(service), config.listeners[0].clone())
     }
 
