@@ -21,6 +21,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
@@ -31,6 +32,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
+use crate::route::RouteTable;
 
 /// A configuration the proxy rejects, located in its file (`<command
 /// line>` for quick mode): `file:line:column: field: message`, the field a
@@ -63,8 +65,9 @@ pub struct Listener {
     /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and
     /// http/1.1 (only h2 on an `http2` listener).
     pub tls: Option<Tls>,
-    /// HTTP: routes tried in order; the first match wins.
-    pub routes: Vec<Route>,
+    /// HTTP: routes tried in order; the first match wins (compiled once,
+    /// shared by the workers).
+    pub routes: Arc<RouteTable>,
     /// TCP: the cluster every connection goes to.
     pub cluster: Option<usize>,
     /// Largest request head (request line and headers) accepted; larger gets 431.
@@ -144,17 +147,6 @@ pub struct Tls {
     pub cert: PathBuf,
     /// Private key.
     pub key: PathBuf,
-}
-
-/// Where an HTTP request goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    /// Host to match (without port, case-insensitive); any host when `None`.
-    pub host: Option<String>,
-    /// Path prefix to match.
-    pub path_prefix: String,
-    /// Index into [`Config::clusters`].
-    pub cluster: usize,
 }
 
 /// A set of endpoints with the algorithm that balances over them.
@@ -356,17 +348,98 @@ fn default_protocol() -> ListenerProtocol {
     ListenerProtocol::Http
 }
 
-#[derive(Debug, Deserialize)]
+/// A route as written: what it matches (every condition given must hold),
+/// then what it does. Compiled by [`crate::route`].
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRoute {
-    host: Option<String>,
-    #[serde(default = "root")]
-    path_prefix: String,
-    cluster: Spanned<String>,
+pub(crate) struct RawRoute {
+    pub(crate) name: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) path_prefix: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) path_regex: Option<String>,
+    pub(crate) methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) headers: Vec<RawCondition>,
+    #[serde(default)]
+    pub(crate) query: Vec<RawCondition>,
+    pub(crate) cluster: Option<String>,
+    pub(crate) clusters: Option<Vec<RawWeighted>>,
+    pub(crate) hash_key: Option<HashKey>,
+    pub(crate) redirect: Option<RawRedirect>,
+    pub(crate) respond: Option<RawRespond>,
+    pub(crate) rewrite: Option<RawRewrite>,
+    pub(crate) request_headers: Option<RawHeaderOps>,
+    pub(crate) response_headers: Option<RawHeaderOps>,
+    #[serde(default, with = "fulcrum_config::duration")]
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retries: Option<RetryPolicy>,
 }
 
-fn root() -> String {
-    "/".to_string()
+/// A header or query parameter condition: `present` (the default; `false`:
+/// absent), or a value `exact` or matching `regex`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCondition {
+    pub(crate) name: String,
+    pub(crate) present: Option<bool>,
+    pub(crate) exact: Option<String>,
+    pub(crate) regex: Option<String>,
+}
+
+/// One side of a weighted split.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWeighted {
+    pub(crate) cluster: String,
+    pub(crate) weight: u32,
+}
+
+/// A redirect: the parts of the request's URL to replace.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedirect {
+    pub(crate) status: Option<u16>,
+    pub(crate) scheme: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) path: Option<String>,
+    pub(crate) prefix: Option<String>,
+    #[serde(default)]
+    pub(crate) drop_query: bool,
+}
+
+/// A response the proxy makes itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRespond {
+    pub(crate) status: u16,
+    #[serde(default)]
+    pub(crate) body: String,
+    #[serde(default)]
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+}
+
+/// The path and host sent upstream.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRewrite {
+    pub(crate) prefix: Option<String>,
+    pub(crate) regex: Option<String>,
+    pub(crate) replace: Option<String>,
+    pub(crate) host: Option<String>,
+}
+
+/// Headers removed, then set (replacing), then added (appended).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaderOps {
+    #[serde(default)]
+    pub(crate) remove: Vec<String>,
+    #[serde(default)]
+    pub(crate) set: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) add: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -488,7 +561,7 @@ impl Config {
                 listen,
                 protocol: ListenerProtocol::Http,
                 tls: None,
-                routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0 }],
+                routes: Arc::new(RouteTable::to_cluster(0)),
                 cluster: None,
                 max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
                 limits: Limits::default(),
@@ -770,7 +843,7 @@ impl RawListener {
         };
         let (routes, cluster) = match self.protocol {
             ListenerProtocol::Http | ListenerProtocol::Http2 => (self.http_routes(src, at, clusters)?, None),
-            ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
+            ListenerProtocol::Tcp => (Arc::new(RouteTable::default()), Some(self.tcp_cluster(src, at, clusters)?)),
         };
         let limits = match self.limits {
             Some(lim) => {
@@ -809,25 +882,19 @@ impl RawListener {
         })
     }
 
-    /// An HTTP listener's routes: at least one, each with an absolute path
-    /// prefix and a defined cluster; no `cluster` of its own.
-    fn http_routes(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Vec<Route>, ConfigError> {
+    /// An HTTP listener's routes, compiled ([`crate::route::compile`]): at
+    /// least one; no `cluster` of its own.
+    fn http_routes(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Arc<RouteTable>, ConfigError> {
         if let Some(c) = &self.cluster {
             return Err(src.error(c.span(), at("cluster"), "HTTP listeners route with `routes`"));
         }
         if self.routes.is_empty() {
             return Err(src.error(self.listen.span(), at("routes"), "an HTTP listener needs routes"));
         }
-        let mut routes = Vec::with_capacity(self.routes.len());
-        for (ri, r) in self.routes.iter().enumerate() {
-            if !r.path_prefix.starts_with('/') {
-                return Err(src.error(r.cluster.span(), at(&format!("routes[{ri}].path_prefix")), "must start with /"));
-            }
-            let cluster = find_cluster(clusters, &r.cluster, src, at(&format!("routes[{ri}].cluster")))?;
-            let host = r.host.as_ref().map(|h| h.to_ascii_lowercase());
-            routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster });
+        match crate::route::compile(&self.routes, clusters) {
+            Ok(table) => Ok(Arc::new(table)),
+            Err(e) => Err(src.error_in(&at(&e.field), e.message)),
         }
-        Ok(routes)
     }
 
     /// A TCP listener's one cluster: no routes, no TLS.
@@ -883,11 +950,10 @@ connect_timeout = "250ms"
     fn a_full_file_loads() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.workers, 2);
-        assert_eq!(
-            c.listeners[0].routes[0],
-            Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1 }
-        );
-        assert_eq!(c.listeners[0].routes[1].path_prefix, "/");
+        let routes = c.listeners[0].routes.routes();
+        assert_eq!(routes[0].host, Some(crate::route::matcher::Host::Exact("api.example.com".into())));
+        assert_eq!((routes[0].path_prefix(), routes[0].cluster()), (Some("/v1"), Some(1)));
+        assert_eq!(routes[1].path_prefix(), Some("/"));
         assert_eq!(c.listeners[1].cluster, Some(0));
         assert_eq!(c.clusters[0].endpoints[1], EndpointConfig { address: "localhost:9002".into(), weight: 3.0 });
         assert_eq!(c.clusters[1].hash_key, HashKey::Header("x-user".into()));

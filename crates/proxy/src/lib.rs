@@ -31,6 +31,7 @@ pub mod http;
 pub mod local_reply;
 pub mod metrics;
 pub mod overrides;
+pub mod route;
 pub mod routing;
 pub mod runtime;
 pub mod server;
