@@ -588,14 +588,8 @@ impl HttpService {
             }
             let upstream = pick.upstream.addr;
             let mut response = self.answer(cluster, pick, outcome, (latency, result), &req.fault, trace);
-            if !route.response_headers.is_empty() && matches!(response.body(), Either::Left(_)) {
-                let vars = Vars {
-                    client: req.client,
-                    request_id: req.request_id.as_ref(),
-                    route: route.name.as_deref(),
-                    upstream: Some(upstream),
-                };
-                route.response_headers.apply(response.headers_mut(), &vars);
+            if !route.response_headers.is_empty() {
+                response_headers(route, &req, upstream, &mut response);
             }
             return response;
         }
@@ -818,6 +812,17 @@ impl Peer {
     pub fn new(addr: SocketAddr) -> Peer {
         let ip = HeaderValue::from_str(&addr.ip().to_string()).expect("an IP address is a valid header value");
         Peer { addr, ip }
+    }
+}
+
+/// The route's changes to the headers of an upstream's response (not to the
+/// proxy's own answers).
+fn response_headers(route: &Route, req: &Prepared, upstream: SocketAddr, response: &mut Response<ProxyBody>) {
+    if let Either::Left(_) = response.body() {
+        let name = route.name.as_deref();
+        let vars =
+            Vars { client: req.client, request_id: req.request_id.as_ref(), route: name, upstream: Some(upstream) };
+        route.response_headers.apply(response.headers_mut(), &vars);
     }
 }
 
