@@ -792,7 +792,8 @@ impl HttpService {
         if !route.request_headers.is_empty() {
             let request_id = headers.get(REQUEST_ID).cloned();
             let name = route.name.as_deref();
-            let vars = Vars { client: peer.addr, request_id: request_id.as_ref(), route: name, upstream: None };
+            let (client, client_ip) = (peer.addr, Some(&peer.ip));
+            let vars = Vars { client, client_ip, request_id: request_id.as_ref(), route: name, upstream: None };
             route.request_headers.apply(&mut headers, &vars);
         }
         Some(headers)
@@ -820,8 +821,8 @@ impl Peer {
 fn response_headers(route: &Route, req: &Prepared, upstream: SocketAddr, response: &mut Response<ProxyBody>) {
     if let Either::Left(_) = response.body() {
         let name = route.name.as_deref();
-        let vars =
-            Vars { client: req.client, request_id: req.request_id.as_ref(), route: name, upstream: Some(upstream) };
+        let (client, request_id) = (req.client, req.request_id.as_ref());
+        let vars = Vars { client, client_ip: None, request_id, route: name, upstream: Some(upstream) };
         route.response_headers.apply(response.headers_mut(), &vars);
     }
 }

@@ -239,6 +239,8 @@ const VARS: [(&str, Var); 5] = [
 pub struct Vars<'a> {
     /// The client's address.
     pub client: SocketAddr,
+    /// Its IP address as a header value, if formatted already.
+    pub client_ip: Option<&'a HeaderValue>,
     /// The request's `x-request-id`, if it has one.
     pub request_id: Option<&'a HeaderValue>,
     /// The matched route's name.
@@ -293,6 +295,9 @@ impl Template {
     pub fn render(&self, vars: &Vars) -> Option<HeaderValue> {
         if let Some(c) = &self.constant {
             return Some(c.clone());
+        }
+        if let ([Piece::Var(Var::ClientIp)], Some(ip)) = (self.pieces.as_slice(), vars.client_ip) {
+            return Some(ip.clone());
         }
         let mut out = String::new();
         for piece in &self.pieces {
@@ -353,7 +358,8 @@ mod tests {
     use super::*;
 
     fn vars() -> Vars<'static> {
-        Vars { client: "10.0.0.7:5555".parse().unwrap(), request_id: None, route: Some("api"), upstream: None }
+        let client = "10.0.0.7:5555".parse().unwrap();
+        Vars { client, client_ip: None, request_id: None, route: Some("api"), upstream: None }
     }
 
     #[test]

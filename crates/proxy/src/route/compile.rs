@@ -35,10 +35,11 @@ struct Patterns {
 /// Compile a listener's routes (at least one) against the defined `clusters`.
 pub(crate) fn compile(raw: &[RawRoute], clusters: &[Cluster]) -> Result<RouteTable, RouteError> {
     let mut subjects = vec![Patterns { subject: Subject::Path, patterns: Vec::new() }];
+    let mut header_names = Vec::new();
     let mut routes = Vec::with_capacity(raw.len());
     for (i, r) in raw.iter().enumerate() {
         let at = |f: &str| format!("routes[{i}].{f}");
-        routes.push(route(r, clusters, &mut subjects, &at)?);
+        routes.push(route(r, clusters, &mut subjects, &mut header_names, &at)?);
     }
     let mut sets = Vec::with_capacity(subjects.len());
     for p in subjects {
@@ -49,7 +50,7 @@ pub(crate) fn compile(raw: &[RawRoute], clusters: &[Cluster]) -> Result<RouteTab
         sets.push((p.subject, set));
     }
     let needs_host = routes.iter().any(|r| r.host.is_some());
-    Ok(RouteTable { routes, needs_host, sets })
+    Ok(RouteTable { routes, needs_host, header_names, sets })
 }
 
 type At<'a> = &'a dyn Fn(&str) -> String;
@@ -59,7 +60,8 @@ fn fail<T>(field: String, message: impl Into<String>) -> Result<T, RouteError> {
 }
 
 /// Check one pattern on its own (so its error names its field) and add it
-/// to `subject`'s set; the pattern's place in that set.
+/// to `subject`'s set (once: routes that repeat it share it); the pattern's
+/// place in that set.
 fn pattern(
     subjects: &mut Vec<Patterns>,
     subject: Subject,
@@ -76,11 +78,21 @@ fn pattern(
             subjects.len() - 1
         }
     };
-    subjects[set].patterns.push(text.to_string());
-    Ok((set, subjects[set].patterns.len() - 1))
+    let patterns = &mut subjects[set].patterns;
+    let i = patterns.iter().position(|p| p == text).unwrap_or_else(|| {
+        patterns.push(text.to_string());
+        patterns.len() - 1
+    });
+    Ok((set, i))
 }
 
-fn route(r: &RawRoute, clusters: &[Cluster], subjects: &mut Vec<Patterns>, at: At) -> Result<Route, RouteError> {
+fn route(
+    r: &RawRoute,
+    clusters: &[Cluster],
+    subjects: &mut Vec<Patterns>,
+    names: &mut Vec<HeaderName>,
+    at: At,
+) -> Result<Route, RouteError> {
     let host = r.host.as_deref().map(|h| host(h, at)).transpose()?;
     let path = path(r, subjects, at)?;
     let mut methods = Vec::new();
@@ -94,8 +106,11 @@ fn route(r: &RawRoute, clusters: &[Cluster], subjects: &mut Vec<Patterns>, at: A
     for (i, c) in r.headers.iter().enumerate() {
         let field = at(&format!("headers[{i}]"));
         let name = header_name(&c.name, format!("{field}.name"))?;
-        let subject = Subject::Header(name.clone());
-        headers.push((name, condition(c, subjects, subject, &field)?));
+        let index = names.iter().position(|n| *n == name).unwrap_or_else(|| {
+            names.push(name);
+            names.len() - 1
+        });
+        headers.push((index, condition(c, subjects, Subject::Header(index), &field)?));
     }
     let mut query = Vec::with_capacity(r.query.len());
     for (i, c) in r.query.iter().enumerate() {

@@ -46,11 +46,12 @@ pub(crate) enum Value {
     Regex(usize, usize),
 }
 
-/// What a regex set is run on.
+/// What a regex set is run on: the path, a header (by its index in the
+/// table's header names), a query parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Subject {
     Path,
-    Header(HeaderName),
+    Header(usize),
     Query(String),
 }
 
@@ -62,7 +63,8 @@ pub struct Route {
     pub(crate) host: Option<Host>,
     pub(crate) path: PathMatch,
     pub(crate) methods: Vec<Method>,
-    pub(crate) headers: Vec<(HeaderName, Value)>,
+    /// Conditions on headers, by index in the table's header names.
+    pub(crate) headers: Vec<(usize, Value)>,
     pub(crate) query: Vec<(String, Value)>,
     /// Forward, redirect or answer.
     pub action: Action,
@@ -120,6 +122,8 @@ pub struct RouteTable {
     pub(crate) routes: Vec<Route>,
     /// Whether any route has a host condition (else the host is not read).
     pub(crate) needs_host: bool,
+    /// Every header name a condition reads, each once.
+    pub(crate) header_names: Vec<HeaderName>,
     /// One set per subject that has regular expressions.
     pub(crate) sets: Vec<(Subject, RegexSet)>,
 }
@@ -132,17 +136,18 @@ enum Seen {
     Found(SetMatches),
 }
 
-/// What one request has found so far: the sets' matches and its query's
-/// parameters.
+/// What one request has found so far: the sets' matches, the headers
+/// conditions read (each looked up once) and its query's parameters.
 struct Scratch<'r> {
     seen: Vec<Seen>,
+    headers: Vec<Option<Option<Cow<'r, str>>>>,
     query: Option<Vec<(&'r str, &'r str)>>,
 }
 
 impl RouteTable {
     /// One route taking everything to `cluster` (the quick mode's).
     pub fn to_cluster(cluster: usize) -> RouteTable {
-        RouteTable { routes: vec![Route::to_cluster(cluster)], needs_host: false, sets: Vec::new() }
+        RouteTable { routes: vec![Route::to_cluster(cluster)], ..RouteTable::default() }
     }
 
     /// The routes, in order.
@@ -158,7 +163,7 @@ impl RouteTable {
     /// The first route `req` (whose host, lowercased and without port, is
     /// `host`) matches.
     pub fn find<'t, B>(&'t self, req: &Request<B>, host: Option<&str>) -> Option<&'t Route> {
-        let mut scratch = Scratch { seen: Vec::new(), query: None };
+        let mut scratch = Scratch { seen: Vec::new(), headers: Vec::new(), query: None };
         self.routes.iter().find(|r| self.matches(r, req, host, &mut scratch))
     }
 
@@ -179,7 +184,7 @@ impl RouteTable {
             && (route.methods.is_empty() || route.methods.contains(req.method()))
             && route.headers.iter().all(|(name, v)| match v {
                 Value::Regex(set, i) => self.regex(*set, *i, req, s),
-                _ => value_matches(v, header(req.headers(), name).as_deref()),
+                _ => value_matches(v, self.header(*name, req, s)),
             })
             && route.query.iter().all(|(name, v)| match v {
                 Value::Regex(set, i) => self.regex(*set, *i, req, s),
@@ -195,17 +200,27 @@ impl RouteTable {
         }
         let Some((subject, regexes)) = self.sets.get(set) else { return false };
         if matches!(s.seen.get(set), Some(Seen::NotYet)) {
-            let text = match subject {
-                Subject::Path => Some(Cow::Borrowed(req.uri().path())),
-                Subject::Header(name) => header(req.headers(), name),
-                Subject::Query(name) => param(query(req, s), name).map(Cow::Borrowed),
+            let found = |text: Option<&str>| text.map_or(Seen::Absent, |t| Seen::Found(regexes.matches(t)));
+            let seen = match subject {
+                Subject::Path => found(Some(req.uri().path())),
+                Subject::Header(name) => found(self.header(*name, req, s)),
+                Subject::Query(name) => found(param(query(req, s), name)),
             };
-            s.seen[set] = match text {
-                Some(text) => Seen::Found(regexes.matches(&text)),
-                None => Seen::Absent,
-            };
+            s.seen[set] = seen;
         }
         matches!(s.seen.get(set), Some(Seen::Found(m)) if m.matched(i))
+    }
+}
+
+impl RouteTable {
+    /// The value of header `name` (an index into `header_names`) as
+    /// conditions see it, looked up once per request.
+    fn header<'s, 'r, B>(&self, name: usize, req: &'r Request<B>, s: &'s mut Scratch<'r>) -> Option<&'s str> {
+        if s.headers.is_empty() {
+            s.headers.resize(self.header_names.len(), None);
+        }
+        let slot = s.headers.get_mut(name)?;
+        slot.get_or_insert_with(|| header(req.headers(), &self.header_names[name])).as_deref()
     }
 }
 
