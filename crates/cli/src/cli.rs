@@ -24,6 +24,10 @@ pub const HELP_WIDTH: usize = 100;
 /// The heading of options a parent command passes to its subcommands.
 pub const GLOBAL_HEADING: &str = "Global options";
 
+/// How the note at the end of a subcommand's help that names its inherited
+/// global options begins.
+pub const GLOBAL_NOTE: &str = "Global options (";
+
 /// Fulcrum: load-balancing algorithms, a simulator to compare them, and the
 /// proxies that run them.
 #[derive(Debug, Parser)]
@@ -129,7 +133,7 @@ fn hide_inherited_globals(cmd: clap::Command) -> clap::Command {
                 .map(|l| format!("--{l}"))
                 .collect();
             let note = format!(
-                "Global options ({}) are described in `{} --help`; they go before or after the subcommand.",
+                "{GLOBAL_NOTE}{}) are described in `{} --help`; they go before or after the subcommand.",
                 flags.join(", "),
                 owners.join("`, `")
             );

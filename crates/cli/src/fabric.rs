@@ -17,7 +17,7 @@ use fulcrum_fabric::Scenario;
 use fulcrum_workload::progress;
 
 use crate::cli::Failure;
-use crate::sim_options::SimOptions;
+use crate::sim_options::{scenario_digest, SimOptions};
 
 /// Options of `fulcrum fabric`.
 #[derive(Debug, ClapArgs)]
@@ -94,7 +94,15 @@ pub fn run(args: Args) -> Result<(), Failure> {
     )
     .map_err(|e| Failure::input(format!("--seed {seed} --runs {}: {e}", options.runs)))?;
     let wall = started.elapsed().as_secs_f64();
-    let report = Report { scenario: &scenario.name, sets: &args.sets, outcomes: &outcomes, wall_seconds: wall };
+    let digest = scenario_digest(path, &args.sets)?;
+    let provenance = fulcrum_version::provenance(digest, seed, u64::from(options.runs), args.sets.clone());
+    let report = Report {
+        provenance: Some(&provenance),
+        scenario: &scenario.name,
+        sets: &args.sets,
+        outcomes: &outcomes,
+        wall_seconds: wall,
+    };
     let text = if options.json { report.json() } else { report.table() };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;

@@ -16,7 +16,7 @@ use fulcrum_sim::{report, Plan, Scenario};
 use fulcrum_workload::progress;
 
 use crate::cli::Failure;
-use crate::sim_options::SimOptions;
+use crate::sim_options::{scenario_digest, SimOptions};
 
 /// Options of `fulcrum sim`.
 #[derive(Debug, ClapArgs)]
@@ -46,7 +46,7 @@ pub struct Args {
     algorithms: Option<Vec<String>>,
 
     /// Turn off resilience mechanisms that the scenario turns on, to compare
-    /// (comma-separated): outlier-detection, slow-start, retries, retry-budget.
+    /// (comma-separated): outlier-detection, slow-start, retries, retry-budget, rate-limit.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     without: Vec<String>,
 
@@ -99,14 +99,28 @@ pub fn run(args: Args) -> Result<(), Failure> {
         plan.threads = t as usize;
     }
 
+    let mut overrides = args.sets.clone();
+    if let Some(names) = &args.algorithms {
+        overrides.push(format!("--algorithms={}", names.join(",")));
+    }
+    if !args.without.is_empty() {
+        overrides.push(format!("--without={}", args.without.join(",")));
+    }
+    if args.exact {
+        overrides.push("--exact".to_string());
+    }
+    let digest = scenario_digest(&args.scenario, &args.sets)?;
+    let provenance = fulcrum_version::provenance(digest, plan.seed, u64::from(plan.runs), overrides);
+
     let expected = scenario.total_requests().map(|n| n * plan.jobs() as u64);
     let done = AtomicU64::new(0);
-    let report = progress::while_running(
+    let mut report = progress::while_running(
         progress::wanted(args.options.progress),
         |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "requests", elapsed),
         || fulcrum_sim::simulate(&scenario, &plan, Some(&done)),
     )
     .map_err(|e| Failure::input(format!("{}: {e}", args.scenario.display())))?;
+    report.provenance = Some(provenance);
 
     let mut stdout = std::io::stdout().lock();
     let text = if args.options.json { report::json(&report) } else { report::table(&report) };

@@ -3,9 +3,11 @@
 //! report goes. Each command's help says, after the options, which files
 //! and figures its `--csv` and `--plot` write.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+
+use crate::cli::Failure;
 
 /// Runs, threads and report outputs of a simulation command.
 #[derive(Debug, Args)]
@@ -36,4 +38,11 @@ pub struct SimOptions {
     /// Draw the progress bar even when stderr is not a terminal.
     #[arg(long, hide = true)]
     pub progress: bool,
+}
+
+/// The digest of the scenario at `path` after `sets` (its provenance's
+/// `scenario_hash`: `fulcrum_config::digest`).
+pub fn scenario_digest(path: &Path, sets: &[String]) -> Result<u64, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
+    fulcrum_config::digest(path, &text, sets).map_err(|e| Failure::input(e.to_string()))
 }

@@ -17,7 +17,10 @@ fn the_cli_reference_is_what_the_code_generates() {
     let out = Command::new(env!("CARGO_BIN_EXE_fulcrum")).arg("reference").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let generated = String::from_utf8(out.stdout).unwrap();
-    assert!(generated.contains("\n## fulcrum lb bird-config\n") && generated.contains("Examples:"), "{generated}");
+    assert!(
+        generated.contains("\n## fulcrum lb bird-config\n") && generated.contains("```sh\nfulcrum "),
+        "{generated}"
+    );
     if std::env::var_os("FULCRUM_BLESS").is_some() {
         std::fs::create_dir_all(page().parent().unwrap()).unwrap();
         std::fs::write(page(), &generated).unwrap();

@@ -54,3 +54,42 @@ fn curl_gets_answers_over_http11_h2c_and_tls_h2() {
     assert!(f.terminate().success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+#[ignore = "needs curl built with nghttp2 (scripts/test installs it)"]
+fn curl_keeps_the_sticky_cookie_in_its_jar_and_stays_on_one_endpoint() {
+    let delays = [Duration::ZERO; 4];
+    let b = fulcrum_load::Backends::start(fulcrum_load::BackendsConfig::fixed_delays(&delays)).unwrap();
+    let endpoints: Vec<String> = b.addrs().iter().map(|a| format!("\"{a}\"")).collect();
+    let text = format!(
+        "workers = 2\nadmin = \"127.0.0.1:0\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"app\" }}]\n\
+         request_id = {{ response = true }}\n\n[[cluster]]\nname = \"app\"\nendpoints = [{}]\n\
+         algorithm = {{ kind = \"maglev\" }}\nhash_key = {{ cookie = \"fsid\" }}\nsticky_cookie = {{ ttl = \"10m\" }}\n",
+        endpoints.join(", ")
+    );
+    let f = Fulcrum::serve("curl-sticky", &text);
+    let dir = temp_dir("curl-jar");
+    let jar = dir.join("jar.txt");
+    let jar = jar.to_str().unwrap();
+    let url = format!("http://{}/", f.listen[0]);
+    // Headers shown (`--dump-header -`) before the body.
+    let headers = |args: &[&str]| {
+        let (summary, out) =
+            curl(&[&["--http1.1", "--dump-header", "-", "--cookie", jar, "--cookie-jar", jar], args].concat());
+        assert_eq!(summary, "1.1 200", "{out}");
+        out.to_ascii_lowercase()
+    };
+    let value = |head: &str, name: &str| head.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()));
+    let first = headers(&[&url]);
+    assert!(value(&first, "set-cookie:").is_some_and(|c| c.starts_with("fsid=")), "{first}");
+    assert!(value(&first, "x-request-id:").is_some_and(|id| id.len() == 36), "{first}");
+    let backend = value(&first, "x-fulcrum-backend:").unwrap();
+    for _ in 0..10 {
+        let next = headers(&[&url]);
+        assert_eq!(value(&next, "x-fulcrum-backend:"), Some(backend.clone()), "{next}");
+        assert_eq!(value(&next, "set-cookie:"), None, "the cookie is set once: {next}");
+    }
+    assert!(std::fs::read_to_string(jar).unwrap().contains("fsid"));
+    assert!(f.terminate().success());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -140,7 +140,7 @@ fn deserialised_names(source: &str) -> BTreeSet<String> {
 
 /// Every word written in backticks in the pages, however the key is
 /// written there: `key`, `a.b.key`, `[a.key]`, `"key"`, `key = 1`,
-/// `{ dist = "log-normal" }`, `header:NAME`.
+/// `{ dist = "log-normal" }`, `header:NAME`; and a whole quoted value such as `"1.2"`.
 fn documented(pages: &[&str]) -> BTreeSet<String> {
     let mut words = BTreeSet::new();
     for page in pages {
@@ -149,6 +149,8 @@ fn documented(pages: &[&str]) -> BTreeSet<String> {
             if n % 2 == 1 {
                 let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
                 words.extend(span.split(|c: char| !word(c)).filter(|w| !w.is_empty()).map(String::from));
+                // A value that is not a word, such as `"1.2"`, as a whole.
+                words.insert(span.trim_matches('"').to_string());
             }
         }
     }
@@ -174,6 +176,7 @@ fn proxy_configuration_keys_are_in_the_reference() {
         &[
             "crates/proxy/src/config.rs",
             "crates/resilience/src/outlier.rs",
+            "crates/resilience/src/rate_limit.rs",
             "crates/resilience/src/retry_budget.rs",
             "crates/resilience/src/retry_policy.rs",
             "crates/resilience/src/slow_start.rs",

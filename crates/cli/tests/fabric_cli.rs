@@ -38,6 +38,31 @@ fn every_shipped_scenario_runs_and_prints_one_json_line() {
 }
 
 #[test]
+fn the_json_and_the_csv_say_what_made_them() {
+    let dir = std::env::temp_dir().join(format!("fulcrum-fabric-provenance-{}", std::process::id()));
+    let mut args = vec!["fabric", "scenarios/fabric/large-scale-ecnsharp.toml", "--json", "--seed", "4", "--runs", "2"];
+    args.extend(SHORT);
+    args.extend(["--csv", dir.to_str().unwrap()]);
+    let o = fulcrum(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let p = &v["provenance"];
+    assert_eq!(p["fulcrum"], env!("CARGO_PKG_VERSION"));
+    assert_eq!((p["seed"].as_u64(), p["runs"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(p["overrides"], serde_json::json!(["end=\"20ms\"", "workload.launch_end=\"10ms\""]));
+    let hash = p["scenario_hash"].as_str().unwrap();
+    let commit = p["commit"].as_str().unwrap_or("");
+    let flows = std::fs::read_to_string(dir.join("flows.csv")).unwrap();
+    let expected = format!(
+        "# fulcrum={}\n# commit={commit}\n# scenario_hash={hash}\n# seed=4\n# runs=2\n\
+         # override=end=\"20ms\"\n# override=workload.launch_end=\"10ms\"\nseed,flow,",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(flows.starts_with(&expected), "{}", &flows[..300.min(flows.len())]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn bad_input_names_the_field_and_exits_2() {
     let mut args = vec!["fabric", "scenarios/fabric/large-scale-ecnsharp.toml", "--set", "workload.load=1.5"];
     args.extend(SHORT);

@@ -61,9 +61,9 @@ fn json_has_the_documented_shape() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     let v: serde_json::Value = serde_json::from_str(&text).expect("stdout is JSON only");
-    let top = ["scenario", "seed", "results", "simulated_requests", "wall_seconds"];
+    let top = ["provenance", "scenario", "seed", "results", "simulated_requests", "wall_seconds"];
     assert_eq!(keys(&v), sorted(top.to_vec()));
-    let at: Vec<usize> = top.iter().map(|k| text.find(&format!("\"{k}\"")).unwrap()).collect();
+    let at: Vec<usize> = top.iter().map(|k| text.find(&format!("\n  \"{k}\":")).unwrap()).collect();
     assert!(at.windows(2).all(|w| w[0] < w[1]), "keys in the documented order");
     assert_eq!(v["scenario"], "seed-000");
     assert_eq!(v["seed"], 1);
@@ -108,16 +108,46 @@ fn csv_and_plot_are_written() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let summary = std::fs::read_to_string(dir.join("csv/summary.csv")).unwrap();
-    assert!(summary.starts_with("algorithm,seed,requests,failed,min_ms,avg_ms,p50_ms"), "{summary}");
-    assert_eq!(summary.lines().count(), 4);
+    // The provenance comes first, as `# key=value` lines, in every file.
+    let (comment, table) = summary.split_at(summary.find("algorithm,").unwrap());
+    let keys: Vec<&str> = comment.lines().map(|l| l.split('=').next().unwrap()).collect();
+    assert_eq!(keys, ["# fulcrum", "# commit", "# scenario_hash", "# seed", "# runs"], "{comment}");
+    assert!(comment.contains("# seed=1\n# runs=1\n"), "{comment}");
+    assert!(table.starts_with("algorithm,seed,requests,failed,min_ms,avg_ms,p50_ms"), "{summary}");
+    assert_eq!(table.lines().count(), 4);
     for f in ["requests_per_server.csv", "cdf.csv", "share.csv"] {
-        assert!(std::fs::read_to_string(dir.join("csv").join(f)).unwrap().lines().count() > 3, "{f}");
+        let text = std::fs::read_to_string(dir.join("csv").join(f)).unwrap();
+        assert!(text.starts_with(comment), "{f}");
+        assert!(text.lines().count() > 3 + keys.len(), "{f}");
     }
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("latency CDF (log scale)") && svg.contains("Share of requests"));
     assert_eq!(svg.matches("<polyline").count(), 3 + 3 * 10, "3 CDFs and 3 panels of 10 servers");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_json_says_what_made_it() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["sim", "scenarios/seed-000.toml", "--json", "--set", "clients.requests=200"];
+        args.extend(extra);
+        let o = fulcrum(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["provenance"].clone()
+    };
+    let p = run(&["--seed", "9", "--runs", "2", "--algorithms", "lr", "--exact"]);
+    assert_eq!(p["fulcrum"], env!("CARGO_PKG_VERSION"));
+    assert!(p["commit"].is_null() || p["commit"].as_str().unwrap().len() == 40, "{p}");
+    assert_eq!((p["seed"].as_u64(), p["runs"].as_u64()), (Some(9), Some(2)));
+    assert_eq!(p["overrides"], serde_json::json!(["clients.requests=200", "--algorithms=lr", "--exact"]));
+    // The hash is the resolved scenario's: the same whatever the seed and
+    // options, another with another --set.
+    let plain = run(&[]);
+    assert_eq!(plain["scenario_hash"], p["scenario_hash"]);
+    assert!(p["scenario_hash"].as_str().unwrap().starts_with("xxh64:"));
+    assert_ne!(run(&["--set", "clients.requests=300"])["scenario_hash"], p["scenario_hash"]);
 }
 
 #[test]

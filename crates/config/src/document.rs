@@ -203,6 +203,64 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str, sets: &[String]) -> R
     }
 }
 
+/// The digest of the document `text` (read from `file`) after `sets`: the
+/// xxh64 of its canonical form (keys sorted at every level, one spelling
+/// per value), so that comments, layout, key order and the spelling of
+/// numbers do not change it, and a scenario given as a file or built from
+/// a dictionary with the same values digests alike. Files the document
+/// names (CDFs, flow lists) are not read.
+pub fn digest(file: &Path, text: &str, sets: &[String]) -> Result<u64, Error> {
+    let (table, _): (toml::Table, Source) = parse(file, text, sets)?;
+    let mut canonical = String::new();
+    canonical_form(&toml::Value::Table(table), &mut canonical);
+    Ok(xxhash_rust::xxh64::xxh64(canonical.as_bytes(), 0))
+}
+
+/// `value` written out with its tables' keys sorted.
+fn canonical_form(value: &toml::Value, out: &mut String) {
+    use std::fmt::Write as _;
+    match value {
+        toml::Value::String(s) => {
+            let _ = write!(out, "{s:?}");
+        }
+        toml::Value::Integer(i) => {
+            let _ = write!(out, "{i}");
+        }
+        toml::Value::Float(f) => {
+            let _ = write!(out, "{f:?}");
+        }
+        toml::Value::Boolean(b) => {
+            let _ = write!(out, "{b}");
+        }
+        toml::Value::Datetime(d) => {
+            let _ = write!(out, "{d}");
+        }
+        toml::Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_form(item, out);
+            }
+            out.push(']');
+        }
+        toml::Value::Table(table) => {
+            let mut keys: Vec<&String> = table.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{key:?}=");
+                canonical_form(&table[key], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
 impl Source {
     /// A deserialization error at `span`, with its field found from there.
     fn located(&self, span: Range<usize>, message: String) -> Error {
@@ -536,5 +594,21 @@ mod tests {
         assert_eq!(e.to_string(), "--set nonsense: (syntax): expected KEY=VALUE");
         let e = err(TEXT, &["a..b=1"]);
         assert_eq!(e.field, SYNTAX, "{e}");
+    }
+
+    #[test]
+    fn the_digest_ignores_layout_and_key_order_and_follows_sets() {
+        let file = Path::new("s.toml");
+        let a = digest(file, "# a comment\nname = \"x\"\n[net]\nrate = 1_000\nloss = 0.5\n", &[]).unwrap();
+        let b = digest(file, "net = { loss = 0.50, rate = 1000 }\nname = 'x'\n", &[]).unwrap();
+        assert_eq!(a, b);
+        let c = digest(file, "name = \"x\"\nnet = { loss = 0.5, rate = 1000 }\n", &["net.rate=2000".into()]).unwrap();
+        assert_ne!(a, c);
+        let d = digest(file, "name = \"x\"\nnet = { loss = 0.5, rate = 2000 }\n", &[]).unwrap();
+        assert_eq!(c, d);
+        let e = digest(file, "name = \"x\"\n", &["net.rate=oops=".into()]);
+        assert!(e.is_ok(), "a bare string is a value");
+        let bad = digest(file, "name = \n", &[]).unwrap_err();
+        assert!(bad.to_string().starts_with("s.toml:1:"), "{bad}");
     }
 }

@@ -18,7 +18,7 @@ pub mod document;
 mod error;
 pub mod units;
 
-pub use document::{parse, Source, SYNTAX};
+pub use document::{digest, parse, Source, SYNTAX};
 pub use error::Error;
 pub use toml::Spanned;
 pub use units::{duration, parse_duration, parse_nanos, parse_size, size, Dur};

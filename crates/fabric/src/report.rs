@@ -4,7 +4,7 @@
 //! independent processes (GNU parallel, a Slurm array) concatenate into a
 //! JSON-lines file:
 //!
-//! `{"scenario", "set", "seed", ["runs"], "flows", "fct_ms": {"avg",
+//! `{["provenance"], "scenario", "set", "seed", ["runs"], "flows", "fct_ms": {"avg",
 //! "small_avg", "small_p99", "large_avg", "small_p99_censored"}, ["ci95_ms":
 //! {…}], ["per_seed": [{"seed", "fct_ms"}]], "buckets": [{"size", "flows",
 //! "avg_ms", "p99_ms", "avg_slowdown"}], "queues": [{"port", "mean_packets",
@@ -57,7 +57,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use fulcrum_workload::interval::mean_ci95;
-use fulcrum_workload::report::{write_csv_files, Csv};
+use fulcrum_workload::report::{write_csv_files, Csv, Provenance};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -66,6 +66,9 @@ use crate::{Outcome, QueueSummary};
 
 /// Runs of one scenario, in seed order.
 pub struct Report<'a> {
+    /// What produced the report (`fulcrum fabric` and the Python package
+    /// say; none leaves it out of the JSON and the CSV files).
+    pub provenance: Option<&'a Provenance>,
     pub scenario: &'a str,
     pub sets: &'a [String],
     pub outcomes: &'a [Outcome],
@@ -80,6 +83,8 @@ struct PerSeed {
 
 #[derive(Serialize)]
 struct Json<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provenance: Option<&'a Provenance>,
     scenario: &'a str,
     set: &'a [String],
     seed: u64,
@@ -240,6 +245,7 @@ impl Report<'_> {
         let (fct, ci) = self.fct();
         let per = |f: fn(&Outcome) -> f64| mean(self.outcomes.iter().map(f));
         let json = Json {
+            provenance: self.provenance,
             scenario: self.scenario,
             set: self.sets,
             seed: self.outcomes[0].seed,
@@ -379,6 +385,6 @@ impl Report<'_> {
         if self.outcomes.iter().any(|o| !o.queue_series.is_empty()) {
             files.push(("queue_series.csv", &series));
         }
-        write_csv_files(dir, &files)
+        write_csv_files(dir, &files, self.provenance)
     }
 }

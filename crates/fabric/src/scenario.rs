@@ -350,13 +350,28 @@ pub enum Workload {
         #[serde(default)]
         incast: Option<IncastCfg>,
     },
-    /// Flows listed in a CSV file (`start,src,dst,bytes[,class]`).
+    /// Flows listed in a file: Fulcrum's CSV (`start,src,dst,bytes[,class]`)
+    /// or an ns-3 (HPCC) flow file.
     List {
-        /// The CSV file, relative to the scenario file.
+        /// The flow file, relative to the scenario file.
         file: PathBuf,
+        /// Its format.
+        #[serde(default)]
+        format: FlowFormat,
         #[serde(default)]
         incast: Option<IncastCfg>,
     },
+}
+
+/// The format of a `list` workload's file.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlowFormat {
+    /// `start,src,dst,bytes[,class[,delay]]` (see [`flowlist::parse`]).
+    #[default]
+    Csv,
+    /// The HPCC simulator's `flow.txt` (see [`flowlist::parse_ns3`]).
+    Ns3,
 }
 
 /// All-to-one bursts (`[workload.incast]`), with any workload kind.
@@ -1110,13 +1125,16 @@ impl Scenario {
         let scheduler_port_ids = scheduler_ports(raw.scheduler.as_ref(), &fabric, &shape, &src)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let flow_list = match &raw.workload {
-            Workload::List { file, .. } => {
+            Workload::List { file, format, .. } => {
                 let list_path = dir.join(file);
                 let classes = raw.scheduler.as_ref().map_or(1, SchedulerCfg::classes) as u32;
                 let text = std::fs::read_to_string(&list_path)
                     .map_err(|e| src.error_in("workload.file", format!("{}: {e}", list_path.display())))?;
                 let delays = raw.hosts.delay_classes.len() as u32;
-                flowlist::parse(&text, &list_path, shape.hosts(), classes, delays)?
+                match format {
+                    FlowFormat::Csv => flowlist::parse(&text, &list_path, shape.hosts(), classes, delays)?,
+                    FlowFormat::Ns3 => flowlist::parse_ns3(&text, &list_path, shape.hosts())?,
+                }
             }
             _ => Vec::new(),
         };

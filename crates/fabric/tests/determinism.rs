@@ -15,7 +15,7 @@ fn scenario() -> Scenario {
 
 fn json(s: &Scenario, seed: u64, threads: usize) -> String {
     let outcomes = fulcrum_fabric::run_many(s, seed, 2, threads, None).unwrap();
-    let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let report = Report { provenance: None, scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     report.json()
 }
 
@@ -44,7 +44,7 @@ fn seeds_past_the_largest_are_an_error() {
 fn csv_has_a_row_per_flow() {
     let s = scenario();
     let outcomes = fulcrum_fabric::run_many(&s, 3, 1, 1, None).unwrap();
-    let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let report = Report { provenance: None, scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let dir = std::env::temp_dir().join(format!("fulcrum-fabric-csv-{}", std::process::id()));
     report.write_csv(&dir).unwrap();
     let flows = std::fs::read_to_string(dir.join("flows.csv")).unwrap();

@@ -97,7 +97,8 @@ fn line(case: &Case) -> String {
     let scenario =
         Scenario::load(&scenarios_dir().join(&case.file), &case.sets).unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let outcomes = fulcrum_fabric::run_many(&scenario, scenario.seed, 1, 1, None).unwrap();
-    let report = Report { scenario: &scenario.name, sets: &case.sets, outcomes: &outcomes, wall_seconds: 0.0 };
+    let report =
+        Report { provenance: None, scenario: &scenario.name, sets: &case.sets, outcomes: &outcomes, wall_seconds: 0.0 };
     let json = report.json();
     let o = &outcomes[0];
     let mut line = format!("{} {:016x}", case.name, xxhash_rust::xxh64::xxh64(json.as_bytes(), 0));

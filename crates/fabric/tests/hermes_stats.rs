@@ -1,4 +1,4 @@
-//! What Hermes does on the 4 × 4 × 8 symmetric fabric (issue #15): where it
+//! What Hermes does on the 4 × 4 × 8 symmetric fabric: where it
 //! places flows, how often it judges a flow's path bad and moves the flow,
 //! and how much data is in flight when it does: the counters the scheme
 //! returns into the run's outcome (`Outcome::routing_stats`), in every
@@ -92,7 +92,7 @@ fn other_schemes_count_nothing_and_the_report_carries_hermes_counters() {
     let (hermes, sets) = load("hermes");
     let outcomes = fulcrum_fabric::run_many(&hermes, 1, 2, 1, None).unwrap();
     let json = |outcomes: &[Outcome]| -> serde_json::Value {
-        let report = Report { scenario: &hermes.name, sets: &sets, outcomes, wall_seconds: 0.0 };
+        let report = Report { provenance: None, scenario: &hermes.name, sets: &sets, outcomes, wall_seconds: 0.0 };
         serde_json::from_str(&report.json()).unwrap()
     };
     let counters = |o: &Outcome| match &o.routing_stats {
@@ -113,6 +113,7 @@ fn other_schemes_count_nothing_and_the_report_carries_hermes_counters() {
     assert_eq!(per_path.len(), a.per_path.len());
     // ECMP's report has no such key.
     let ecmp_outcomes = fulcrum_fabric::run_many(&ecmp, 1, 1, 1, None).unwrap();
-    let report = Report { scenario: &ecmp.name, sets: &[], outcomes: &ecmp_outcomes, wall_seconds: 0.0 };
+    let report =
+        Report { provenance: None, scenario: &ecmp.name, sets: &[], outcomes: &ecmp_outcomes, wall_seconds: 0.0 };
     assert!(!report.json().contains("routing_stats"));
 }

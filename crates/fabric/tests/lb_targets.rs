@@ -1,4 +1,4 @@
-//! The targets of issue #15 on the 4 × 4 × 8 leaf-spine (the Hermes paper's
+//! The load-balancing targets on the 4 × 4 × 8 leaf-spine (the Hermes paper's
 //! claims), measured on shortened runs of the shipped `lb-4x4x8-*`
 //! scenarios: flows launched over 100 ms, the run ending at 150 ms, seeds 1
 //! and 2 pooled (the figures are the mean over the two runs).
@@ -58,7 +58,8 @@ fn fct(name: &str, scheme: &str, load: f64) -> FctSummary {
     let scenario = Scenario::load(Path::new(&path), &sets).unwrap();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(SEEDS);
     let outcomes = fulcrum_fabric::run_many(&scenario, 1, SEEDS, threads, None).unwrap();
-    let report = Report { scenario: &scenario.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let report =
+        Report { provenance: None, scenario: &scenario.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let (mean, _) = report.fct();
     let stranded = outcomes.iter().map(|o| o.stranded.len()).sum::<usize>() as f64 / SEEDS as f64;
     eprintln!(

@@ -3,7 +3,7 @@
 //! toward a receiver, under data-mining Poisson flows at load 0.9 plus an
 //! incast every 100 ms; the bottleneck's queue is sampled every 10 µs.
 //!
-//! Target of issue #14: over ten seeds (the bottleneck's load varies a lot
+//! The target: over ten seeds (the bottleneck's load varies a lot
 //! from draw to draw, with a few flows of up to 1 GB), ECN#'s mean queue is
 //! at most 0.6 × RED's (K = 40), with a small-flow average FCT no worse.
 

@@ -43,7 +43,7 @@ fn named_ports_are_sampled_every_interval() {
 fn series_reach_the_json_and_the_csv() {
     let s = scenario();
     let outcomes = fulcrum_fabric::run_many(&s, 1, 2, 1, None).unwrap();
-    let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let report = Report { provenance: None, scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
     let series = &json["queue_series"];
     assert_eq!(series[0]["port"], "switch 0 -> host 5");
@@ -68,7 +68,13 @@ fn without_named_ports_nothing_changes() {
     let o = fulcrum_fabric::run(&s, 1, None);
     assert!(o.queue_series.is_empty());
     assert_eq!(o.queues.iter().map(|q| q.port.as_str()).collect::<Vec<_>>(), ["host-nic", "to-host"]);
-    let report = Report { scenario: &s.name, sets: &[], outcomes: std::slice::from_ref(&o), wall_seconds: 0.0 };
+    let report = Report {
+        provenance: None,
+        scenario: &s.name,
+        sets: &[],
+        outcomes: std::slice::from_ref(&o),
+        wall_seconds: 0.0,
+    };
     assert!(!report.json().contains("queue_series"));
 }
 
@@ -76,7 +82,7 @@ fn without_named_ports_nothing_changes() {
 fn the_plot_has_a_queue_panel_and_a_throughput_panel() {
     let s = scenario();
     let outcomes = fulcrum_fabric::run_many(&s, 1, 1, 1, None).unwrap();
-    let report = Report { scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
+    let report = Report { provenance: None, scenario: &s.name, sets: &[], outcomes: &outcomes, wall_seconds: 0.0 };
     let svg = report.plot_svg();
     assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
     assert!(svg.contains("height=\"1500\""), "three panels of 500 px");

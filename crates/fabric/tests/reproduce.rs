@@ -29,7 +29,7 @@
 //! `orderings_and_magnitudes_hold_over_five_seeds` checks what the ns-3
 //! model shows on average: ECN#'s small flows finish sooner than TCN-high's,
 //! and TCN-high has the highest average FCT of the three. It also checks the
-//! figures against the table, within the bounds issue #14 sets: the
+//! figures against the table, within the project's reproduction bounds: the
 //! average and the small-flow average within ±15 %, the large-flow average
 //! and the small-flow p99 within ±25 %. (The large-flow average was met
 //! once the receiver stopped answering segments after its FIN, as ns-3's
@@ -84,7 +84,7 @@ fn both_conventions(name: &str, outcomes: &[Outcome]) -> (FctSummary, FctSummary
             .iter()
             .map(|o| Outcome { fct: summarise(&o.flows, &o.stranded, convention), ..o.clone() })
             .collect();
-        Report { scenario: name, sets: &[], outcomes: &recounted, wall_seconds: 0.0 }.fct().0
+        Report { provenance: None, scenario: name, sets: &[], outcomes: &recounted, wall_seconds: 0.0 }.fct().0
     };
     (mean_as(Convention::Parser), mean_as(Convention::LastByte))
 }

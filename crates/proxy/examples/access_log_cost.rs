@@ -47,6 +47,9 @@ fn main() -> Result<(), String> {
             flags: Flags::default(),
         },
         grpc_status: None,
+        client_cert: None,
+        request_id: None,
+        trace_id: None,
     };
     let mut line = String::with_capacity(256);
     let mut total = 0usize;

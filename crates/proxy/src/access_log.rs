@@ -143,6 +143,12 @@ fields! {
     GrpcStatus = "grpc_status",
     /// How the request ended, as [`Flags`] codes joined by `,` (`-` if normally).
     Flags = "flags",
+    /// The subject of the client certificate the listener verified (mutual TLS).
+    ClientCert = "client_cert",
+    /// The request ID (the listener's `request_id` header, as received or as made).
+    RequestId = "request_id",
+    /// The W3C trace ID (32 hex digits) when the listener has `traceparent`.
+    TraceId = "trace_id",
 }
 
 impl std::str::FromStr for Field {
@@ -224,8 +230,10 @@ impl Flags {
     pub const TOO_LARGE: Flags = Flags(1 << 9);
     /// `UP`: the connection was upgraded (101) and became a tunnel.
     pub const UPGRADED: Flags = Flags(1 << 10);
+    /// `RL`: the route's rate limit refused the request (429).
+    pub const RATE_LIMITED: Flags = Flags(1 << 11);
 
-    const CODES: [(Flags, &'static str); 11] = [
+    const CODES: [(Flags, &'static str); 12] = [
         (Flags::NO_ROUTE, "NR"),
         (Flags::NO_HEALTHY_UPSTREAM, "UH"),
         (Flags::UPSTREAM_OVERFLOW, "UO"),
@@ -237,6 +245,7 @@ impl Flags {
         (Flags::BAD_REQUEST, "BR"),
         (Flags::TOO_LARGE, "TL"),
         (Flags::UPGRADED, "UP"),
+        (Flags::RATE_LIMITED, "RL"),
     ];
 
     /// Add `other`'s flags.
@@ -297,6 +306,12 @@ pub struct Record {
     pub trace: Trace,
     /// A gRPC response's status.
     pub grpc_status: Option<u32>,
+    /// The subject of the client certificate a mutual-TLS listener verified.
+    pub client_cert: Option<std::sync::Arc<str>>,
+    /// The request ID, when the listener has them.
+    pub request_id: Option<String>,
+    /// The trace ID, when the listener propagates trace context.
+    pub trace_id: Option<String>,
 }
 
 /// What the request path learns about a request's routing, tries and end:
@@ -482,6 +497,9 @@ impl Record {
             Field::Endpoint => up.endpoint.is_none(),
             Field::GrpcStatus => self.grpc_status.is_none(),
             Field::Flags => up.flags == Flags::default(),
+            Field::ClientCert => self.client_cert.is_none(),
+            Field::RequestId => self.request_id.is_none(),
+            Field::TraceId => self.trace_id.is_none(),
             _ => false,
         }
     }
@@ -494,6 +512,8 @@ impl Record {
             Field::Authority => self.authority.as_deref(),
             Field::Path => Some(&self.path),
             Field::Cluster => self.cluster.as_deref(),
+            Field::ClientCert => self.client_cert.as_deref(),
+            Field::RequestId => self.request_id.as_deref(),
             _ => None,
         }
     }
@@ -528,6 +548,15 @@ impl Record {
             Field::Retries => decimal(out, up.retries.into()),
             Field::GrpcStatus => opt(out, self.grpc_status.map(u64::from)),
             Field::Flags => up.flags.write(out),
+            Field::ClientCert => match &self.client_cert {
+                Some(subject) => escaped(out, subject),
+                None => out.push('-'),
+            },
+            Field::RequestId => match &self.request_id {
+                Some(id) => escaped(out, id),
+                None => out.push('-'),
+            },
+            Field::TraceId => out.push_str(self.trace_id.as_deref().unwrap_or("-")),
         }
     }
 
@@ -683,6 +712,9 @@ mod tests {
                 flags: Flags::UPSTREAM_RESET,
             },
             grpc_status: None,
+            client_cert: None,
+            request_id: Some("r\"1".into()),
+            trace_id: None,
         }
     }
 
@@ -706,6 +738,9 @@ mod tests {
         let mut line = String::new();
         record().line(&f, &mut line);
         assert_eq!(line, "502x $ 2\n");
+        line.clear();
+        record().line(&Format::parse("$request_id $trace_id").unwrap(), &mut line);
+        assert_eq!(line, "r\\x221 -\n");
         assert!(Format::parse("$stauts").unwrap_err().contains("stauts"));
         assert!(Format::parse("a $ b").is_err());
         assert!(Format::parse("${status").is_err());
@@ -724,6 +759,7 @@ mod tests {
         assert_eq!(v["grpc_status"], serde_json::Value::Null);
         assert_eq!(v["flags"], "UC");
         assert_eq!(v["cluster"], "web");
+        assert_eq!((&v["request_id"], &v["trace_id"]), (&serde_json::json!("r\"1"), &serde_json::Value::Null));
         assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
         let mut odd = record();
         odd.path = "/a\"b\\c\u{1}d\u{e9}".into();

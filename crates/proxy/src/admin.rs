@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::clock::Epoch;
 use crate::cluster::SharedCluster;
-use crate::metrics::{ProxyStats, LATENCY_BUCKETS};
+use crate::metrics::{ProxyStats, LATENCY_BUCKETS, PASSTHROUGH_REFUSALS, PROXY_REFUSALS};
 
 /// A per-cluster metric: name, help text, and how to read it.
 type ClusterCounter = (&'static str, &'static str, fn(&SharedCluster) -> u64);
@@ -166,6 +166,14 @@ impl Admin {
                 let _ = writeln!(out, "{name}{{cluster=\"{}\"}} {}", c.config.name, read(c));
             }
         }
+        let name = "fulcrum_cluster_upstream_tls_errors_total";
+        family(&mut out, name, "counter", "Failed TLS handshakes with endpoints, by reason.");
+        for c in clusters.iter().filter(|c| c.tls.is_some()) {
+            for reason in crate::upstream_tls::TlsFailure::ALL {
+                let n = c.counters.tls_errors.get(reason);
+                let _ = writeln!(out, "{name}{{cluster=\"{}\",reason=\"{}\"}} {n}", c.config.name, reason.label());
+            }
+        }
         family(&mut out, "fulcrum_local_responses_total", "counter", "Responses the proxy made itself, by status.");
         for (code, n) in self.stats.local_responses() {
             let _ = writeln!(out, "fulcrum_local_responses_total{{code=\"{code}\"}} {n}");
@@ -178,6 +186,14 @@ impl Admin {
         let _ = writeln!(out, "fulcrum_downstream_rejected_total {}", self.stats.rejected_connections.load(Relaxed));
         family(&mut out, "fulcrum_access_log_dropped_total", "counter", "Access log lines dropped: queue full.");
         let _ = writeln!(out, "fulcrum_access_log_dropped_total {}", self.stats.access_log_dropped.load(Relaxed));
+        family(&mut out, "fulcrum_proxy_protocol_refused_total", "counter", "Connections refused: PROXY protocol.");
+        for (reason, n) in PROXY_REFUSALS.iter().zip(&self.stats.proxy_protocol_refused) {
+            let _ = writeln!(out, "fulcrum_proxy_protocol_refused_total{{reason=\"{reason}\"}} {}", n.load(Relaxed));
+        }
+        family(&mut out, "fulcrum_tls_passthrough_refused_total", "counter", "Passthrough connections not routed.");
+        for (reason, n) in PASSTHROUGH_REFUSALS.iter().zip(&self.stats.passthrough_refused) {
+            let _ = writeln!(out, "fulcrum_tls_passthrough_refused_total{{reason=\"{reason}\"}} {}", n.load(Relaxed));
+        }
         out
     }
 

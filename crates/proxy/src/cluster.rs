@@ -222,6 +222,9 @@ pub struct SharedCluster {
     /// start while *every* endpoint is ramping (weights are relative, so
     /// ramping them all alike would otherwise change nothing).
     pub request_limit: AtomicU64,
+    /// TLS to the endpoints, if the cluster has `tls`: one client
+    /// configuration (and session cache) for all workers.
+    pub tls: Option<Arc<crate::upstream_tls::UpstreamTls>>,
 }
 
 /// A cluster's counters, carried over when a reload replaces the cluster so
@@ -238,6 +241,8 @@ pub struct ClusterCounters {
     pub retries: AtomicU64,
     /// Retries not made because the budget was spent.
     pub retries_denied: AtomicU64,
+    /// TLS handshakes with endpoints that failed, by reason.
+    pub tls_errors: Arc<crate::upstream_tls::TlsErrors>,
 }
 
 /// Lock a mutex even if a holder panicked: the guarded state stays usable
@@ -273,7 +278,9 @@ impl SharedCluster {
             }
             _ => crate::upstream::ConnectionLimit::new(config.max_connections, config.max_pending),
         };
+        let tls = crate::upstream_tls::UpstreamTls::new(&config, counters.tls_errors.clone());
         let shared = Arc::new(SharedCluster {
+            tls,
             config,
             epoch,
             registry: Mutex::new(registry),

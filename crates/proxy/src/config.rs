@@ -26,12 +26,14 @@ use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
 use fulcrum_config::Source;
+pub use fulcrum_resilience::{LimitKey, RateLimitConfig};
 use fulcrum_resilience::{OutlierConfig, SlowStart, SlowStartConfig};
 pub use fulcrum_resilience::{RetryOn, RetryPolicy};
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
+pub use crate::proxy_protocol::{ProxyProtocolListener, Version as ProxyVersion};
 use crate::route::RouteTable;
 
 /// A configuration the proxy rejects, located in its file (`<command
@@ -78,6 +80,96 @@ pub struct Listener {
     pub access_log: Option<AccessLogConfig>,
     /// Which server speaks HTTP/1.1 to clients.
     pub http1_server: Http1Server,
+    /// Who may send a PROXY protocol header, and whether one is required.
+    pub proxy_protocol: Option<ProxyProtocolListener>,
+    /// TLS passthrough: clusters by server name (`cluster` is the default).
+    pub sni_routes: Vec<(String, usize)>,
+    /// Request IDs: made when a request has none, sent upstream, logged.
+    pub request_id: Option<RequestId>,
+    /// W3C trace context: `traceparent` passed on with a new parent ID, or a
+    /// trace started.
+    pub traceparent: bool,
+}
+
+/// A listener's request IDs, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId {
+    /// The header that carries the ID (lowercase).
+    pub header: http::HeaderName,
+    /// Return the ID to the client in that header too.
+    pub response: bool,
+}
+
+/// `request_id = { header = "x-request-id", response = false }`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawRequestId {
+    header: String,
+    response: bool,
+}
+
+impl Default for RawRequestId {
+    fn default() -> Self {
+        RawRequestId { header: "x-request-id".into(), response: false }
+    }
+}
+
+/// The cookie a sticky cluster sets on a response to a request without it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StickyCookie {
+    /// The cookie's lifetime (`Max-Age`); without it, a session cookie.
+    #[serde(with = "fulcrum_config::duration")]
+    pub ttl: Option<Duration>,
+    /// The cookie's `Path`.
+    pub path: String,
+    /// Sent only over HTTPS (`Secure`).
+    pub secure: bool,
+    /// Hidden from scripts (`HttpOnly`).
+    pub http_only: bool,
+    /// `SameSite`: `strict`, `lax` or `none` (not set by default).
+    pub same_site: Option<SameSite>,
+}
+
+impl Default for StickyCookie {
+    fn default() -> Self {
+        StickyCookie { ttl: None, path: "/".into(), secure: false, http_only: true, same_site: None }
+    }
+}
+
+/// A cookie's `SameSite` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SameSite {
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None` (browsers require `Secure` with it).
+    None,
+}
+
+impl StickyCookie {
+    /// The `Set-Cookie` value for cookie `name` with `value`.
+    pub fn set_cookie(&self, name: &str, value: &str) -> String {
+        let mut out = format!("{name}={value}; Path={}", self.path);
+        if let Some(ttl) = self.ttl {
+            out.push_str(&format!("; Max-Age={}", ttl.as_secs()));
+        }
+        if self.secure {
+            out.push_str("; Secure");
+        }
+        if self.http_only {
+            out.push_str("; HttpOnly");
+        }
+        match self.same_site {
+            Some(SameSite::Strict) => out.push_str("; SameSite=Strict"),
+            Some(SameSite::Lax) => out.push_str("; SameSite=Lax"),
+            Some(SameSite::None) => out.push_str("; SameSite=None"),
+            None => {}
+        }
+        out
+    }
 }
 
 /// Which server speaks HTTP/1.1 to an HTTP listener's clients (HTTP/2 is
@@ -137,16 +229,111 @@ pub enum ListenerProtocol {
     Http2,
     /// Plain TCP, balanced per connection.
     Tcp,
+    /// TLS left to the endpoints: TCP routed by the ClientHello's server name.
+    TlsPassthrough,
 }
 
-/// PEM files for a TLS listener.
+/// TLS on an HTTP listener: the default certificate, more chosen by SNI,
+/// and the handshake's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tls {
-    /// Certificate chain.
+    /// Certificate chain of the default certificate (no SNI, or a name no
+    /// other certificate has).
     pub cert: PathBuf,
-    /// Private key.
+    /// Private key of the default certificate.
     pub key: PathBuf,
+    /// A DER OCSP response stapled with the default certificate.
+    #[serde(default)]
+    pub ocsp: Option<PathBuf>,
+    /// Further certificates, each for the server names it lists.
+    #[serde(default)]
+    pub certificates: Vec<NamedCert>,
+    /// The oldest TLS version accepted.
+    #[serde(default)]
+    pub min_version: TlsVersion,
+    /// ALPN protocols offered, in order of preference (default: `h2`, then
+    /// `http/1.1` unless the listener is HTTP/2 only).
+    #[serde(default)]
+    pub alpn: Option<Vec<String>>,
+    /// CA bundle (PEM) that client certificates are verified against
+    /// (mutual TLS); none: no client certificate is asked for.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Whether a client certificate is required (default) or only verified
+    /// when given.
+    #[serde(default)]
+    pub client_auth: Option<ClientAuth>,
+    /// How often the certificate, key and OCSP files are read again; a
+    /// change replaces the certificates for new handshakes.
+    #[serde(default = "default_tls_reload", with = "fulcrum_config::duration")]
+    pub reload_interval: Duration,
+}
+
+fn default_tls_reload() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// A certificate served to clients that ask for one of its names by SNI.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedCert {
+    /// Server names, exact (`api.example.com`) or wildcard (`*.example.com`,
+    /// one label); exact names win over wildcards.
+    pub names: Vec<String>,
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+    /// A DER OCSP response to staple.
+    #[serde(default)]
+    pub ocsp: Option<PathBuf>,
+}
+
+/// The oldest TLS version a listener accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum TlsVersion {
+    /// TLS 1.2 and 1.3.
+    #[default]
+    #[serde(rename = "1.2")]
+    V12,
+    /// TLS 1.3 only.
+    #[serde(rename = "1.3")]
+    V13,
+}
+
+/// Whether a mutual-TLS listener requires a client certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No certificate, no connection.
+    #[default]
+    Required,
+    /// Clients without a certificate are served; one given must verify.
+    Optional,
+}
+
+/// TLS to a cluster's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// CA bundle (PEM) the endpoints' certificates are verified against
+    /// (default: the Mozilla root programme's CAs, built in).
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// Server name sent by SNI and verified (default: the endpoint's host
+    /// name; an IP endpoint is verified against its address).
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// Verify the endpoints' certificates (default true).
+    #[serde(default = "default_true")]
+    pub verify: bool,
+    /// Client certificate chain (PEM) for endpoints that require one.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
 }
 
 /// A set of endpoints with the algorithm that balances over them.
@@ -160,6 +347,8 @@ pub struct Cluster {
     pub algorithm: AlgorithmConfig,
     /// What hash-based algorithms hash.
     pub hash_key: HashKey,
+    /// With `hash_key` a cookie: set it on responses to requests without it.
+    pub sticky_cookie: Option<StickyCookie>,
     /// Protocol spoken to the endpoints.
     pub upstream: UpstreamProtocol,
     /// Give up connecting after this long (502).
@@ -188,6 +377,10 @@ pub struct Cluster {
     /// a trailers-only head, counts as a failure for outlier detection and
     /// Peak-EWMA's penalty (default true).
     pub grpc_status_failure: bool,
+    /// TLS to the endpoints (clear text when `None`).
+    pub tls: Option<UpstreamTls>,
+    /// The PROXY protocol header sent on each new upstream connection.
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 /// Active health checks of every endpoint of a cluster.
@@ -295,7 +488,7 @@ struct RawListener {
     listen: Spanned<String>,
     #[serde(default = "default_protocol")]
     protocol: ListenerProtocol,
-    tls: Option<Tls>,
+    tls: Option<Spanned<Tls>>,
     #[serde(default)]
     routes: Vec<RawRoute>,
     cluster: Option<Spanned<String>>,
@@ -305,6 +498,65 @@ struct RawListener {
     #[serde(default)]
     http1_server: Http1Server,
     access_log: Option<Spanned<RawAccessLog>>,
+    request_id: Option<Spanned<RawRequestId>>,
+    #[serde(default)]
+    traceparent: bool,
+    proxy_protocol: Option<Spanned<RawProxyProtocol>>,
+    #[serde(default)]
+    sni_routes: Vec<RawSniRoute>,
+}
+
+/// `proxy_protocol = { trusted = ["10.0.0.0/8"], required = true, timeout = "3s" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProxyProtocol {
+    trusted: Vec<Spanned<String>>,
+    #[serde(default = "default_true")]
+    required: bool,
+    #[serde(default, with = "fulcrum_config::duration")]
+    timeout: Option<Duration>,
+}
+
+/// How long a PROXY protocol header may take to arrive, unless configured.
+const DEFAULT_PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl RawProxyProtocol {
+    fn validate(
+        self,
+        span: std::ops::Range<usize>,
+        src: &Source,
+        at: FieldName,
+    ) -> Result<ProxyProtocolListener, ConfigError> {
+        if self.trusted.is_empty() {
+            return Err(src.error(
+                span,
+                at("proxy_protocol.trusted"),
+                "list the address ranges allowed to send a header",
+            ));
+        }
+        let mut trusted = Vec::with_capacity(self.trusted.len());
+        for (i, t) in self.trusted.iter().enumerate() {
+            let range =
+                t.get_ref().parse().map_err(|m| src.error(t.span(), at(&format!("proxy_protocol.trusted[{i}]")), m))?;
+            trusted.push(range);
+        }
+        let timeout = match self.timeout {
+            Some(t) if t.is_zero() => {
+                return Err(src.error(span, at("proxy_protocol.timeout"), "must be greater than 0"))
+            }
+            Some(t) => t,
+            None => DEFAULT_PROXY_PROTOCOL_TIMEOUT,
+        };
+        Ok(ProxyProtocolListener { trusted, required: self.required, timeout })
+    }
+}
+
+/// `sni_routes = [{ server_name = "a.example.com" | "*.example.com", cluster = "a" }]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSniRoute {
+    server_name: Spanned<String>,
+    cluster: Spanned<String>,
 }
 
 /// `access_log = { path = "…" | "stdout", format = "…" | json = true }`.
@@ -374,6 +626,7 @@ pub(crate) struct RawRoute {
     #[serde(default, with = "fulcrum_config::duration")]
     pub(crate) timeout: Option<Duration>,
     pub(crate) retries: Option<RetryPolicy>,
+    pub(crate) rate_limit: Option<Spanned<RateLimitConfig>>,
 }
 
 /// A header or query parameter condition: `present` (the default; `false`:
@@ -449,6 +702,7 @@ struct RawCluster {
     endpoints: Spanned<Vec<RawEndpoint>>,
     algorithm: Option<Spanned<AlgorithmConfig>>,
     hash_key: Option<HashKey>,
+    sticky_cookie: Option<Spanned<StickyCookie>>,
     #[serde(default = "default_upstream")]
     upstream: UpstreamProtocol,
     #[serde(default, with = "fulcrum_config::duration")]
@@ -467,6 +721,8 @@ struct RawCluster {
     max_pending: Option<Spanned<usize>>,
     #[serde(default = "default_true")]
     grpc_status_failure: bool,
+    tls: Option<Spanned<UpstreamTls>>,
+    proxy_protocol: Option<Spanned<ProxyVersion>>,
 }
 
 fn default_true() -> bool {
@@ -526,11 +782,20 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const HYPER_MAX_HEADERS: usize = 100;
 
 impl Config {
-    /// Read and validate the file at `path`.
+    /// Read and validate the file at `path`, and the TLS files it names.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|e| ConfigError::new(path, "(file)", format!("cannot read: {e}")))?;
-        Config::parse(path, &text)
+        Config::parse_with_files(path, &text)
+    }
+
+    /// Validate `text` as if read from `file`, and read the TLS files it
+    /// names ([`Config::check_tls_files`]).
+    pub fn parse_with_files(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let (raw, src): (RawConfig, Source) = fulcrum_config::parse(file, text, &[])?;
+        let config = raw.validate(&src)?;
+        config.check_tls_files(&src)?;
+        Ok(config)
     }
 
     /// Validate `text` as if read from `file`.
@@ -567,12 +832,17 @@ impl Config {
                 limits: Limits::default(),
                 http1_server: Http1Server::default(),
                 access_log: None,
+                proxy_protocol: None,
+                sni_routes: Vec::new(),
+                request_id: None,
+                traceparent: false,
             }],
             clusters: vec![Cluster {
                 name: "default".into(),
                 endpoints,
                 algorithm: algorithm.default_config(),
                 hash_key: HashKey::SourceIp,
+                sticky_cookie: None,
                 upstream: UpstreamProtocol::Http1,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -586,6 +856,8 @@ impl Config {
                 max_connections: DEFAULT_MAX_REQUESTS as usize,
                 max_pending: DEFAULT_MAX_REQUESTS as usize,
                 grpc_status_failure: true,
+                tls: None,
+                proxy_protocol: None,
             }],
         })
     }
@@ -664,6 +936,16 @@ impl RawConfig {
                 None => DEFAULT_MAX_REQUESTS,
             };
             let (max_connections, max_pending) = connection_limits(c.max_connections, c.max_pending, src, &at)?;
+            let proxy_protocol = match c.proxy_protocol {
+                // An HTTP/2 connection carries many clients' requests; a header names one.
+                Some(p) if c.upstream == UpstreamProtocol::Http2 => {
+                    return Err(src.error(p.span(), at("proxy_protocol"), "needs upstream = \"http1\""));
+                }
+                p => p.map(Spanned::into_inner),
+            };
+            let hash_key = c.hash_key.unwrap_or(HashKey::SourceIp);
+            let sticky_cookie =
+                c.sticky_cookie.map(|s| sticky_cookie(s, &hash_key, &algorithm, src, &at)).transpose()?;
             // Checked last: errors come in the order they always did.
             let timeouts = [c.connect_timeout, c.request_timeout, c.resolve_interval];
             let [connect_timeout, request_timeout, resolve_interval] = timeouts_or_defaults(timeouts, src, &at)?;
@@ -682,9 +964,12 @@ impl RawConfig {
                 name: c.name.into_inner(),
                 endpoints,
                 algorithm,
-                hash_key: c.hash_key.unwrap_or(HashKey::SourceIp),
+                hash_key,
+                sticky_cookie,
                 upstream: c.upstream,
                 grpc_status_failure: c.grpc_status_failure,
+                tls: c.tls.map(|t| upstream_tls(t, src, &at)).transpose()?,
+                proxy_protocol,
             });
         }
         Ok(clusters)
@@ -777,6 +1062,33 @@ fn outlier_detection(o: Spanned<OutlierConfig>, src: &Source, at: FieldName) -> 
     Ok(o.into_inner())
 }
 
+/// A sticky cookie: the cluster hashes a cookie with an algorithm that
+/// hashes, and the path is one a `Set-Cookie` can carry.
+fn sticky_cookie(
+    s: Spanned<StickyCookie>,
+    hash_key: &HashKey,
+    algorithm: &AlgorithmConfig,
+    src: &Source,
+    at: FieldName,
+) -> Result<StickyCookie, ConfigError> {
+    let hashes =
+        matches!(algorithm.kind(), AlgorithmKind::RingHash | AlgorithmKind::Maglev | AlgorithmKind::Rendezvous);
+    let bad = if !matches!(hash_key, HashKey::Cookie(_)) {
+        Some("needs hash_key = { cookie = \"NAME\" }: the cookie set is the one hashed")
+    } else if !hashes {
+        Some("needs an algorithm that hashes the key: ring-hash, maglev or rendezvous")
+    } else if !s.get_ref().path.starts_with('/') || s.get_ref().path.bytes().any(|b| b == b';' || !b.is_ascii_graphic())
+    {
+        Some("path must start with / and have no `;`, spaces or control characters")
+    } else {
+        None
+    };
+    match bad {
+        Some(m) => Err(src.error(s.span(), at("sticky_cookie"), m)),
+        None => Ok(s.into_inner()),
+    }
+}
+
 /// The panic threshold, a percentage (50 when not given).
 fn panic_threshold(p: Option<Spanned<f64>>, src: &Source, at: FieldName) -> Result<f64, ConfigError> {
     match p {
@@ -805,6 +1117,126 @@ fn connection_limits(
     Ok((max_connections, max_pending))
 }
 
+/// A listener's TLS: server names that are DNS names or one-label
+/// wildcards, each served by one certificate; ALPN protocols the listener
+/// speaks; `client_auth` only with `client_ca`.
+fn listener_tls(t: Spanned<Tls>, protocol: ListenerProtocol, src: &Source, at: FieldName) -> Result<Tls, ConfigError> {
+    let span = t.span();
+    let tls = t.into_inner();
+    let mut seen: Vec<&str> = Vec::new();
+    for (ci, c) in tls.certificates.iter().enumerate() {
+        let field = at(&format!("tls.certificates[{ci}].names"));
+        if c.names.is_empty() {
+            return Err(src.error_in(&field, "list at least one server name"));
+        }
+        for name in &c.names {
+            check_server_name(name).map_err(|m| src.error_in(&field, m))?;
+            if seen.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+                return Err(src.error_in(&field, format!("{name:?} is listed for two certificates")));
+            }
+            seen.push(name);
+        }
+    }
+    if let Some(alpn) = &tls.alpn {
+        let allowed: &[&str] = if protocol == ListenerProtocol::Http2 { &["h2"] } else { &["h2", "http/1.1"] };
+        if alpn.is_empty() {
+            return Err(src.error_in(&at("tls.alpn"), "list at least one protocol"));
+        }
+        if let Some(p) = alpn.iter().find(|p| !allowed.contains(&p.as_str())) {
+            return Err(src.error_in(&at("tls.alpn"), format!("{p:?} is not one of {allowed:?}")));
+        }
+    }
+    if tls.reload_interval.is_zero() {
+        return Err(src.error_in(&at("tls.reload_interval"), "must be greater than 0"));
+    }
+    if tls.client_auth.is_some() && tls.client_ca.is_none() {
+        return Err(src.error(span, at("tls.client_auth"), "needs `client_ca`, the CA bundle to verify clients"));
+    }
+    Ok(tls)
+}
+
+/// A DNS name, or `*.` followed by one (a wildcard for one label).
+fn check_server_name(name: &str) -> Result<(), String> {
+    let dns = name.strip_prefix("*.").unwrap_or(name);
+    let valid = !dns.contains('*')
+        && rustls::pki_types::DnsName::try_from(dns).is_ok()
+        && dns.parse::<std::net::IpAddr>().is_err();
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("{name:?} is not a server name (a DNS name, or `*.` and one)"))
+    }
+}
+
+/// A cluster's TLS: `cert` with `key`, an SNI name that is a DNS name, and
+/// no `ca` when nothing is verified.
+fn upstream_tls(t: Spanned<UpstreamTls>, src: &Source, at: FieldName) -> Result<UpstreamTls, ConfigError> {
+    let span = t.span();
+    let tls = t.into_inner();
+    if tls.cert.is_some() != tls.key.is_some() {
+        let missing = if tls.cert.is_some() { "tls.key" } else { "tls.cert" };
+        return Err(src.error(span, at(missing), "a client certificate needs both `cert` and `key`"));
+    }
+    if let Some(sni) = &tls.sni {
+        if rustls::pki_types::ServerName::try_from(sni.as_str()).is_err() {
+            return Err(src.error_in(&at("tls.sni"), format!("{sni:?} is not a DNS name or an IP address")));
+        }
+    }
+    if !tls.verify && tls.ca.is_some() {
+        return Err(src.error_in(&at("tls.ca"), "has no use with `verify = false`"));
+    }
+    Ok(tls)
+}
+
+impl Config {
+    /// Read every TLS file the configuration names (certificates, keys,
+    /// OCSP responses, CA bundles) and check that each can be used: a
+    /// certificate and key that match, a CA bundle of certificates. An
+    /// error names the field and the file.
+    pub fn check_tls_files(&self, src: &Source) -> Result<(), ConfigError> {
+        use crate::tls_files::{roots, KeyPairFiles};
+        let fail = |prefix: String| {
+            move |e: crate::tls_files::FileError| src.error_in(&format!("{prefix}.{}", e.field), e.to_string())
+        };
+        for (li, l) in self.listeners.iter().enumerate() {
+            let Some(tls) = &l.tls else { continue };
+            let at = format!("listener[{li}].tls");
+            let default = KeyPairFiles {
+                cert: &tls.cert,
+                key: &tls.key,
+                ocsp: tls.ocsp.as_deref(),
+                fields: ["cert", "key", "ocsp"],
+            };
+            default.load().map_err(fail(at.clone()))?;
+            for (ci, c) in tls.certificates.iter().enumerate() {
+                let files = KeyPairFiles {
+                    cert: &c.cert,
+                    key: &c.key,
+                    ocsp: c.ocsp.as_deref(),
+                    fields: ["cert", "key", "ocsp"],
+                };
+                files.load().map_err(fail(format!("{at}.certificates[{ci}]")))?;
+            }
+            if let Some(ca) = &tls.client_ca {
+                roots("client_ca", ca).map_err(fail(at.clone()))?;
+            }
+        }
+        for (ci, c) in self.clusters.iter().enumerate() {
+            let Some(tls) = &c.tls else { continue };
+            let at = format!("cluster[{ci}].tls");
+            if let Some(ca) = &tls.ca {
+                roots("ca", ca).map_err(fail(at.clone()))?;
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+                KeyPairFiles { cert, key, ocsp: None, fields: ["cert", "key", "ocsp"] }
+                    .load()
+                    .map_err(fail(at.clone()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The cluster called `name`, by index, or an error listing those defined.
 fn find_cluster(
     clusters: &[Cluster],
@@ -816,6 +1248,20 @@ fn find_cluster(
         let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
         src.error(name.span(), field, format!("no cluster named {:?} (defined: {known:?})", name.get_ref()))
     })
+}
+
+/// A route's rate limit, checked by its own rules (`fulcrum-resilience`),
+/// with a header key that is a header name (kept lowercase).
+fn rate_limit(l: &Spanned<RateLimitConfig>, src: &Source, field: &str) -> Result<RateLimitConfig, ConfigError> {
+    l.get_ref().validate().map_err(|m| src.error(l.span(), field.to_string(), m))?;
+    let mut limit = l.get_ref().clone();
+    if let Some(LimitKey::Header(name)) = &mut limit.key {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(src.error(l.span(), format!("{field}.key.header"), format!("{name:?} is not a header name")));
+        }
+        name.make_ascii_lowercase();
+    }
+    Ok(limit)
 }
 
 impl RawListener {
@@ -844,6 +1290,17 @@ impl RawListener {
         let (routes, cluster) = match self.protocol {
             ListenerProtocol::Http | ListenerProtocol::Http2 => (self.http_routes(src, at, clusters)?, None),
             ListenerProtocol::Tcp => (Arc::new(RouteTable::default()), Some(self.tcp_cluster(src, at, clusters)?)),
+            ListenerProtocol::TlsPassthrough => {
+                (Arc::new(RouteTable::default()), self.default_cluster(src, at, clusters)?)
+            }
+        };
+        let sni_routes = self.sni_routes(src, at, clusters)?;
+        let proxy_protocol = match self.proxy_protocol {
+            Some(p) => {
+                let span = p.span();
+                Some(p.into_inner().validate(span, src, at)?)
+            }
+            None => None,
         };
         let limits = match self.limits {
             Some(lim) => {
@@ -860,7 +1317,7 @@ impl RawListener {
         };
         let http1_server = self.http1_server;
         let access_log = match self.access_log {
-            Some(a) if self.protocol == ListenerProtocol::Tcp => {
+            Some(a) if matches!(self.protocol, ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough) => {
                 return Err(src.error(a.span(), at("access_log"), "access logs are for HTTP listeners"));
             }
             Some(a) => {
@@ -869,17 +1326,89 @@ impl RawListener {
             }
             None => None,
         };
+        let tls = self.tls.map(|t| listener_tls(t, self.protocol, src, at)).transpose()?;
+        let request_id = match self.request_id {
+            Some(r) if self.protocol == ListenerProtocol::Tcp => {
+                return Err(src.error(r.span(), at("request_id"), "request IDs are for HTTP listeners"));
+            }
+            Some(r) => {
+                let span = r.span();
+                let header = http::HeaderName::from_bytes(r.get_ref().header.as_bytes())
+                    .map_err(|_| src.error(span.clone(), at("request_id.header"), "not a valid header name"))?;
+                Some(RequestId { header, response: r.get_ref().response })
+            }
+            None => None,
+        };
         Ok(Listener {
+            request_id,
+            traceparent: self.traceparent,
             listen,
             protocol: self.protocol,
-            tls: self.tls,
+            tls,
             routes,
             cluster,
             max_header_bytes,
             limits,
             http1_server,
             access_log,
+            proxy_protocol,
+            sni_routes,
         })
+    }
+
+    /// A passthrough listener's default cluster (none: unmatched names are
+    /// refused); no routes, no TLS.
+    fn default_cluster(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Option<usize>, ConfigError> {
+        if self.tls.is_some() || !self.routes.is_empty() {
+            return Err(src.error(
+                self.listen.span(),
+                at("sni_routes"),
+                "TLS passthrough routes with `sni_routes` and `cluster`, and has no `tls`",
+            ));
+        }
+        if self.sni_routes.is_empty() && self.cluster.is_none() {
+            return Err(src.error(
+                self.listen.span(),
+                at("sni_routes"),
+                "TLS passthrough needs `sni_routes` or `cluster`",
+            ));
+        }
+        self.cluster.as_ref().map(|c| find_cluster(clusters, c, src, at("cluster"))).transpose()
+    }
+
+    /// `sni_routes` (passthrough listeners only): names lower-cased, each a
+    /// DNS name or `*.` and one, with a defined cluster.
+    fn sni_routes(
+        &self,
+        src: &Source,
+        at: FieldName,
+        clusters: &[Cluster],
+    ) -> Result<Vec<(String, usize)>, ConfigError> {
+        let mut routes = Vec::with_capacity(self.sni_routes.len());
+        for (i, r) in self.sni_routes.iter().enumerate() {
+            let field = |f: &str| at(&format!("sni_routes[{i}].{f}"));
+            if self.protocol != ListenerProtocol::TlsPassthrough {
+                return Err(src.error(
+                    r.server_name.span(),
+                    at("sni_routes"),
+                    "only for protocol = \"tls-passthrough\"",
+                ));
+            }
+            let name = r.server_name.get_ref().to_ascii_lowercase();
+            let bare = name.strip_prefix("*.").unwrap_or(&name);
+            let valid = !bare.is_empty()
+                && bare
+                    .split('.')
+                    .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            if !valid {
+                return Err(src.error(r.server_name.span(), field("server_name"), "expected a DNS name or *.name"));
+            }
+            if routes.iter().any(|(n, _)| *n == name) {
+                return Err(src.error(r.server_name.span(), field("server_name"), format!("{name} is routed twice")));
+            }
+            routes.push((name, find_cluster(clusters, &r.cluster, src, field("cluster"))?));
+        }
+        Ok(routes)
     }
 
     /// An HTTP listener's routes, compiled ([`crate::route::compile`]): at
@@ -891,10 +1420,14 @@ impl RawListener {
         if self.routes.is_empty() {
             return Err(src.error(self.listen.span(), at("routes"), "an HTTP listener needs routes"));
         }
-        match crate::route::compile(&self.routes, clusters) {
-            Ok(table) => Ok(Arc::new(table)),
-            Err(e) => Err(src.error_in(&at(&e.field), e.message)),
+        let mut table =
+            crate::route::compile(&self.routes, clusters).map_err(|e| src.error_in(&at(&e.field), e.message))?;
+        for (ri, r) in self.routes.iter().enumerate() {
+            if let Some(l) = &r.rate_limit {
+                table.routes[ri].rate_limit = Some(rate_limit(l, src, &at(&format!("routes[{ri}].rate_limit")))?);
+            }
         }
+        Ok(Arc::new(table))
     }
 
     /// A TCP listener's one cluster: no routes, no TLS.
@@ -903,7 +1436,13 @@ impl RawListener {
             return Err(src.error(self.listen.span(), at("tls"), "TLS is for HTTP listeners"));
         }
         match &self.cluster {
-            Some(c) if self.routes.is_empty() => find_cluster(clusters, c, src, at("cluster")),
+            Some(c) if self.routes.is_empty() => {
+                let index = find_cluster(clusters, c, src, at("cluster"))?;
+                if clusters[index].tls.is_some() {
+                    return Err(src.error(c.span(), at("cluster"), "a TCP listener's cluster cannot have `tls`"));
+                }
+                Ok(index)
+            }
             _ => Err(src.error(self.listen.span(), at("cluster"), "a TCP listener needs `cluster` (and no routes)")),
         }
     }
@@ -1076,6 +1615,140 @@ connect_timeout = "250ms"
         let e = error(&with(r#"{ file = "x" }"#));
         assert_eq!(e.line, 7, "{e}");
         assert!(e.message.contains("file"), "{e}");
+    }
+
+    #[test]
+    fn tls_keys_are_checked_and_files_errors_name_the_field_and_the_file() {
+        let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/proxy/certs");
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:1\"\nroutes = [{{ cluster = \"c\" }}]\n\
+             [listener.tls]\ncert = \"{certs}/default.pem\"\nkey = \"{certs}/default.key\"\n\
+             client_ca = \"{certs}/ca.pem\"\nalpn = [\"http/1.1\"]\n\
+             [[listener.tls.certificates]]\nnames = [\"api.example.test\", \"*.example.test\"]\n\
+             cert = \"{certs}/api.pem\"\nkey = \"{certs}/api.key\"\n\
+             [[cluster]]\nname = \"c\"\nendpoints = [\"127.0.0.1:2\"]\n\
+             tls = {{ ca = \"{certs}/ca.pem\", cert = \"{certs}/client.pem\", key = \"{certs}/client.key\" }}\n"
+        );
+        let checked = |text: &str| Config::parse_with_files(Path::new("test.toml"), text);
+        let c = checked(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.listeners[0].tls.as_ref().unwrap().certificates[0].names.len(), 2);
+        assert!(c.clusters[0].tls.as_ref().unwrap().verify);
+        // A missing file: the field and the path.
+        let e = checked(&text.replace("api.key", "nope.key")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (12, "listener[0].tls.certificates[0].key"), "{e}");
+        assert!(e.message.contains("nope.key") && e.message.contains("cannot read"), "{e}");
+        // A key that is not the certificate's.
+        let e = checked(&text.replacen("default.key", "wildcard.key", 1)).unwrap_err();
+        assert_eq!(e.field, "listener[0].tls.key", "{e}");
+        assert!(e.message.contains("does not match"), "{e}");
+        let e = checked(&text.replace("client.key", "api.key")).unwrap_err();
+        assert_eq!(e.field, "cluster[0].tls.key", "{e}");
+        // Not a certificate at all, and a CA bundle that is not one.
+        let e = checked(&text.replace("api.pem", "api.key")).unwrap_err();
+        assert_eq!(e.field, "listener[0].tls.certificates[0].cert", "{e}");
+        assert!(e.message.contains("no PEM certificate"), "{e}");
+        let e = checked(&text.replacen("ca.pem", "default.key", 1)).unwrap_err();
+        assert_eq!(e.field, "listener[0].tls.client_ca", "{e}");
+        // Settings, checked without reading files.
+        let e = error(&text.replace("\"*.example.test\"", "\"a.*.test\""));
+        assert_eq!(e.field, "listener[0].tls.certificates[0].names", "{e}");
+        let e = error(&text.replace("\"*.example.test\"", "\"API.example.test\""));
+        assert!(e.message.contains("two certificates"), "{e}");
+        let e = error(&text.replace("\"http/1.1\"]", "\"h3\"]"));
+        assert_eq!(e.field, "listener[0].tls.alpn", "{e}");
+        let e = error(&text.replace(&format!("client_ca = \"{certs}/ca.pem\""), "client_auth = \"optional\""));
+        assert_eq!(e.field, "listener[0].tls.client_auth", "{e}");
+        let e = error(&text.replace("alpn = ", "reload_interval = \"0s\"\nalpn = "));
+        assert_eq!(e.field, "listener[0].tls.reload_interval", "{e}");
+        let e = error(&text.replace(", cert = \"", ", sni = \"not a name\", cert = \""));
+        assert_eq!(e.field, "cluster[0].tls.sni", "{e}");
+        let e = error(&text.replace(", key = \"{certs}/client.key\"".replace("{certs}", certs).as_str(), ""));
+        assert_eq!(e.field, "cluster[0].tls.key", "{e}");
+        let e = error(&text.replace("tls = { ca", "tls = { verify = false, ca"));
+        assert_eq!(e.field, "cluster[0].tls.ca", "{e}");
+        let e = error(&text.replace("client_ca = ", "client_auth = \"optional\"\nclient_cx = "));
+        assert!(e.message.contains("client_cx"), "{e}");
+    }
+
+    #[test]
+    fn passthrough_and_proxy_protocol_keys() {
+        let text = format!(
+            "{GOOD}\n[[listener]]\nlisten = \"127.0.0.1:8443\"\nprotocol = \"tls-passthrough\"\n\
+             sni_routes = [{{ server_name = \"A.example.com\", cluster = \"api\" }}, \
+             {{ server_name = \"*.example.org\", cluster = \"web\" }}]\n\
+             proxy_protocol = {{ trusted = [\"10.0.0.0/8\", \"::1\"], required = false }}\n"
+        );
+        let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let l = &c.listeners[2];
+        assert_eq!(l.sni_routes, vec![("a.example.com".to_string(), 1), ("*.example.org".to_string(), 0)]);
+        assert_eq!(l.cluster, None);
+        let rule = l.proxy_protocol.as_ref().unwrap();
+        assert!(!rule.required && rule.trusted.len() == 2 && rule.timeout == Duration::from_secs(3));
+        let e = error(&text.replace("\"::1\"", "\"::1/200\""));
+        assert_eq!(e.field, "listener[2].proxy_protocol.trusted[1]", "{e}");
+        let e = error(&text.replace("[\"10.0.0.0/8\", \"::1\"]", "[]"));
+        assert_eq!(e.field, "listener[2].proxy_protocol.trusted", "{e}");
+        let e = error(&text.replace("*.example.org", "*.exa mple.org"));
+        assert_eq!(e.field, "listener[2].sni_routes[1].server_name", "{e}");
+        let e = error(&text.replace("\"*.example.org\", cluster = \"web\"", "\"*.example.org\", cluster = \"nope\""));
+        assert_eq!(e.field, "listener[2].sni_routes[1].cluster", "{e}");
+        let e = error(&text.replace("protocol = \"tls-passthrough\"", "protocol = \"tcp\"\ncluster = \"web\""));
+        assert_eq!(e.field, "listener[2].sni_routes", "{e}");
+        let bare = "\n[[listener]]\nlisten = \"127.0.0.1:8444\"\nprotocol = \"tls-passthrough\"\n";
+        assert_eq!(error(&format!("{GOOD}{bare}")).field, "listener[2].sni_routes");
+        let c = parse(
+            &GOOD
+                .replace("connect_timeout = \"250ms\"", "upstream = \"http1\"\nproxy_protocol = \"v1\"")
+                .replace("upstream = \"http2\"\n", ""),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.clusters[1].proxy_protocol, Some(ProxyVersion::V1));
+        let e = error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\""));
+        assert_eq!((e.field.as_str(), e.line), ("cluster[1].proxy_protocol", 27), "{e}");
+        assert!(error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v3\"")).message.contains("v3"));
+    }
+
+    #[test]
+    fn limits_ids_and_sticky_cookies_parse_and_their_errors_name_the_field() {
+        let limited = GOOD.replace(
+            "{ cluster = \"web\" },",
+            "{ cluster = \"web\", rate_limit = { rate = 5, key = { header = \"X-Key\" } } },",
+        );
+        let c = parse(&limited).unwrap();
+        let limit = c.listeners[0].routes.routes()[1].rate_limit.clone().unwrap();
+        assert_eq!((limit.burst(), limit.key), (5, Some(LimitKey::Header("x-key".into()))));
+        let e = error(&limited.replace("rate = 5", "rate = 0"));
+        assert_eq!((e.line, e.field.as_str()), (9, "listener[0].routes[1].rate_limit"), "{e}");
+        assert!(e.message.contains("rate"), "{e}");
+        let e = error(&limited.replace("X-Key", "X Key"));
+        assert_eq!(e.field, "listener[0].routes[1].rate_limit.key.header", "{e}");
+        let e = error(&limited.replace("rate = 5", "rate = 5, brust = 2"));
+        assert!(e.message.contains("brust"), "{e}");
+
+        let ids = GOOD.replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\nrequest_id = { response = true }\ntraceparent = true",
+        );
+        let c = parse(&ids).unwrap();
+        let id = c.listeners[0].request_id.clone().unwrap();
+        assert_eq!((id.header.as_str(), id.response, c.listeners[0].traceparent), ("x-request-id", true, true));
+        let e = error(&ids.replace("{ response = true }", "{ header = \"a b\" }"));
+        assert_eq!((e.line, e.field.as_str()), (7, "listener[0].request_id.header"), "{e}");
+
+        let sticky = GOOD.replace(
+            "hash_key = { header = \"x-user\" }",
+            "hash_key = { cookie = \"sid\" }\nsticky_cookie = { ttl = \"1h\", secure = true, same_site = \"strict\" }",
+        );
+        let c = parse(&sticky).unwrap();
+        let cookie = c.clusters[1].sticky_cookie.clone().unwrap();
+        assert_eq!(cookie.set_cookie("sid", "v"), "sid=v; Path=/; Max-Age=3600; Secure; HttpOnly; SameSite=Strict");
+        let e = error(&sticky.replace("{ cookie = \"sid\" }", "{ header = \"sid\" }"));
+        assert_eq!((e.line, e.field.as_str()), (26, "cluster[1].sticky_cookie"), "{e}");
+        assert!(e.message.contains("cookie"), "{e}");
+        let e = error(&sticky.replace("maglev\", table_size = 251", "round-robin\""));
+        assert!(e.message.contains("ring-hash"), "{e}");
+        let e = error(&sticky.replace("ttl = \"1h\"", "path = \"/a;b\""));
+        assert_eq!(e.field, "cluster[1].sticky_cookie", "{e}");
     }
 
     #[test]

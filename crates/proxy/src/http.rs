@@ -23,15 +23,22 @@
 //! [`COPY_LIMIT`](crate::body::COPY_LIMIT)). Every retry spends a token of
 //! the worker's retry budget.
 //!
+//! Before routing, a listener with `request_id` or `traceparent` stamps the
+//! request ([`trace_context`](crate::trace_context)); after it, the route's
+//! rate limit (a [`RateLimiter`](fulcrum_resilience::RateLimiter) shared by
+//! the workers) may refuse it with 429 and `Retry-After`. A cluster with a
+//! `sticky_cookie` gives a request without its cookie a random key to hash
+//! and sets it as the cookie on the response.
+//!
 //! Responses the proxy makes itself are the [`LocalReply`]s: 400 (an
 //! HTTP/1.1 request without `Host` or any with two, RFC 9112 §3.2; a
 //! request body that broke while streaming, such as a chunk size that
-//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 503 (no
-//! endpoint, or the cluster's `max_requests` or `max_connections` reached),
-//! 502 (upstream refused, reset or broke the protocol), 504 (no response
-//! headers within the cluster's `request_timeout`); hyper answers malformed
-//! requests with 400 and oversized heads with 431. All are counted in
-//! [`ProxyStats`].
+//! overflows), 404 (no route), 413 (a body over `max_body_bytes`), 429 (a
+//! route's rate limit), 503 (no endpoint, or the cluster's `max_requests`
+//! or `max_connections` reached), 502 (upstream refused, reset or broke
+//! the protocol), 504 (no response headers within the cluster's
+//! `request_timeout`); hyper answers malformed requests with 400 and
+//! oversized heads with 431. All are counted in [`ProxyStats`].
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -57,13 +64,15 @@ use crate::access_log::{AccessLog, Flags, Record, Trace};
 use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{Pick, WorkerCluster};
-use crate::config::{Cluster, HashKey, RetryOn, RetryPolicy, UpstreamProtocol};
+use crate::config::{Cluster, HashKey, LimitKey, Listener, RetryOn, RetryPolicy, UpstreamProtocol};
 use crate::h1::conn::{ClientUpgrade, LeanUpgrade};
 use crate::h1::UpgradeAnswer;
 use crate::local_reply::{Heard, LocalReply, CONTENT_TYPE};
 use crate::metrics::ProxyStats;
+use crate::proxy_protocol::Addresses;
 use crate::route::{Action, Redirect, Respond, Route, Vars, REQUEST_ID};
 use crate::routing::Routing;
+use crate::trace_context::Stamp;
 use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
 
 /// The body of every response the proxy sends.
@@ -83,6 +92,8 @@ pub struct HttpService {
     pub tls: bool,
     /// The listener's access log, if it has one.
     pub access_log: Option<AccessLog>,
+    /// The worker's generator of request and trace IDs and sticky cookies.
+    pub rng: std::sync::Mutex<fulcrum_balance::Rng>,
 }
 
 /// The response of a reply the proxy makes itself.
@@ -94,6 +105,9 @@ fn local(reply: LocalReply) -> Response<ProxyBody> {
     let mut response = Response::new(Either::Right(Full::new(body)));
     *response.status_mut() = reply.status();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    if let LocalReply::RateLimited(seconds) = reply {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
     response
 }
 
@@ -148,6 +162,8 @@ fn hash_key<B>(policy: &HashKey, req: &Request<B>, peer: SocketAddr) -> Option<u
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// The verified client certificate of a mutual-TLS listener (Envoy's name and format).
+const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
 
 /// Headers that belong to one connection and must not be forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -235,6 +251,8 @@ struct Prepared {
     request_id: Option<HeaderValue>,
     /// The client's address, for response header templates.
     client: SocketAddr,
+    /// The sticky cookie to set on the response (the request had none).
+    sticky: Option<HeaderValue>,
 }
 
 impl Prepared {
@@ -270,6 +288,37 @@ fn authority_of<B>(req: &Request<B>) -> Option<&str> {
 /// The timeout and retry policy of a request: the route's, else the cluster's.
 fn policy<'a>(route: &'a Route, config: &'a Cluster) -> (Duration, &'a RetryPolicy) {
     (route.timeout.unwrap_or(config.request_timeout), route.retries.as_ref().unwrap_or(&config.retries))
+}
+
+/// The header `$request_id` reads: the listener's `request_id.header`, else
+/// `x-request-id`.
+fn id_header(listener: &Listener) -> &HeaderName {
+    listener.request_id.as_ref().map_or(&REQUEST_ID, |r| &r.header)
+}
+
+/// Whether the route's rate limit (if any) lets `req` from `peer` through
+/// at `now`; the refusal says how long to wait.
+fn admit<B>(
+    routing: &Routing,
+    listener: usize,
+    route: usize,
+    req: &Request<B>,
+    peer: &Peer,
+    now: Nanos,
+) -> Result<(), LocalReply> {
+    let Some(limiter) = &routing.limits[listener][route] else { return Ok(()) };
+    let Some(config) = &routing.listeners[listener].routes.routes()[route].rate_limit else { return Ok(()) };
+    let key = match &config.key {
+        None => None,
+        Some(LimitKey::Client) => hash_key(&HashKey::SourceIp, req, peer.addr),
+        Some(LimitKey::Header(name)) => Some(req.headers().get(name.as_str()).map_or(0, |v| xxh64(v.as_bytes(), 0))),
+    };
+    let mut limiter = crate::cluster::lock(limiter);
+    let checked = match key {
+        Some(key) => limiter.check_key(key, now),
+        None => limiter.check(now),
+    };
+    checked.map_err(|limited| LocalReply::RateLimited(limited.retry_after_secs()))
 }
 
 /// Send one try within `timeout`. A request the pool could not send comes
@@ -325,6 +374,15 @@ fn classify(outcome: &Try, grpc: bool, grpc_retry: bool) -> (Option<RetryOn>, Re
     }
 }
 
+/// The request ID back to the client, when the listener says so.
+fn return_id(listener: &Listener, stamp: &Stamp, response: &mut Response<ProxyBody>) {
+    if let (Some(config), Some(id)) = (&listener.request_id, &stamp.request_id) {
+        if config.response {
+            response.headers_mut().insert(config.header.clone(), id.clone());
+        }
+    }
+}
+
 /// Add `flag` to the request's trace, if it has one (only with an access log).
 fn note(trace: &mut Option<&mut Trace>, flag: Flags) {
     if let Some(t) = trace {
@@ -362,20 +420,41 @@ impl HttpService {
         self.reply(reply, trace)
     }
 
+    /// The client of a connection accepted from `peer`: the socket's, or
+    /// the one a PROXY protocol header carries; `None` if the listener's
+    /// rule refuses the connection.
+    pub async fn peer(&self, stream: &mut tokio::net::TcpStream, peer: SocketAddr) -> Option<Arc<Peer>> {
+        let rule = self.routing.borrow().listeners[self.listener].proxy_protocol.clone();
+        let client = crate::proxy_protocol::client_of(stream, peer, rule.as_ref(), &self.stats).await?;
+        Some(Arc::new(Peer::connected(client)))
+    }
+
     /// Serve one request from `peer`. Never fails: every problem becomes a
     /// response. With an access log, the request's record is sent when its
     /// response body ends (at once for the proxy's own answers).
-    pub async fn handle(&self, peer: &Peer, req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
+    pub async fn handle(&self, peer: &Peer, mut req: Request<RequestBody>) -> Result<Response<ProxyBody>, Infallible> {
         // Requests keep the routing they started with, across a reload.
         let routing = self.routing.borrow().clone();
+        let listener = &routing.listeners[self.listener];
+        let stamp = if listener.request_id.is_some() || listener.traceparent {
+            crate::trace_context::stamp(listener, req.headers_mut(), &mut crate::cluster::lock(&self.rng))
+        } else {
+            Stamp::default()
+        };
         let body = Arc::new(ClientFault::default());
         let Some(log) = &self.access_log else {
-            return Ok(self.serve(&routing, peer, req, &body, None).await);
+            let mut response = self.serve(&routing, peer, req, &body, None).await;
+            return_id(listener, &stamp, &mut response);
+            return Ok(response);
         };
         let arrived = Instant::now();
         let mut record = Box::new(arriving(peer.addr, &req));
+        record.client_cert = peer.client_cert.as_ref().map(|c| c.subject.clone());
+        record.request_id = stamp.request_id.as_ref().map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
+        record.trace_id = stamp.trace_id.map(|t| String::from_utf8_lossy(&t).into_owned());
         let mut trace = Trace::default();
         let mut response = self.serve(&routing, peer, req, &body, Some(&mut trace)).await;
+        return_id(listener, &stamp, &mut response);
         record.status = response.status().as_u16();
         record.cluster = trace.cluster.map(|i| routing.clusters[i].shared.config.name.clone());
         record.grpc_status = crate::grpc::status(response.headers());
@@ -405,9 +484,12 @@ impl HttpService {
         }
         // Most listeners route by path alone: only look at the host if a route asks.
         let host = if listener.routes.needs_host() { host_of(&req) } else { None };
-        let Some(route) = listener.routes.find(&req, host.as_deref()) else {
+        let Some((route_index, route)) = listener.routes.find(&req, host.as_deref()) else {
             return self.reply(LocalReply::NoRoute, &mut trace);
         };
+        if let Err(reply) = admit(routing, self.listener, route_index, &req, peer, self.epoch.now()) {
+            return self.reply(reply, &mut trace);
+        }
         let split = match &route.action {
             Action::Forward(split) => split,
             Action::Redirect(redirect) => return self.redirect(redirect, &req, &mut trace),
@@ -419,9 +501,9 @@ impl HttpService {
         }
         let cluster = &routing.clusters[index];
         if is_upgrade(&req) || crate::ext_connect::protocol(&req).is_some() {
-            return self.upgrade(cluster, route, peer, req, trace).await;
+            return self.upgrade(cluster, route, id_header(listener), peer, req, trace).await;
         }
-        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, route, peer, req, body) {
+        match self.prepare(listener, &cluster.shared.config, route, peer, req, body) {
             Ok(prepared) => self.forward(cluster, &routing.pools[index], route, prepared, trace).await,
             Err(reply) => self.reply(reply, &mut trace),
         }
@@ -459,10 +541,10 @@ impl HttpService {
     }
 
     /// Take `req` apart for its tries, or answer it at once: a body
-    /// announced over `max_body`, or headers that cannot be forwarded.
+    /// announced over the listener's `max_body_bytes`, or headers that cannot be forwarded.
     fn prepare(
         &self,
-        max_body: u64,
+        listener: &Listener,
         config: &Cluster,
         route: &Route,
         peer: &Peer,
@@ -470,7 +552,16 @@ impl HttpService {
         fault: &Arc<ClientFault>,
     ) -> Result<Prepared, LocalReply> {
         let (_, retries) = policy(route, config);
-        let key = hash_key(&config.hash_key, &req, peer.addr);
+        let mut key = hash_key(&config.hash_key, &req, peer.addr);
+        let sticky = match (&config.sticky_cookie, &config.hash_key) {
+            (Some(cookie), HashKey::Cookie(name)) if key.is_none() => {
+                let (value, hash) = self.sticky_value();
+                key = Some(hash);
+                HeaderValue::from_str(&cookie.set_cookie(name, &value)).ok()
+            }
+            _ => None,
+        };
+        let max_body = listener.limits.max_body_bytes;
         let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             return Err(LocalReply::BodyTooLarge);
@@ -489,8 +580,12 @@ impl HttpService {
             Some(copy) => Some(LimitedBody::new(body, max_body, fault.clone()).copied(copy.clone())),
             None => Some(LimitedBody::new(body, max_body, fault.clone())),
         };
-        let request_id = if route.response_headers.is_empty() { None } else { parts.headers.get(REQUEST_ID).cloned() };
-        let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream, route) else {
+        let id_header = id_header(listener);
+        let request_id = if route.response_headers.is_empty() { None } else { parts.headers.get(id_header).cloned() };
+        if config.proxy_protocol.is_some() {
+            parts.extensions.insert(peer.addresses());
+        }
+        let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream, route, id_header) else {
             return Err(LocalReply::HeadersNotForwardable);
         };
         let path = upstream_path(&parts, route).ok_or(LocalReply::TargetNotForwardable)?;
@@ -516,7 +611,18 @@ impl HttpService {
             grpc_retry,
             request_id,
             client: peer.addr,
+            sticky,
         })
+    }
+
+    /// A new sticky cookie's value, and its hash: random, so that the first
+    /// pick spreads as the algorithm spreads keys, and the cookie sent back
+    /// hashes to the endpoint that pick chose.
+    fn sticky_value(&self) -> (String, u64) {
+        let bits = crate::cluster::lock(&self.rng).next_u64();
+        let value = format!("{bits:016x}");
+        let hash = xxh64(value.as_bytes(), 0);
+        (value, hash)
     }
 
     /// Try endpoints of `cluster` until one answers or the retry policy
@@ -587,9 +693,13 @@ impl HttpService {
                 note(&mut trace, Flags::RETRIES_EXHAUSTED);
             }
             let upstream = pick.upstream.addr;
+            let sticky = req.sticky.take().filter(|_| matches!(outcome, Try::Response(_)));
             let mut response = self.answer(cluster, pick, outcome, (latency, result), &req.fault, trace);
             if !route.response_headers.is_empty() {
                 response_headers(route, &req, upstream, &mut response);
+            }
+            if let Some(cookie) = sticky {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
             }
             return response;
         }
@@ -642,6 +752,7 @@ impl HttpService {
         &self,
         cluster: &Arc<WorkerCluster>,
         route: &Route,
+        id_header: &HeaderName,
         peer: &Peer,
         mut req: Request<RequestBody>,
         mut trace: Option<&mut Trace>,
@@ -674,7 +785,7 @@ impl HttpService {
             .filter(|p| p.as_str().eq_ignore_ascii_case("websocket"))
             .map(|_| crate::ext_connect::websocket_key());
         let path = upstream_path(&parts, route);
-        let headers = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1, route);
+        let headers = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1, route, id_header);
         let upstream_req = headers.zip(protocol).zip(path).and_then(|((mut headers, protocol), path)| {
             headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             headers.insert(header::UPGRADE, protocol);
@@ -697,9 +808,9 @@ impl HttpService {
         let sent = Instant::now();
         let addr = pick.upstream.addr;
         let answer = async {
-            let stream =
-                tokio::time::timeout(config.connect_timeout, tokio::net::TcpStream::connect(addr)).await.ok()?.ok()?;
-            let _ = stream.set_nodelay(true);
+            let header = config.proxy_protocol.map(|v| crate::proxy_protocol::encode(v, Some(peer.addresses())));
+            let (preface, tls) = (header.as_deref().unwrap_or_default(), cluster.shared.tls.as_deref());
+            let stream = crate::upstream::connect(addr, config.connect_timeout, preface, tls).await?;
             crate::h1::upgrade(stream, &upstream_req).await
         };
         let answer = tokio::time::timeout(request_timeout, answer).await;
@@ -753,6 +864,7 @@ impl HttpService {
         peer: &Peer,
         protocol: UpstreamProtocol,
         route: &Route,
+        id_header: &HeaderName,
     ) -> Option<HeaderMap> {
         let mut headers = std::mem::take(&mut parts.headers);
         // `TE: trailers` is hop-by-hop, but says the next hop passes
@@ -778,19 +890,24 @@ impl HttpService {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         // hyper sizes the map for the headers it parsed: make room for ours in one step.
-        headers.reserve(3);
+        headers.reserve(4);
         let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(prior) => HeaderValue::from_str(&format!("{prior}, {}", peer.ip.to_str().ok()?)).ok()?,
             None => peer.ip.clone(),
         };
         headers.insert(X_FORWARDED_FOR, forwarded_for);
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.tls { "https" } else { "http" }));
+        // Only the listener says who the client is: a copy the client sent is dropped.
+        match &peer.client_cert {
+            Some(cert) => headers.insert(X_FORWARDED_CLIENT_CERT, cert.header.clone()),
+            None => headers.remove(X_FORWARDED_CLIENT_CERT),
+        };
         headers.append(header::VIA, via(parts.version));
         if let Some(host) = route.rewrite.as_ref().and_then(|w| w.host.clone()) {
             headers.insert(header::HOST, host);
         }
         if !route.request_headers.is_empty() {
-            let request_id = headers.get(REQUEST_ID).cloned();
+            let request_id = headers.get(id_header).cloned();
             let name = route.name.as_deref();
             let (client, client_ip) = (peer.addr, Some(&peer.ip));
             let vars = Vars { client, client_ip, request_id: request_id.as_ref(), route: name, upstream: None };
@@ -802,17 +919,36 @@ impl HttpService {
 
 /// The client of a connection, as requests need it.
 pub struct Peer {
-    /// Its address.
+    /// Its address (carried by a PROXY protocol header if its listener
+    /// accepted one).
     pub addr: SocketAddr,
     /// Its IP address as a header value, formatted once per connection.
     pub ip: HeaderValue,
+    /// The address it connected to, when known (sent on in PROXY protocol
+    /// headers).
+    pub destination: Option<SocketAddr>,
+    /// The client certificate it presented and the listener verified
+    /// (mutual TLS).
+    pub client_cert: Option<crate::tls::ClientCert>,
 }
 
 impl Peer {
     /// The peer at `addr`.
     pub fn new(addr: SocketAddr) -> Peer {
         let ip = HeaderValue::from_str(&addr.ip().to_string()).expect("an IP address is a valid header value");
-        Peer { addr, ip }
+        Peer { addr, ip, destination: None, client_cert: None }
+    }
+
+    /// The peer of a connection with `addresses`.
+    pub fn connected(addresses: Addresses) -> Peer {
+        Peer { destination: Some(addresses.destination), ..Peer::new(addresses.source) }
+    }
+
+    /// Its addresses for a PROXY protocol header (the destination unknown:
+    /// the unspecified address, port 0).
+    pub fn addresses(&self) -> Addresses {
+        let unspecified = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
+        Addresses { source: self.addr, destination: self.destination.unwrap_or(unspecified) }
     }
 }
 
@@ -883,6 +1019,9 @@ fn rewrite(
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     *req.version_mut() = version;
+    if let Some(addresses) = parts.extensions.get::<Addresses>() {
+        req.extensions_mut().insert(*addresses);
+    }
     Some(req)
 }
 
@@ -893,7 +1032,7 @@ fn rewrite(
 /// cluster's `max_connections`, given back when the tunnel closes.
 async fn tunnel(
     client: ClientUpgrade,
-    mut upstream: tokio::net::TcpStream,
+    mut upstream: crate::upstream_tls::UpstreamStream,
     early: Bytes,
     done: Completion,
     slot: tokio::sync::OwnedSemaphorePermit,
@@ -991,6 +1130,9 @@ fn arriving<B>(client: SocketAddr, req: &Request<B>) -> Record {
         cluster: None,
         trace: Trace::default(),
         grpc_status: None,
+        client_cert: None,
+        request_id: None,
+        trace_id: None,
     }
 }
 

@@ -65,6 +65,8 @@ pub enum LocalReply {
     Redirect(StatusCode),
     /// A route's configured response (status, body and headers are the route's).
     Respond(StatusCode),
+    /// 429: the route's rate limit; `Retry-After` says these seconds.
+    RateLimited(u64),
 }
 
 /// What the balancer hears of a request answered locally after an
@@ -93,6 +95,7 @@ impl LocalReply {
             NoEndpoint | MaxRequests | MaxConnections => StatusCode::SERVICE_UNAVAILABLE,
             Timeout => StatusCode::GATEWAY_TIMEOUT,
             Redirect(status) | Respond(status) => status,
+            RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -117,6 +120,7 @@ impl LocalReply {
             MaxConnections => "fulcrum: cluster overloaded (max_connections)\n",
             ConnectFailure | UpstreamReset => "fulcrum: upstream connection failed\n",
             Timeout => "fulcrum: upstream did not answer in time\n",
+            RateLimited(_) => "fulcrum: rate limit exceeded\n",
         })
     }
 
@@ -133,6 +137,7 @@ impl LocalReply {
             StatusCode::BAD_GATEWAY => &stats.bad_gateway,
             StatusCode::SERVICE_UNAVAILABLE => &stats.unavailable,
             StatusCode::GATEWAY_TIMEOUT => &stats.gateway_timeout,
+            StatusCode::TOO_MANY_REQUESTS => &stats.rate_limited,
             _ => &stats.bad_request,
         }
     }
@@ -152,6 +157,7 @@ impl LocalReply {
             ConnectFailure => Flags::UPSTREAM_CONNECT_FAILURE,
             CannotResend | UpstreamReset => Flags::UPSTREAM_RESET,
             Timeout => Flags::UPSTREAM_TIMEOUT,
+            RateLimited(_) => Flags::RATE_LIMITED,
         }
     }
 
@@ -188,7 +194,7 @@ mod tests {
 
     use super::*;
 
-    const ALL: [LocalReply; 16] = [
+    const ALL: [LocalReply; 17] = [
         LocalReply::MissingHost,
         LocalReply::TwoHosts,
         LocalReply::BadHead("malformed request line"),
@@ -205,6 +211,7 @@ mod tests {
         LocalReply::ConnectFailure,
         LocalReply::UpstreamReset,
         LocalReply::Timeout,
+        LocalReply::RateLimited(1),
     ];
 
     #[test]

@@ -81,6 +81,8 @@ pub struct ProxyStats {
     pub unavailable: AtomicU64,
     /// 504: no response headers within the request timeout.
     pub gateway_timeout: AtomicU64,
+    /// 429: a route's rate limit.
+    pub rate_limited: AtomicU64,
     /// 413: request body over `max_body_bytes`.
     pub payload_too_large: AtomicU64,
     /// 431: request head over `max_header_bytes` or `limits.max_headers`
@@ -94,15 +96,28 @@ pub struct ProxyStats {
     pub rejected_connections: AtomicU64,
     /// Access log records dropped because a log's queue was full.
     pub access_log_dropped: AtomicU64,
+    /// Connections refused by a listener's `proxy_protocol` rule, by
+    /// [`PROXY_REFUSALS`] reason.
+    pub proxy_protocol_refused: [AtomicU64; PROXY_REFUSALS.len()],
+    /// TLS passthrough connections closed unrouted, by [`PASSTHROUGH_REFUSALS`] reason.
+    pub passthrough_refused: [AtomicU64; PASSTHROUGH_REFUSALS.len()],
 }
+
+/// The `reason` labels of `fulcrum_proxy_protocol_refused_total`.
+pub const PROXY_REFUSALS: [&str; 5] = ["untrusted", "missing", "malformed", "timeout", "closed"];
+/// The `reason` labels of `fulcrum_tls_passthrough_refused_total`: no
+/// ClientHello (not TLS, malformed, too long, too slow, closed), or no
+/// cluster for its server name.
+pub const PASSTHROUGH_REFUSALS: [&str; 2] = ["no-client-hello", "no-route"];
 
 impl ProxyStats {
     /// `(status, count)` pairs for rendering.
-    pub fn local_responses(&self) -> [(u16, u64); 7] {
+    pub fn local_responses(&self) -> [(u16, u64); 8] {
         [
             (400, self.bad_request.load(Relaxed)),
             (404, self.no_route.load(Relaxed)),
             (413, self.payload_too_large.load(Relaxed)),
+            (429, self.rate_limited.load(Relaxed)),
             (431, self.header_too_large.load(Relaxed)),
             (502, self.bad_gateway.load(Relaxed)),
             (503, self.unavailable.load(Relaxed)),

@@ -43,9 +43,11 @@ use crate::h1::conn::{Io, Rewind};
 use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
-use crate::routing::Routing;
+use crate::routing::{route_limits, RouteLimits, Routing};
 use crate::shutdown::{stopping, Stop};
+use crate::tls::{Certificates, ListenerTls};
 use crate::upstream::UpstreamPool;
+use tokio_rustls::TlsAcceptor;
 
 pub use crate::error::ServeError;
 
@@ -62,6 +64,8 @@ pub struct Proxy {
     clusters: watch::Sender<Vec<Arc<SharedCluster>>>,
     /// Each worker's routing.
     routing: Vec<watch::Sender<Arc<Routing>>>,
+    /// The TLS listeners' certificates, read again on a reload.
+    certificates: Vec<Arc<Certificates>>,
 }
 
 /// How long a shutdown waits for requests in flight, unless told otherwise.
@@ -93,13 +97,29 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
+/// A seed for a worker's request and trace IDs: unlike the balancers'
+/// seeds, different at every start (one clock read, at start).
+fn id_seed(listener: usize) -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut state = (now.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32) ^ listener as u64;
+    let thread = std::thread::current().id();
+    state ^= xxhash_rust::xxh64::xxh64(format!("{thread:?}").as_bytes(), 0);
+    fulcrum_balance::Rng::new(state).next_u64()
+}
+
 fn worker_seed(config: &Config, worker: usize, cluster: usize) -> u64 {
     config.seed.wrapping_add(worker as u64) ^ ((cluster as u64) << 32)
 }
 
 /// Routing for `worker` under `config`, reusing what `previous` had for
 /// clusters of the same name.
-fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previous: Option<&Routing>) -> Arc<Routing> {
+fn routing(
+    config: &Config,
+    worker: usize,
+    shared: &[Arc<SharedCluster>],
+    previous: Option<&Routing>,
+    limits: &Arc<RouteLimits>,
+) -> Arc<Routing> {
     let mut clusters = Vec::with_capacity(shared.len());
     let mut pools = Vec::with_capacity(shared.len());
     for (i, s) in shared.iter().enumerate() {
@@ -108,19 +128,27 @@ fn routing(config: &Config, worker: usize, shared: &[Arc<SharedCluster>], previo
             Some((&p.clusters[j], &p.pools[j]))
         });
         clusters.push(WorkerCluster::new(s.clone(), worker_seed(config, worker, i), old.map(|o| o.0.as_ref())));
-        let same_pool = old.is_some_and(|(c, _)| {
-            let (a, b) = (&c.shared.config, &s.config);
-            a.upstream == b.upstream
-                && a.connect_timeout == b.connect_timeout
-                && a.max_connections == b.max_connections
-                && a.max_pending == b.max_pending
-        });
+        // A TLS cluster's pool starts anew: a reload may bring new files.
+        let same_pool = s.tls.is_none()
+            && old.is_some_and(|(c, _)| {
+                let (a, b) = (&c.shared.config, &s.config);
+                a.upstream == b.upstream
+                    && a.tls == b.tls
+                    && a.connect_timeout == b.connect_timeout
+                    && a.max_connections == b.max_connections
+                    && a.max_pending == b.max_pending
+                    && a.proxy_protocol == b.proxy_protocol
+            });
         pools.push(match old {
             Some((_, pool)) if same_pool => pool.clone(),
-            _ => UpstreamPool::new(s.config.upstream, s.config.connect_timeout, s.connections.clone()),
+            _ => {
+                let c = &s.config;
+                let tls = s.tls.clone();
+                UpstreamPool::with_tls(c.upstream, c.connect_timeout, s.connections.clone(), c.proxy_protocol, tls)
+            }
         });
     }
-    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools })
+    Arc::new(Routing { listeners: config.listeners.clone(), clusters, pools, limits: limits.clone() })
 }
 
 impl Proxy {
@@ -134,8 +162,15 @@ impl Proxy {
         let tls: Vec<_> = config
             .listeners
             .iter()
-            .map(|l| l.tls.as_ref().map(|t| crate::tls::acceptor(t, l.protocol == ListenerProtocol::Http2)).transpose())
+            .map(|l| {
+                l.tls
+                    .as_ref()
+                    .map(|t| crate::tls::acceptor(l.listen, t, l.protocol == ListenerProtocol::Http2))
+                    .transpose()
+            })
             .collect::<Result<_, _>>()?;
+        let certificates: Vec<_> = tls.iter().flatten().map(|t: &ListenerTls| t.certificates.clone()).collect();
+        let tls: Vec<Option<TlsAcceptor>> = tls.into_iter().map(|t| t.map(|t| t.acceptor)).collect();
 
         let mut listen_addrs = Vec::new();
         // sockets[worker][listener]
@@ -172,8 +207,9 @@ impl Proxy {
         let (clusters_tx, clusters_rx) = watch::channel(shared.clone());
         let mut threads = Vec::new();
         let mut routing_tx = Vec::new();
+        let limits = route_limits(&config, None);
         for (worker, sockets) in sockets.into_iter().enumerate() {
-            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None));
+            let (tx, rx) = watch::channel(routing(&config, worker, &shared, None, &limits));
             routing_tx.push(tx);
             let job = Worker {
                 sockets,
@@ -195,6 +231,7 @@ impl Proxy {
         let control = Control {
             admin: admin_socket.map(|s| (s, Arc::new(Admin { clusters: clusters_rx.clone(), stats, epoch }))),
             clusters: clusters_rx,
+            certificates: certificates.clone(),
             stopped,
         };
         threads.push(std::thread::Builder::new().name("fulcrum-control".into()).spawn(move || match runtime() {
@@ -210,6 +247,7 @@ impl Proxy {
             threads,
             epoch,
             config: Mutex::new(config),
+            certificates,
             clusters: clusters_tx,
             routing: routing_tx,
         })
@@ -245,6 +283,7 @@ impl Proxy {
                 && a.limits == b.limits
                 && a.http1_server == b.http1_server
                 && a.access_log == b.access_log
+                && a.proxy_protocol == b.proxy_protocol
         };
         if next.listeners.len() != config.listeners.len()
             || !next.listeners.iter().zip(&config.listeners).all(|(a, b)| same_listener(a, b))
@@ -263,12 +302,18 @@ impl Proxy {
                 SharedCluster::new(c.clone(), self.epoch, previous.map(|p| p.as_ref()))
             })
             .collect();
+        let limits = route_limits(&next, self.routing.first().map(|tx| tx.borrow().clone()).as_deref());
         for (worker, tx) in self.routing.iter().enumerate() {
             let previous = tx.borrow().clone();
-            tx.send_replace(routing(&next, worker, &shared, Some(&previous)));
+            tx.send_replace(routing(&next, worker, &shared, Some(&previous), &limits));
         }
         self.clusters.send_replace(shared);
         *config = next;
+        // The listeners' certificate files are read again (they were checked
+        // with the configuration).
+        for c in &self.certificates {
+            c.refresh();
+        }
         Ok(())
     }
 
@@ -287,7 +332,7 @@ impl Proxy {
 struct Worker {
     sockets: Vec<std::net::TcpListener>,
     routing: watch::Receiver<Arc<Routing>>,
-    tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
+    tls: Vec<Option<TlsAcceptor>>,
     permits: Vec<Arc<Semaphore>>,
     /// Each listener's access log, if it has one.
     logs: Vec<Option<AccessLog>>,
@@ -343,10 +388,11 @@ impl Worker {
                 epoch: self.epoch,
                 tls: tls.is_some(),
                 access_log,
+                rng: std::sync::Mutex::new(fulcrum_balance::Rng::new(id_seed(index))),
             });
             accept_loops.push(match listener.protocol {
                 ListenerProtocol::Http | ListenerProtocol::Http2 => tokio::spawn(accept.http(service, listener, tls)),
-                ListenerProtocol::Tcp => tokio::spawn(accept.tcp(service)),
+                ListenerProtocol::Tcp | ListenerProtocol::TlsPassthrough => tokio::spawn(accept.tcp(service)),
             });
         }
         for a in accept_loops {
@@ -396,7 +442,7 @@ impl Accept {
         }
     }
 
-    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<tokio_rustls::TlsAcceptor>) {
+    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
         let limits = listener.limits.clone();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
@@ -429,7 +475,7 @@ impl Accept {
                 idle_timeout: limits.idle_timeout,
             })
         });
-        while let Some((stream, peer, permit)) = self.next().await {
+        while let Some((mut stream, peer, permit)) = self.next().await {
             let _ = stream.set_nodelay(true);
             let service = service.clone();
             let builder = builder.clone();
@@ -438,7 +484,7 @@ impl Accept {
             let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
             let limits = limits.clone();
             tokio::spawn(async move {
-                let peer = Arc::new(crate::http::Peer::new(peer));
+                let Some(mut peer) = service.peer(&mut stream, peer).await else { return };
                 // On a plain HTTP/2-only listener a second handle on the
                 // socket outlives hyper's, for a lingering close.
                 let (stream, spare) = match (&tls, h2_only) {
@@ -453,6 +499,10 @@ impl Accept {
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
                         let Ok(Ok(stream)) = handshake.await else { return };
+                        // The peer was made for this connection: nothing else holds it yet.
+                        if let Some(peer) = Arc::get_mut(&mut peer) {
+                            peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
+                        }
                         Box::new(Counted::new(stream, permit))
                     }
                 };
@@ -476,16 +526,13 @@ impl Accept {
         }
     }
 
+    /// A TCP or TLS passthrough listener's accept loop.
     async fn tcp(mut self, service: Arc<HttpService>) {
         while let Some((stream, peer, permit)) = self.next().await {
-            let routing = service.routing.borrow().clone();
-            let Some(cluster) = routing.listeners[service.listener].cluster.map(|i| routing.clusters[i].clone()) else {
-                continue;
-            };
-            let epoch = service.epoch;
+            let service = service.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                crate::tcp::proxy(cluster, epoch, stream, peer).await;
+                crate::tcp::serve(service, stream, peer).await;
             });
         }
     }
@@ -584,6 +631,8 @@ impl Drop for ActiveGuard {
 struct Control {
     admin: Option<(std::net::TcpListener, Arc<Admin>)>,
     clusters: watch::Receiver<Vec<Arc<SharedCluster>>>,
+    /// The TLS listeners' certificates, watched for changes of their files.
+    certificates: Vec<Arc<Certificates>>,
     stopped: watch::Receiver<Stop>,
 }
 
@@ -612,6 +661,9 @@ impl Control {
         let mut clusters = self.clusters.clone();
         let mut stopped = self.stopped.clone();
         let mut tasks = self.spawn_cluster_tasks(&clusters.borrow_and_update());
+        for c in &self.certificates {
+            tokio::spawn(c.clone().watch(self.stopped.clone()));
+        }
         let supervisor = async {
             loop {
                 tokio::select! {

@@ -13,6 +13,11 @@
 //! closed before taking it hands it back, and it goes out on another
 //! connection as if nothing happened.
 //!
+//! A cluster that sends the PROXY protocol (`proxy_protocol`) writes the
+//! client's header first on each new connection, and a connection then
+//! serves that one request and closes: pooled, it would carry another
+//! client's request under the first one's address.
+//!
 //! Circuit breaking ([`ConnectionLimit`], Envoy's connection and
 //! pending-request limits): at most `max_connections` connections open to a
 //! cluster's endpoints over all workers, and at most `max_pending` requests
@@ -34,8 +39,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::UpstreamBody;
-use crate::config::UpstreamProtocol;
+use crate::config::{ProxyVersion, UpstreamProtocol};
 use crate::h1::{self, ExchangeError};
+use crate::proxy_protocol::Addresses;
+use crate::upstream_tls::{UpstreamStream, UpstreamTls};
 
 /// An upstream response's body: read by [`h1`] or by hyper's HTTP/2 client.
 pub type ResponseBody = Either<h1::ResponseBody<Lease>, hyper::body::Incoming>;
@@ -120,6 +127,10 @@ struct Connections {
 /// The upstream connections of one cluster on one worker.
 pub struct UpstreamPool {
     protocol: UpstreamProtocol,
+    /// The PROXY protocol header each connection starts with, if any.
+    proxy_protocol: Option<ProxyVersion>,
+    /// TLS to the endpoints (after any PROXY protocol header), if the cluster has it.
+    tls: Option<Arc<UpstreamTls>>,
     connect_timeout: Duration,
     limit: Arc<ConnectionLimit>,
     connections: Mutex<Connections>,
@@ -143,6 +154,9 @@ pub struct Lease {
 impl h1::GiveBack for Lease {
     /// The exchange is over: `conn` may carry the next request.
     fn give_back(self, conn: h1::Connection) {
+        if self.pool.proxy_protocol.is_some() {
+            return; // Its header named the client of the request it served.
+        }
         let mut c = self.pool.lock();
         let stack = c.idle.entry(self.addr).or_default();
         if stack.len() < MAX_IDLE_PER_ENDPOINT {
@@ -152,9 +166,27 @@ impl h1::GiveBack for Lease {
 }
 
 impl UpstreamPool {
-    /// A pool speaking `protocol`, connecting within `connect_timeout`, under `limit`.
-    pub fn new(protocol: UpstreamProtocol, connect_timeout: Duration, limit: Arc<ConnectionLimit>) -> Arc<Self> {
-        Arc::new(UpstreamPool { protocol, connect_timeout, limit, connections: Mutex::default() })
+    /// A pool speaking `protocol`, connecting within `connect_timeout`, under
+    /// `limit`, sending the `proxy_protocol` header on each connection.
+    pub fn new(
+        protocol: UpstreamProtocol,
+        connect_timeout: Duration,
+        limit: Arc<ConnectionLimit>,
+        proxy_protocol: Option<ProxyVersion>,
+    ) -> Arc<Self> {
+        Self::with_tls(protocol, connect_timeout, limit, proxy_protocol, None)
+    }
+
+    /// A pool as [`new`](Self::new) makes, with TLS to the endpoints when `tls` is given.
+    pub fn with_tls(
+        protocol: UpstreamProtocol,
+        connect_timeout: Duration,
+        limit: Arc<ConnectionLimit>,
+        proxy_protocol: Option<ProxyVersion>,
+        tls: Option<Arc<UpstreamTls>>,
+    ) -> Arc<Self> {
+        let connections = Mutex::default();
+        Arc::new(UpstreamPool { protocol, proxy_protocol, tls, connect_timeout, limit, connections })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connections> {
@@ -183,7 +215,12 @@ impl UpstreamPool {
         let lease = || Lease { pool: self.clone(), addr };
         // Pooled connections first. One that closed before taking the
         // request gives it back, and the next is tried.
-        while let Some(conn) = self.pooled_http1(addr) {
+        let header = self.proxy_protocol.map(|v| {
+            // Kept on the request: a try that comes back unsent goes out again.
+            let client = req.extensions().get::<Addresses>().copied();
+            crate::proxy_protocol::encode(v, client)
+        });
+        while let Some(conn) = header.is_none().then(|| self.pooled_http1(addr)).flatten() {
             match conn.exchange(req, lease(), true).await {
                 Ok(response) => return Ok(response.map(Either::Left)),
                 Err(ExchangeError::Unsent(unsent)) => req = *unsent,
@@ -191,7 +228,7 @@ impl UpstreamPool {
             }
         }
         let connecting = Instant::now();
-        let (stream, permit) = match self.connect(addr).await {
+        let (stream, permit) = match self.connect(addr, header.as_deref().unwrap_or_default()).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
@@ -224,7 +261,7 @@ impl UpstreamPool {
             }
         }
         let connecting = Instant::now();
-        let (stream, permit) = match self.connect(addr).await {
+        let (stream, permit) = match self.connect(addr, &[]).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
@@ -272,7 +309,7 @@ impl UpstreamPool {
         }
         c.swept = Some(now);
         c.idle.retain(|_, stack| {
-            stack.retain(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
+            stack.retain_mut(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
             !stack.is_empty()
         });
         c.shared.retain(|_, conns| {
@@ -287,7 +324,7 @@ impl UpstreamPool {
         let mut c = self.lock();
         Self::sweep(&mut c, now);
         let stack = c.idle.get_mut(&addr)?;
-        while let Some(i) = stack.pop() {
+        while let Some(mut i) = stack.pop() {
             if now.duration_since(i.since) < IDLE_TIMEOUT && !i.conn.is_closed() {
                 return Some(i.conn);
             }
@@ -304,16 +341,38 @@ impl UpstreamPool {
         conns.first().cloned()
     }
 
-    /// A new TCP connection to `addr` with its permit, under the cluster's limit.
-    async fn connect(&self, addr: SocketAddr) -> Result<(TcpStream, OwnedSemaphorePermit), Refused> {
+    /// A new connection to `addr` (TCP, and TLS if the cluster has it)
+    /// with its permit, under the cluster's limit.
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        preface: &[u8],
+    ) -> Result<(UpstreamStream, OwnedSemaphorePermit), Refused> {
         let permit = self.limit.acquire().await.ok_or(Refused::Overflow)?;
-        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(_)) | Err(_) => return Err(Refused::Connect),
-        };
-        // Requests and responses are small writes that should leave at once.
-        let _ = stream.set_nodelay(true);
+        let stream = connect(addr, self.connect_timeout, preface, self.tls.as_deref()).await.ok_or(Refused::Connect)?;
         Ok((stream, permit))
+    }
+}
+
+/// A new connection to `addr`: TCP within `timeout`, `preface` (a PROXY
+/// protocol header, or nothing) written, then the TLS handshake within
+/// `timeout` again when `tls` is given. `None` when any of it failed (a TLS
+/// failure is counted and logged by `tls`).
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    preface: &[u8],
+    tls: Option<&UpstreamTls>,
+) -> Option<UpstreamStream> {
+    let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.ok()?.ok()?;
+    // Requests and responses are small writes that should leave at once.
+    let _ = stream.set_nodelay(true);
+    if !preface.is_empty() {
+        tokio::io::AsyncWriteExt::write_all(&mut stream, preface).await.ok()?;
+    }
+    match tls {
+        None => Some(UpstreamStream::Plain(stream)),
+        Some(tls) => tls.handshake(addr, stream, timeout).await,
     }
 }
 
@@ -370,7 +429,7 @@ mod tests {
 
     fn pool(max_connections: usize, max_pending: usize) -> Arc<UpstreamPool> {
         let limit = ConnectionLimit::new(max_connections, max_pending);
-        UpstreamPool::new(UpstreamProtocol::Http1, Duration::from_secs(1), limit)
+        UpstreamPool::new(UpstreamProtocol::Http1, Duration::from_secs(1), limit, None)
     }
 
     /// An upstream that answers each request on one connection with the

@@ -362,6 +362,7 @@ impl<'a> Engine<'a> {
             stats: ResilienceStats {
                 first_ejection: vec![None; n_servers],
                 time_to_ejection: vec![None; n_servers],
+                rate_limited: resilience.rate_limit.as_ref().map(|_| 0),
                 ..ResilienceStats::default()
             },
         })
@@ -569,7 +570,16 @@ impl<'a> Engine<'a> {
     /// A request arrives at its balancer: its first try.
     fn at_balancer(&mut self, req: u32, gen: u32, q: &mut Events) {
         if !self.guards.is_empty() {
-            let b = self.requests[req as usize].balancer as usize;
+            let r = &self.requests[req as usize];
+            let (b, client, measured) = (r.balancer as usize, r.client, r.measured);
+            if !self.guards[b].admit(client, self.now) {
+                // Refused (a 429): answered at once, as failed.
+                if measured {
+                    *self.stats.rate_limited.get_or_insert(0) += 1;
+                }
+                self.send(Pair::LbClient(client), Ev::BackAtClient { req, gen, ok: false }, q);
+                return;
+            }
             if let Some(budget) = &mut self.guards[b].budget {
                 budget.deposit(self.now);
             }

@@ -166,6 +166,8 @@ pub struct ResilienceSummary {
     /// Per server: milliseconds from its failure (or slow-down) to its first
     /// ejection, mean over the runs that ejected it while failing.
     pub time_to_ejection_ms: Vec<Option<f64>>,
+    /// Requests the rate limit refused per run (`None` without a limit).
+    pub rate_limited: Option<f64>,
 }
 
 impl ResilienceSummary {
@@ -188,6 +190,10 @@ impl ResilienceSummary {
             panic_seconds: mean(&|r| r.panic as f64 / 1e9),
             first_ejection_s: per_server(&|r, s| r.first_ejection[s], 1e9),
             time_to_ejection_ms: per_server(&|r, s| r.time_to_ejection[s], 1e6),
+            rate_limited: runs
+                .iter()
+                .all(|r| r.rate_limited.is_some())
+                .then(|| mean(&|r| r.rate_limited.unwrap_or(0) as f64)),
         }
     }
 }
@@ -251,6 +257,9 @@ pub struct Report {
     pub events: u64,
     /// Wall-clock time of the simulation.
     pub wall_seconds: f64,
+    /// What produced the report, when the caller says
+    /// (`fulcrum sim` and the Python package do; none leaves it out).
+    pub provenance: Option<fulcrum_workload::report::Provenance>,
 }
 
 /// A plan that cannot run.
@@ -312,5 +321,6 @@ pub fn simulate(scenario: &Scenario, plan: &Plan, progress: Option<&AtomicU64>) 
         simulated_requests,
         events,
         wall_seconds: started.elapsed().as_secs_f64(),
+        provenance: None,
     })
 }

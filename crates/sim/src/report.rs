@@ -6,7 +6,7 @@
 //! algorithm's min / median / max share and the five most and least loaded
 //! servers; the CSV files keep every server). The JSON
 //! shape is fixed so that other tools can read it:
-//! `{"scenario", "seed", ["runs"], "results": [{"algorithm", "requests",
+//! `{["provenance"], "scenario", "seed", ["runs"], "results": [{"algorithm", "requests",
 //! "failed", "latency_ms": {…}, ["ci95_ms": {…}], "requests_per_server"}],
 //! "simulated_requests", "wall_seconds"}`.
 //!
@@ -24,7 +24,7 @@ use std::fmt::{Display, Write as _};
 use std::io;
 use std::path::Path;
 
-use fulcrum_workload::report::{write_csv_files, Csv};
+use fulcrum_workload::report::{write_csv_files, Csv, Provenance};
 use serde::Serialize;
 
 use crate::stats::{Summary, FIGURES};
@@ -172,6 +172,16 @@ fn resilience_table(out: &mut String, report: &Report) {
             let _ = writeln!(out, "First ejections, {name}: {}", firsts.join(", "));
         }
     }
+    for a in &report.results {
+        if let Some(limited) = a.resilience.as_ref().and_then(|r| r.rate_limited) {
+            let share = if a.requests > 0.0 { 100.0 * limited / a.requests } else { 0.0 };
+            let _ = writeln!(
+                out,
+                "Rate limited, {}: {limited:.0} of {:.0} requests ({share:.1} %)",
+                a.algorithm, a.requests
+            );
+        }
+    }
 }
 
 fn header(out: &mut String) {
@@ -196,6 +206,8 @@ fn row(out: &mut String, a: &AlgorithmReport, s: &Summary, counts: bool) {
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provenance: Option<&'a Provenance>,
     scenario: &'a str,
     seed: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,6 +238,8 @@ struct JsonResilience {
     panic_seconds: f64,
     first_ejection_s: Vec<Option<f64>>,
     time_to_ejection_ms: Vec<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limited: Option<u64>,
 }
 
 impl JsonResilience {
@@ -237,6 +251,7 @@ impl JsonResilience {
             panic_seconds: r.panic_seconds,
             first_ejection_s: r.first_ejection_s.clone(),
             time_to_ejection_ms: r.time_to_ejection_ms.clone(),
+            rate_limited: r.rate_limited.map(|n| n.round() as u64),
         }
     }
 }
@@ -246,6 +261,7 @@ impl JsonResilience {
 pub fn json(report: &Report) -> String {
     let many = report.runs > 1;
     let doc = JsonReport {
+        provenance: report.provenance.as_ref(),
         scenario: &report.scenario,
         seed: report.seed,
         runs: many.then_some(report.runs),
@@ -269,7 +285,8 @@ pub fn json(report: &Report) -> String {
 }
 
 /// Write `summary.csv` (one row per run), `requests_per_server.csv`,
-/// `cdf.csv` and `share.csv` (per run) into `dir`, creating it if needed.
+/// `cdf.csv` and `share.csv` (per run) into `dir`, creating it if needed,
+/// each opened by the report's provenance when it has one.
 pub fn write_csv(report: &Report, dir: &Path) -> io::Result<()> {
     let figures: Vec<String> = FIGURES.iter().map(|(name, _)| format!("{name}_ms")).collect();
     let mut header = vec!["algorithm", "seed", "requests", "failed"];
@@ -301,5 +318,5 @@ pub fn write_csv(report: &Report, dir: &Path) -> io::Result<()> {
     }
     let files =
         [("summary.csv", &summary), ("requests_per_server.csv", &per_server), ("cdf.csv", &cdf), ("share.csv", &share)];
-    write_csv_files(dir, &files)
+    write_csv_files(dir, &files, report.provenance.as_ref())
 }

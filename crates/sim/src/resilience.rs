@@ -17,8 +17,8 @@ use std::str::FromStr;
 
 use fulcrum_balance::{Balancer, Endpoint, EndpointId, Nanos};
 use fulcrum_resilience::{
-    Change, CheckThresholds, ClusterHealth, HealthConfig, OutlierConfig, RetryBudget, RetryOn, RetryPolicy,
-    SlowStartConfig, Snapshot, STEP,
+    Change, CheckThresholds, ClusterHealth, HealthConfig, LimitKey, OutlierConfig, RateLimitConfig, RateLimiter,
+    RetryBudget, RetryOn, RetryPolicy, SlowStartConfig, Snapshot, STEP,
 };
 
 use crate::dist::nanos;
@@ -43,6 +43,9 @@ pub struct Resilience {
     /// simulated component sends checks yet); a driver that feeds
     /// [`Guard::record_check`] does.
     pub health_check: Option<CheckThresholds>,
+    /// A rate limit in front of the cluster, at each balancer (`rate_limit`):
+    /// the proxy's limiter.
+    pub rate_limit: Option<RateLimitConfig>,
 }
 
 impl Default for Resilience {
@@ -53,6 +56,7 @@ impl Default for Resilience {
             retries: None,
             panic_threshold: 50.0,
             health_check: None,
+            rate_limit: None,
         }
     }
 }
@@ -75,7 +79,10 @@ impl Resilience {
 
     /// Whether any mechanism is on (the report then has a resilience part).
     pub fn enabled(&self) -> bool {
-        self.outlier_detection.is_some() || self.slow_start.is_some() || self.retries.is_some()
+        self.outlier_detection.is_some()
+            || self.slow_start.is_some()
+            || self.retries.is_some()
+            || self.rate_limit.is_some()
     }
 
     /// Whether the balancers' endpoint sets are managed (ejection or slow start).
@@ -94,6 +101,7 @@ impl Resilience {
                     r.budget = None;
                 }
             }
+            Mechanism::RateLimit => self.rate_limit = None,
         }
     }
 }
@@ -109,6 +117,8 @@ pub enum Mechanism {
     Retries,
     /// `retry-budget`: retries stay on, without their budget.
     RetryBudget,
+    /// `rate-limit`.
+    RateLimit,
 }
 
 impl FromStr for Mechanism {
@@ -120,7 +130,10 @@ impl FromStr for Mechanism {
             "slow-start" => Ok(Mechanism::SlowStart),
             "retries" | "retry" => Ok(Mechanism::Retries),
             "retry-budget" | "budget" => Ok(Mechanism::RetryBudget),
-            other => Err(format!("unknown mechanism {other:?} (outlier-detection, slow-start, retries, retry-budget)")),
+            "rate-limit" => Ok(Mechanism::RateLimit),
+            other => Err(format!(
+                "unknown mechanism {other:?} (outlier-detection, slow-start, retries, retry-budget, rate-limit)"
+            )),
         }
     }
 }
@@ -175,6 +188,8 @@ pub struct ResilienceStats {
     pub time_to_ejection: Vec<Option<Nanos>>,
     /// Time spent in panic, mean over the balancers.
     pub panic: Nanos,
+    /// Measured requests the rate limit refused (`None` without one).
+    pub rate_limited: Option<u64>,
 }
 
 /// One balancer's resilience state: a thin adapter over
@@ -195,6 +210,8 @@ pub struct Guard {
     panic_since: Option<Nanos>,
     /// Time spent in panic so far.
     pub panic_total: Nanos,
+    /// The rate limit, and whether it keeps a bucket per client.
+    limiter: Option<(RateLimiter, bool)>,
 }
 
 impl Guard {
@@ -213,6 +230,19 @@ impl Guard {
             budget: r.retries.as_ref().and_then(|x| x.budget.clone()).map(|b| RetryBudget::new(b).expect("validated")),
             panic_since: None,
             panic_total: 0,
+            limiter: r
+                .rate_limit
+                .as_ref()
+                .map(|l| (RateLimiter::new(l).expect("validated"), l.key == Some(LimitKey::Client))),
+        }
+    }
+
+    /// Whether the rate limit (if any) lets a request of `client` through at `now`.
+    pub fn admit(&mut self, client: u32, now: Nanos) -> bool {
+        match &mut self.limiter {
+            None => true,
+            Some((limiter, true)) => limiter.check_key(u64::from(client), now).is_ok(),
+            Some((limiter, false)) => limiter.check(now).is_ok(),
         }
     }
 

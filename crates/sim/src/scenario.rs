@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
 use fulcrum_config::Source;
-use fulcrum_resilience::{OutlierConfig, RetryOn, RetryPolicy, SlowStart, SlowStartConfig};
+use fulcrum_resilience::{LimitKey, OutlierConfig, RateLimitConfig, RetryOn, RetryPolicy, SlowStart, SlowStartConfig};
 use serde::Deserialize;
 
 use crate::resilience::Resilience;
@@ -252,6 +252,7 @@ struct RawScenario {
     slow_start: Option<SlowStartConfig>,
     retries: Option<RetryPolicy>,
     panic_threshold: Option<f64>,
+    rate_limit: Option<RateLimitConfig>,
 }
 
 fn default_seed() -> u64 {
@@ -721,7 +722,19 @@ fn resilience(
         Some(p) if (0.0..=100.0).contains(&p) => p,
         Some(p) => return Err(src.error_in("panic_threshold", format!("{p} must be a percentage in 0..=100"))),
     };
-    Ok(Resilience { outlier_detection, slow_start, retries, panic_threshold, health_check: None })
+    Ok(Resilience { outlier_detection, slow_start, retries, panic_threshold, health_check: None, rate_limit: None })
+}
+
+/// The rate limit in front of the cluster, by the proxy's rules; simulated
+/// requests carry no headers, so a limit is for all or per client.
+fn rate_limit(limit: Option<RateLimitConfig>, src: &Source) -> Result<Option<RateLimitConfig>, ScenarioError> {
+    if let Some(l) = &limit {
+        l.validate().map_err(|m| src.error_in("rate_limit", m))?;
+        if let Some(LimitKey::Header(_)) = l.key {
+            return Err(src.error_in("rate_limit.key", "simulated requests have no headers: use key = \"client\""));
+        }
+    }
+    Ok(limit)
 }
 
 impl Scenario {
@@ -749,6 +762,18 @@ impl Scenario {
         Scenario::read(text, Path::new(origin), &[], default_name, base_dir)
     }
 
+    /// [`Scenario::parse`] with `sets` applied to the document first, as
+    /// [`Scenario::load_with`] does for a file.
+    pub fn parse_with(
+        text: &str,
+        origin: &Path,
+        sets: &[String],
+        default_name: &str,
+        base_dir: &Path,
+    ) -> Result<Scenario, ScenarioError> {
+        Scenario::read(text, origin, sets, default_name, base_dir)
+    }
+
     fn read(
         text: &str,
         file: &Path,
@@ -769,7 +794,8 @@ impl Scenario {
         // Stable: events at the same time keep file order.
         events.sort_by_key(|e| e.at);
         algorithm_tables(&raw.algorithm, &servers, &src)?;
-        let resilience = resilience(raw.outlier_detection, raw.slow_start, raw.retries, raw.panic_threshold, &src)?;
+        let mut resilience = resilience(raw.outlier_detection, raw.slow_start, raw.retries, raw.panic_threshold, &src)?;
+        resilience.rate_limit = rate_limit(raw.rate_limit, &src)?;
         if raw.algorithms.is_empty() {
             return Err(src.error_in("algorithms", "the list is empty"));
         }
@@ -850,6 +876,17 @@ service = "5ms"
         let e = error(text, sets);
         assert!(e.to_string().starts_with(&format!("t.toml:{}:{}: {}: ", e.line, e.column, e.field)), "{e}");
         (e.line, e.column, e.field)
+    }
+
+    #[test]
+    fn a_rate_limit_is_checked_by_the_proxys_rules() {
+        let limited = format!("{MINIMAL}\n[rate_limit]\nrate = 100\nkey = \"client\"\n");
+        let s = parse(&limited).unwrap();
+        assert_eq!(s.resilience.rate_limit.as_ref().map(|l| l.burst()), Some(100));
+        assert!(s.resilience.enabled());
+        assert_eq!(error(&limited.replace("rate = 100", "rate = -1"), &[]).field, "rate_limit");
+        let header = limited.replace("\"client\"", "{ header = \"x\" }");
+        assert_eq!(error(&header, &[]).field, "rate_limit.key");
     }
 
     #[test]

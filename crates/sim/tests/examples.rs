@@ -49,3 +49,20 @@ fn fifty_servers_one_slow_shows_the_tail_the_tutorial_describes() {
     assert!(pe.share_of(slow) < lr.share_of(slow), "peak-ewma share {}", pe.share_of(slow));
     assert!(pe.latency.p99 < lr.latency.p99 && lr.latency.p99 < 30.0, "p99 {} {}", pe.latency.p99, lr.latency.p99);
 }
+
+#[test]
+fn a_rate_limit_shapes_the_burst_of_rate_limit_burst() {
+    let limited = run("rate-limit-burst.toml");
+    let mut s = Scenario::load(&examples().join("rate-limit-burst.toml")).unwrap();
+    s.resilience.disable(fulcrum_sim::Mechanism::RateLimit);
+    let open = simulate(&s, &Plan::for_scenario(&s), None).unwrap();
+    let (with, without) = (result(&limited, "least-request"), result(&open, "least-request"));
+    // 2,000 req/s offered, 1,200 allowed (and a burst of 20): about 40 % refused.
+    let refused = with.resilience.as_ref().and_then(|r| r.rate_limited).expect("a rate limit");
+    assert_eq!(refused, with.failed);
+    assert!((0.37..0.43).contains(&(refused / with.requests)), "{refused} of {}", with.requests);
+    assert_eq!(without.failed, 0.0);
+    assert!(without.resilience.is_none(), "no mechanism left on");
+    // What goes through is served at once; without the limit, everything queues.
+    assert!(with.latency.p99 < 25.0 && without.latency.p99 > 300.0, "{} {}", with.latency.p99, without.latency.p99);
+}

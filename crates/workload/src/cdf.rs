@@ -12,6 +12,11 @@
 //! interpolates linearly from the point before it — from (0, 0) for the first
 //! point, so the first segment starts at size 0. The mean is the same
 //! piecewise-linear integral: Σ (midpoint of the segment × its probability).
+//!
+//! Probabilities are fractions (0 … 1) or, in the convention of the HPCC
+//! simulator's traffic generator and the Parsimon/m3 workload files,
+//! percentages: a file whose last probability is exactly 100 is read as
+//! percentages and scaled by 1/100, so those files work as they are.
 
 use std::path::Path;
 
@@ -39,8 +44,11 @@ impl Cdf {
             let (Some(Ok(v)), Some(Ok(p)), None) = (it.next(), it.next(), it.next()) else {
                 return Err(format!("line {}: expected `size probability`, found {line:?}", i + 1));
             };
-            if !(v.is_finite() && v >= 0.0 && p.is_finite() && (0.0..=1.0).contains(&p)) {
-                return Err(format!("line {}: size must be ≥ 0 and probability within 0..1, found {line:?}", i + 1));
+            if !(v.is_finite() && v >= 0.0 && p.is_finite() && (0.0..=100.0).contains(&p)) {
+                return Err(format!(
+                    "line {}: size must be ≥ 0 and probability within 0..1 (or a percentage), found {line:?}",
+                    i + 1
+                ));
             }
             if let Some(&(pv, pp)) = points.last() {
                 if p < pp || v < pv {
@@ -54,6 +62,19 @@ impl Cdf {
         };
         if last <= 0.0 {
             return Err("the last probability must be above 0".into());
+        }
+        if last > 1.0 {
+            // Percentages: only when the file ends at exactly 100, so a
+            // fraction file with a typo (1.5) is still refused.
+            if last != 100.0 {
+                return Err(format!(
+                    "probabilities go above 1 but the last one is {last}: a file in percentages must end at 100"
+                ));
+            }
+            for point in &mut points {
+                point.1 /= 100.0;
+            }
+            return Ok(Cdf { points, min_p: 0.0, max_p: 1.0 });
         }
         Ok(Cdf { points, min_p: 0.0, max_p: last.max(1.0) })
     }
@@ -116,6 +137,47 @@ mod tests {
         let mean = draws.iter().sum::<u64>() as f64 / n as f64;
         assert!((mean / cdf.mean() - 1.0).abs() < 0.03, "{mean}");
         assert!(draws.iter().all(|&d| (1..=30_000_000).contains(&d)));
+    }
+
+    #[test]
+    fn percentages_ending_at_100_are_scaled() {
+        let fractions = Cdf::parse("0 0\n4000 0.2293\n8000 0.6921\n2000000 1\n").unwrap();
+        let percent = Cdf::parse("0 0\n4000 22.93\n8000 69.21\n2000000 100\n").unwrap();
+        assert!((fractions.mean() - percent.mean()).abs() < 1e-6);
+        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
+        for _ in 0..1000 {
+            assert_eq!(fractions.sample(&mut a), percent.sample(&mut b));
+        }
+        assert!(Cdf::parse("10 0.5\n20 1.5\n").unwrap_err().contains("must end at 100"));
+        assert!(Cdf::parse("10 50\n20 101\n").unwrap_err().contains("line 2"));
+    }
+
+    #[test]
+    fn the_shipped_cdfs_parse_with_sane_means() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/fabric/cdf");
+        // The means docs/reference/input-files.md gives, to 2 significant digits.
+        let means = [
+            ("web-search.txt", 1_711_250.0),
+            ("data-mining.txt", 12_700_000.0),
+            ("meta-webserver.txt", 91_000.0),
+            ("meta-cache-follower.txt", 610_000.0),
+            ("meta-hadoop.txt", 570_000.0),
+            ("fb-hadoop-hpcc.txt", 120_000.0),
+            ("alibaba-storage.txt", 41_000.0),
+            ("google-rpc.txt", 2_900.0),
+        ];
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let cdf = Cdf::load(&path).unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.starts_with('#'), "{}: every shipped CDF names its source first", path.display());
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let (_, mean) = means.iter().find(|(n, _)| *n == name).expect("a shipped CDF the docs list");
+            assert!((cdf.mean() / mean - 1.0).abs() < 0.01, "{name}: {}", cdf.mean());
+            seen += 1;
+        }
+        assert_eq!(seen, means.len());
     }
 
     #[test]

@@ -70,10 +70,55 @@ impl Csv {
     }
 }
 
-/// Write each `(file name, csv)` into `dir`, creating it if needed.
-pub fn write_csv_files(dir: &Path, files: &[(&str, &Csv)]) -> io::Result<()> {
+/// What produced a report: Fulcrum's version, the git commit it was built
+/// from (none when built outside a checkout), the digest of the resolved
+/// scenario (`fulcrum_config::digest`), the seeds (`seed`, `seed + 1`, …,
+/// `runs` of them) and the overrides (each `--set` as `KEY=VALUE`, then any
+/// option that changed the scenario, as `--name=value`). The JSON reports
+/// carry it as a top-level `provenance` object, the CSV files as leading
+/// `# key=value` lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    pub fulcrum: String,
+    pub commit: Option<String>,
+    pub scenario_hash: String,
+    pub seed: u64,
+    pub runs: u64,
+    pub overrides: Vec<String>,
+}
+
+impl Provenance {
+    /// `digest` written as the `scenario_hash` field reads.
+    pub fn hash_text(digest: u64) -> String {
+        format!("xxh64:{digest:016x}")
+    }
+
+    /// The `# key=value` lines that open each CSV file (one `# override=` line
+    /// per override, line breaks in a value turned into spaces).
+    pub fn csv_comment(&self) -> String {
+        let mut out = String::new();
+        let mut line = |key: &str, value: &dyn fmt::Display| {
+            let value = value.to_string().replace(['\n', '\r'], " ");
+            let _ = writeln!(out, "# {key}={value}");
+        };
+        line("fulcrum", &self.fulcrum);
+        line("commit", &self.commit.as_deref().unwrap_or(""));
+        line("scenario_hash", &self.scenario_hash);
+        line("seed", &self.seed);
+        line("runs", &self.runs);
+        for o in &self.overrides {
+            line("override", o);
+        }
+        out
+    }
+}
+
+/// Write each `(file name, csv)` into `dir`, creating it if needed, each
+/// opened by the provenance's `# key=value` lines when there is one.
+pub fn write_csv_files(dir: &Path, files: &[(&str, &Csv)], provenance: Option<&Provenance>) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    files.iter().try_for_each(|(name, csv)| csv.write(&dir.join(name)))
+    let comment = provenance.map(Provenance::csv_comment).unwrap_or_default();
+    files.iter().try_for_each(|(name, csv)| std::fs::write(dir.join(name), format!("{comment}{}", csv.as_str())))
 }
 
 #[cfg(test)]
@@ -98,5 +143,30 @@ mod tests {
         }
         assert_eq!(json_line(&R { a: 1 }), "{\"a\":1}\n");
         assert_eq!(json_document(&R { a: 1 }), "{\n  \"a\": 1\n}\n");
+    }
+
+    #[test]
+    fn provenance_opens_each_csv_file() {
+        let p = Provenance {
+            fulcrum: "1.2.3".into(),
+            commit: None,
+            scenario_hash: Provenance::hash_text(0xab),
+            seed: 7,
+            runs: 2,
+            overrides: vec!["a.b=1".into(), "c=\"two\nlines\"".into()],
+        };
+        let dir = std::env::temp_dir().join(format!("fulcrum-provenance-{}", std::process::id()));
+        let mut csv = Csv::new(&["x"]);
+        csv.row(&[&1]);
+        write_csv_files(&dir, &[("a.csv", &csv)], Some(&p)).unwrap();
+        let text = std::fs::read_to_string(dir.join("a.csv")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            text,
+            "# fulcrum=1.2.3\n# commit=\n# scenario_hash=xxh64:00000000000000ab\n# seed=7\n# runs=2\n\
+             # override=a.b=1\n# override=c=\"two lines\"\nx\n1\n"
+        );
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.starts_with("{\"fulcrum\":\"1.2.3\",\"commit\":null,\"scenario_hash\":\"xxh64:00000000000000ab\""));
     }
 }

@@ -22,6 +22,8 @@ pub struct Fulcrum {
     pub admin: Option<SocketAddr>,
     /// The config file (kept for the process's lifetime).
     pub dir: PathBuf,
+    /// What it wrote to stderr after its admin line.
+    pub stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// A fresh temporary directory for one test.
@@ -68,8 +70,21 @@ impl Fulcrum {
         }
         assert!(admin.is_some(), "fulcrum exited before listening: {seen:#?}");
         // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Fulcrum { child, listen, admin, dir }
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = stderr.clone();
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| kept.lock().unwrap().push(l)));
+        Fulcrum { child, listen, admin, dir, stderr }
+    }
+
+    /// Wait (up to 10 s) for a stderr line containing `text`, and return it.
+    pub fn wait_for_log(&self, text: &str) -> String {
+        for _ in 0..1000 {
+            if let Some(line) = self.stderr.lock().unwrap().iter().find(|l| l.contains(text)) {
+                return line.clone();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no log line with {text:?} in {:#?}", self.stderr.lock().unwrap());
     }
 
     /// Its process id.

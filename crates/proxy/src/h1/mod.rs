@@ -43,10 +43,10 @@ use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::{idempotent, LimitedBody, UpstreamBody};
+use crate::upstream_tls::UpstreamStream;
 use parse::{Chunk, Chunked};
 
 /// A response head larger than this breaks the protocol.
@@ -58,7 +58,7 @@ const READ_CHUNK: usize = 8 * 1024;
 
 /// An open HTTP/1.1 connection to an upstream, between exchanges.
 pub struct Connection {
-    stream: TcpStream,
+    stream: UpstreamStream,
     /// Bytes read and not yet taken.
     read: BytesMut,
     /// The cluster's connection permit, held while the connection is open.
@@ -87,16 +87,15 @@ pub enum ExchangeError {
 
 impl Connection {
     /// A connection on `stream`, holding `permit` until it closes.
-    pub fn new(stream: TcpStream, permit: OwnedSemaphorePermit) -> Self {
+    pub fn new(stream: UpstreamStream, permit: OwnedSemaphorePermit) -> Self {
         Connection { stream, read: BytesMut::new(), _permit: permit }
     }
 
     /// Whether the upstream closed the connection (or sent something
     /// unasked) while it was idle. Costs a system call only when the socket
     /// has been readable since it was last read to the end.
-    pub fn is_closed(&self) -> bool {
-        let mut probe = [0u8; 1];
-        !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    pub fn is_closed(&mut self) -> bool {
+        self.stream.is_closed()
     }
 
     /// Send `req` and read the response head. The response's body reads the
@@ -166,9 +165,34 @@ impl Connection {
         body: LimitedBody,
         chunked: bool,
     ) -> Result<(Result<Head, NoHead>, bool), ExchangeError> {
-        let (mut from, mut to) = self.stream.split();
+        match &mut self.stream {
+            UpstreamStream::Plain(s) => {
+                let (from, to) = s.split();
+                body_and_head(from, to, &mut self.read, body, chunked).await
+            }
+            UpstreamStream::Tls(s) => {
+                let (from, to) = tokio::io::split(s.as_mut());
+                body_and_head(from, to, &mut self.read, body, chunked).await
+            }
+        }
+    }
+}
+
+/// [`Connection::write_body_and_read_head`] on the two halves of a connection.
+async fn body_and_head<R, W>(
+    mut from: R,
+    mut to: W,
+    read: &mut BytesMut,
+    body: LimitedBody,
+    chunked: bool,
+) -> Result<(Result<Head, NoHead>, bool), ExchangeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    {
         let write = write_body(&mut to, body, chunked);
-        let read = read_head(&mut from, &mut self.read, false);
+        let read = read_head(&mut from, read, false);
         tokio::pin!(write, read);
         let mut sent = None;
         loop {
@@ -309,7 +333,7 @@ pub enum UpgradeAnswer {
         /// The 101's headers.
         headers: HeaderMap,
         /// The connection.
-        stream: TcpStream,
+        stream: UpstreamStream,
         /// Bytes read past the head.
         early: Bytes,
     },
@@ -325,7 +349,7 @@ pub enum UpgradeAnswer {
 /// Send the head of `req`, an Upgrade request without a body, on the new
 /// connection `stream` and read the answer (RFC 9110 §7.8). `None` if the
 /// connection broke or the answer breaks the protocol.
-pub async fn upgrade(mut stream: TcpStream, req: &Request<UpstreamBody>) -> Option<UpgradeAnswer> {
+pub async fn upgrade(mut stream: UpstreamStream, req: &Request<UpstreamBody>) -> Option<UpgradeAnswer> {
     stream.write_all(&encode_head(req, false)).await.ok()?;
     let mut read = BytesMut::new();
     let head = read_head(&mut stream, &mut read, true).await.ok()?;
@@ -634,7 +658,8 @@ mod tests {
     async fn bodies_of_unknown_length_go_out_chunked() {
         use tokio::io::AsyncReadExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let stream = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let stream = UpstreamStream::Plain(stream);
         let (mut upstream, _) = listener.accept().await.unwrap();
         let permit = std::sync::Arc::new(tokio::sync::Semaphore::new(1)).acquire_owned().await.unwrap();
         let mut conn = Connection::new(stream, permit);

@@ -152,6 +152,7 @@ fn route(
         action,
         timeout: r.timeout,
         retries: r.retries.clone(),
+        rate_limit: None, // set by the configuration, which checks it with its span
     })
 }
 

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fulcrum_resilience::RetryPolicy;
+use fulcrum_resilience::{RateLimitConfig, RetryPolicy};
 use http::header::{HeaderMap, HeaderName};
 use http::{Method, Request};
 use regex::{RegexSet, SetMatches};
@@ -78,6 +78,8 @@ pub struct Route {
     pub timeout: Option<Duration>,
     /// Overrides the cluster's retry policy.
     pub retries: Option<RetryPolicy>,
+    /// A local rate limit on the route's requests (429 beyond it).
+    pub rate_limit: Option<RateLimitConfig>,
 }
 
 impl Route {
@@ -96,6 +98,7 @@ impl Route {
             response_headers: HeaderOps::default(),
             timeout: None,
             retries: None,
+            rate_limit: None,
         }
     }
 
@@ -161,10 +164,10 @@ impl RouteTable {
     }
 
     /// The first route `req` (whose host, lowercased and without port, is
-    /// `host`) matches.
-    pub fn find<'t, B>(&'t self, req: &Request<B>, host: Option<&str>) -> Option<&'t Route> {
+    /// `host`) matches, and its index (the key of its rate limiter).
+    pub fn find<'t, B>(&'t self, req: &Request<B>, host: Option<&str>) -> Option<(usize, &'t Route)> {
         let mut scratch = Scratch { seen: Vec::new(), headers: Vec::new(), query: None };
-        self.routes.iter().find(|r| self.matches(r, req, host, &mut scratch))
+        self.routes.iter().enumerate().find(|(_, r)| self.matches(r, req, host, &mut scratch))
     }
 
     /// Whether `route` takes `req`: cheap conditions first.

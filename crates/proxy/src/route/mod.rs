@@ -25,8 +25,9 @@ pub(crate) use compile::compile;
 pub use compile::RouteError;
 pub use matcher::{Route, RouteTable};
 
-/// The header whose value the `$request_id` variable reads.
-pub const REQUEST_ID: http::header::HeaderName = http::header::HeaderName::from_static("x-request-id");
+/// The header whose value the `$request_id` variable reads when the
+/// listener names none (`request_id.header`).
+pub static REQUEST_ID: http::header::HeaderName = http::header::HeaderName::from_static("x-request-id");
 
 #[cfg(test)]
 mod tests;

@@ -30,7 +30,7 @@ fn route(routes: &str, reqs: &[Request<()>]) -> Vec<String> {
     reqs.iter()
         .map(|req| {
             let host = req.headers().get("host").map(|h| h.to_str().unwrap().split(':').next().unwrap().to_string());
-            match table.find(req, host.as_deref()).map(|r| &r.action) {
+            match table.find(req, host.as_deref()).map(|(_, r)| &r.action) {
                 None => "none".into(),
                 Some(super::Action::Forward(s)) => config.clusters[s.pick(None)].name.clone(),
                 Some(super::Action::Redirect(_)) => "redirect".into(),
