@@ -308,3 +308,26 @@ fn the_backend_command_echoes_what_the_proxy_sent() {
     assert_eq!((sent["path"].as_str(), sent["headers"]["x-tag"].as_str()), (Some("/p?q"), Some("t")));
     assert_eq!(sent["headers"]["x-forwarded-for"], "127.0.0.1");
 }
+
+#[test]
+fn the_matched_route_keys_the_rate_limit_and_request_id_reads_the_listeners_header() {
+    let b = echoes(&["echo"]);
+    let routes = r#"
+  { headers = [{ name = "x-free" }], cluster = "echo" },
+  { path_regex = "^/limited", cluster = "echo", rate_limit = { rate = 0.001, burst = 1 },
+    request_headers = { set = { x-id = "$request_id" } }, response_headers = { set = { x-id = "$request_id" } } },
+  { cluster = "echo" },
+"#;
+    let text = config(routes, &b).replace("routes = [", "request_id = { header = \"x-corr\" }\nroutes = [");
+    let f = Fulcrum::serve("routes-limit-id", &text);
+    let at = f.listen[0];
+
+    let r = get(at, "a", "/limited", "X-Corr: c-1\r\n");
+    assert_eq!((r.status, r.header("x-id")), (200, Some("c-1")), "{r:?}");
+    assert_eq!(json(&r.body)["headers"]["x-id"], "c-1");
+    let r = get(at, "a", "/limited", "");
+    assert_eq!(r.status, 429, "the second route's bucket holds one request: {r:?}");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert_eq!(get(at, "a", "/limited", "X-Free: 1\r\n").status, 200, "the first route has no limit");
+    assert_eq!(get(at, "a", "/other", "").status, 200, "the last route has no limit");
+}
