@@ -241,7 +241,7 @@ pub struct Vars<'a> {
     pub client: SocketAddr,
     /// Its IP address as a header value, if formatted already.
     pub client_ip: Option<&'a HeaderValue>,
-    /// The request's `x-request-id`, if it has one.
+    /// The request ID (the listener's `request_id.header`, else `x-request-id`), if any.
     pub request_id: Option<&'a HeaderValue>,
     /// The matched route's name.
     pub route: Option<&'a str>,
