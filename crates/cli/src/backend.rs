@@ -22,6 +22,7 @@ Examples:
   fulcrum backend --listen 127.0.0.1:9001 --count 10 --delays 5ms*9,50ms
   fulcrum backend --listen 127.0.0.1:0 --count 3 --delays 'exp(5ms)' --status 200:0.99,503:0.01
   fulcrum backend --listen 127.0.0.1:0 --count 2 --delays 'log-normal(5ms,0.5),empirical(lat.txt)'
+  fulcrum backend --listen 127.0.0.1:9001 --echo
 
 Every response carries `x-fulcrum-backend: <index>`; HTTP/1.1 and h2c are both spoken. The \
 addresses listened on are printed on stdout, one a line.")]
@@ -55,6 +56,12 @@ pub struct Args {
     /// Size of each response body.
     #[arg(long, default_value_t = 0)]
     body_bytes: usize,
+
+    /// Answer each request with what was received, as JSON: method, path (with query),
+    /// authority, version, headers (lowercase names), body_bytes, backend (instead of
+    /// --body-bytes zeros).
+    #[arg(long)]
+    echo: bool,
 
     /// Seed of the random delays and status codes.
     #[arg(long, default_value_t = 0)]
@@ -96,7 +103,8 @@ fn config(args: &Args) -> Result<BackendsConfig, Failure> {
                 })?;
                 listen.set_port(port);
             }
-            Ok(BackendSpec { listen, delay, status: status.clone(), body_bytes: args.body_bytes, name: None })
+            let body_bytes = args.body_bytes;
+            Ok(BackendSpec { listen, delay, status: status.clone(), body_bytes, name: None, echo: args.echo })
         })
         .collect::<Result<_, Failure>>()?;
     Ok(BackendsConfig { backends, seed: args.seed, threads: args.threads as usize })

@@ -168,6 +168,7 @@ slow_start = { window = "4s" }"#;
 #[test]
 #[ignore = "timing: 6 s of load at 300 req/s during 20 reloads"]
 fn twenty_reloads_under_load_fail_no_request_and_drop_no_connection() {
+    // Algorithms, endpoints and routes (matchers, rewrites, splits) change at each reload.
     let _serial = one_at_a_time();
     let b = Backends::start(BackendsConfig::fixed_delays(&[Duration::from_millis(2); 3])).unwrap();
     let addrs = b.addrs();
@@ -185,7 +186,14 @@ fn twenty_reloads_under_load_fail_no_request_and_drop_no_connection() {
     for i in 0..20 {
         std::thread::sleep(Duration::from_millis(250));
         let (algorithm, n) = [("least-request", 2), ("peak-ewma", 3), ("maglev", 3), ("round-robin", 2)][i % 4];
-        std::fs::write(&path, admin_pinned(pin(config(algorithm, n)))).unwrap();
+        // The routes change too: matchers, a regex rewrite, header rules, a split.
+        let routes = [
+            r#"[{ path_regex = "^/", cluster = "app", rewrite = { regex = "^/(.*)$", replace = "/r/$1" } }]"#,
+            r#"[{ headers = [{ name = "x-never" }], respond = { status = 500 } }, { clusters = [{ cluster = "app", weight = 1 }] }]"#,
+            r#"[{ host = "*.test", cluster = "app", request_headers = { set = { x-route = "$route" } } }, { cluster = "app" }]"#,
+        ][i % 3];
+        let text = config(algorithm, n).replace(r#"routes = [{ cluster = "app" }]"#, &format!("routes = {routes}"));
+        std::fs::write(&path, admin_pinned(pin(text))).unwrap();
         let ok = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
             .args(["reload", "--pid", &pid.to_string()])
             .stderr(Stdio::null())

@@ -8,7 +8,9 @@
 //! method, has its body read and thrown away, then waits its service time
 //! (a [`Dist`]), then gets a status from the [`StatusMix`], a body of
 //! `body_bytes` zeros and the header `x-fulcrum-backend: <name>`, so whoever
-//! sent it can count who answered.
+//! sent it can count who answered. An echo backend ([`BackendSpec::echo`])
+//! answers instead with the request it received as JSON ([`echo_body`]), so
+//! a test can see what a proxy sent upstream.
 //!
 //! A running [`Backend`] can be changed: [`Backend::set_delay`],
 //! [`Backend::set_status`], and [`Backend::pause`], which holds every
@@ -59,6 +61,9 @@ pub struct BackendSpec {
     pub status: StatusMix,
     /// Size of every response body.
     pub body_bytes: usize,
+    /// Answer with the request received, as JSON ([`echo_body`]), rather
+    /// than `body_bytes` zeros.
+    pub echo: bool,
 }
 
 impl Default for BackendSpec {
@@ -69,6 +74,7 @@ impl Default for BackendSpec {
             delay: Dist::ZERO,
             status: StatusMix::default(),
             body_bytes: 0,
+            echo: false,
         }
     }
 }
@@ -107,6 +113,7 @@ pub struct Backend {
     addr: SocketAddr,
     header: HeaderValue,
     body: Bytes,
+    echo: bool,
     served: AtomicU64,
     behaviour: Mutex<Behaviour>,
 }
@@ -167,21 +174,63 @@ impl Backend {
 
     async fn answer(&self, timer: &TimerHandle, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let arrived = Instant::now();
+        let (head, mut body) = req.into_parts();
         // Read the request body to its end so the connection stays usable.
-        let mut body = req.into_body();
+        let mut received = 0;
         while let Some(frame) = body.frame().await {
-            if frame.is_err() {
-                break;
+            match frame {
+                Ok(f) => received += f.data_ref().map_or(0, |d| d.len()),
+                Err(_) => break,
             }
         }
         let (due, status) = self.draw(arrived);
         timer.sleep_until(due).await;
         self.served.fetch_add(1, Relaxed);
-        let mut response = Response::new(Full::new(self.body.clone()));
+        let body = if self.echo { Bytes::from(echo_body(&head, received, &self.name)) } else { self.body.clone() };
+        let mut response = Response::new(Full::new(body));
         *response.status_mut() = status;
         response.headers_mut().insert(BACKEND_HEADER, self.header.clone());
+        if self.echo {
+            response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
         response
     }
+}
+
+/// What an echo backend answers: the request it received as one JSON
+/// object, `{"method", "path" (with the query), "authority" (the target's,
+/// else `Host`), "version", "headers", "body_bytes", "backend"}`. `headers` maps each lowercase name to its
+/// value; a name sent more than once has its values joined with `", "`.
+/// Values that are not UTF-8 are read lossily.
+pub fn echo_body(head: &http::request::Parts, body_bytes: usize, backend: &str) -> Vec<u8> {
+    let mut headers = serde_json::Map::new();
+    for (name, value) in &head.headers {
+        let value = String::from_utf8_lossy(value.as_bytes());
+        match headers.get_mut(name.as_str()) {
+            Some(serde_json::Value::String(prior)) => {
+                prior.push_str(", ");
+                prior.push_str(&value);
+            }
+            _ => {
+                headers.insert(name.as_str().to_string(), value.into_owned().into());
+            }
+        }
+    }
+    let path = head.uri.path_and_query().map_or_else(|| head.uri.path().to_string(), |p| p.as_str().to_string());
+    let authority = match head.uri.authority() {
+        Some(a) => Some(a.as_str().to_string()),
+        None => head.headers.get(http::header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()),
+    };
+    let echo = serde_json::json!({
+        "method": head.method.as_str(),
+        "path": path,
+        "authority": authority,
+        "version": format!("{:?}", head.version),
+        "headers": headers,
+        "body_bytes": body_bytes,
+        "backend": backend,
+    });
+    echo.to_string().into_bytes()
 }
 
 /// Backends serving on a thread of their own until [`Backends::shutdown`]
@@ -218,6 +267,7 @@ impl Backends {
                 addr: listener.local_addr()?,
                 header,
                 body: Bytes::from(vec![0u8; spec.body_bytes]),
+                echo: spec.echo,
                 served: AtomicU64::new(0),
                 behaviour: Mutex::new(Behaviour {
                     delay: spec.delay.clone(),

@@ -130,3 +130,29 @@ fn shutdown_closes_the_listeners() {
         assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(), "{addr}");
     }
 }
+
+#[test]
+fn an_echo_backend_answers_with_the_request_it_received() {
+    use std::io::{Read, Write};
+    let backends = start(vec![BackendSpec { echo: true, name: Some("e".into()), ..BackendSpec::default() }]);
+    let mut s = std::net::TcpStream::connect(backends.addrs()[0]).unwrap();
+    s.write_all(
+        b"POST /a/b?x=1&y=%20 HTTP/1.1\r\nHost: echo.test:81\r\nX-Twice: 1\r\nX-Twice: 2\r\n\
+          Content-Length: 5\r\nConnection: close\r\n\r\nhello",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("content-type: application/json"), "{answer}");
+    let json: serde_json::Value = serde_json::from_str(&answer[answer.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!(json["method"], "POST");
+    assert_eq!(json["path"], "/a/b?x=1&y=%20");
+    assert_eq!(json["authority"], "echo.test:81");
+    assert_eq!(json["version"], "HTTP/1.1");
+    assert_eq!(json["headers"]["x-twice"], "1, 2");
+    assert_eq!(json["headers"]["host"], "echo.test:81");
+    assert_eq!(json["body_bytes"], 5);
+    assert_eq!(json["backend"], "e");
+    assert_eq!(backends.served(), vec![1]);
+}

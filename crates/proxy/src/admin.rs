@@ -178,6 +178,8 @@ impl Admin {
         for (code, n) in self.stats.local_responses() {
             let _ = writeln!(out, "fulcrum_local_responses_total{{code=\"{code}\"}} {n}");
         }
+        family(&mut out, "fulcrum_route_responses_total", "counter", "Redirects and direct responses of routes.");
+        let _ = writeln!(out, "fulcrum_route_responses_total {}", self.stats.route_responses.load(Relaxed));
         family(&mut out, "fulcrum_downstream_connections_total", "counter", "Client connections accepted.");
         let _ = writeln!(out, "fulcrum_downstream_connections_total {}", self.stats.connections.load(Relaxed));
         family(&mut out, "fulcrum_downstream_rejected_total", "counter", "Connections closed over max_connections.");

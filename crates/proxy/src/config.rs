@@ -21,6 +21,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind};
@@ -33,6 +34,7 @@ use toml::Spanned;
 
 use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
 pub use crate::proxy_protocol::{ProxyProtocolListener, Version as ProxyVersion};
+use crate::route::RouteTable;
 
 /// A configuration the proxy rejects, located in its file (`<command
 /// line>` for quick mode): `file:line:column: field: message`, the field a
@@ -65,8 +67,9 @@ pub struct Listener {
     /// TLS certificate and key (PEM) for HTTP listeners; ALPN offers h2 and
     /// http/1.1 (only h2 on an `http2` listener).
     pub tls: Option<Tls>,
-    /// HTTP: routes tried in order; the first match wins.
-    pub routes: Vec<Route>,
+    /// HTTP: routes tried in order; the first match wins (compiled once,
+    /// shared by the workers).
+    pub routes: Arc<RouteTable>,
     /// TCP: the cluster every connection goes to.
     pub cluster: Option<usize>,
     /// Largest request head (request line and headers) accepted; larger gets 431.
@@ -338,19 +341,6 @@ pub struct UpstreamTls {
     pub key: Option<PathBuf>,
 }
 
-/// Where an HTTP request goes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Route {
-    /// Host to match (without port, case-insensitive); any host when `None`.
-    pub host: Option<String>,
-    /// Path prefix to match.
-    pub path_prefix: String,
-    /// Index into [`Config::clusters`].
-    pub cluster: usize,
-    /// A local rate limit on the route's requests (429 beyond it).
-    pub rate_limit: Option<RateLimitConfig>,
-}
-
 /// A set of endpoints with the algorithm that balances over them.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -616,18 +606,99 @@ fn default_protocol() -> ListenerProtocol {
     ListenerProtocol::Http
 }
 
-#[derive(Debug, Deserialize)]
+/// A route as written: what it matches (every condition given must hold),
+/// then what it does. Compiled by [`crate::route`].
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRoute {
-    host: Option<String>,
-    #[serde(default = "root")]
-    path_prefix: String,
-    cluster: Spanned<String>,
-    rate_limit: Option<Spanned<RateLimitConfig>>,
+pub(crate) struct RawRoute {
+    pub(crate) name: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) path_prefix: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) path_regex: Option<String>,
+    pub(crate) methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) headers: Vec<RawCondition>,
+    #[serde(default)]
+    pub(crate) query: Vec<RawCondition>,
+    pub(crate) cluster: Option<String>,
+    pub(crate) clusters: Option<Vec<RawWeighted>>,
+    pub(crate) hash_key: Option<HashKey>,
+    pub(crate) redirect: Option<RawRedirect>,
+    pub(crate) respond: Option<RawRespond>,
+    pub(crate) rewrite: Option<RawRewrite>,
+    pub(crate) request_headers: Option<RawHeaderOps>,
+    pub(crate) response_headers: Option<RawHeaderOps>,
+    #[serde(default, with = "fulcrum_config::duration")]
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retries: Option<RetryPolicy>,
+    pub(crate) rate_limit: Option<Spanned<RateLimitConfig>>,
 }
 
-fn root() -> String {
-    "/".to_string()
+/// A header or query parameter condition: `present` (the default; `false`:
+/// absent), or a value `exact` or matching `regex`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCondition {
+    pub(crate) name: String,
+    pub(crate) present: Option<bool>,
+    pub(crate) exact: Option<String>,
+    pub(crate) regex: Option<String>,
+}
+
+/// One side of a weighted split.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWeighted {
+    pub(crate) cluster: String,
+    pub(crate) weight: u32,
+}
+
+/// A redirect: the parts of the request's URL to replace.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedirect {
+    pub(crate) status: Option<u16>,
+    pub(crate) scheme: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) path: Option<String>,
+    pub(crate) prefix: Option<String>,
+    #[serde(default)]
+    pub(crate) drop_query: bool,
+}
+
+/// A response the proxy makes itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRespond {
+    pub(crate) status: u16,
+    #[serde(default)]
+    pub(crate) body: String,
+    #[serde(default)]
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+}
+
+/// The path and host sent upstream.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRewrite {
+    pub(crate) prefix: Option<String>,
+    pub(crate) regex: Option<String>,
+    pub(crate) replace: Option<String>,
+    pub(crate) host: Option<String>,
+}
+
+/// Headers removed, then set (replacing), then added (appended).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaderOps {
+    #[serde(default)]
+    pub(crate) remove: Vec<String>,
+    #[serde(default)]
+    pub(crate) set: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) add: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -761,7 +832,7 @@ impl Config {
                 listen,
                 protocol: ListenerProtocol::Http,
                 tls: None,
-                routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0, rate_limit: None }],
+                routes: Arc::new(RouteTable::to_cluster(0)),
                 cluster: None,
                 max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
                 limits: Limits::default(),
@@ -1239,8 +1310,10 @@ impl RawListener {
                 }
                 (self.http_routes(src, at, clusters)?, None)
             }
-            ListenerProtocol::Tcp => (Vec::new(), Some(self.tcp_cluster(src, at, clusters)?)),
-            ListenerProtocol::TlsPassthrough => (Vec::new(), self.default_cluster(src, at, clusters)?),
+            ListenerProtocol::Tcp => (Arc::new(RouteTable::default()), Some(self.tcp_cluster(src, at, clusters)?)),
+            ListenerProtocol::TlsPassthrough => {
+                (Arc::new(RouteTable::default()), self.default_cluster(src, at, clusters)?)
+            }
         };
         let alt_svc = self.alt_svc(src, at)?;
         let sni_routes = self.sni_routes(src, at, clusters)?;
@@ -1364,30 +1437,23 @@ impl RawListener {
         Ok(routes)
     }
 
-    /// An HTTP listener's routes: at least one, each with an absolute path
-    /// prefix and a defined cluster; no `cluster` of its own.
-    fn http_routes(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Vec<Route>, ConfigError> {
+    /// An HTTP listener's routes, compiled ([`crate::route::compile`]): at
+    /// least one; no `cluster` of its own.
+    fn http_routes(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Arc<RouteTable>, ConfigError> {
         if let Some(c) = &self.cluster {
             return Err(src.error(c.span(), at("cluster"), "HTTP listeners route with `routes`"));
         }
         if self.routes.is_empty() {
             return Err(src.error(self.listen.span(), at("routes"), "an HTTP listener needs routes"));
         }
-        let mut routes = Vec::with_capacity(self.routes.len());
+        let mut table =
+            crate::route::compile(&self.routes, clusters).map_err(|e| src.error_in(&at(&e.field), e.message))?;
         for (ri, r) in self.routes.iter().enumerate() {
-            if !r.path_prefix.starts_with('/') {
-                return Err(src.error(r.cluster.span(), at(&format!("routes[{ri}].path_prefix")), "must start with /"));
+            if let Some(l) = &r.rate_limit {
+                table.routes[ri].rate_limit = Some(rate_limit(l, src, &at(&format!("routes[{ri}].rate_limit")))?);
             }
-            let cluster = find_cluster(clusters, &r.cluster, src, at(&format!("routes[{ri}].cluster")))?;
-            let host = r.host.as_ref().map(|h| h.to_ascii_lowercase());
-            let rate_limit = r
-                .rate_limit
-                .as_ref()
-                .map(|l| rate_limit(l, src, &at(&format!("routes[{ri}].rate_limit"))))
-                .transpose()?;
-            routes.push(Route { host, path_prefix: r.path_prefix.clone(), cluster, rate_limit });
         }
-        Ok(routes)
+        Ok(Arc::new(table))
     }
 
     /// `alt_svc`: a header value, on a TLS HTTP/1.1 or HTTP/2 listener only
@@ -1466,11 +1532,10 @@ connect_timeout = "250ms"
     fn a_full_file_loads() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.workers, 2);
-        assert_eq!(
-            c.listeners[0].routes[0],
-            Route { host: Some("api.example.com".into()), path_prefix: "/v1".into(), cluster: 1, rate_limit: None }
-        );
-        assert_eq!(c.listeners[0].routes[1].path_prefix, "/");
+        let routes = c.listeners[0].routes.routes();
+        assert_eq!(routes[0].host, Some(crate::route::matcher::Host::Exact("api.example.com".into())));
+        assert_eq!((routes[0].path_prefix(), routes[0].cluster()), (Some("/v1"), Some(1)));
+        assert_eq!(routes[1].path_prefix(), Some("/"));
         assert_eq!(c.listeners[1].cluster, Some(0));
         assert_eq!(c.clusters[0].endpoints[1], EndpointConfig { address: "localhost:9002".into(), weight: 3.0 });
         assert_eq!(c.clusters[1].hash_key, HashKey::Header("x-user".into()));
@@ -1716,7 +1781,7 @@ connect_timeout = "250ms"
             "{ cluster = \"web\", rate_limit = { rate = 5, key = { header = \"X-Key\" } } },",
         );
         let c = parse(&limited).unwrap();
-        let limit = c.listeners[0].routes[1].rate_limit.clone().unwrap();
+        let limit = c.listeners[0].routes.routes()[1].rate_limit.clone().unwrap();
         assert_eq!((limit.burst(), limit.key), (5, Some(LimitKey::Header("x-key".into()))));
         let e = error(&limited.replace("rate = 5", "rate = 0"));
         assert_eq!((e.line, e.field.as_str()), (9, "listener[0].routes[1].rate_limit"), "{e}");

@@ -64,12 +64,13 @@ use crate::access_log::{AccessLog, Flags, Record, Trace};
 use crate::body::{idempotent, BodyCopy, ClientFault, Fault, LimitedBody, RequestBody, UpstreamBody};
 use crate::clock::Epoch;
 use crate::cluster::{Pick, WorkerCluster};
-use crate::config::{Cluster, HashKey, LimitKey, Listener, RetryOn, UpstreamProtocol};
+use crate::config::{Cluster, HashKey, LimitKey, Listener, RetryOn, RetryPolicy, UpstreamProtocol};
 use crate::h1::conn::{ClientUpgrade, LeanUpgrade};
 use crate::h1::UpgradeAnswer;
 use crate::local_reply::{Heard, LocalReply, CONTENT_TYPE};
 use crate::metrics::ProxyStats;
 use crate::proxy_protocol::Addresses;
+use crate::route::{Action, Redirect, Respond, Route, Vars, REQUEST_ID};
 use crate::routing::Routing;
 use crate::trace_context::Stamp;
 use crate::upstream::{ConnectTime, ResponseBody, SendFailure, UpstreamPool};
@@ -249,6 +250,10 @@ struct Prepared {
     copy: Option<Arc<BodyCopy>>,
     /// Retry a gRPC UNAVAILABLE answer (the cluster says so and this is a gRPC call).
     grpc_retry: bool,
+    /// The request's `x-request-id`, kept for response header templates.
+    request_id: Option<HeaderValue>,
+    /// The client's address, for response header templates.
+    client: SocketAddr,
     /// The sticky cookie to set on the response (the request had none).
     sticky: Option<HeaderValue>,
 }
@@ -275,14 +280,23 @@ fn is_upgrade<B>(req: &Request<B>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// The index of the first of `listener`'s routes that matches `req`.
-fn route<B>(listener: &Listener, req: &Request<B>) -> Option<usize> {
-    // Most listeners route by path alone: only look at the host if a route asks.
-    let host = if listener.routes.iter().any(|r| r.host.is_some()) { host_of(req) } else { None };
-    let path = req.uri().path();
-    listener.routes.iter().position(|r| {
-        r.host.as_ref().is_none_or(|h| host.as_deref() == Some(h.as_str())) && path.starts_with(&r.path_prefix)
-    })
+/// The request's authority as sent: the target's, else `Host`.
+fn authority_of<B>(req: &Request<B>) -> Option<&str> {
+    match req.uri().authority() {
+        Some(a) => Some(a.as_str()),
+        None => req.headers().get(header::HOST).and_then(|h| h.to_str().ok()),
+    }
+}
+
+/// The timeout and retry policy of a request: the route's, else the cluster's.
+fn policy<'a>(route: &'a Route, config: &'a Cluster) -> (Duration, &'a RetryPolicy) {
+    (route.timeout.unwrap_or(config.request_timeout), route.retries.as_ref().unwrap_or(&config.retries))
+}
+
+/// The header `$request_id` reads: the listener's `request_id.header`, else
+/// `x-request-id`.
+fn id_header(listener: &Listener) -> &HeaderName {
+    listener.request_id.as_ref().map_or(&REQUEST_ID, |r| &r.header)
 }
 
 /// Whether the route's rate limit (if any) lets `req` from `peer` through
@@ -296,7 +310,7 @@ fn admit<B>(
     now: Nanos,
 ) -> Result<(), LocalReply> {
     let Some(limiter) = &routing.limits[listener][route] else { return Ok(()) };
-    let Some(config) = &routing.listeners[listener].routes[route].rate_limit else { return Ok(()) };
+    let Some(config) = &routing.listeners[listener].routes.routes()[route].rate_limit else { return Ok(()) };
     let key = match &config.key {
         None => None,
         Some(LimitKey::Client) => hash_key(&HashKey::SourceIp, req, peer.addr),
@@ -479,36 +493,76 @@ impl HttpService {
         if let Some(reply) = bad_host(&req) {
             return self.reply(reply, &mut trace);
         }
-        let Some(route_index) = route(listener, &req) else {
+        // Most listeners route by path alone: only look at the host if a route asks.
+        let host = if listener.routes.needs_host() { host_of(&req) } else { None };
+        let Some((route_index, route)) = listener.routes.find(&req, host.as_deref()) else {
             return self.reply(LocalReply::NoRoute, &mut trace);
         };
-        let index = listener.routes[route_index].cluster;
         if let Err(reply) = admit(routing, self.listener, route_index, &req, peer, self.epoch.now()) {
             return self.reply(reply, &mut trace);
         }
+        let split = match &route.action {
+            Action::Forward(split) => split,
+            Action::Redirect(redirect) => return self.redirect(redirect, &req, &mut trace),
+            Action::Respond(respond) => return self.respond(respond, &mut trace),
+        };
+        let index = split.pick(split.key.as_ref().and_then(|k| hash_key(k, &req, peer.addr)));
         if let Some(t) = &mut trace {
             t.cluster = Some(index);
         }
         let cluster = &routing.clusters[index];
         if is_upgrade(&req) || crate::ext_connect::protocol(&req).is_some() {
-            return self.upgrade(cluster, peer, req, trace).await;
+            return self.upgrade(cluster, route, id_header(listener), peer, req, trace).await;
         }
-        match self.prepare(listener.limits.max_body_bytes, &cluster.shared.config, peer, req, body) {
-            Ok(prepared) => self.forward(cluster, &routing.pools[index], prepared, trace).await,
+        match self.prepare(listener, &cluster.shared.config, route, peer, req, body) {
+            Ok(prepared) => self.forward(cluster, &routing.pools[index], route, prepared, trace).await,
             Err(reply) => self.reply(reply, &mut trace),
         }
     }
 
+    /// Answer with a route's redirect.
+    fn redirect<B>(
+        &self,
+        redirect: &Redirect,
+        req: &Request<B>,
+        trace: &mut Option<&mut Trace>,
+    ) -> Response<ProxyBody> {
+        let root = PathAndQuery::from_static("/");
+        let location = redirect.location(req.uri().path_and_query().unwrap_or(&root), authority_of(req), self.tls);
+        let mut response = self.reply(LocalReply::Redirect(redirect.status), trace);
+        match HeaderValue::from_str(&location) {
+            Ok(v) => {
+                response.headers_mut().insert(header::LOCATION, v);
+                response.headers_mut().remove(header::CONTENT_TYPE);
+                response
+            }
+            Err(_) => self.reply(LocalReply::TargetNotForwardable, trace),
+        }
+    }
+
+    /// Answer with a route's configured response.
+    fn respond(&self, respond: &Respond, trace: &mut Option<&mut Trace>) -> Response<ProxyBody> {
+        let reply = LocalReply::Respond(respond.status);
+        reply.counter(&self.stats).fetch_add(1, Relaxed);
+        note(trace, reply.flag());
+        let mut response = Response::new(Either::Right(Full::new(respond.body.clone())));
+        *response.status_mut() = respond.status;
+        *response.headers_mut() = respond.headers.clone();
+        response
+    }
+
     /// Take `req` apart for its tries, or answer it at once: a body
-    /// announced over `max_body`, or headers that cannot be forwarded.
+    /// announced over the listener's `max_body_bytes`, or headers that cannot be forwarded.
     fn prepare(
         &self,
-        max_body: u64,
+        listener: &Listener,
         config: &Cluster,
+        route: &Route,
         peer: &Peer,
         req: Request<RequestBody>,
         fault: &Arc<ClientFault>,
     ) -> Result<Prepared, LocalReply> {
+        let (_, retries) = policy(route, config);
         let mut key = hash_key(&config.hash_key, &req, peer.addr);
         let sticky = match (&config.sticky_cookie, &config.hash_key) {
             (Some(cookie), HashKey::Cookie(name)) if key.is_none() => {
@@ -518,6 +572,7 @@ impl HttpService {
             }
             _ => None,
         };
+        let max_body = listener.limits.max_body_bytes;
         let grpc_timeout = crate::grpc::timeout(req.headers());
         if req.body().size_hint().lower() > max_body {
             return Err(LocalReply::BodyTooLarge);
@@ -528,28 +583,29 @@ impl HttpService {
         // body streams once, so it is only retried if it never left.
         let replayable = body.is_end_stream();
         let resendable = replayable && idempotent(&parts.method);
-        let grpc_retry = config.retries.attempts > 1
-            && config.retries.retries(RetryOn::GrpcUnavailable)
-            && crate::grpc::is_call(&parts.headers);
+        let grpc_retry =
+            retries.attempts > 1 && retries.retries(RetryOn::GrpcUnavailable) && crate::grpc::is_call(&parts.headers);
         let copy = (grpc_retry && !replayable).then(|| Arc::new(BodyCopy::default()));
         let body = match &copy {
             _ if replayable => None,
             Some(copy) => Some(LimitedBody::new(body, max_body, fault.clone()).copied(copy.clone())),
             None => Some(LimitedBody::new(body, max_body, fault.clone())),
         };
+        let id_header = id_header(listener);
+        let request_id = if route.response_headers.is_empty() { None } else { parts.headers.get(id_header).cloned() };
         if config.proxy_protocol.is_some() {
             parts.extensions.insert(peer.addresses());
         }
-        let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream) else {
+        let Some(headers) = self.upstream_headers(&mut parts, peer, config.upstream, route, id_header) else {
             return Err(LocalReply::HeadersNotForwardable);
         };
-        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let path = upstream_path(&parts, route).ok_or(LocalReply::TargetNotForwardable)?;
         // A request that was not sent comes back from the pool whole, so the
         // headers are copied for a try only if a retry after sending is possible.
         let copy_headers = grpc_retry
             || resendable
-                && config.retries.attempts > 1
-                && config.retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
+                && retries.attempts > 1
+                && retries.conditions.iter().any(|on| !matches!(on, RetryOn::ConnectFailure));
         let headers = Some(headers);
         Ok(Prepared {
             parts,
@@ -564,6 +620,8 @@ impl HttpService {
             grpc_timeout,
             copy,
             grpc_retry,
+            request_id,
+            client: peer.addr,
             sticky,
         })
     }
@@ -584,12 +642,14 @@ impl HttpService {
         &self,
         cluster: &Arc<WorkerCluster>,
         pool: &Arc<UpstreamPool>,
+        route: &Route,
         mut req: Prepared,
         mut trace: Option<&mut Trace>,
     ) -> Response<ProxyBody> {
         let config = &cluster.shared.config;
-        let timeout = req.grpc_timeout.map_or(config.request_timeout, |t| t.min(config.request_timeout));
-        let per_try = config.retries.per_try_timeout.unwrap_or(timeout).min(timeout);
+        let (timeout, retries) = policy(route, config);
+        let timeout = req.grpc_timeout.map_or(timeout, |t| t.min(timeout));
+        let per_try = retries.per_try_timeout.unwrap_or(timeout).min(timeout);
         // One clock read serves the deadline, the budget, the pick and the
         // first try's send time; a retry reads the clock again.
         let mut sent = Instant::now();
@@ -630,10 +690,9 @@ impl HttpService {
                     req.copy.as_ref().and_then(|c| c.replay()).map(|c| LimitedBody::replay(c, req.fault.clone()));
             }
             let retry = failure.is_some_and(|f| {
-                config.retries.retries(f)
-                    && (req.resendable || f == RetryOn::ConnectFailure || f == RetryOn::GrpcUnavailable)
+                retries.retries(f) && (req.resendable || f == RetryOn::ConnectFailure || f == RetryOn::GrpcUnavailable)
             }) && req.can_send_again()
-                && (tried.len() as u32) < config.retries.attempts
+                && (tried.len() as u32) < retries.attempts
                 && Instant::now() < deadline
                 && cluster.may_retry(self.epoch.now());
             if retry {
@@ -641,11 +700,15 @@ impl HttpService {
                 sent = Instant::now();
                 continue;
             }
-            if failure.is_some_and(|f| config.retries.retries(f)) {
+            if failure.is_some_and(|f| retries.retries(f)) {
                 note(&mut trace, Flags::RETRIES_EXHAUSTED);
             }
+            let upstream = pick.upstream.addr;
             let sticky = req.sticky.take().filter(|_| matches!(outcome, Try::Response(_)));
             let mut response = self.answer(cluster, pick, outcome, (latency, result), &req.fault, trace);
+            if !route.response_headers.is_empty() {
+                response_headers(route, &req, upstream, &mut response);
+            }
             if let Some(cookie) = sticky {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
             }
@@ -699,6 +762,8 @@ impl HttpService {
     async fn upgrade(
         &self,
         cluster: &Arc<WorkerCluster>,
+        route: &Route,
+        id_header: &HeaderName,
         peer: &Peer,
         mut req: Request<RequestBody>,
         mut trace: Option<&mut Trace>,
@@ -730,24 +795,24 @@ impl HttpService {
             .as_ref()
             .filter(|p| p.as_str().eq_ignore_ascii_case("websocket"))
             .map(|_| crate::ext_connect::websocket_key());
-        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let upstream_req = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1).zip(protocol).and_then(
-            |(mut headers, protocol)| {
-                headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-                headers.insert(header::UPGRADE, protocol);
-                if let Some(key) = websocket_key {
-                    headers.insert(header::SEC_WEBSOCKET_KEY, key);
-                }
-                let body = Either::Right(Empty::new());
-                rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
-            },
-        );
+        let path = upstream_path(&parts, route);
+        let headers = self.upstream_headers(&mut parts, peer, UpstreamProtocol::Http1, route, id_header);
+        let upstream_req = headers.zip(protocol).zip(path).and_then(|((mut headers, protocol), path)| {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, protocol);
+            if let Some(key) = websocket_key {
+                headers.insert(header::SEC_WEBSOCKET_KEY, key);
+            }
+            let body = Either::Right(Empty::new());
+            rewrite(&parts, headers, &path, body, &pick.upstream, UpstreamProtocol::Http1)
+        });
         let Some(upstream_req) = upstream_req else {
             return self.reply_picked(LocalReply::HeadersNotForwardable, cluster, pick, 0, &mut trace);
         };
         // The tunnel's upstream connection is not pooled, but it counts
         // against the cluster's `max_connections` like any other.
-        let slot = tokio::time::timeout(config.request_timeout, cluster.shared.connections.acquire()).await;
+        let (request_timeout, _) = policy(route, config);
+        let slot = tokio::time::timeout(request_timeout, cluster.shared.connections.acquire()).await;
         let Ok(Some(slot)) = slot else {
             return self.reply_picked(LocalReply::MaxConnections, cluster, pick, 0, &mut trace);
         };
@@ -759,7 +824,7 @@ impl HttpService {
             let stream = crate::upstream::connect(addr, config.connect_timeout, preface, tls).await?;
             crate::h1::upgrade(stream, &upstream_req).await
         };
-        let answer = tokio::time::timeout(config.request_timeout, answer).await;
+        let answer = tokio::time::timeout(request_timeout, answer).await;
         if let Some(t) = &mut trace {
             t.response = Some(sent.elapsed());
         }
@@ -809,6 +874,8 @@ impl HttpService {
         parts: &mut http::request::Parts,
         peer: &Peer,
         protocol: UpstreamProtocol,
+        route: &Route,
+        id_header: &HeaderName,
     ) -> Option<HeaderMap> {
         let mut headers = std::mem::take(&mut parts.headers);
         // `TE: trailers` is hop-by-hop, but says the next hop passes
@@ -847,6 +914,16 @@ impl HttpService {
             None => headers.remove(X_FORWARDED_CLIENT_CERT),
         };
         headers.append(header::VIA, via(parts.version));
+        if let Some(host) = route.rewrite.as_ref().and_then(|w| w.host.clone()) {
+            headers.insert(header::HOST, host);
+        }
+        if !route.request_headers.is_empty() {
+            let request_id = headers.get(id_header).cloned();
+            let name = route.name.as_deref();
+            let (client, client_ip) = (peer.addr, Some(&peer.ip));
+            let vars = Vars { client, client_ip, request_id: request_id.as_ref(), route: name, upstream: None };
+            route.request_headers.apply(&mut headers, &vars);
+        }
         Some(headers)
     }
 }
@@ -883,6 +960,27 @@ impl Peer {
     pub fn addresses(&self) -> Addresses {
         let unspecified = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
         Addresses { source: self.addr, destination: self.destination.unwrap_or(unspecified) }
+    }
+}
+
+/// The route's changes to the headers of an upstream's response (not to the
+/// proxy's own answers).
+fn response_headers(route: &Route, req: &Prepared, upstream: SocketAddr, response: &mut Response<ProxyBody>) {
+    if let Either::Left(_) = response.body() {
+        let name = route.name.as_deref();
+        let (client, request_id) = (req.client, req.request_id.as_ref());
+        let vars = Vars { client, client_ip: None, request_id, route: name, upstream: Some(upstream) };
+        route.response_headers.apply(response.headers_mut(), &vars);
+    }
+}
+
+/// The path and query sent upstream: the request's, rewritten if the route
+/// says so; `None` if the rewrite made no valid target.
+fn upstream_path(parts: &http::request::Parts, route: &Route) -> Option<PathAndQuery> {
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match &route.rewrite {
+        Some(w) => w.path(path),
+        None => Some(path),
     }
 }
 

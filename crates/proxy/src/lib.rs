@@ -35,6 +35,7 @@ pub mod overrides;
 pub mod passthrough;
 mod pipe;
 pub mod proxy_protocol;
+pub mod route;
 pub mod routing;
 pub mod runtime;
 pub mod server;

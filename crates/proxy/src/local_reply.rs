@@ -60,6 +60,11 @@ pub enum LocalReply {
     UpstreamReset,
     /// 504: no response head within the request timeout.
     Timeout,
+    /// A route's redirect (301, 302, 303, 307 or 308); the `Location` is
+    /// the route's.
+    Redirect(StatusCode),
+    /// A route's configured response (status, body and headers are the route's).
+    Respond(StatusCode),
     /// 429: the route's rate limit; `Retry-After` says these seconds.
     RateLimited(u64),
 }
@@ -89,14 +94,17 @@ impl LocalReply {
             CannotResend | ConnectFailure | UpstreamReset => StatusCode::BAD_GATEWAY,
             NoEndpoint | MaxRequests | MaxConnections => StatusCode::SERVICE_UNAVAILABLE,
             Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Redirect(status) | Respond(status) => status,
             RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
-    /// The response body: one line saying why.
+    /// The response body: one line saying why (a route's answers have
+    /// their own, or none).
     pub fn message(self) -> Cow<'static, str> {
         use LocalReply::*;
         Cow::Borrowed(match self {
+            Redirect(_) | Respond(_) => "",
             MissingHost => "fulcrum: HTTP/1.1 request without Host\n",
             TwoHosts => "fulcrum: request with more than one Host\n",
             BadHead(why) => return Cow::Owned(format!("fulcrum: {why}\n")),
@@ -119,6 +127,9 @@ impl LocalReply {
     /// The counter of `stats` the reply counts in (one per status, as
     /// `fulcrum_local_responses_total` shows them).
     pub fn counter(self, stats: &ProxyStats) -> &AtomicU64 {
+        if let LocalReply::Redirect(_) | LocalReply::Respond(_) = self {
+            return &stats.route_responses;
+        }
         match self.status() {
             StatusCode::NOT_FOUND => &stats.no_route,
             StatusCode::PAYLOAD_TOO_LARGE => &stats.payload_too_large,
@@ -138,7 +149,7 @@ impl LocalReply {
             MissingHost | TwoHosts | BadHead(_) | MalformedBody | HeadersNotForwardable | TargetNotForwardable => {
                 Flags::BAD_REQUEST
             }
-            HeadTooLarge => Flags::default(),
+            HeadTooLarge | Redirect(_) | Respond(_) => Flags::default(),
             NoRoute => Flags::NO_ROUTE,
             BodyTooLarge => Flags::TOO_LARGE,
             NoEndpoint => Flags::NO_HEALTHY_UPSTREAM,

@@ -88,6 +88,8 @@ pub struct ProxyStats {
     /// 431: request head over `max_header_bytes` or `limits.max_headers`
     /// (answered by hyper's parser).
     pub header_too_large: AtomicU64,
+    /// Redirects and direct responses of routes (not in `local_responses`).
+    pub route_responses: AtomicU64,
     /// Downstream connections accepted.
     pub connections: AtomicU64,
     /// Connections closed on accept because `max_connections` were open.

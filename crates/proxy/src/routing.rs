@@ -18,7 +18,7 @@ pub type RouteLimits = Vec<Vec<Option<Arc<Mutex<RateLimiter>>>>>;
 pub fn route_limits(config: &Config, previous: Option<&Routing>) -> Arc<RouteLimits> {
     let limiter = |li: usize, ri: usize, l: &fulcrum_resilience::RateLimitConfig| {
         let same = previous.and_then(|p| {
-            let before = p.listeners.get(li)?.routes.get(ri)?.rate_limit.as_ref()?;
+            let before = p.listeners.get(li)?.routes.routes().get(ri)?.rate_limit.as_ref()?;
             (before == l).then(|| p.limits[li][ri].clone())?
         });
         same.unwrap_or_else(|| {
@@ -27,7 +27,7 @@ pub fn route_limits(config: &Config, previous: Option<&Routing>) -> Arc<RouteLim
         })
     };
     let limits = config.listeners.iter().enumerate().map(|(li, l)| {
-        l.routes.iter().enumerate().map(|(ri, r)| r.rate_limit.as_ref().map(|c| limiter(li, ri, c))).collect()
+        l.routes.routes().iter().enumerate().map(|(ri, r)| r.rate_limit.as_ref().map(|c| limiter(li, ri, c))).collect()
     });
     Arc::new(limits.collect())
 }

@@ -1,0 +1,433 @@
+//! What a matched route does: forward (to one cluster or a weighted split),
+//! redirect or answer; and what it changes on the way.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
+use http::StatusCode;
+use regex::Regex;
+use xxhash_rust::xxh64::xxh64;
+
+use crate::config::HashKey;
+
+/// What a route does with a request it matched.
+#[derive(Debug)]
+pub enum Action {
+    /// Forward to a cluster of the split.
+    Forward(Split),
+    /// Answer with a redirect.
+    Redirect(Redirect),
+    /// Answer with a configured response.
+    Respond(Respond),
+}
+
+/// Seed of the split's hash, so that the side a key lands on does not
+/// follow from where a hash-based balancer puts it.
+const SPLIT_SEED: u64 = 0x5917;
+
+/// Clusters weighted: each request goes to one of them.
+#[derive(Debug)]
+pub struct Split {
+    /// Cluster indexes with the running total of weights up to and including each.
+    targets: Vec<(usize, u64)>,
+    /// What keeps one user on one side (none: each request is drawn).
+    pub key: Option<HashKey>,
+    /// Counts draws; its hash is the draw.
+    draws: AtomicU64,
+}
+
+impl Split {
+    /// All requests to `cluster`.
+    pub fn one(cluster: usize) -> Split {
+        Split { targets: vec![(cluster, 1)], key: None, draws: AtomicU64::new(0) }
+    }
+
+    /// `(cluster, weight)` pairs, the total weight above zero.
+    pub(crate) fn weighted(sides: &[(usize, u32)], key: Option<HashKey>) -> Split {
+        let mut total = 0;
+        let targets = sides
+            .iter()
+            .map(|&(c, w)| {
+                total += u64::from(w);
+                (c, total)
+            })
+            .collect();
+        Split { targets, key, draws: AtomicU64::new(0) }
+    }
+
+    /// The cluster when there is only one.
+    pub fn only(&self) -> Option<usize> {
+        match self.targets.as_slice() {
+            [(c, _)] => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// The cluster for a request whose split key hashes to `key` (none, or
+    /// no key configured: the next draw). The draws are the project's hash
+    /// of a counter: as even as weighted round robin over many requests,
+    /// without its pattern.
+    pub fn pick(&self, key: Option<u64>) -> usize {
+        if let Some(c) = self.only() {
+            return c;
+        }
+        let total = self.targets.last().map_or(1, |t| t.1).max(1);
+        let seed = key.unwrap_or_else(|| self.draws.fetch_add(1, Relaxed));
+        let at = xxh64(&seed.to_le_bytes(), SPLIT_SEED) % total;
+        self.targets.iter().find(|t| at < t.1).map_or(self.targets[0].0, |t| t.0)
+    }
+}
+
+/// A redirect: the request's URL with some parts replaced.
+#[derive(Debug)]
+pub struct Redirect {
+    /// 301, 302, 303, 307 or 308.
+    pub status: StatusCode,
+    pub(crate) scheme: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) path: Option<String>,
+    /// The route's path prefix and what replaces it.
+    pub(crate) prefix: Option<(String, String)>,
+    pub(crate) drop_query: bool,
+}
+
+impl Redirect {
+    /// The `Location` for a request to `path_and_query` at `authority`
+    /// (`host[:port]`, if the request said) over TLS or not. Without a
+    /// host to send the client to, the location is the path alone.
+    pub fn location(&self, path_and_query: &PathAndQuery, authority: Option<&str>, tls: bool) -> String {
+        let (req_host, req_port) = match authority {
+            Some(a) => split_port(a),
+            None => (None, None),
+        };
+        let scheme = self.scheme.as_deref().unwrap_or(if tls { "https" } else { "http" });
+        // The request's port only stays when neither scheme nor host change.
+        let keep = self.scheme.is_none() && self.host.is_none();
+        let port = self.port.or(if keep { req_port } else { None });
+        let path = path_and_query.path();
+        let path = match (&self.path, &self.prefix) {
+            (Some(p), _) => p.clone(),
+            (None, Some((from, to))) => match path.strip_prefix(from.as_str()) {
+                Some(rest) => format!("{to}{rest}"),
+                None => path.to_string(),
+            },
+            (None, None) => path.to_string(),
+        };
+        let mut out = match self.host.as_deref().or(req_host) {
+            Some(host) => match port {
+                Some(p) if !(scheme == "http" && p == 80 || scheme == "https" && p == 443) => {
+                    format!("{scheme}://{host}:{p}{path}")
+                }
+                _ => format!("{scheme}://{host}{path}"),
+            },
+            None => path,
+        };
+        if let (false, Some(q)) = (self.drop_query, path_and_query.query()) {
+            out.push('?');
+            out.push_str(q);
+        }
+        out
+    }
+}
+
+/// `host:port` apart (IPv6 literals keep their brackets).
+fn split_port(authority: &str) -> (Option<&str>, Option<u16>) {
+    match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => (Some(&authority[..i]), authority[i + 1..].parse().ok()),
+        _ => (Some(authority), None),
+    }
+}
+
+/// A response the route answers with, whole.
+#[derive(Debug)]
+pub struct Respond {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its body.
+    pub body: Bytes,
+    /// Its headers (`content-type` added for a body when not given).
+    pub headers: HeaderMap,
+}
+
+/// How the path sent upstream is rewritten.
+#[derive(Debug)]
+pub(crate) enum PathRewrite {
+    None,
+    /// The route's path prefix replaced.
+    Prefix {
+        from: String,
+        to: String,
+    },
+    /// The first match of `regex` in the path replaced (`$1`, `${name}`).
+    Regex {
+        regex: Regex,
+        replace: String,
+    },
+}
+
+/// The path and `Host` sent upstream.
+#[derive(Debug)]
+pub struct Rewrite {
+    pub(crate) path: PathRewrite,
+    /// The `Host` sent upstream instead of the client's.
+    pub host: Option<HeaderValue>,
+}
+
+impl Rewrite {
+    /// The rewritten path with the query kept, unchanged without a path
+    /// rewrite, or `None` if the result is not a valid request target.
+    pub fn path(&self, pq: PathAndQuery) -> Option<PathAndQuery> {
+        let path = pq.path();
+        let new = match &self.path {
+            PathRewrite::None => return Some(pq),
+            PathRewrite::Prefix { from, to } => match path.strip_prefix(from.as_str()) {
+                Some(rest) if to.ends_with('/') && rest.starts_with('/') => format!("{to}{}", &rest[1..]),
+                Some(rest) => format!("{to}{rest}"),
+                None => return Some(pq),
+            },
+            PathRewrite::Regex { regex, replace } => regex.replacen(path, 1, replace.as_str()).into_owned(),
+        };
+        let new = if new.starts_with('/') { new } else { format!("/{new}") };
+        let full = match pq.query() {
+            Some(q) => format!("{new}?{q}"),
+            None => new,
+        };
+        PathAndQuery::from_maybe_shared(Bytes::from(full)).ok()
+    }
+}
+
+/// A header value with variables: `$client_ip`, `$client` (address and
+/// port), `$request_id`, `$route`, `$upstream` (responses only); `${name}`
+/// may be followed by name characters; `$$` is a `$`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pieces: Vec<Piece>,
+    /// The value when there is no variable.
+    constant: Option<HeaderValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Literal(String),
+    Var(Var),
+}
+
+/// A template's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Var {
+    ClientIp,
+    Client,
+    RequestId,
+    Route,
+    Upstream,
+}
+
+const VARS: [(&str, Var); 5] = [
+    ("client_ip", Var::ClientIp),
+    ("client", Var::Client),
+    ("request_id", Var::RequestId),
+    ("route", Var::Route),
+    ("upstream", Var::Upstream),
+];
+
+/// What a template's variables stand for, for one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Vars<'a> {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// Its IP address as a header value, if formatted already.
+    pub client_ip: Option<&'a HeaderValue>,
+    /// The request ID (the listener's `request_id.header`, else `x-request-id`), if any.
+    pub request_id: Option<&'a HeaderValue>,
+    /// The matched route's name.
+    pub route: Option<&'a str>,
+    /// The endpoint that answered.
+    pub upstream: Option<SocketAddr>,
+}
+
+impl Template {
+    /// Parse `text`; `upstream` says whether `$upstream` is known where it is used.
+    pub(crate) fn parse(text: &str, upstream: bool) -> Result<Template, String> {
+        let mut pieces = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('$') {
+            literal.push_str(&rest[..at]);
+            rest = &rest[at + 1..];
+            let (name, after) = if let Some(braced) = rest.strip_prefix('{') {
+                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
+                (&braced[..end], &braced[end + 1..])
+            } else if let Some(after) = rest.strip_prefix('$') {
+                literal.push('$');
+                rest = after;
+                continue;
+            } else {
+                let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+                rest.split_at(end.unwrap_or(rest.len()))
+            };
+            let known: Vec<&str> = VARS.iter().map(|v| v.0).collect();
+            let var = VARS.iter().find(|v| v.0 == name).map(|v| v.1).ok_or_else(|| {
+                format!("unknown variable `${name}` (known: {}; `$$` is a dollar sign)", known.join(", "))
+            })?;
+            if var == Var::Upstream && !upstream {
+                return Err("`$upstream` is only known in response headers".into());
+            }
+            if !literal.is_empty() {
+                pieces.push(Piece::Literal(std::mem::take(&mut literal)));
+            }
+            pieces.push(Piece::Var(var));
+            rest = after;
+        }
+        literal.push_str(rest);
+        HeaderValue::from_str(&literal).map_err(|_| format!("{literal:?} is not a valid header value"))?;
+        let constant = if pieces.is_empty() { HeaderValue::from_str(&literal).ok() } else { None };
+        if !literal.is_empty() {
+            pieces.push(Piece::Literal(literal));
+        }
+        Ok(Template { pieces, constant })
+    }
+
+    /// The value for one request (`None` if a variable made it invalid).
+    pub fn render(&self, vars: &Vars) -> Option<HeaderValue> {
+        if let Some(c) = &self.constant {
+            return Some(c.clone());
+        }
+        if let ([Piece::Var(Var::ClientIp)], Some(ip)) = (self.pieces.as_slice(), vars.client_ip) {
+            return Some(ip.clone());
+        }
+        let mut out = String::new();
+        for piece in &self.pieces {
+            match piece {
+                Piece::Literal(l) => out.push_str(l),
+                Piece::Var(Var::ClientIp) => out.push_str(&vars.client.ip().to_string()),
+                Piece::Var(Var::Client) => out.push_str(&vars.client.to_string()),
+                Piece::Var(Var::RequestId) => {
+                    out.push_str(vars.request_id.and_then(|v| v.to_str().ok()).unwrap_or(""));
+                }
+                Piece::Var(Var::Route) => out.push_str(vars.route.unwrap_or("")),
+                Piece::Var(Var::Upstream) => {
+                    if let Some(u) = vars.upstream {
+                        out.push_str(&u.to_string());
+                    }
+                }
+            }
+        }
+        HeaderValue::from_str(&out).ok()
+    }
+}
+
+/// Header changes: names removed, then set (replacing any value), then added.
+#[derive(Debug, Default)]
+pub struct HeaderOps {
+    pub(crate) remove: Vec<HeaderName>,
+    pub(crate) set: Vec<(HeaderName, Template)>,
+    pub(crate) add: Vec<(HeaderName, Template)>,
+}
+
+impl HeaderOps {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// Change `headers`; a value a variable made invalid is left out.
+    pub fn apply(&self, headers: &mut HeaderMap, vars: &Vars) {
+        for name in &self.remove {
+            headers.remove(name);
+        }
+        for (name, value) in &self.set {
+            match value.render(vars) {
+                Some(v) => headers.insert(name.clone(), v),
+                None => headers.remove(name),
+            };
+        }
+        for (name, value) in &self.add {
+            if let Some(v) = value.render(vars) {
+                headers.append(name.clone(), v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> Vars<'static> {
+        let client = "10.0.0.7:5555".parse().unwrap();
+        Vars { client, client_ip: None, request_id: None, route: Some("api"), upstream: None }
+    }
+
+    #[test]
+    fn templates_read_their_variables_and_refuse_unknown_ones() {
+        let t = Template::parse("$client_ip via ${route}s $$1", false).unwrap();
+        assert_eq!(t.render(&vars()).unwrap(), "10.0.0.7 via apis $1");
+        assert_eq!(Template::parse("plain", false).unwrap().render(&vars()).unwrap(), "plain");
+        let id = HeaderValue::from_static("abc");
+        let with_id = Vars { request_id: Some(&id), ..vars() };
+        assert_eq!(Template::parse("$request_id", false).unwrap().render(&with_id).unwrap(), "abc");
+        assert!(Template::parse("$nope", false).unwrap_err().contains("nope"));
+        assert!(Template::parse("${client", false).is_err());
+        assert!(Template::parse("$upstream", false).unwrap_err().contains("response"));
+        assert!(Template::parse("a\nb", false).is_err());
+        let up = Vars { upstream: Some("127.0.0.1:9".parse().unwrap()), ..vars() };
+        assert_eq!(Template::parse("$upstream", true).unwrap().render(&up).unwrap(), "127.0.0.1:9");
+    }
+
+    #[test]
+    fn a_split_follows_its_weights_and_its_key() {
+        let split = Split::weighted(&[(3, 90), (4, 10)], None);
+        let n = 100_000;
+        let fourth = (0..n).filter(|_| split.pick(None) == 4).count();
+        assert!((9_000..11_000).contains(&fourth), "{fourth}");
+        let keyed: Vec<usize> = (0..10).map(|_| split.pick(Some(42))).collect();
+        assert!(keyed.iter().all(|c| *c == keyed[0]), "{keyed:?}");
+        assert_eq!(Split::one(7).pick(None), 7);
+    }
+
+    #[test]
+    fn redirects_replace_what_they_say() {
+        let r = |scheme: Option<&str>, host: Option<&str>, port, path: Option<&str>, drop_query| Redirect {
+            status: StatusCode::MOVED_PERMANENTLY,
+            scheme: scheme.map(String::from),
+            host: host.map(String::from),
+            port,
+            path: path.map(String::from),
+            prefix: None,
+            drop_query,
+        };
+        let pq = PathAndQuery::from_static("/a/b?x=1");
+        assert_eq!(
+            r(Some("https"), None, None, None, false).location(&pq, Some("h.test:8080"), false),
+            "https://h.test/a/b?x=1"
+        );
+        assert_eq!(r(None, None, None, None, true).location(&pq, Some("h.test:8080"), false), "http://h.test:8080/a/b");
+        assert_eq!(
+            r(None, Some("n.test"), Some(8443), Some("/z"), false).location(&pq, None, true),
+            "https://n.test:8443/z?x=1"
+        );
+        assert_eq!(r(None, None, None, Some("/z"), true).location(&pq, None, false), "/z");
+        let mut p = r(None, None, None, None, false);
+        p.prefix = Some(("/a".into(), "/new".into()));
+        assert_eq!(p.location(&pq, Some("[::1]:81"), false), "http://[::1]:81/new/b?x=1");
+    }
+
+    #[test]
+    fn rewrites_keep_the_query() {
+        let prefix = Rewrite { path: PathRewrite::Prefix { from: "/api/".into(), to: "/".into() }, host: None };
+        assert_eq!(prefix.path(PathAndQuery::from_static("/api/users?x=1")).unwrap(), "/users?x=1");
+        let regex = Rewrite {
+            path: PathRewrite::Regex {
+                regex: Regex::new("^/u/([0-9]+)$").unwrap(),
+                replace: "/users/$1/profile".into(),
+            },
+            host: None,
+        };
+        assert_eq!(regex.path(PathAndQuery::from_static("/u/42?a")).unwrap(), "/users/42/profile?a");
+        assert_eq!(regex.path(PathAndQuery::from_static("/v/42")).unwrap(), "/v/42");
+    }
+}

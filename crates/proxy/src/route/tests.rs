@@ -1,0 +1,198 @@
+//! Routes from configuration text: what they match, and errors that name
+//! the file, line and field; random route tables never panic.
+
+use std::path::Path;
+
+use http::{HeaderValue, Request};
+use proptest::prelude::*;
+
+use crate::config::{Config, ConfigError};
+
+const CLUSTERS: &str = r#"
+[[cluster]]
+name = "a"
+endpoints = ["127.0.0.1:9001"]
+
+[[cluster]]
+name = "b"
+endpoints = ["127.0.0.1:9002"]
+"#;
+
+fn parse(routes: &str) -> Result<Config, ConfigError> {
+    let text = format!("[[listener]]\nlisten = \"127.0.0.1:8080\"\nroutes = [\n{routes}\n]\n{CLUSTERS}");
+    Config::parse(Path::new("test.toml"), &text)
+}
+
+/// The cluster (or `"redirect"` / `"respond"`) each request goes to.
+fn route(routes: &str, reqs: &[Request<()>]) -> Vec<String> {
+    let config = parse(routes).unwrap_or_else(|e| panic!("{e}"));
+    let table = &config.listeners[0].routes;
+    reqs.iter()
+        .map(|req| {
+            let host = req.headers().get("host").map(|h| h.to_str().unwrap().split(':').next().unwrap().to_string());
+            match table.find(req, host.as_deref()).map(|(_, r)| &r.action) {
+                None => "none".into(),
+                Some(super::Action::Forward(s)) => config.clusters[s.pick(None)].name.clone(),
+                Some(super::Action::Redirect(_)) => "redirect".into(),
+                Some(super::Action::Respond(_)) => "respond".into(),
+            }
+        })
+        .collect()
+}
+
+fn req(method: &str, host: &str, uri: &str, headers: &[(&str, &str)]) -> Request<()> {
+    let mut b = Request::builder().method(method).uri(uri).header("host", host);
+    for (k, v) in headers {
+        b = b.header(*k, HeaderValue::from_str(v).unwrap());
+    }
+    b.body(()).unwrap()
+}
+
+#[test]
+fn every_condition_must_hold_and_the_first_match_wins() {
+    let routes = r#"
+  { host = "*.example.com", path_regex = "^/users/[0-9]+$", methods = ["GET"], cluster = "b" },
+  { host = "api.test", path = "/exact", cluster = "b" },
+  { headers = [{ name = "x-canary", exact = "1" }, { name = "x-debug", present = false }], cluster = "b" },
+  { headers = [{ name = "user-agent", regex = "(?i)curl" }], query = [{ name = "v", regex = "^2" }], cluster = "b" },
+  { query = [{ name = "beta" }], respond = { status = 200, body = "beta" } },
+  { path_prefix = "/old", redirect = { prefix = "/new" } },
+  { cluster = "a" },
+"#;
+    let cases = [
+        (req("GET", "x.example.com:81", "/users/12", &[]), "b"),
+        (req("POST", "x.example.com", "/users/12", &[]), "a"),
+        (req("GET", "example.com", "/users/12", &[]), "a"),
+        (req("GET", "x.example.com", "/users/12/x", &[]), "a"),
+        (req("GET", "api.test", "/exact", &[]), "b"),
+        (req("GET", "api.test", "/exact/", &[]), "a"),
+        (req("GET", "h", "/", &[("x-canary", "1")]), "b"),
+        (req("GET", "h", "/", &[("x-canary", "1"), ("x-debug", "")]), "a"),
+        (req("GET", "h", "/?v=2.1", &[("user-agent", "CURL/8")]), "b"),
+        (req("GET", "h", "/?v=1", &[("user-agent", "curl/8")]), "a"),
+        (req("GET", "h", "/?a=1&beta", &[]), "respond"),
+        (req("GET", "h", "/old/x", &[]), "redirect"),
+        (req("GET", "h", "/other", &[]), "a"),
+    ];
+    let (reqs, want): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
+    assert_eq!(route(routes, &reqs), want);
+}
+
+#[test]
+fn the_old_keys_still_route() {
+    let got = route(
+        r#"{ host = "API.test", path_prefix = "/v1", cluster = "b" }, { cluster = "a" }"#,
+        &[req("GET", "api.test", "/v1/x", &[]), req("GET", "web.test", "/v1/x", &[])],
+    );
+    assert_eq!(got, ["b", "a"]);
+}
+
+#[test]
+fn bad_routes_are_errors_naming_file_line_and_field() {
+    let cases = [
+        (r#"{ path_regex = "^/(", cluster = "a" }"#, "listener[0].routes[0].path_regex", "regular expression"),
+        (
+            r#"{ headers = [{ name = "x", regex = "[" }], cluster = "a" }"#,
+            "listener[0].routes[0].headers[0].regex",
+            "regular",
+        ),
+        (
+            r#"{ query = [{ name = "q", exact = "1", regex = "1" }], cluster = "a" }"#,
+            "listener[0].routes[0].query[0]",
+            "one of",
+        ),
+        (
+            r#"{ headers = [{ name = "bad name" }], cluster = "a" }"#,
+            "listener[0].routes[0].headers[0].name",
+            "header name",
+        ),
+        (r#"{ host = "a.test:80", cluster = "a" }"#, "listener[0].routes[0].host", "no port"),
+        (r#"{ methods = ["get"], cluster = "a" }"#, "listener[0].routes[0].methods[0]", "capitals"),
+        (r#"{ path = "x", cluster = "a" }"#, "listener[0].routes[0].path", "start with /"),
+        (r#"{ cluster = "a", respond = { status = 200 } }"#, "listener[0].routes[0].cluster", "one of"),
+        (r#"{ clusters = [{ cluster = "a", weight = 0 }] }"#, "listener[0].routes[0].clusters", "weight"),
+        (
+            r#"{ clusters = [{ cluster = "c", weight = 1 }] }"#,
+            "listener[0].routes[0].clusters[0].cluster",
+            "no cluster",
+        ),
+        (r#"{ redirect = { status = 200 } }"#, "listener[0].routes[0].redirect.status", "301"),
+        (r#"{ path = "/a", redirect = { prefix = "/b" } }"#, "listener[0].routes[0].redirect.prefix", "path_prefix"),
+        (r#"{ respond = { status = 200 }, rewrite = { host = "x" } }"#, "listener[0].routes[0].rewrite", "forwards"),
+        (
+            r#"{ cluster = "a", rewrite = { regex = "^/(a)", replace = "/$2" } }"#,
+            "listener[0].routes[0].rewrite.replace",
+            "$2",
+        ),
+        (
+            r#"{ cluster = "a", request_headers = { set = { x-up = "$upstream" } } }"#,
+            "listener[0].routes[0].request_headers.set.x-up",
+            "response",
+        ),
+        (
+            r#"{ cluster = "a", response_headers = { add = { x-a = "$nope" } } }"#,
+            "listener[0].routes[0].response_headers.add.x-a",
+            "nope",
+        ),
+        (r#"{ cluster = "a", timeout = "0s" }"#, "listener[0].routes[0].timeout", "greater than 0"),
+        (r#"{ cluster = "a", retries = { attempts = 0 } }"#, "listener[0].routes[0].retries.attempts", "between"),
+    ];
+    for (route, field, message) in cases {
+        let e = parse(route).err().unwrap_or_else(|| panic!("{route} loaded"));
+        assert_eq!((e.field.as_str(), e.line), (field, 4), "{route}: {e}");
+        assert!(e.message.contains(message), "{route}: {e}");
+        assert!(e.to_string().starts_with("test.toml:4:"), "{e}");
+    }
+}
+
+/// A route as TOML from random pieces, valid or not.
+fn arb_route() -> impl Strategy<Value = String> {
+    let text = "[ -~]{0,12}".prop_map(|s| format!("{s:?}"));
+    let pieces = prop::collection::vec(
+        prop_oneof![
+            text.clone().prop_map(|t| format!("host = {t}")),
+            text.clone().prop_map(|t| format!("path = {t}")),
+            text.clone().prop_map(|t| format!("path_prefix = {t}")),
+            text.clone().prop_map(|t| format!("path_regex = {t}")),
+            text.clone().prop_map(|t| format!("methods = [{t}]")),
+            (text.clone(), text.clone()).prop_map(|(n, r)| format!("headers = [{{ name = {n}, regex = {r} }}]")),
+            (text.clone(), text.clone()).prop_map(|(n, r)| format!("query = [{{ name = {n}, exact = {r} }}]")),
+            (text.clone(), text.clone()).prop_map(|(r, w)| format!("rewrite = {{ regex = {r}, replace = {w} }}")),
+            text.clone().prop_map(|t| format!("rewrite = {{ prefix = {t}, host = {t} }}")),
+            (text.clone(), text.clone()).prop_map(|(n, v)| format!("request_headers = {{ set = {{ {n} = {v} }} }}")),
+            (text.clone(), text.clone()).prop_map(|(n, v)| format!("response_headers = {{ add = {{ {n} = {v} }} }}")),
+            (300u16..310, text.clone()).prop_map(|(s, p)| format!("redirect = {{ status = {s}, path = {p} }}")),
+            (0u16..700).prop_map(|s| format!("respond = {{ status = {s} }}")),
+            (0u32..3, 0u32..3).prop_map(|(x, y)| format!(
+                "clusters = [{{ cluster = \"a\", weight = {x} }}, {{ cluster = \"b\", weight = {y} }}]"
+            )),
+            Just("cluster = \"a\"".to_string()),
+        ],
+        0..5,
+    );
+    pieces.prop_map(|p| format!("{{ {} }}", p.join(", ")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn random_route_tables_compile_or_name_a_field(routes in prop::collection::vec(arb_route(), 1..4)) {
+        let text = routes.join(",\n");
+        match parse(&text) {
+            // A table that compiles routes requests without panicking.
+            Ok(config) => {
+                let table = &config.listeners[0].routes;
+                for uri in ["/", "/a/b?x=1&y", "/%ff?%"] {
+                    let r = req("GET", "h.test", uri, &[("x-a", "1")]);
+                    let _ = table.find(&r, Some("h.test"));
+                }
+            }
+            // Duplicate keys are TOML's own error, at the table.
+            Err(e) => prop_assert!(
+                e.field.starts_with("listener[0].routes") || e.message.contains("duplicate key"),
+                "{text}\n{e}"
+            ),
+        }
+    }
+}
