@@ -38,7 +38,8 @@ that broke it).
 
 --from reads the cluster's model from a running proxy's admin listener twice, --window apart, \
 builds a scenario from the window (docs/tutorial/what-if.md) and prints first the current \
-state's check: the measured p50/p90/p99 beside the prediction for the cluster's own algorithm.")]
+state's check: the measured p50/p90/p99 beside the prediction for the cluster's own algorithm \
+(with --json: {\"current_state\": check, \"report\": report}).")]
 pub struct Args {
     /// The scenario file (TOML); not with --from.
     #[arg(required_unless_present = "from", conflicts_with = "from")]
