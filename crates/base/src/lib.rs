@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod loghist;
 mod rng;
 mod streams;
 

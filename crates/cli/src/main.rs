@@ -16,6 +16,7 @@ mod serve;
 mod signal;
 mod sim;
 mod sim_options;
+mod whatif;
 
 use std::process::ExitCode;
 

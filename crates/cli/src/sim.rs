@@ -26,6 +26,7 @@ Examples:
   fulcrum sim scenarios/seed-000.toml --runs 20 --json
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
   fulcrum sim scenarios/seed-000.toml --set clients.requests=1000 --set servers[1].count=4
+  fulcrum sim --from http://127.0.0.1:9901 --cluster web --window 10s --write-scenario web.toml
 
 --runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run), \
 requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x) and \
@@ -33,10 +34,35 @@ each server's share of requests over time.
 
 The scenario format is described in docs/reference/sim-scenario.md. Exit code 2 means the \
 scenario or an option was rejected; the message names the file, line and field (or the --set \
-that broke it).")]
+that broke it).
+
+--from reads the cluster's model from a running proxy's admin listener twice, --window apart, \
+builds a scenario from the window (docs/tutorial/what-if.md) and prints first the current \
+state's check: the measured p50/p90/p99 beside the prediction for the cluster's own algorithm \
+(with --json: {\"current_state\": check, \"report\": report}).")]
 pub struct Args {
-    /// The scenario file (TOML).
-    scenario: PathBuf,
+    /// The scenario file (TOML); not with --from.
+    #[arg(required_unless_present = "from", conflicts_with = "from")]
+    scenario: Option<PathBuf>,
+
+    /// Build the scenario from a running proxy: its admin listener, as
+    /// http://IP:PORT.
+    #[arg(long, value_name = "URL", requires = "cluster")]
+    from: Option<String>,
+
+    /// With --from: the cluster to model.
+    #[arg(long, value_name = "NAME", requires = "from")]
+    cluster: Option<String>,
+
+    /// With --from: how long to measure between the two snapshots.
+    #[arg(long, value_name = "DURATION", requires = "from", default_value = "10s", value_parser = fulcrum_config::parse_duration)]
+    window: std::time::Duration,
+
+    /// With --from: write the scenario here (its latency files beside it),
+    /// to inspect, edit and run again with `fulcrum sim FILE`. Default: a
+    /// temporary directory.
+    #[arg(long, value_name = "FILE", requires = "from")]
+    write_scenario: Option<PathBuf>,
 
     /// Comma-separated algorithms to compare, instead of the scenario's list:
     /// round-robin (wrr), random, least-request (lr), peak-ewma (PeakEWMA),
@@ -71,8 +97,26 @@ pub struct Args {
 }
 
 /// Load, run, report.
-pub fn run(args: Args) -> Result<(), Failure> {
-    let mut scenario = Scenario::load_with(&args.scenario, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
+pub fn run(mut args: Args) -> Result<(), Failure> {
+    let measured = match (&args.from, &args.cluster) {
+        (Some(from), Some(cluster)) => {
+            let file = match &args.write_scenario {
+                Some(f) => f.clone(),
+                None => {
+                    let dir = std::env::temp_dir().join(format!("fulcrum-what-if-{}", std::process::id()));
+                    std::fs::create_dir_all(&dir)
+                        .map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
+                    dir.join(format!("{cluster}.toml"))
+                }
+            };
+            let m = crate::whatif::build(from, cluster, args.window, &file)?;
+            args.scenario = Some(m.scenario.clone());
+            Some(m)
+        }
+        _ => None,
+    };
+    let Some(path) = args.scenario.clone() else { return Err(Failure::input("a scenario file or --from is needed")) };
+    let mut scenario = Scenario::load_with(&path, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
     for name in &args.without {
         let mechanism = name.parse().map_err(|e| Failure::input(format!("--without: {e}")))?;
         scenario.resilience.disable(mechanism);
@@ -109,7 +153,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if args.exact {
         overrides.push("--exact".to_string());
     }
-    let digest = scenario_digest(&args.scenario, &args.sets)?;
+    let digest = scenario_digest(&path, &args.sets)?;
     let provenance = fulcrum_version::provenance(digest, plan.seed, u64::from(plan.runs), overrides);
 
     let expected = scenario.total_requests().map(|n| n * plan.jobs() as u64);
@@ -119,11 +163,27 @@ pub fn run(args: Args) -> Result<(), Failure> {
         |elapsed| progress::bar(done.load(Ordering::Relaxed), expected, "requests", elapsed),
         || fulcrum_sim::simulate(&scenario, &plan, Some(&done)),
     )
-    .map_err(|e| Failure::input(format!("{}: {e}", args.scenario.display())))?;
+    .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
     report.provenance = Some(provenance);
 
     let mut stdout = std::io::stdout().lock();
-    let text = if args.options.json { report::json(&report) } else { report::table(&report) };
+    let check = match (&measured, report.results.first()) {
+        (Some(m), Some(first)) => Some(crate::whatif::check(m, &first.latency)),
+        _ => None,
+    };
+    let text = match (&check, args.options.json) {
+        (None, false) => report::table(&report),
+        (None, true) => report::json(&report),
+        (Some(c), false) => crate::whatif::check_text(c) + &report::table(&report),
+        (Some(c), true) => {
+            let report: serde_json::Value = serde_json::from_str(&report::json(&report))
+                .map_err(|e| Failure::runtime(format!("the report's JSON: {e}")))?;
+            let mut s = serde_json::to_string_pretty(&serde_json::json!({ "current_state": c, "report": report }))
+                .map_err(|e| Failure::runtime(format!("the report's JSON: {e}")))?;
+            s.push('\n');
+            s
+        }
+    };
     stdout.write_all(text.as_bytes()).map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
     stdout.flush().map_err(|e| Failure::runtime(format!("writing the report: {e}")))?;
     if let Some(dir) = &args.options.csv {

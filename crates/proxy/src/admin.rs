@@ -45,6 +45,11 @@ impl Admin {
     /// Answer one admin request.
     pub async fn handle(&self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
         let path = req.uri().path();
+        if let Some(name) = path.strip_prefix("/clusters/").and_then(|p| p.strip_suffix("/model")) {
+            if req.method() == http::Method::GET {
+                return Ok(self.model(name));
+            }
+        }
         if path == "/clusters" || path.starts_with("/clusters/") {
             let clusters = self.clusters.borrow().clone();
             return Ok(crate::runtime::handle(&clusters, || self.epoch.now(), req).await);
@@ -201,6 +206,18 @@ impl Admin {
             let _ = writeln!(out, "fulcrum_tls_passthrough_refused_total{{reason=\"{reason}\"}} {}", n.load(Relaxed));
         }
         out
+    }
+
+    /// `GET /clusters/NAME/model` ([`crate::model`]).
+    fn model(&self, name: &str) -> Response<Full<Bytes>> {
+        let clusters = self.clusters.borrow().clone();
+        let Some(c) = clusters.iter().find(|c| c.config.name == name) else {
+            let body = json!({ "error": format!("no cluster named {name:?}") }).to_string();
+            return text(StatusCode::NOT_FOUND, "application/json", body + "\n");
+        };
+        let body = serde_json::to_string(&crate::model::model_json(c, self.epoch.now()))
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        text(StatusCode::OK, "application/json", body + "\n")
     }
 
     /// The clusters, endpoints and their counters as JSON.

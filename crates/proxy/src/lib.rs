@@ -31,6 +31,7 @@ pub mod health;
 pub mod http;
 pub mod local_reply;
 pub mod metrics;
+pub mod model;
 pub mod overrides;
 pub mod passthrough;
 mod pipe;

@@ -28,6 +28,8 @@ pub struct EndpointStats {
     buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     /// Sum of latencies in nanoseconds.
     latency_sum_ns: AtomicU64,
+    /// The same latencies in 5 %-wide buckets, for `/clusters/NAME/model`.
+    pub latency_fine: fulcrum_base::loghist::AtomicLogHistogram,
 }
 
 impl EndpointStats {
@@ -46,7 +48,9 @@ impl EndpointStats {
         let secs = latency.as_secs_f64();
         let bucket = LATENCY_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(LATENCY_BUCKETS.len());
         self.buckets[bucket].fetch_add(1, Relaxed);
-        self.latency_sum_ns.fetch_add(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.latency_sum_ns.fetch_add(ns, Relaxed);
+        self.latency_fine.record(ns);
     }
 
     /// Cumulative bucket counts (`le` each bound, then `+Inf`), and the sum in seconds.

@@ -1,0 +1,278 @@
+//! `fulcrum sim --from ADMIN --cluster NAME`: a simulator scenario built
+//! from a running proxy's measurements, and the check of its prediction of
+//! the present against what the proxy measured.
+//!
+//! Two snapshots of `GET /clusters/NAME/model`, `--window` apart, give per
+//! endpoint the requests, errors and latency histogram (5 %-wide buckets)
+//! of the window. Each routable endpoint that answered in the window
+//! becomes a server whose service time is `empirical`: the window's
+//! latencies as the proxy measured them (request sent to response
+//! headers), so the proxy↔endpoint network time is inside the service time
+//! and `[network]` is zero. Servers have unlimited concurrency (a pure
+//! delay: any queueing at the endpoint is in the measured latencies). The
+//! clients send Poisson traffic at the window's request rate, and latency is
+//! measured at the balancer, as the proxy measures it.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::cli::Failure;
+
+/// Clients the window's rate is spread over (Poisson each, Poisson in all).
+const CLIENTS: u32 = 10;
+/// Simulated time of each run, and the part of it left out at the start.
+const DURATION_S: u64 = 30;
+const WARMUP_S: u64 = 2;
+/// Most latency values written per endpoint (spread over its buckets).
+const MAX_VALUES: u64 = 20_000;
+/// Algorithms compared besides the cluster's own.
+const COMPARED: [&str; 4] = ["round-robin", "least-request", "peak-ewma", "random"];
+
+/// What was measured over the window and the scenario built from it.
+pub struct Measured {
+    /// The scenario file written.
+    pub scenario: PathBuf,
+    /// The cluster's algorithm (the first one the scenario runs).
+    pub algorithm: String,
+    /// Requests per second over the window, all endpoints.
+    pub rate: f64,
+    /// Failed share of the window's requests.
+    pub error_rate: f64,
+    /// Measured p50, p90, p99 over the window, milliseconds (bucket-interpolated).
+    pub p: [f64; 3],
+    /// Requests in the window.
+    pub requests: u64,
+    /// The window actually measured, seconds.
+    pub window: f64,
+}
+
+/// The admin address in `--from`: `http://HOST:PORT[/]` or `HOST:PORT`.
+pub fn admin_addr(from: &str) -> Result<SocketAddr, Failure> {
+    let rest = from.strip_prefix("http://").unwrap_or(from).trim_end_matches('/');
+    rest.parse().map_err(|_| {
+        Failure::input(format!(
+            "--from {from:?}: expected the admin listener as http://IP:PORT (such as http://127.0.0.1:9901)"
+        ))
+    })
+}
+
+fn snapshot(runtime: &tokio::runtime::Runtime, admin: SocketAddr, cluster: &str) -> Result<Value, Failure> {
+    if cluster.is_empty() || !cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(Failure::input(format!("--cluster {cluster:?}: not a cluster name")));
+    }
+    let path = format!("/clusters/{cluster}/model");
+    runtime.block_on(fulcrum_proxy::ctl::call(admin, http::Method::GET, &path, None)).map_err(|e| {
+        if e.is_refusal() {
+            Failure::input(format!("--cluster {cluster}: {e}"))
+        } else {
+            Failure::runtime(format!("--from: {e}"))
+        }
+    })
+}
+
+/// Per endpoint of a snapshot: address → (requests, errors, bucket counts by lower bound).
+type Endpoints = Vec<(String, f64, bool, u64, u64, Vec<[u64; 3]>)>;
+
+fn endpoints(v: &Value) -> Result<Endpoints, Failure> {
+    let bad = || {
+        Failure::runtime(
+            "--from: the admin listener's model answer has no endpoint list (is it a fulcrum proxy of this version?)",
+        )
+    };
+    let list = v.get("endpoints").and_then(Value::as_array).ok_or_else(bad)?;
+    list.iter()
+        .map(|e| {
+            let address = e.get("address").and_then(Value::as_str).ok_or_else(bad)?.to_string();
+            let routable = e.get("healthy").and_then(Value::as_bool).unwrap_or(true)
+                && !e.get("ejected").and_then(Value::as_bool).unwrap_or(false)
+                && !e.get("draining").and_then(Value::as_bool).unwrap_or(false);
+            let buckets: Vec<[u64; 3]> =
+                serde_json::from_value(e.get("latency_buckets").cloned().ok_or_else(bad)?).map_err(|_| bad())?;
+            Ok((
+                address,
+                e.get("weight").and_then(Value::as_f64).unwrap_or(1.0),
+                routable,
+                e.get("requests").and_then(Value::as_u64).unwrap_or(0),
+                e.get("errors").and_then(Value::as_u64).unwrap_or(0),
+                buckets,
+            ))
+        })
+        .collect()
+}
+
+/// The window's bucket counts: `after − before`, by bucket.
+fn delta(before: &[[u64; 3]], after: &[[u64; 3]]) -> Vec<[u64; 3]> {
+    after
+        .iter()
+        .filter_map(|&[lo, hi, n]| {
+            let was = before.iter().find(|b| b[0] == lo).map_or(0, |b| b[2]);
+            (n > was).then_some([lo, hi, n - was])
+        })
+        .collect()
+}
+
+/// Quantile `q` of bucket counts, interpolated linearly within the bucket, in ms.
+fn quantile(buckets: &[[u64; 3]], q: f64) -> f64 {
+    let total: u64 = buckets.iter().map(|b| b[2]).sum();
+    let rank = q * total as f64;
+    let mut below = 0.0;
+    for &[lo, hi, n] in buckets {
+        if below + n as f64 >= rank {
+            let within = ((rank - below) / n as f64).clamp(0.0, 1.0);
+            return (lo as f64 + (hi - lo) as f64 * within) / 1e6;
+        }
+        below += n as f64;
+    }
+    buckets.last().map_or(0.0, |b| b[1] as f64 / 1e6)
+}
+
+/// Latency values in milliseconds, spread evenly inside each bucket, at
+/// most [`MAX_VALUES`] in all (each bucket keeps its share, and at least one).
+fn values(buckets: &[[u64; 3]]) -> String {
+    let total: u64 = buckets.iter().map(|b| b[2]).sum();
+    let scale = (MAX_VALUES as f64 / total.max(1) as f64).min(1.0);
+    let mut out = String::new();
+    for &[lo, hi, n] in buckets {
+        let k = ((n as f64 * scale).round() as u64).max(1);
+        for j in 0..k {
+            let v = lo as f64 + (hi - lo) as f64 * (j as f64 + 0.5) / k as f64;
+            let _ = writeln!(out, "{:.4}", v / 1e6);
+        }
+    }
+    out
+}
+
+/// Read two snapshots `window` apart and write the scenario to `file` (its
+/// latency files beside it, named after it).
+pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result<Measured, Failure> {
+    let admin = admin_addr(from)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::runtime(format!("cannot start a runtime: {e}")))?;
+    let first = snapshot(&runtime, admin, cluster)?;
+    std::thread::sleep(window);
+    let second = snapshot(&runtime, admin, cluster)?;
+    let t = |v: &Value| v.get("time_ns").and_then(Value::as_u64).unwrap_or(0);
+    let window_s = t(&second).saturating_sub(t(&first)) as f64 / 1e9;
+    let algorithm = second.pointer("/algorithm/kind").and_then(Value::as_str).unwrap_or("round-robin").to_string();
+    let (before, after) = (endpoints(&first)?, endpoints(&second)?);
+
+    let stem = file.file_stem().map_or("whatif".into(), |s| s.to_string_lossy().into_owned());
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
+    let mut servers = String::new();
+    let (mut requests, mut errors, mut all) = (0, 0, Vec::new());
+    for (i, (address, weight, routable, req, err, buckets)) in after.iter().enumerate() {
+        let old = before.iter().find(|b| &b.0 == address);
+        let window_buckets = delta(old.map_or(&[][..], |b| &b.5), buckets);
+        let (req, err) = (req - old.map_or(0, |b| b.3).min(*req), err - old.map_or(0, |b| b.4).min(*err));
+        requests += req;
+        errors += err;
+        all.extend_from_slice(&window_buckets);
+        if !routable || window_buckets.is_empty() {
+            continue;
+        }
+        let latency_file = format!("{stem}.endpoint-{i}.txt");
+        std::fs::write(dir.join(&latency_file), values(&window_buckets))
+            .map_err(|e| Failure::runtime(format!("writing {}: {e}", dir.join(&latency_file).display())))?;
+        let _ = writeln!(
+            servers,
+            "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
+        );
+    }
+    if servers.is_empty() || requests == 0 || window_s <= 0.0 {
+        return Err(Failure::runtime(format!(
+            "--from: cluster {cluster} answered no request in the {window_s:.1} s window: nothing to model (is traffic flowing?)"
+        )));
+    }
+    all.sort_by_key(|b| b[0]);
+    let merged: Vec<[u64; 3]> =
+        all.chunk_by(|a, b| a[0] == b[0]).map(|c| [c[0][0], c[0][1], c.iter().map(|b| b[2]).sum()]).collect();
+    let rate = requests as f64 / window_s;
+    let mut algorithms = vec![algorithm.clone()];
+    algorithms.extend(COMPARED.iter().map(|s| s.to_string()).filter(|a| *a != algorithm));
+    let text = format!(
+        "# Built by `fulcrum sim --from {from} --cluster {cluster}` from a {window_s:.1} s window:\n\
+         # {requests} requests ({rate:.1}/s), {errors} failed (not modelled).\n\
+         # Service times are the proxy's measured latencies (request sent to response headers),\n\
+         # so the proxy-endpoint network time is inside them and [network] is zero.\n\
+         name = \"{cluster}\"\nalgorithms = {algorithms:?}\n\n[clients]\ncount = {CLIENTS}\nloop = \"open\"\n\
+         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n",
+        rate / f64::from(CLIENTS)
+    );
+    std::fs::write(file, text).map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", file.display())))?;
+    Ok(Measured {
+        scenario: file.to_path_buf(),
+        algorithm,
+        rate,
+        error_rate: errors as f64 / requests as f64,
+        p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99)],
+        requests,
+        window: window_s,
+    })
+}
+
+/// The current state's check: measured against the first algorithm's prediction.
+pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
+    let pred = [predicted.p50, predicted.p90, predicted.p99];
+    let figures: Vec<Value> = ["p50", "p90", "p99"]
+        .iter()
+        .zip(m.p.iter().zip(pred))
+        .map(|(name, (&measured, predicted))| {
+            json!({ "figure": name, "measured_ms": measured, "predicted_ms": predicted,
+                    "distance_percent": (predicted - measured) / measured.max(1e-9) * 100.0 })
+        })
+        .collect();
+    json!({
+        "algorithm": m.algorithm, "window_s": m.window, "requests": m.requests, "rate": m.rate,
+        "error_rate": m.error_rate, "scenario": m.scenario.display().to_string(), "figures": figures,
+    })
+}
+
+/// The check as the lines printed before the report's table.
+pub fn check_text(check: &Value) -> String {
+    let mut out = format!(
+        "current state ({}, {:.0} req/s over {:.1} s, {:.2} % errors): measured vs predicted\n",
+        check["algorithm"].as_str().unwrap_or("?"),
+        check["rate"].as_f64().unwrap_or(0.0),
+        check["window_s"].as_f64().unwrap_or(0.0),
+        check["error_rate"].as_f64().unwrap_or(0.0) * 100.0
+    );
+    for f in check["figures"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  {}  {:>9.3} ms  {:>9.3} ms  {:+6.1} %",
+            f["figure"].as_str().unwrap_or("?"),
+            f["measured_ms"].as_f64().unwrap_or(0.0),
+            f["predicted_ms"].as_f64().unwrap_or(0.0),
+            f["distance_percent"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(out, "scenario: {}\n", check["scenario"].as_str().unwrap_or("?"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_quantiles_and_values() {
+        let before = [[1_000_000, 1_050_000, 5]];
+        let after = [[1_000_000, 1_050_000, 15], [2_000_000, 2_100_000, 10]];
+        let d = delta(&before, &after);
+        assert_eq!(d, vec![[1_000_000, 1_050_000, 10], [2_000_000, 2_100_000, 10]]);
+        assert!((quantile(&d, 0.5) - 1.05).abs() < 1e-9);
+        assert!((quantile(&d, 0.75) - 2.05).abs() < 1e-9);
+        let v = values(&d);
+        assert_eq!(v.lines().count(), 20);
+        assert!(v.lines().all(|l| (1.0..2.1).contains(&l.parse::<f64>().unwrap())));
+        assert!(admin_addr("http://127.0.0.1:9901/").is_ok());
+        assert!(admin_addr("localhost").is_err());
+    }
+}

@@ -1,0 +1,44 @@
+//! `GET /clusters/NAME/model`: what a simulator needs to model a cluster
+//! (`fulcrum sim --from`): the cluster's state as `/clusters/NAME` gives
+//! it, its resilience settings, each endpoint's latency in 5 %-wide
+//! buckets ([`fulcrum_base::loghist`]), and the time of the snapshot, so
+//! that two snapshots give rates and distributions over the window
+//! between them.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde_json::{json, Value};
+
+use crate::cluster::SharedCluster;
+
+/// The model snapshot of `c` at `now` (the balancers' clock, nanoseconds).
+pub fn model_json(c: &SharedCluster, now: fulcrum_balance::Nanos) -> Value {
+    let mut v = crate::runtime::cluster_json(c, now);
+    let resolved = c.current();
+    if let Some(endpoints) = v.get_mut("endpoints").and_then(Value::as_array_mut) {
+        for (e, out) in resolved.all.iter().zip(endpoints.iter_mut()) {
+            let buckets: Vec<[u64; 3]> = resolved
+                .upstream(e.id)
+                .map(|u| u.stats.latency_fine.nonzero())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(i, n)| {
+                    let (lo, hi) = fulcrum_base::loghist::bucket_bounds(i);
+                    [lo, hi, n]
+                })
+                .collect();
+            out["latency_buckets"] = json!(buckets);
+        }
+    }
+    let cfg = &c.config;
+    v["time_ns"] = json!(now);
+    v["resilience"] = json!({
+        "request_timeout_ms": cfg.request_timeout.as_secs_f64() * 1e3,
+        "retry_attempts": cfg.retries.attempts,
+        "outlier_detection": cfg.outlier_detection.is_some(),
+        "slow_start": cfg.slow_start.is_some(),
+        "max_requests": cfg.max_requests,
+    });
+    v["overflows"] = json!(c.counters.overflows.load(Relaxed));
+    v
+}
