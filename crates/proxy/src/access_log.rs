@@ -163,42 +163,61 @@ impl std::str::FromStr for Field {
 }
 
 impl Format {
-    /// Parse a text format: `$name` runs over `[a-z0-9_]`; `${name}` may be
-    /// followed by such characters; `$$` is a `$`.
+    /// Parse a text format ([`tokens`] has the syntax).
     pub fn parse(text: &str) -> Result<Format, String> {
-        let mut pieces = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(at) = rest.find('$') {
-            literal.push_str(&rest[..at]);
-            rest = &rest[at + 1..];
-            let (name, after) = if let Some(braced) = rest.strip_prefix('{') {
-                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
-                (&braced[..end], &braced[end + 1..])
-            } else if let Some(after) = rest.strip_prefix('$') {
-                literal.push('$');
-                rest = after;
-                continue;
-            } else {
-                let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
-                rest.split_at(end.unwrap_or(rest.len()))
-            };
-            if name.is_empty() {
-                return Err("`$` without a field name (write `$$` for a dollar sign)".into());
-            }
-            let field = name.parse()?;
-            if !literal.is_empty() {
-                pieces.push(Piece::Literal(std::mem::take(&mut literal)));
-            }
-            pieces.push(Piece::Field(field));
-            rest = after;
-        }
-        literal.push_str(rest);
-        if !literal.is_empty() {
-            pieces.push(Piece::Literal(literal));
-        }
+        let pieces = tokens(text)?
+            .into_iter()
+            .map(|token| match token {
+                Token::Literal(literal) => Ok(Piece::Literal(literal)),
+                Token::Name("") => Err("`$` without a field name (write `$$` for a dollar sign)".to_string()),
+                Token::Name(name) => name.parse().map(Piece::Field),
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Format::Text(pieces))
     }
+}
+
+/// A run of a `$name` template, as [`tokens`] splits it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Token<'a> {
+    /// Text as written (`$$` already made a `$`).
+    Literal(String),
+    /// A name after `$` (possibly empty: the caller says what that means).
+    Name(&'a str),
+}
+
+/// Split a template into literal text and names: `$name` runs over
+/// `[a-z0-9_]`; `${name}` may be followed by such characters; `$$` is a
+/// `$`. The one syntax of access-log formats and route header values.
+pub(crate) fn tokens(text: &str) -> Result<Vec<Token<'_>>, String> {
+    let mut out = Vec::new();
+    let mut literal = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        literal.push_str(&rest[..at]);
+        rest = &rest[at + 1..];
+        let (name, after) = if let Some(braced) = rest.strip_prefix('{') {
+            let end = braced.find('}').ok_or("`${` without a closing `}`")?;
+            (&braced[..end], &braced[end + 1..])
+        } else if let Some(after) = rest.strip_prefix('$') {
+            literal.push('$');
+            rest = after;
+            continue;
+        } else {
+            let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+            rest.split_at(end.unwrap_or(rest.len()))
+        };
+        if !literal.is_empty() {
+            out.push(Token::Literal(std::mem::take(&mut literal)));
+        }
+        out.push(Token::Name(name));
+        rest = after;
+    }
+    literal.push_str(rest);
+    if !literal.is_empty() {
+        out.push(Token::Literal(literal));
+    }
+    Ok(out)
 }
 
 /// How a request ended, as short codes in the style of Envoy's response

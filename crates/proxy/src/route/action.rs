@@ -11,6 +11,7 @@ use http::StatusCode;
 use regex::Regex;
 use xxhash_rust::xxh64::xxh64;
 
+use crate::access_log::{tokens, Token};
 use crate::config::HashKey;
 
 /// What a route does with a request it matched.
@@ -253,40 +254,32 @@ impl Template {
     /// Parse `text`; `upstream` says whether `$upstream` is known where it is used.
     pub(crate) fn parse(text: &str, upstream: bool) -> Result<Template, String> {
         let mut pieces = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(at) = rest.find('$') {
-            literal.push_str(&rest[..at]);
-            rest = &rest[at + 1..];
-            let (name, after) = if let Some(braced) = rest.strip_prefix('{') {
-                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
-                (&braced[..end], &braced[end + 1..])
-            } else if let Some(after) = rest.strip_prefix('$') {
-                literal.push('$');
-                rest = after;
-                continue;
-            } else {
-                let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
-                rest.split_at(end.unwrap_or(rest.len()))
-            };
-            let known: Vec<&str> = VARS.iter().map(|v| v.0).collect();
-            let var = VARS.iter().find(|v| v.0 == name).map(|v| v.1).ok_or_else(|| {
-                format!("unknown variable `${name}` (known: {}; `$$` is a dollar sign)", known.join(", "))
-            })?;
-            if var == Var::Upstream && !upstream {
-                return Err("`$upstream` is only known in response headers".into());
+        for token in tokens(text)? {
+            match token {
+                Token::Literal(literal) => {
+                    HeaderValue::from_str(&literal).map_err(|_| format!("{literal:?} is not a valid header value"))?;
+                    pieces.push(Piece::Literal(literal));
+                }
+                Token::Name(name) => {
+                    let known: Vec<&str> = VARS.iter().map(|v| v.0).collect();
+                    let var = VARS.iter().find(|v| v.0 == name).map(|v| v.1).ok_or_else(|| {
+                        format!("unknown variable `${name}` (known: {}; `$$` is a dollar sign)", known.join(", "))
+                    })?;
+                    if var == Var::Upstream && !upstream {
+                        return Err("`$upstream` is only known in response headers".into());
+                    }
+                    pieces.push(Piece::Var(var));
+                }
             }
-            if !literal.is_empty() {
-                pieces.push(Piece::Literal(std::mem::take(&mut literal)));
-            }
-            pieces.push(Piece::Var(var));
-            rest = after;
         }
-        literal.push_str(rest);
-        HeaderValue::from_str(&literal).map_err(|_| format!("{literal:?} is not a valid header value"))?;
-        let constant = if pieces.is_empty() { HeaderValue::from_str(&literal).ok() } else { None };
-        if !literal.is_empty() {
-            pieces.push(Piece::Literal(literal));
+        // Without variables the value is the same for every request.
+        let constant = match pieces.as_slice() {
+            [] => HeaderValue::from_str("").ok(),
+            [Piece::Literal(literal)] => HeaderValue::from_str(literal).ok(),
+            _ => None,
+        };
+        if constant.is_some() {
+            pieces.clear();
         }
         Ok(Template { pieces, constant })
     }
