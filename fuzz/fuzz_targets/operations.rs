@@ -24,7 +24,10 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use fulcrum_balance::{build, AlgorithmConfig, AlgorithmKind, Balancer, Endpoint, EndpointId, Outcome, Ticket};
+use fulcrum_balance::{
+    build, AlgorithmConfig, AlgorithmKind, Balancer, Endpoint, EndpointId, LeastRequestConfig, MaglevConfig, Outcome,
+    PeakEwmaConfig, RendezvousConfig, RingHashConfig, Ticket,
+};
 use fulcrum_resilience::{
     routable, Change, OutlierConfig, OutlierDetector, RequestResult, RetryBudget, RetryBudgetConfig, SlowStart,
     SlowStartConfig,
@@ -147,27 +150,30 @@ fn valid(endpoints: &[Endpoint]) -> bool {
 fn config(a: &Algorithm) -> AlgorithmConfig {
     let bounded = |b: &Option<u8>| b.map(|b| 1.0 + f64::from(b) / 64.0);
     let mut c = match a {
-        Algorithm::RoundRobin => AlgorithmKind::RoundRobin,
-        Algorithm::Random => AlgorithmKind::Random,
-        Algorithm::LeastRequest { .. } => AlgorithmKind::LeastRequest,
-        Algorithm::PeakEwma { .. } => AlgorithmKind::PeakEwma,
-        Algorithm::RingHash { .. } => AlgorithmKind::RingHash,
-        Algorithm::Maglev { .. } => AlgorithmKind::Maglev,
-        Algorithm::Rendezvous { .. } => AlgorithmKind::Rendezvous,
+        Algorithm::RoundRobin => AlgorithmKind::ROUND_ROBIN,
+        Algorithm::Random => AlgorithmKind::RANDOM,
+        Algorithm::LeastRequest { .. } => AlgorithmKind::LEAST_REQUEST,
+        Algorithm::PeakEwma { .. } => AlgorithmKind::PEAK_EWMA,
+        Algorithm::RingHash { .. } => AlgorithmKind::RING_HASH,
+        Algorithm::Maglev { .. } => AlgorithmKind::MAGLEV,
+        Algorithm::Rendezvous { .. } => AlgorithmKind::RENDEZVOUS,
     }
     .default_config();
-    match (&mut c, a) {
-        (AlgorithmConfig::LeastRequest(c), Algorithm::LeastRequest { choices, bias }) => {
+    match a {
+        Algorithm::LeastRequest { choices, bias } => {
+            let c = c.params_mut::<LeastRequestConfig>().expect("least request's parameters");
             c.choices = usize::from(*choices % 8);
             c.active_request_bias = f64::from(*bias) / 32.0;
         }
-        (AlgorithmConfig::PeakEwma(c), Algorithm::PeakEwma { decay_ms, rtt_ms, penalty_ms, unmeasured }) => {
+        Algorithm::PeakEwma { decay_ms, rtt_ms, penalty_ms, unmeasured } => {
+            let c = c.params_mut::<PeakEwmaConfig>().expect("Peak-EWMA's parameters");
             c.decay = Duration::from_millis(u64::from(*decay_ms));
             c.default_rtt = Duration::from_millis(u64::from(*rtt_ms));
             c.failure_penalty = Duration::from_millis(u64::from(*penalty_ms));
             c.unmeasured_penalty = *unmeasured;
         }
-        (AlgorithmConfig::RingHash(c), Algorithm::RingHash { min_ring, max_ring, murmur, bounded: b }) => {
+        Algorithm::RingHash { min_ring, max_ring, murmur, bounded: b } => {
+            let c = c.params_mut::<RingHashConfig>().expect("ring hash's parameters");
             // Small rings keep each input fast; the sizes' rules are still exercised.
             c.min_ring_size = u64::from(*min_ring % 4096);
             c.max_ring_size = u64::from(*max_ring % 8192);
@@ -176,17 +182,19 @@ fn config(a: &Algorithm) -> AlgorithmConfig {
             }
             c.bounded_load = bounded(b);
         }
-        (AlgorithmConfig::Maglev(c), Algorithm::Maglev { table, bounded: b }) => {
+        Algorithm::Maglev { table, bounded: b } => {
+            let c = c.params_mut::<MaglevConfig>().expect("Maglev's parameters");
             c.table_size = [251, 257, 1021, 4093, 100, 2][usize::from(*table) % 6];
             c.bounded_load = bounded(b);
         }
-        (AlgorithmConfig::Rendezvous(c), Algorithm::Rendezvous { murmur, bounded: b }) => {
+        Algorithm::Rendezvous { murmur, bounded: b } => {
+            let c = c.params_mut::<RendezvousConfig>().expect("rendezvous's parameters");
             if *murmur {
                 c.hash = fulcrum_balance::HashFunction::Murmur3;
             }
             c.bounded_load = bounded(b);
         }
-        _ => {}
+        Algorithm::RoundRobin | Algorithm::Random => {}
     }
     c
 }
