@@ -38,9 +38,13 @@ pub fn bucket_of(v: Nanos) -> usize {
     1 + i
 }
 
-/// The lower bound of fine bucket `k` (counted from 0).
+/// The lower bound of fine bucket `k` (counted from 0), from a table built
+/// once: `bucket_of` runs on the proxy's request path.
 fn edge(k: usize) -> Nanos {
-    ((FLOOR as f64) * GROWTH.powi(k as i32)).min(CEILING as f64) as Nanos
+    static EDGES: std::sync::LazyLock<Vec<Nanos>> = std::sync::LazyLock::new(|| {
+        (0..=FINE).map(|k| ((FLOOR as f64) * GROWTH.powi(k as i32)).min(CEILING as f64) as Nanos).collect()
+    });
+    EDGES[k]
 }
 
 /// `[low, high)` of bucket `i`, in nanoseconds (`i` past the last is the last).
