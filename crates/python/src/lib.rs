@@ -34,15 +34,17 @@ fn scenario_error(e: impl std::fmt::Display) -> PyErr {
     ScenarioError::new_err(e.to_string())
 }
 
-/// Run a request-simulator scenario: each algorithm of the scenario over
-/// seeds `seed`… (`runs` of them; the scenario's seed when `None`) on
-/// `threads` threads. Returns `{"json": …, "tables": {name: columns}}`.
+/// Run a scenario of `kind` (`"sim"`: each algorithm of a request-simulator
+/// scenario; `"fabric"`: a fabric scenario) over seeds `seed`… (`runs` of
+/// them; the scenario's seed when `None`) on `threads` threads. Returns
+/// `{"json": …, "tables": {name: columns}}`.
 // The arguments are the Python keyword arguments, one by one.
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (text, origin, base_dir, sets, seed, runs, threads))]
-fn run_sim<'py>(
+#[pyo3(signature = (kind, text, origin, base_dir, sets, seed, runs, threads))]
+fn run<'py>(
     py: Python<'py>,
+    kind: &str,
     text: &str,
     origin: &str,
     base_dir: &str,
@@ -51,8 +53,16 @@ fn run_sim<'py>(
     runs: u32,
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let engine = match kind {
+        "sim" => sim,
+        "fabric" => fabric,
+        other => return Err(PyValueError::new_err(format!("kind {other:?}: expected 'sim' or 'fabric'"))),
+    };
+    if runs == 0 {
+        return Err(PyValueError::new_err("runs must be at least 1"));
+    }
     let from = Origin { text, name: origin, base_dir: Path::new(base_dir) };
-    let (json, tables) = py.detach(|| sim(&from, &sets, seed, runs, threads))?;
+    let (json, tables) = py.detach(|| engine(&from, &sets, seed, runs, threads))?;
     let out = PyDict::new(py);
     out.set_item("json", json)?;
     out.set_item("tables", columns::to_python(py, tables)?)?;
@@ -66,9 +76,6 @@ fn sim(
     runs: u32,
     threads: Option<usize>,
 ) -> PyResult<(String, Vec<columns::Table>)> {
-    if runs == 0 {
-        return Err(PyValueError::new_err("runs must be at least 1"));
-    }
     let file = Path::new(from.name);
     let stem = file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
     let scenario =
@@ -86,30 +93,6 @@ fn sim(
     Ok((fulcrum_sim::report::json(&report), columns::sim(&report)))
 }
 
-/// Run a fabric scenario over seeds `seed`… (`runs` of them; the
-/// scenario's seed when `None`) on `threads` threads. Returns
-/// `{"json": …, "tables": {name: columns}}`.
-#[allow(clippy::too_many_arguments)]
-#[pyfunction]
-#[pyo3(signature = (text, origin, base_dir, sets, seed, runs, threads))]
-fn run_fabric<'py>(
-    py: Python<'py>,
-    text: &str,
-    origin: &str,
-    base_dir: &str,
-    sets: Vec<String>,
-    seed: Option<u64>,
-    runs: u32,
-    threads: Option<usize>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let from = Origin { text, name: origin, base_dir: Path::new(base_dir) };
-    let (json, tables) = py.detach(|| fabric(&from, &sets, seed, runs, threads))?;
-    let out = PyDict::new(py);
-    out.set_item("json", json)?;
-    out.set_item("tables", columns::to_python(py, tables)?)?;
-    Ok(out)
-}
-
 fn fabric(
     from: &Origin,
     sets: &[String],
@@ -117,9 +100,6 @@ fn fabric(
     runs: u32,
     threads: Option<usize>,
 ) -> PyResult<(String, Vec<columns::Table>)> {
-    if runs == 0 {
-        return Err(PyValueError::new_err("runs must be at least 1"));
-    }
     // The scenario's relative files are read from `base_dir` (absolute, so
     // that a worker in another directory finds them too).
     let file = Path::new(from.name);
@@ -163,8 +143,7 @@ fn _fulcrum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", fulcrum_version::VERSION)?;
     m.add("COMMIT", fulcrum_version::COMMIT)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
-    m.add_function(wrap_pyfunction!(run_sim, m)?)?;
-    m.add_function(wrap_pyfunction!(run_fabric, m)?)?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(json_to_toml, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_hash, m)?)?;
     Ok(())

@@ -109,10 +109,7 @@ class Spec:
 
     def run(self) -> "Result":
         """Run it here (the interpreter is released while it runs)."""
-        run = {"sim": _fulcrum.run_sim, "fabric": _fulcrum.run_fabric}.get(self.kind)
-        if run is None:
-            raise ValueError(f"kind {self.kind!r}: expected 'sim' or 'fabric'")
-        out = run(self.text, self.origin, self.base_dir, list(self.sets), self.seed, self.runs, self.threads)
+        out = _fulcrum.run(self.kind, self.text, self.origin, self.base_dir, list(self.sets), self.seed, self.runs, self.threads)
         return Result(self.kind, out["json"], out["tables"])
 
 
