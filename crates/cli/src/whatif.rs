@@ -42,10 +42,14 @@ pub struct Measured {
     pub rate: f64,
     /// Failed share of the window's requests.
     pub error_rate: f64,
-    /// Measured p50, p90, p99 over the window, milliseconds (bucket-interpolated).
-    pub p: [f64; 3],
+    /// Measured p50, p90, p99, p99.9 over the window, milliseconds (bucket-interpolated).
+    pub p: [f64; 4],
+    /// Measured mean over the window, milliseconds (bucket midpoints).
+    pub mean: f64,
     /// Requests in the window.
     pub requests: u64,
+    /// Requests in the window per endpoint (routable or not), by address.
+    pub per_endpoint: Vec<(String, u64)>,
     /// The window actually measured, seconds.
     pub window: f64,
 }
@@ -130,6 +134,13 @@ fn quantile(buckets: &[[u64; 3]], q: f64) -> f64 {
     buckets.last().map_or(0.0, |b| b[1] as f64 / 1e6)
 }
 
+/// Mean of bucket counts, each count at its bucket's midpoint, in ms.
+fn mean(buckets: &[[u64; 3]]) -> f64 {
+    let total: u64 = buckets.iter().map(|b| b[2]).sum();
+    let sum: f64 = buckets.iter().map(|&[lo, hi, n]| (lo + hi) as f64 / 2.0 * n as f64).sum();
+    sum / total.max(1) as f64 / 1e6
+}
+
 /// Latency values in milliseconds, spread evenly inside each bucket, at
 /// most [`MAX_VALUES`] in all (each bucket keeps its share, and at least one).
 fn values(buckets: &[[u64; 3]]) -> String {
@@ -166,12 +177,13 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
     let mut servers = String::new();
-    let (mut requests, mut errors, mut all) = (0, 0, Vec::new());
+    let (mut requests, mut errors, mut all, mut per_endpoint) = (0, 0, Vec::new(), Vec::new());
     for (i, (address, weight, routable, req, err, buckets)) in after.iter().enumerate() {
         let old = before.iter().find(|b| &b.0 == address);
         let window_buckets = delta(old.map_or(&[][..], |b| &b.5), buckets);
         let (req, err) = (req - old.map_or(0, |b| b.3).min(*req), err - old.map_or(0, |b| b.4).min(*err));
         requests += req;
+        per_endpoint.push((address.clone(), req));
         errors += err;
         all.extend_from_slice(&window_buckets);
         if !routable || window_buckets.is_empty() {
@@ -211,18 +223,20 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
         algorithm,
         rate,
         error_rate: errors as f64 / requests as f64,
-        p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99)],
+        p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99), quantile(&merged, 0.999)],
+        mean: mean(&merged),
         requests,
+        per_endpoint,
         window: window_s,
     })
 }
 
 /// The current state's check: measured against the first algorithm's prediction.
 pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
-    let pred = [predicted.p50, predicted.p90, predicted.p99];
-    let figures: Vec<Value> = ["p50", "p90", "p99"]
+    let pred = [predicted.p50, predicted.p90, predicted.p99, predicted.p999, predicted.avg];
+    let figures: Vec<Value> = ["p50", "p90", "p99", "p999", "mean"]
         .iter()
-        .zip(m.p.iter().zip(pred))
+        .zip(m.p.iter().chain([&m.mean]).zip(pred))
         .map(|(name, (&measured, predicted))| {
             json!({ "figure": name, "measured_ms": measured, "predicted_ms": predicted,
                     "distance_percent": (predicted - measured) / measured.max(1e-9) * 100.0 })
@@ -231,6 +245,7 @@ pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
     json!({
         "algorithm": m.algorithm, "window_s": m.window, "requests": m.requests, "rate": m.rate,
         "error_rate": m.error_rate, "scenario": m.scenario.display().to_string(), "figures": figures,
+        "requests_per_endpoint": m.per_endpoint.iter().map(|(a, n)| json!({ "address": a, "requests": n })).collect::<Vec<_>>(),
     })
 }
 
@@ -246,7 +261,7 @@ pub fn check_text(check: &Value) -> String {
     for f in check["figures"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "  {}  {:>9.3} ms  {:>9.3} ms  {:+6.1} %",
+            "  {:<4}  {:>9.3} ms  {:>9.3} ms  {:+6.1} %",
             f["figure"].as_str().unwrap_or("?"),
             f["measured_ms"].as_f64().unwrap_or(0.0),
             f["predicted_ms"].as_f64().unwrap_or(0.0),
@@ -269,6 +284,7 @@ mod tests {
         assert_eq!(d, vec![[1_000_000, 1_050_000, 10], [2_000_000, 2_100_000, 10]]);
         assert!((quantile(&d, 0.5) - 1.05).abs() < 1e-9);
         assert!((quantile(&d, 0.75) - 2.05).abs() < 1e-9);
+        assert!((mean(&d) - (1.025 + 2.05) / 2.0).abs() < 1e-9);
         let v = values(&d);
         assert_eq!(v.lines().count(), 20);
         assert!(v.lines().all(|l| (1.0..2.1).contains(&l.parse::<f64>().unwrap())));
