@@ -213,9 +213,12 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
          # {requests} requests ({rate:.1}/s), {errors} failed (not modelled).\n\
          # Service times are the proxy's measured latencies (request sent to response headers),\n\
          # so the proxy-endpoint network time is inside them and [network] is zero.\n\
+         # One balancer per worker; the cluster's algorithm, timeout, retries, outlier detection\n\
+         # and slow start as the proxy runs them (max_requests is not modelled).\n\
          name = \"{cluster}\"\nalgorithms = {algorithms:?}\n\n[clients]\ncount = {CLIENTS}\nloop = \"open\"\n\
-         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n",
-        rate / f64::from(CLIENTS)
+         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}",
+        rate / f64::from(CLIENTS),
+        settings(&second)?
     );
     std::fs::write(file, text).map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", file.display())))?;
     Ok(Measured {
@@ -229,6 +232,42 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
         per_endpoint,
         window: window_s,
     })
+}
+
+/// The cluster's settings as scenario tables: one balancer per worker with
+/// the request timeout, the algorithm with its parameters, and the
+/// resilience tables the proxy runs (retries, outlier detection, slow start).
+fn settings(model: &Value) -> Result<String, Failure> {
+    let bad = |what: &str| Failure::runtime(format!("--from: the model's {what} cannot be written as a scenario"));
+    let workers = model.pointer("/endpoints/0/workers").and_then(Value::as_array).map_or(1, |w| w.len().max(1));
+    let timeout = model.pointer("/resilience/request_timeout_ms").and_then(Value::as_f64);
+    let mut out = format!("[balancers]\ncount = {workers}\n");
+    if let Some(ms) = timeout {
+        let _ = writeln!(out, "timeout = \"{}us\"", (ms * 1e3).round() as u64);
+    }
+    let mut tables = serde_json::Map::new();
+    if let Some(a) = model.get("algorithm").filter(|a| a.is_object()) {
+        tables.insert("algorithm".into(), json!([without_nulls(a)]));
+    }
+    for key in ["retries", "outlier_detection", "slow_start"] {
+        if let Some(v) = model.pointer(&format!("/resilience/{key}")).filter(|v| v.is_object()) {
+            tables.insert(key.into(), without_nulls(v));
+        }
+    }
+    out += "\n";
+    out += &toml::to_string(&Value::Object(tables)).map_err(|_| bad("settings"))?;
+    Ok(out)
+}
+
+/// `v` without its `null` members (TOML has no null: a missing key is the default).
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), without_nulls(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
 }
 
 /// The current state's check: measured against the first algorithm's prediction.
