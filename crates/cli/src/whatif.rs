@@ -9,9 +9,12 @@
 //! latencies as the proxy measured them (request sent to response
 //! headers), so the proxy↔endpoint network time is inside the service time
 //! and `[network]` is zero. Servers have unlimited concurrency (a pure
-//! delay: any queueing at the endpoint is in the measured latencies). The
-//! clients send Poisson traffic at the window's request rate, and latency is
-//! measured at the balancer, as the proxy measures it.
+//! delay: any queueing at the endpoint is in the measured latencies) and
+//! answers its window's share of failed requests with errors. The clients
+//! send Poisson traffic at the window's request rate, and latency is
+//! measured at the balancer, as the proxy measures it. The balancers (one
+//! per worker), the algorithm and the resilience settings are the
+//! cluster's.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -196,6 +199,9 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
             servers,
             "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
         );
+        if err > 0 && req > 0 {
+            let _ = writeln!(servers, "errors = {}", (err as f64 / req as f64).min(0.999));
+        }
     }
     if servers.is_empty() || requests == 0 || window_s <= 0.0 {
         return Err(Failure::runtime(format!(
@@ -210,7 +216,7 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     algorithms.extend(COMPARED.iter().map(|s| s.to_string()).filter(|a| *a != algorithm));
     let text = format!(
         "# Built by `fulcrum sim --from {from} --cluster {cluster}` from a {window_s:.1} s window:\n\
-         # {requests} requests ({rate:.1}/s), {errors} failed (not modelled).\n\
+         # {requests} requests ({rate:.1}/s), {errors} failed (each endpoint's share as its `errors`).\n\
          # Service times are the proxy's measured latencies (request sent to response headers),\n\
          # so the proxy-endpoint network time is inside them and [network] is zero.\n\
          # One balancer per worker; the cluster's algorithm, timeout, retries, outlier detection\n\
