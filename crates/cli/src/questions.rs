@@ -29,9 +29,9 @@ const HEADROOM_PRECISION: f64 = 1.01;
 #[derive(Debug, Default, clap::Args)]
 pub struct Questions {
     /// Predict the cluster with this endpoint drained (its name in the
-    /// scenario, which --from makes the address, or #INDEX). Drained and
-    /// removed are the same once its requests in flight are done.
-    /// Repeatable: one case each.
+    /// scenario, which --from makes the address, or #INDEX). Also spelt
+    /// --remove: drained and removed are the same once its requests in
+    /// flight are done. Repeatable: one case each.
     #[arg(long, visible_alias = "remove", value_name = "ENDPOINT")]
     pub drain: Vec<String>,
 

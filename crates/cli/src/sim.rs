@@ -27,6 +27,7 @@ Examples:
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
   fulcrum sim scenarios/seed-000.toml --set clients.requests=1000 --set servers[1].count=4
   fulcrum sim --from http://127.0.0.1:9901 --cluster web --window 10s --write-scenario web.toml
+  fulcrum sim --from http://127.0.0.1:9901 --cluster web --drain 10.0.0.3:80 --rate-scale 1.5 --headroom 50ms
 
 --runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run), \
 requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x) and \
@@ -38,8 +39,13 @@ that broke it).
 
 --from reads the cluster's model from a running proxy's admin listener twice, --window apart, \
 builds a scenario from the window (docs/tutorial/what-if.md) and prints first the current \
-state's check: the measured p50/p90/p99 beside the prediction for the cluster's own algorithm \
-(with --json: {\"current_state\": check, \"report\": report}).")]
+state's check: the measured p50/p90/p99/p999 and mean beside the prediction for the cluster's \
+own algorithm (with --json: {\"current_state\": check, \"report\": report}).
+
+--drain, --add, --slower and --rate-scale each add a case, run with the first algorithm and \
+reported (table, JSON, CSV, plot) as a row named after the change; with --from, the --set \
+overrides together are one more case (\"--set\") instead of changing the present. --headroom \
+prints the rate factor at which the predicted p99 crosses the bound (JSON: \"headroom\").")]
 pub struct Args {
     /// The scenario file (TOML); not with --from.
     #[arg(required_unless_present = "from", conflicts_with = "from")]
