@@ -27,7 +27,8 @@ Examples:
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
   fulcrum sim scenarios/seed-000.toml --set clients.requests=1000 --set servers[1].count=4
   fulcrum sim --from http://127.0.0.1:9901 --cluster web --window 10s --write-scenario web.toml
-  fulcrum sim --from http://127.0.0.1:9901 --cluster web --drain 10.0.0.3:80 --rate-scale 1.5 --headroom 50ms
+  fulcrum sim --from http://127.0.0.1:9901 --cluster web --drain 10.0.0.3:80 --rate-scale 1.5
+  fulcrum sim web.toml --slower 10.0.0.2:80=2 --headroom 50ms
 
 --runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run), \
 requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x) and \
