@@ -11,6 +11,7 @@ mod fabric;
 mod lb;
 mod lb_health;
 mod load;
+mod questions;
 mod reference;
 mod serve;
 mod signal;

@@ -27,6 +27,8 @@ Examples:
   fulcrum sim scenarios/seed-004-1m.toml --algorithms peak-ewma,lr --plot seed-004.svg --csv out/
   fulcrum sim scenarios/seed-000.toml --set clients.requests=1000 --set servers[1].count=4
   fulcrum sim --from http://127.0.0.1:9901 --cluster web --window 10s --write-scenario web.toml
+  fulcrum sim --from http://127.0.0.1:9901 --cluster web --drain 10.0.0.3:80 --rate-scale 1.5
+  fulcrum sim web.toml --slower 10.0.0.2:80=2 --headroom 50ms
 
 --runs repeats each algorithm's simulation. --csv writes summary.csv (one row per run), \
 requests_per_server.csv, cdf.csv and share.csv. --plot draws the latency CDFs (log-scale x) and \
@@ -38,8 +40,13 @@ that broke it).
 
 --from reads the cluster's model from a running proxy's admin listener twice, --window apart, \
 builds a scenario from the window (docs/tutorial/what-if.md) and prints first the current \
-state's check: the measured p50/p90/p99 beside the prediction for the cluster's own algorithm \
-(with --json: {\"current_state\": check, \"report\": report}).")]
+state's check: the measured p50/p90/p99/p999 and mean beside the prediction for the cluster's \
+own algorithm (with --json: {\"current_state\": check, \"report\": report}).
+
+--drain, --add, --slower and --rate-scale each add a case, run with the first algorithm and \
+reported (table, JSON, CSV, plot) as a row named after the change; with --from, the --set \
+overrides together are one more case (\"--set\") instead of changing the present. --headroom \
+prints the rate factor at which the predicted p99 crosses the bound (JSON: \"headroom\").")]
 pub struct Args {
     /// The scenario file (TOML); not with --from.
     #[arg(required_unless_present = "from", conflicts_with = "from")]
@@ -93,6 +100,9 @@ pub struct Args {
     exact: bool,
 
     #[command(flatten)]
+    questions: crate::questions::Questions,
+
+    #[command(flatten)]
     options: SimOptions,
 }
 
@@ -116,7 +126,18 @@ pub fn run(mut args: Args) -> Result<(), Failure> {
         _ => None,
     };
     let Some(path) = args.scenario.clone() else { return Err(Failure::input("a scenario file or --from is needed")) };
-    let mut scenario = Scenario::load_with(&path, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
+    // With --from, the --set overrides are a case of their own: the present
+    // is what was measured.
+    let base_sets: &[String] = if measured.is_some() { &[] } else { &args.sets };
+    let mut scenario = Scenario::load_with(&path, base_sets).map_err(|e| Failure::input(e.to_string()))?;
+    let q = &args.questions;
+    let added = q.append_added(&mut scenario)?;
+    let mut cases = q.cases(&scenario, &added)?;
+    if measured.is_some() && !args.sets.is_empty() {
+        let mut changed = Scenario::load_with(&path, &args.sets).map_err(|e| Failure::input(e.to_string()))?;
+        q.append_added(&mut changed)?;
+        cases.insert(0, crate::questions::Case { label: "--set".into(), scenario: changed });
+    }
     for name in &args.without {
         let mechanism = name.parse().map_err(|e| Failure::input(format!("--without: {e}")))?;
         scenario.resilience.disable(mechanism);
@@ -165,21 +186,35 @@ pub fn run(mut args: Args) -> Result<(), Failure> {
     )
     .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
     report.provenance = Some(provenance);
+    let first = &plan.algorithms[0];
+    report.results.extend(crate::questions::run(&cases, first, &plan)?);
+    let headroom = q.headroom.map(|bound| crate::questions::headroom(&scenario, first, &plan, bound)).transpose()?;
 
     let mut stdout = std::io::stdout().lock();
     let check = match (&measured, report.results.first()) {
         (Some(m), Some(first)) => Some(crate::whatif::check(m, &first.latency)),
         _ => None,
     };
-    let text = match (&check, args.options.json) {
-        (None, false) => report::table(&report),
-        (None, true) => report::json(&report),
-        (Some(c), false) => crate::whatif::check_text(c) + &report::table(&report),
-        (Some(c), true) => {
+    let text = match (check.is_some() || headroom.is_some(), args.options.json) {
+        (false, false) => report::table(&report),
+        (false, true) => report::json(&report),
+        (true, false) => {
+            check.as_ref().map_or(String::new(), crate::whatif::check_text)
+                + &report::table(&report)
+                + &headroom.as_ref().map_or(String::new(), crate::questions::headroom_text)
+        }
+        (true, true) => {
             let report: serde_json::Value = serde_json::from_str(&report::json(&report))
                 .map_err(|e| Failure::runtime(format!("the report's JSON: {e}")))?;
-            let mut s = serde_json::to_string_pretty(&serde_json::json!({ "current_state": c, "report": report }))
-                .map_err(|e| Failure::runtime(format!("the report's JSON: {e}")))?;
+            let mut doc = serde_json::json!({ "report": report });
+            if let Some(c) = check {
+                doc["current_state"] = c;
+            }
+            if let Some(h) = headroom {
+                doc["headroom"] = h;
+            }
+            let mut s =
+                serde_json::to_string_pretty(&doc).map_err(|e| Failure::runtime(format!("the report's JSON: {e}")))?;
             s.push('\n');
             s
         }

@@ -9,9 +9,12 @@
 //! latencies as the proxy measured them (request sent to response
 //! headers), so the proxy↔endpoint network time is inside the service time
 //! and `[network]` is zero. Servers have unlimited concurrency (a pure
-//! delay: any queueing at the endpoint is in the measured latencies). The
-//! clients send Poisson traffic at the window's request rate, and latency is
-//! measured at the balancer, as the proxy measures it.
+//! delay: any queueing at the endpoint is in the measured latencies) and
+//! answers its window's share of failed requests with errors. The clients
+//! send Poisson traffic at the window's request rate, and latency is
+//! measured at the balancer, as the proxy measures it. The balancers (one
+//! per worker), the algorithm and the resilience settings are the
+//! cluster's.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -42,10 +45,14 @@ pub struct Measured {
     pub rate: f64,
     /// Failed share of the window's requests.
     pub error_rate: f64,
-    /// Measured p50, p90, p99 over the window, milliseconds (bucket-interpolated).
-    pub p: [f64; 3],
+    /// Measured p50, p90, p99, p99.9 over the window, milliseconds (bucket-interpolated).
+    pub p: [f64; 4],
+    /// Measured mean over the window, milliseconds (bucket midpoints).
+    pub mean: f64,
     /// Requests in the window.
     pub requests: u64,
+    /// Requests in the window per endpoint (routable or not), by address.
+    pub per_endpoint: Vec<(String, u64)>,
     /// The window actually measured, seconds.
     pub window: f64,
 }
@@ -130,6 +137,13 @@ fn quantile(buckets: &[[u64; 3]], q: f64) -> f64 {
     buckets.last().map_or(0.0, |b| b[1] as f64 / 1e6)
 }
 
+/// Mean of bucket counts, each count at its bucket's midpoint, in ms.
+fn mean(buckets: &[[u64; 3]]) -> f64 {
+    let total: u64 = buckets.iter().map(|b| b[2]).sum();
+    let sum: f64 = buckets.iter().map(|&[lo, hi, n]| (lo + hi) as f64 / 2.0 * n as f64).sum();
+    sum / total.max(1) as f64 / 1e6
+}
+
 /// Latency values in milliseconds, spread evenly inside each bucket, at
 /// most [`MAX_VALUES`] in all (each bucket keeps its share, and at least one).
 fn values(buckets: &[[u64; 3]]) -> String {
@@ -166,12 +180,13 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
     let mut servers = String::new();
-    let (mut requests, mut errors, mut all) = (0, 0, Vec::new());
+    let (mut requests, mut errors, mut all, mut per_endpoint) = (0, 0, Vec::new(), Vec::new());
     for (i, (address, weight, routable, req, err, buckets)) in after.iter().enumerate() {
         let old = before.iter().find(|b| &b.0 == address);
         let window_buckets = delta(old.map_or(&[][..], |b| &b.5), buckets);
         let (req, err) = (req - old.map_or(0, |b| b.3).min(*req), err - old.map_or(0, |b| b.4).min(*err));
         requests += req;
+        per_endpoint.push((address.clone(), req));
         errors += err;
         all.extend_from_slice(&window_buckets);
         if !routable || window_buckets.is_empty() {
@@ -184,6 +199,9 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
             servers,
             "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
         );
+        if err > 0 && req > 0 {
+            let _ = writeln!(servers, "errors = {}", (err as f64 / req as f64).min(0.999));
+        }
     }
     if servers.is_empty() || requests == 0 || window_s <= 0.0 {
         return Err(Failure::runtime(format!(
@@ -198,12 +216,15 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     algorithms.extend(COMPARED.iter().map(|s| s.to_string()).filter(|a| *a != algorithm));
     let text = format!(
         "# Built by `fulcrum sim --from {from} --cluster {cluster}` from a {window_s:.1} s window:\n\
-         # {requests} requests ({rate:.1}/s), {errors} failed (not modelled).\n\
+         # {requests} requests ({rate:.1}/s), {errors} failed (each endpoint's share as its `errors`).\n\
          # Service times are the proxy's measured latencies (request sent to response headers),\n\
          # so the proxy-endpoint network time is inside them and [network] is zero.\n\
+         # One balancer per worker; the cluster's algorithm, timeout, retries, outlier detection\n\
+         # and slow start as the proxy runs them (max_requests is not modelled).\n\
          name = \"{cluster}\"\nalgorithms = {algorithms:?}\n\n[clients]\ncount = {CLIENTS}\nloop = \"open\"\n\
-         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n",
-        rate / f64::from(CLIENTS)
+         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}",
+        rate / f64::from(CLIENTS),
+        settings(&second)?
     );
     std::fs::write(file, text).map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", file.display())))?;
     Ok(Measured {
@@ -211,18 +232,56 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
         algorithm,
         rate,
         error_rate: errors as f64 / requests as f64,
-        p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99)],
+        p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99), quantile(&merged, 0.999)],
+        mean: mean(&merged),
         requests,
+        per_endpoint,
         window: window_s,
     })
 }
 
+/// The cluster's settings as scenario tables: one balancer per worker with
+/// the request timeout, the algorithm with its parameters, and the
+/// resilience tables the proxy runs (retries, outlier detection, slow start).
+fn settings(model: &Value) -> Result<String, Failure> {
+    let bad = |what: &str| Failure::runtime(format!("--from: the model's {what} cannot be written as a scenario"));
+    let workers = model.pointer("/endpoints/0/workers").and_then(Value::as_array).map_or(1, |w| w.len().max(1));
+    let timeout = model.pointer("/resilience/request_timeout_ms").and_then(Value::as_f64);
+    let mut out = format!("[balancers]\ncount = {workers}\n");
+    if let Some(ms) = timeout {
+        let _ = writeln!(out, "timeout = \"{}us\"", (ms * 1e3).round() as u64);
+    }
+    let mut tables = serde_json::Map::new();
+    if let Some(a) = model.get("algorithm").filter(|a| a.is_object()) {
+        tables.insert("algorithm".into(), json!([without_nulls(a)]));
+    }
+    for key in ["retries", "outlier_detection", "slow_start"] {
+        if let Some(v) = model.pointer(&format!("/resilience/{key}")).filter(|v| v.is_object()) {
+            tables.insert(key.into(), without_nulls(v));
+        }
+    }
+    out += "\n";
+    out += &toml::to_string(&Value::Object(tables)).map_err(|_| bad("settings"))?;
+    Ok(out)
+}
+
+/// `v` without its `null` members (TOML has no null: a missing key is the default).
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), without_nulls(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
 /// The current state's check: measured against the first algorithm's prediction.
 pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
-    let pred = [predicted.p50, predicted.p90, predicted.p99];
-    let figures: Vec<Value> = ["p50", "p90", "p99"]
+    let pred = [predicted.p50, predicted.p90, predicted.p99, predicted.p999, predicted.avg];
+    let figures: Vec<Value> = ["p50", "p90", "p99", "p999", "mean"]
         .iter()
-        .zip(m.p.iter().zip(pred))
+        .zip(m.p.iter().chain([&m.mean]).zip(pred))
         .map(|(name, (&measured, predicted))| {
             json!({ "figure": name, "measured_ms": measured, "predicted_ms": predicted,
                     "distance_percent": (predicted - measured) / measured.max(1e-9) * 100.0 })
@@ -231,6 +290,7 @@ pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
     json!({
         "algorithm": m.algorithm, "window_s": m.window, "requests": m.requests, "rate": m.rate,
         "error_rate": m.error_rate, "scenario": m.scenario.display().to_string(), "figures": figures,
+        "requests_per_endpoint": m.per_endpoint.iter().map(|(a, n)| json!({ "address": a, "requests": n })).collect::<Vec<_>>(),
     })
 }
 
@@ -246,7 +306,7 @@ pub fn check_text(check: &Value) -> String {
     for f in check["figures"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "  {}  {:>9.3} ms  {:>9.3} ms  {:+6.1} %",
+            "  {:<4}  {:>9.3} ms  {:>9.3} ms  {:+6.1} %",
             f["figure"].as_str().unwrap_or("?"),
             f["measured_ms"].as_f64().unwrap_or(0.0),
             f["predicted_ms"].as_f64().unwrap_or(0.0),
@@ -269,6 +329,7 @@ mod tests {
         assert_eq!(d, vec![[1_000_000, 1_050_000, 10], [2_000_000, 2_100_000, 10]]);
         assert!((quantile(&d, 0.5) - 1.05).abs() < 1e-9);
         assert!((quantile(&d, 0.75) - 2.05).abs() < 1e-9);
+        assert!((mean(&d) - (1.025 + 2.05) / 2.0).abs() < 1e-9);
         let v = values(&d);
         assert_eq!(v.lines().count(), 20);
         assert!(v.lines().all(|l| (1.0..2.1).contains(&l.parse::<f64>().unwrap())));

@@ -1,6 +1,6 @@
 //! `GET /clusters/NAME/model`: what a simulator needs to model a cluster
 //! (`fulcrum sim --from`): the cluster's state as `/clusters/NAME` gives
-//! it, its resilience settings, each endpoint's latency in 5 %-wide
+//! it, its resilience settings (in the configuration file's form), each endpoint's latency in 5 %-wide
 //! buckets ([`fulcrum_base::loghist`]), and the time of the snapshot, so
 //! that two snapshots give rates and distributions over the window
 //! between them.
@@ -34,9 +34,9 @@ pub fn model_json(c: &SharedCluster, now: fulcrum_balance::Nanos) -> Value {
     v["time_ns"] = json!(now);
     v["resilience"] = json!({
         "request_timeout_ms": cfg.request_timeout.as_secs_f64() * 1e3,
-        "retry_attempts": cfg.retries.attempts,
-        "outlier_detection": cfg.outlier_detection.is_some(),
-        "slow_start": cfg.slow_start.is_some(),
+        "retries": cfg.retries,
+        "outlier_detection": cfg.outlier_detection,
+        "slow_start": cfg.slow_start,
         "max_requests": cfg.max_requests,
     });
     v["overflows"] = json!(c.counters.overflows.load(Relaxed));

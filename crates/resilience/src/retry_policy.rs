@@ -18,7 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{RetryBudget, RetryBudgetConfig};
 
@@ -62,6 +62,26 @@ impl FromStr for RetryOn {
     }
 }
 
+impl fmt::Display for RetryOn {
+    /// The name [`RetryOn::from_str`] reads.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RetryOn::ConnectFailure => f.write_str("connect-failure"),
+            RetryOn::Reset => f.write_str("reset"),
+            RetryOn::Timeout => f.write_str("timeout"),
+            RetryOn::ServerError => f.write_str("5xx"),
+            RetryOn::Status(status) => write!(f, "{status}"),
+            RetryOn::GrpcUnavailable => f.write_str("grpc-unavailable"),
+        }
+    }
+}
+
+impl Serialize for RetryOn {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 impl<'de> Deserialize<'de> for RetryOn {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
@@ -69,7 +89,7 @@ impl<'de> Deserialize<'de> for RetryOn {
 }
 
 /// A retry policy (see the module documentation for the file format).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Tries in all, the first included (1..=10; 1 = no retries).
@@ -82,11 +102,11 @@ pub struct RetryPolicy {
     pub different_endpoint: bool,
     /// A try without an answer after this long fails as a timeout (and may
     /// be retried); `None`: the request's own deadline bounds every try.
-    #[serde(with = "fulcrum_config::duration")]
+    #[serde(with = "fulcrum_config::duration", skip_serializing_if = "Option::is_none")]
     pub per_try_timeout: Option<Duration>,
     /// The retry budget (each driver keeps one per balancer instance);
     /// `None` (`budget = false`): every failure is retried up to `attempts`.
-    #[serde(deserialize_with = "budget")]
+    #[serde(deserialize_with = "budget", serialize_with = "write_budget")]
     pub budget: Option<RetryBudgetConfig>,
 }
 
@@ -105,6 +125,14 @@ impl Default for RetryPolicy {
 }
 
 /// `budget = false` or a budget table (`true`: the default budget).
+/// A budget as files write it: its table, or `false`.
+fn write_budget<S: Serializer>(budget: &Option<RetryBudgetConfig>, s: S) -> Result<S::Ok, S::Error> {
+    match budget {
+        Some(b) => b.serialize(s),
+        None => s.serialize_bool(false),
+    }
+}
+
 fn budget<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RetryBudgetConfig>, D::Error> {
     struct Budget;
     impl<'de> serde::de::Visitor<'de> for Budget {
@@ -175,6 +203,17 @@ mod tests {
 
     fn parse(text: &str) -> Result<RetryPolicy, String> {
         toml::from_str::<RetryPolicy>(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_policy_written_out_reads_back_the_same() {
+        for text in
+            ["", "attempts = 3\non = [\"5xx\", \"503\", \"reset\"]\nper_try_timeout = \"250ms\"\nbudget = false\n"]
+        {
+            let policy = parse(text).unwrap();
+            let written = toml::to_string(&policy).unwrap();
+            assert_eq!(parse(&written).unwrap(), policy, "{written}");
+        }
     }
 
     #[test]

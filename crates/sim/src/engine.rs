@@ -196,6 +196,8 @@ struct ServerState {
     original: Dist,
     /// When the current failure or slow-down began (for time to ejection).
     failing_since: Option<Nanos>,
+    /// Share of served tries answered with a server error.
+    errors: f64,
 }
 
 // The layout the comment above describes.
@@ -220,6 +222,7 @@ impl ServerState {
             joined: s.joined,
             original: s.service.clone(),
             failing_since: None,
+            errors: s.errors,
         }
     }
 
@@ -759,12 +762,18 @@ impl<'a> Engine<'a> {
     /// A server is done with a try: a served one frees its slot for the
     /// next waiting try; the answer goes back to the balancer if the try is
     /// still wanted.
-    fn done(&mut self, req: u32, gen: u32, attempt: u8, server: u32, res: TryResult, q: &mut Events) {
+    fn done(&mut self, req: u32, gen: u32, attempt: u8, server: u32, mut res: TryResult, q: &mut Events) {
         // Read before the release (which starts other tries only), so that
         // the request's slot and the server's state are fetched together.
         let wanted = self.wanted(req, gen, attempt);
         if res == TryResult::Ok {
             self.release(server, q);
+            // A served try may still be answered with an error (drawn only
+            // for servers that have errors, so other runs draw as before).
+            let s = &mut self.servers[server as usize];
+            if s.errors > 0.0 && s.rng.unit() < s.errors {
+                res = TryResult::ServerError;
+            }
         }
         if !wanted {
             return;

@@ -133,6 +133,9 @@ pub struct Server {
     pub concurrency: Option<u32>,
     /// Whether the server is in the balancers' sets at the start.
     pub joined: bool,
+    /// Share of served tries answered with a server error (a 5xx) at the
+    /// end of their service time, in `[0, 1)`.
+    pub errors: f64,
     /// A cold start: service times are longer for a while after joining.
     pub cold: Option<Cold>,
 }
@@ -396,6 +399,8 @@ struct RawServer {
     #[serde(default = "yes")]
     joined: bool,
     cold: Option<RawCold>,
+    #[serde(default)]
+    errors: f64,
 }
 
 #[derive(Deserialize)]
@@ -438,6 +443,9 @@ impl RawServer {
             (None, Some(0)) => return Err(src.error_in(&field("count"), "must be at least 1")),
             (None, c) => c.unwrap_or(1),
         };
+        if !(0.0..1.0).contains(&self.errors) {
+            return Err(src.error_in(&field("errors"), format!("{} must be in [0, 1)", self.errors)));
+        }
         if self.concurrency == Some(0) {
             return Err(src.error_in(&field("concurrency"), "must be at least 1 (leave it out for unlimited)"));
         }
@@ -463,6 +471,7 @@ impl RawServer {
                 service: self.service.clone(),
                 concurrency: self.concurrency,
                 joined: self.joined,
+                errors: self.errors,
                 cold,
             });
         }

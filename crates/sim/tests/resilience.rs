@@ -286,3 +286,20 @@ fn resilience_reports_are_deterministic_and_only_add_keys() {
     let (json, table) = strip(simulate(&plain, &plan(2), None).unwrap());
     assert!(!json.contains("retries") && !table.contains("Resilience"));
 }
+
+#[test]
+fn a_server_with_an_error_share_fails_that_share_and_retries_mend_it() {
+    let text = |retries: &str| {
+        format!(
+            "{retries}[clients]\nloop = \"open\"\nrate = 1000\nrequests = 20000\n\
+             [[servers]]\nservice = \"1ms\"\nerrors = 0.2\n[[servers]]\nservice = \"1ms\"\n"
+        )
+    };
+    let r = run(&parse(&text("")), AlgorithmKind::ROUND_ROBIN);
+    let failed = r.failed as f64 / r.requests as f64;
+    assert!((0.08..0.12).contains(&failed), "one of two servers fails 20 %: {failed}");
+    let r =
+        run(&parse(&text("retries = { attempts = 3, on = [\"5xx\"], budget = false }\n")), AlgorithmKind::ROUND_ROBIN);
+    assert!((r.failed as f64 / r.requests as f64) < 0.01, "retried: {} of {}", r.failed, r.requests);
+    assert!(parse_err(&text("").replace("errors = 0.2", "errors = 1.0")).contains("servers[0].errors"));
+}

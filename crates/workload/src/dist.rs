@@ -121,6 +121,23 @@ impl Dist {
         }
     }
 
+    /// The same distribution with every value multiplied by `factor` (> 0):
+    /// a server made that much slower or faster (whole-millisecond uniform
+    /// draws become continuous ones).
+    pub fn scaled(&self, factor: f64) -> Dist {
+        let x = |v: Nanos| to_nanos(v as f64 * factor);
+        match self {
+            Dist::Fixed(v) => Dist::Fixed(x(*v)),
+            Dist::Uniform { min, max } => Dist::Uniform { min: x(*min), max: x(*max) },
+            Dist::UniformMs { min_ms, max_ms } => {
+                Dist::Uniform { min: x(min_ms * MILLISECOND), max: x(max_ms * MILLISECOND) }
+            }
+            Dist::Exponential { mean } => Dist::Exponential { mean: mean * factor },
+            Dist::LogNormal { median, sigma } => Dist::LogNormal { median: median * factor, sigma: *sigma },
+            Dist::Empirical(v) => Dist::Empirical(Arc::new(v.iter().map(|&v| x(v)).collect())),
+        }
+    }
+
     /// True when every draw is zero (lets the simulator skip a hop's event).
     pub fn is_zero(&self) -> bool {
         matches!(self, Dist::Fixed(0))
@@ -386,6 +403,22 @@ mod tests {
         let f = dir.join("lat.txt");
         std::fs::write(&f, text).unwrap();
         (dir, f)
+    }
+
+    #[test]
+    fn scaled_multiplies_every_draw() {
+        let mut rng = Rng::new(7);
+        for d in [
+            Dist::Fixed(1_000),
+            Dist::Uniform { min: 1_000, max: 3_000 },
+            Dist::Exponential { mean: 2_000.0 },
+            Dist::LogNormal { median: 2_000.0, sigma: 0.5 },
+            Dist::Empirical(Arc::new(vec![1_000, 3_000])),
+        ] {
+            let s = d.scaled(2.5);
+            assert!((s.mean() / d.mean() - 2.5).abs() < 1e-9, "{d:?} → {s:?}");
+            assert!(s.sample(&mut rng) > 0);
+        }
     }
 
     #[test]
