@@ -435,9 +435,10 @@ fn http3_client_certificates_are_verified_forwarded_logged_and_routed() {
         tokio::time::timeout(Duration::from_secs(60), async {
             let forged = [("x-forwarded-client-cert", "Subject=\"CN=forged\"")];
             let with = client_as(&ca, Some((&identity.0, &identity.1)));
-            let answers = h3_with(&with, optional, "localhost", &[("GET", "/admin/a", b""), ("GET", "/", b"")], &forged)
-                .await
-                .unwrap();
+            let answers =
+                h3_with(&with, optional, "localhost", &[("GET", "/admin/a", b""), ("GET", "/", b"")], &forged)
+                    .await
+                    .unwrap();
             for (status, _, body) in &answers {
                 assert_eq!(*status, 200);
                 let xfcc = forwarded_cert(body).expect("the verified identity goes upstream");
@@ -447,9 +448,10 @@ fn http3_client_certificates_are_verified_forwarded_logged_and_routed() {
             }
 
             let without = client(&ca);
-            let answers = h3_with(&without, optional, "localhost", &[("GET", "/admin/a", b""), ("GET", "/", b"")], &forged)
-                .await
-                .unwrap();
+            let answers =
+                h3_with(&without, optional, "localhost", &[("GET", "/admin/a", b""), ("GET", "/", b"")], &forged)
+                    .await
+                    .unwrap();
             assert_eq!(answers[0].0, 403, "the route needs the client's name");
             assert_eq!(answers[1].0, 200);
             assert_eq!(forwarded_cert(&answers[1].2), None, "no certificate, no header (a forged one is dropped)");
@@ -494,7 +496,11 @@ fn fulcrum_load_speaks_http3_and_http2_over_tls() {
             args.extend([protocol, "--streams", "4"]);
         }
         let report = load(&url, &args);
-        assert_eq!((report["requests"].as_u64(), report["errors"].as_u64()), (Some(300), Some(0)), "{protocol}: {report}");
+        assert_eq!(
+            (report["requests"].as_u64(), report["errors"].as_u64()),
+            (Some(300), Some(0)),
+            "{protocol}: {report}"
+        );
         // Every answer came from the backend through the proxy.
         let by: u64 = report["by_backend"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
         assert_eq!(by, 300, "{protocol}: {report}");

@@ -312,8 +312,16 @@ impl Pools {
 /// again whenever the last one failed or was closed.
 pub(crate) enum Conn {
     H1(Option<http1::SendRequest<Full<Bytes>>>),
-    H2 { pool: Arc<Pool<http2::SendRequest<Full<Bytes>>>>, worker: usize, sender: Option<http2::SendRequest<Full<Bytes>>> },
-    H3 { pool: Arc<Pool<H3>>, worker: usize, sender: Option<H3> },
+    H2 {
+        pool: Arc<Pool<http2::SendRequest<Full<Bytes>>>>,
+        worker: usize,
+        sender: Option<http2::SendRequest<Full<Bytes>>>,
+    },
+    H3 {
+        pool: Arc<Pool<H3>>,
+        worker: usize,
+        sender: Option<H3>,
+    },
 }
 
 /// What a finished exchange reports: status and `x-fulcrum-backend`.

@@ -1453,7 +1453,9 @@ impl RawListener {
         let verifies = self.tls.as_ref().is_some_and(|t| t.get_ref().client_ca.is_some());
         if let Some(ri) = self.routes.iter().position(|r| !r.client_cert.is_empty()).filter(|_| !verifies) {
             let field = at(&format!("routes[{ri}].client_cert"));
-            return Err(src.error_in(&field, "matches a verified client certificate: the listener needs `tls.client_ca`"));
+            return Err(
+                src.error_in(&field, "matches a verified client certificate: the listener needs `tls.client_ca`")
+            );
         }
         for (ri, r) in self.routes.iter().enumerate() {
             if let Some(l) = &r.rate_limit {

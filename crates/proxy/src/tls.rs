@@ -273,7 +273,9 @@ pub fn client_cert_of(chain: &[rustls::pki_types::CertificateDer<'_>]) -> Option
                 GeneralName::DNSName(s) | GeneralName::URI(s) | GeneralName::RFC822Name(s) => s.to_string(),
                 GeneralName::IPAddress(b) => match <[u8; 4]>::try_from(*b) {
                     Ok(v4) => std::net::IpAddr::from(v4).to_string(),
-                    Err(_) => <[u8; 16]>::try_from(*b).map_or(String::new(), |v6| std::net::IpAddr::from(v6).to_string()),
+                    Err(_) => {
+                        <[u8; 16]>::try_from(*b).map_or(String::new(), |v6| std::net::IpAddr::from(v6).to_string())
+                    }
                 },
                 _ => String::new(),
             };

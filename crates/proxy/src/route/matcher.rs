@@ -248,7 +248,9 @@ impl RouteTable {
                 Subject::Path => found(Some(req.uri().path())),
                 Subject::Header(name) => found(self.header(*name, req, s)),
                 Subject::Query(name) => found(param(query(req, s), name)),
-                Subject::ClientCert(field) => Seen::FoundAny(field.values(s.client).map(|v| regexes.matches(v)).collect()),
+                Subject::ClientCert(field) => {
+                    Seen::FoundAny(field.values(s.client).map(|v| regexes.matches(v)).collect())
+                }
             };
             s.seen[set] = seen;
         }

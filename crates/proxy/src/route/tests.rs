@@ -99,13 +99,14 @@ fn routes_match_the_verified_client_certificate() {
     );
     let config = Config::parse(Path::new("test.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let table = &config.listeners[0].routes;
-    let pick = |client: Option<&crate::tls::ClientCert>, path: &str| {
-        match table.find(&req("GET", "h", path, &[]), None, client).map(|(_, r)| &r.action) {
-            None => "none".to_string(),
-            Some(super::Action::Forward(s)) => config.clusters[s.pick(None)].name.clone(),
-            Some(super::Action::Redirect(_)) => "redirect".into(),
-            Some(super::Action::Respond(_)) => "respond".into(),
-        }
+    let pick = |client: Option<&crate::tls::ClientCert>, path: &str| match table
+        .find(&req("GET", "h", path, &[]), None, client)
+        .map(|(_, r)| &r.action)
+    {
+        None => "none".to_string(),
+        Some(super::Action::Forward(s)) => config.clusters[s.pick(None)].name.clone(),
+        Some(super::Action::Redirect(_)) => "redirect".into(),
+        Some(super::Action::Respond(_)) => "respond".into(),
     };
     let admin = cert("CN=admin,O=Example", &[]);
     let prod = cert("CN=svc", &["svc.internal", "spiffe://example.org/ns/prod/sa/web"]);
