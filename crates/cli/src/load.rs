@@ -21,6 +21,7 @@ use crate::cli::Failure;
 Examples:
   fulcrum load http://127.0.0.1:8080/ --rate 2000 --duration 10s
   fulcrum load http://127.0.0.1:8080/ --connections 32 --requests 100000 --json
+  fulcrum load https://127.0.0.1:8443/ --http3 --cacert ca.pem --connections 8 --streams 10 -d 10s
   fulcrum load http://127.0.0.1:8080/ --clients 10 --interval 100ms --requests-per-client 100 \\
       --client-start 1s --client-stagger 1ms
 
@@ -29,7 +30,7 @@ stalled server shows in every request that should have gone out meanwhile (as in
 Without --rate or --clients, --connections connections send back to back (closed loop). \
 Without --duration or --requests, a run lasts 10 s.")]
 pub struct Args {
-    /// The URL to load (http:// only).
+    /// The URL to load (http:// or https://).
     url: String,
 
     /// Open loop: requests per second, latency from the intended send time.
@@ -70,13 +71,22 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", requires = "clients", default_value = "1ms", value_parser = fulcrum_config::parse_duration)]
     client_stagger: Duration,
 
-    /// Speak h2c (HTTP/2 without TLS, prior knowledge).
-    #[arg(long)]
+    /// Speak HTTP/2: h2c (prior knowledge) for http://, ALPN h2 for https://.
+    #[arg(long, conflicts_with = "http3")]
     http2: bool,
 
-    /// HTTP/2: concurrent streams per connection.
-    #[arg(long, value_name = "N", requires = "http2", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// Speak HTTP/3 over QUIC (https:// only).
+    #[arg(long)]
+    http3: bool,
+
+    /// HTTP/2 and HTTP/3: concurrent streams per connection.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     streams: u32,
+
+    /// https://: verify the server against this CA bundle (PEM) instead of
+    /// the built-in Mozilla roots.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<std::path::PathBuf>,
 
     /// Request method.
     #[arg(short = 'X', long, default_value = "GET")]
@@ -128,6 +138,9 @@ fn config(args: &Args) -> Result<LoadConfig, Failure> {
         }),
         (None, None) => Pattern::ClosedLoop,
     };
+    if args.streams > 1 && !(args.http2 || args.http3) {
+        return Err(Failure::input("--streams needs --http2 or --http3 (HTTP/1.1 sends one request at a time)"));
+    }
     let unbounded = args.duration.is_none() && args.requests.is_none() && args.clients.is_none();
     Ok(LoadConfig {
         url: args.url.clone(),
@@ -135,6 +148,8 @@ fn config(args: &Args) -> Result<LoadConfig, Failure> {
         headers,
         body_bytes: args.body_bytes,
         http2: args.http2,
+        http3: args.http3,
+        ca: args.cacert.clone(),
         pattern,
         connections: args.connections.map(|c| c as usize),
         streams: args.streams as usize,
@@ -167,7 +182,14 @@ fn describe(c: &LoadConfig) -> String {
     if let Some(n) = c.requests {
         bounds.push(format!("{n} requests"));
     }
-    let proto = if c.http2 { "h2c" } else { "HTTP/1.1" };
+    let tls = c.url.starts_with("https:");
+    let proto = match c.protocol() {
+        fulcrum_load::Protocol::Http3 => "HTTP/3",
+        fulcrum_load::Protocol::Http2 if tls => "HTTP/2 over TLS",
+        fulcrum_load::Protocol::Http2 => "h2c",
+        fulcrum_load::Protocol::Http1 if tls => "HTTP/1.1 over TLS",
+        fulcrum_load::Protocol::Http1 => "HTTP/1.1",
+    };
     let bounds = if bounds.is_empty() { String::new() } else { format!("; {}", bounds.join(", at most ")) };
     format!("{} {}: {what}{bounds}; {proto}", c.method, c.url)
 }

@@ -140,7 +140,10 @@ fn bad_flags_exit_with_code_2_and_say_why() {
         (&["backend", "--delay-dist", "normal"], "--delay-dist"),
         (&["backend", "--listen", "127.0.0.1:65535", "--count", "2"], "65535"),
         (&["load", "http://127.0.0.1:9/", "--rate", "0", "-n", "1"], "rate"),
-        (&["load", "https://127.0.0.1:9/", "-n", "1"], "http://"),
+        (&["load", "ftp://127.0.0.1:9/", "-n", "1"], "https://"),
+        (&["load", "http://127.0.0.1:9/", "--http3", "-n", "1"], "needs an https://"),
+        (&["load", "http://127.0.0.1:9/", "--streams", "4", "-n", "1"], "--streams"),
+        (&["load", "https://127.0.0.1:9/", "--cacert", "/nonexistent.pem", "-n", "1"], "/nonexistent.pem"),
         (&["load", "http://127.0.0.1:9/", "-H", "no-colon", "-n", "1"], "--header"),
         (&["load", "http://127.0.0.1:9/", "--rate", "10", "--clients", "2"], "cannot be used"),
     ];

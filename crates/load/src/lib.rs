@@ -48,6 +48,7 @@ pub mod report;
 mod timer;
 
 pub use backend::{Backend, BackendSpec, Backends, BackendsConfig, BACKEND_HEADER};
+pub use client::Protocol;
 pub use dist::{DelayShape, ParseError, StatusMix};
 pub use fulcrum_workload::{Dist, Method, Summary};
 pub use load::{run, run_async, run_with, Clients, Control, LoadConfig, LoadError, Pattern};

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::client::{Conn, H2Pool, Target};
+use crate::client::{Conn, Pools, Protocol, Target};
 use crate::report::{Counters, ErrorKind, Recorder, Report};
 use crate::timer::{Timer, TimerHandle};
 
@@ -99,7 +99,7 @@ impl Clients {
 /// Everything a run needs. [`LoadConfig::new`] gives the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadConfig {
-    /// `http://host:port/path?query`.
+    /// `http://host:port/path?query`, or `https://…` for TLS (and QUIC).
     pub url: String,
     /// Request method.
     pub method: String,
@@ -107,14 +107,20 @@ pub struct LoadConfig {
     pub headers: Vec<(String, String)>,
     /// Size of every request body (bytes of `x`).
     pub body_bytes: usize,
-    /// Speak h2c (HTTP/2 with prior knowledge) instead of HTTP/1.1.
+    /// Speak HTTP/2 instead of HTTP/1.1: h2c with prior knowledge for
+    /// `http://`, ALPN `h2` for `https://`.
     pub http2: bool,
+    /// Speak HTTP/3 over QUIC (`https://` only).
+    pub http3: bool,
+    /// `https://`: the CA bundle (PEM) the server's certificate is verified
+    /// against (default: the built-in Mozilla roots).
+    pub ca: Option<std::path::PathBuf>,
     /// Open loop, closed loop or clients.
     pub pattern: Pattern,
     /// Closed loop: the number of connections. Open loop: the most open at
     /// once. Clients: the most each client opens. `None`: 10, 256 and 16.
     pub connections: Option<usize>,
-    /// HTTP/2 only: concurrent streams per connection (workers per
+    /// HTTP/2 and HTTP/3: concurrent streams per connection (workers per
     /// connection).
     pub streams: usize,
     /// Stop scheduling after this long.
@@ -136,6 +142,8 @@ impl LoadConfig {
             headers: Vec::new(),
             body_bytes: 0,
             http2: false,
+            http3: false,
+            ca: None,
             pattern: Pattern::ClosedLoop,
             connections: None,
             streams: 1,
@@ -178,7 +186,19 @@ impl LoadConfig {
         if self.timeout.is_zero() {
             return bad("the timeout must be above zero");
         }
+        if self.http2 && self.http3 {
+            return bad("choose HTTP/2 or HTTP/3, not both");
+        }
         Ok(())
+    }
+
+    /// The HTTP version the run speaks.
+    pub fn protocol(&self) -> Protocol {
+        match (self.http2, self.http3) {
+            (_, true) => Protocol::Http3,
+            (true, false) => Protocol::Http2,
+            (false, false) => Protocol::Http1,
+        }
     }
 
     fn connections(&self) -> usize {
@@ -248,7 +268,9 @@ pub fn run_with(config: &LoadConfig, control: &Control) -> Result<Report, LoadEr
 /// Run the load on the current tokio runtime and report.
 pub async fn run_async(config: &LoadConfig, control: &Control) -> Result<Report, LoadError> {
     config.check()?;
-    let target = Target::new(&config.url, &config.method, &config.headers, config.body_bytes, config.http2)?;
+    let protocol = config.protocol();
+    let target =
+        Target::new(&config.url, &config.method, &config.headers, config.body_bytes, protocol, config.ca.as_ref())?;
     let target = Arc::new(target.resolve().await?);
     let timer = Timer::start("fulcrum-load-timer")?;
     let run = Arc::new(Run {
@@ -262,8 +284,8 @@ pub async fn run_async(config: &LoadConfig, control: &Control) -> Result<Report,
     let connections = config.connections();
     let begin = Instant::now();
     let end = config.duration.map(|d| begin + d);
-    let pool = |n: usize| config.http2.then(|| Arc::new(H2Pool::new(n)));
-    let workers_per = |conns: usize| if config.http2 { conns * config.streams } else { conns };
+    let pool = |n: usize| Pools::new(protocol, n);
+    let workers_per = |conns: usize| if protocol == Protocol::Http1 { conns } else { conns * config.streams };
 
     let (first, tasks): (Instant, Vec<JoinHandle<()>>) = match &config.pattern {
         Pattern::ClosedLoop => {
@@ -271,7 +293,7 @@ pub async fn run_async(config: &LoadConfig, control: &Control) -> Result<Report,
             let pool = pool(connections);
             let tasks = (0..workers_per(connections))
                 .map(|w| {
-                    let worker = Worker::new(&run, Conn::new(pool.clone(), w));
+                    let worker = Worker::new(&run, Conn::new(&pool, w));
                     tokio::spawn(worker.closed_loop(end, config.requests, issued.clone()))
                 })
                 .collect();
@@ -403,11 +425,11 @@ struct Lane {
     closed: AtomicBool,
     idle: AtomicUsize,
     max_workers: usize,
-    pool: Option<Arc<H2Pool>>,
+    pool: Pools,
 }
 
 impl Lane {
-    fn new(run: Arc<Run>, max_workers: usize, pool: Option<Arc<H2Pool>>) -> Arc<Lane> {
+    fn new(run: Arc<Run>, max_workers: usize, pool: Pools) -> Arc<Lane> {
         Arc::new(Lane {
             run,
             queue: Mutex::new(VecDeque::new()),
@@ -455,7 +477,7 @@ impl Lane {
             if self.idle.load(Relaxed) < due && workers.len() < self.max_workers {
                 let extra = (due - self.idle.load(Relaxed)).min(self.max_workers - workers.len());
                 for _ in 0..extra {
-                    let worker = Worker::new(&self.run, Conn::new(self.pool.clone(), workers.len()));
+                    let worker = Worker::new(&self.run, Conn::new(&self.pool, workers.len()));
                     workers.push(tokio::spawn(worker.open_loop(self.clone())));
                 }
             }

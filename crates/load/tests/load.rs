@@ -225,7 +225,14 @@ fn the_json_report_has_the_agreed_shape() {
 fn unusable_configurations_are_refused_before_sending() {
     let cases = [
         LoadConfig::new("http://127.0.0.1:9/"),
-        LoadConfig { requests: Some(1), ..LoadConfig::new("https://127.0.0.1:9/") },
+        LoadConfig { requests: Some(1), ..LoadConfig::new("ftp://127.0.0.1:9/") },
+        LoadConfig { requests: Some(1), http3: true, ..LoadConfig::new("http://127.0.0.1:9/") },
+        LoadConfig { requests: Some(1), http2: true, http3: true, ..LoadConfig::new("https://127.0.0.1:9/") },
+        LoadConfig {
+            requests: Some(1),
+            ca: Some("/nonexistent.pem".into()),
+            ..LoadConfig::new("https://127.0.0.1:9/")
+        },
         LoadConfig { requests: Some(1), ..LoadConfig::new("not a url") },
         LoadConfig { requests: Some(1), pattern: Pattern::OpenLoop { rate: 0.0 }, ..LoadConfig::new("http://a/") },
         LoadConfig {

@@ -621,6 +621,8 @@ pub(crate) struct RawRoute {
     pub(crate) headers: Vec<RawCondition>,
     #[serde(default)]
     pub(crate) query: Vec<RawCondition>,
+    #[serde(default)]
+    pub(crate) client_cert: Vec<RawCondition>,
     pub(crate) cluster: Option<String>,
     pub(crate) clusters: Option<Vec<RawWeighted>>,
     pub(crate) hash_key: Option<HashKey>,
@@ -635,8 +637,8 @@ pub(crate) struct RawRoute {
     pub(crate) rate_limit: Option<Spanned<RateLimitConfig>>,
 }
 
-/// A header or query parameter condition: `present` (the default; `false`:
-/// absent), or a value `exact` or matching `regex`.
+/// A header, query parameter or client certificate condition: `present`
+/// (the default; `false`: absent), or a value `exact` or matching `regex`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCondition {
@@ -1448,6 +1450,13 @@ impl RawListener {
         }
         let mut table =
             crate::route::compile(&self.routes, clusters).map_err(|e| src.error_in(&at(&e.field), e.message))?;
+        let verifies = self.tls.as_ref().is_some_and(|t| t.get_ref().client_ca.is_some());
+        if let Some(ri) = self.routes.iter().position(|r| !r.client_cert.is_empty()).filter(|_| !verifies) {
+            let field = at(&format!("routes[{ri}].client_cert"));
+            return Err(
+                src.error_in(&field, "matches a verified client certificate: the listener needs `tls.client_ca`")
+            );
+        }
         for (ri, r) in self.routes.iter().enumerate() {
             if let Some(l) = &r.rate_limit {
                 table.routes[ri].rate_limit = Some(rate_limit(l, src, &at(&format!("routes[{ri}].rate_limit")))?);

@@ -13,6 +13,11 @@
 //! handshake and each request's headers; `max_header_bytes` is the largest
 //! header section accepted. 0-RTT is never accepted (early data is
 //! replayable), so every connection costs a full round trip first.
+//!
+//! Client certificates: the QUIC configuration is the TLS listener's, so
+//! `client_ca` and `client_auth` are verified in the QUIC handshake the same
+//! way, and the verified identity goes upstream and into the access log as
+//! over TCP.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -142,7 +147,12 @@ async fn serve_connection(
     alive: watch::Receiver<()>,
 ) {
     let Ok(Ok(conn)) = tokio::time::timeout(limits.header_read_timeout, incoming).await else { return };
-    let peer = Arc::new(Peer::new(conn.remote_address()));
+    let mut peer = Peer::new(conn.remote_address());
+    peer.client_cert = conn
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
+        .and_then(|chain| crate::tls::client_cert_of(&chain));
+    let peer = Arc::new(peer);
     let mut builder = h3::server::builder();
     builder.max_field_section_size(limits.max_header_bytes);
     let Ok(mut h3) = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn)).await else { return };

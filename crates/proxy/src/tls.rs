@@ -233,11 +233,20 @@ pub struct ClientCert {
     /// The `x-forwarded-client-cert` value: `Subject="…"` and a `URI=…` per
     /// URI subject alternative name.
     pub header: HeaderValue,
+    /// Its subject alternative names as text: DNS names, URIs, e-mail
+    /// addresses and IP addresses (what routes' `client_cert` `san` reads).
+    pub names: Arc<[Box<str>]>,
 }
 
 /// The identity in the client certificate `conn` verified, if it has one.
 pub fn client_cert(conn: &rustls::ServerConnection) -> Option<ClientCert> {
-    let der = conn.peer_certificates()?.first()?;
+    client_cert_of(conn.peer_certificates()?)
+}
+
+/// The identity in `chain`, a client's verified certificate chain (leaf
+/// first), whether it came over TCP or QUIC.
+pub fn client_cert_of(chain: &[rustls::pki_types::CertificateDer<'_>]) -> Option<ClientCert> {
+    let der = chain.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
     let subject = cert.subject().to_string();
     let mut value = String::from("Subject=\"");
@@ -250,19 +259,33 @@ pub fn client_cert(conn: &rustls::ServerConnection) -> Option<ClientCert> {
         }
     }
     value.push('"');
+    let mut names = Vec::new();
     if let Ok(Some(san)) = cert.subject_alternative_name() {
+        use x509_parser::extensions::GeneralName;
         for name in &san.value.general_names {
-            match name {
-                x509_parser::extensions::GeneralName::URI(uri) if uri.bytes().all(|b| b.is_ascii_graphic()) => {
+            if let GeneralName::URI(uri) = name {
+                if uri.bytes().all(|b| b.is_ascii_graphic()) {
                     value.push_str(";URI=");
                     value.push_str(uri);
                 }
-                _ => {}
+            }
+            let text = match name {
+                GeneralName::DNSName(s) | GeneralName::URI(s) | GeneralName::RFC822Name(s) => s.to_string(),
+                GeneralName::IPAddress(b) => match <[u8; 4]>::try_from(*b) {
+                    Ok(v4) => std::net::IpAddr::from(v4).to_string(),
+                    Err(_) => {
+                        <[u8; 16]>::try_from(*b).map_or(String::new(), |v6| std::net::IpAddr::from(v6).to_string())
+                    }
+                },
+                _ => String::new(),
+            };
+            if !text.is_empty() {
+                names.push(text.into_boxed_str());
             }
         }
     }
     let header = HeaderValue::from_str(&value).ok()?;
-    Some(ClientCert { subject: subject.into(), header })
+    Some(ClientCert { subject: subject.into(), header, names: names.into() })
 }
 
 #[cfg(test)]

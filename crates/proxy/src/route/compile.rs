@@ -9,7 +9,7 @@ use http::{Method, StatusCode};
 use regex::Regex;
 
 use super::action::{Action, HeaderOps, PathRewrite, Redirect, Respond, Rewrite, Split, Template};
-use super::matcher::{Host, PathMatch, Route, RouteTable, Subject, Value};
+use super::matcher::{CertField, Host, PathMatch, Route, RouteTable, Subject, Value};
 use crate::config::{Cluster, RawCondition, RawHeaderOps, RawRedirect, RawRespond, RawRewrite, RawRoute};
 
 /// A route the configuration cannot have: the field (under the listener,
@@ -120,6 +120,16 @@ fn route(
         }
         query.push((c.name.clone(), condition(c, subjects, Subject::Query(c.name.clone()), &field)?));
     }
+    let mut client_cert = Vec::with_capacity(r.client_cert.len());
+    for (i, c) in r.client_cert.iter().enumerate() {
+        let field = at(&format!("client_cert[{i}]"));
+        let part = match c.name.as_str() {
+            "subject" => CertField::Subject,
+            "san" => CertField::San,
+            other => return fail(format!("{field}.name"), format!("{other:?} is not \"subject\" or \"san\"")),
+        };
+        client_cert.push((part, condition(c, subjects, Subject::ClientCert(part), &field)?));
+    }
     let action = action(r, clusters, &path, at)?;
     let forwards = matches!(action, Action::Forward(_));
     let only_forward = |given: bool, key: &str| {
@@ -145,6 +155,7 @@ fn route(
         methods,
         headers,
         query,
+        client_cert,
         rewrite: r.rewrite.as_ref().map(|w| rewrite(w, &path, at)).transpose()?,
         request_headers: header_ops(r.request_headers.as_ref(), false, &at("request_headers"))?,
         response_headers: header_ops(r.response_headers.as_ref(), true, &at("response_headers"))?,

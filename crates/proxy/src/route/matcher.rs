@@ -10,6 +10,7 @@ use http::{Method, Request};
 use regex::{RegexSet, SetMatches};
 
 use super::action::{Action, HeaderOps, Rewrite, Split};
+use crate::tls::ClientCert;
 
 /// A host condition, lowercased: the whole host, or a `*.` wildcard kept as
 /// its suffix (`.example.com`: any name under it, not the name itself).
@@ -47,12 +48,33 @@ pub(crate) enum Value {
 }
 
 /// What a regex set is run on: the path, a header (by its index in the
-/// table's header names), a query parameter.
+/// table's header names), a query parameter, a client certificate's field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Subject {
     Path,
     Header(usize),
     Query(String),
+    ClientCert(CertField),
+}
+
+/// The part of a verified client certificate a condition reads: its
+/// subject, or its subject alternative names (any one of them may match).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CertField {
+    Subject,
+    San,
+}
+
+impl CertField {
+    /// The field's values in `cert` (none without a certificate).
+    fn values(self, cert: Option<&ClientCert>) -> impl Iterator<Item = &str> {
+        let (subject, names): (Option<&str>, &[Box<str>]) = match (self, cert) {
+            (_, None) => (None, &[]),
+            (CertField::Subject, Some(c)) => (Some(&c.subject), &[]),
+            (CertField::San, Some(c)) => (None, &c.names),
+        };
+        subject.into_iter().chain(names.iter().map(|n| &**n))
+    }
 }
 
 /// One compiled route: its conditions (all must hold) and what it does.
@@ -66,6 +88,8 @@ pub struct Route {
     /// Conditions on headers, by index in the table's header names.
     pub(crate) headers: Vec<(usize, Value)>,
     pub(crate) query: Vec<(String, Value)>,
+    /// Conditions on the verified client certificate.
+    pub(crate) client_cert: Vec<(CertField, Value)>,
     /// Forward, redirect or answer.
     pub action: Action,
     /// The path and host sent upstream.
@@ -92,6 +116,7 @@ impl Route {
             methods: Vec::new(),
             headers: Vec::new(),
             query: Vec::new(),
+            client_cert: Vec::new(),
             action: Action::Forward(Split::one(cluster)),
             rewrite: None,
             request_headers: HeaderOps::default(),
@@ -137,11 +162,15 @@ enum Seen {
     /// The subject (a header, a parameter) is not in the request.
     Absent,
     Found(SetMatches),
+    /// A subject with several values (a certificate's names): any may match.
+    FoundAny(Vec<SetMatches>),
 }
 
 /// What one request has found so far: the sets' matches, the headers
-/// conditions read (each looked up once) and its query's parameters.
+/// conditions read (each looked up once) and its query's parameters; and
+/// the client's verified certificate.
 struct Scratch<'r> {
+    client: Option<&'r ClientCert>,
     seen: Vec<Seen>,
     headers: Vec<Option<Option<Cow<'r, str>>>>,
     query: Option<Vec<(&'r str, &'r str)>>,
@@ -164,9 +193,15 @@ impl RouteTable {
     }
 
     /// The first route `req` (whose host, lowercased and without port, is
-    /// `host`) matches, and its index (the key of its rate limiter).
-    pub fn find<'t, B>(&'t self, req: &Request<B>, host: Option<&str>) -> Option<(usize, &'t Route)> {
-        let mut scratch = Scratch { seen: Vec::new(), headers: Vec::new(), query: None };
+    /// `host`; from a client that presented `client`) matches, and its
+    /// index (the key of its rate limiter).
+    pub fn find<'t, B>(
+        &'t self,
+        req: &Request<B>,
+        host: Option<&str>,
+        client: Option<&ClientCert>,
+    ) -> Option<(usize, &'t Route)> {
+        let mut scratch = Scratch { client, seen: Vec::new(), headers: Vec::new(), query: None };
         self.routes.iter().enumerate().find(|(_, r)| self.matches(r, req, host, &mut scratch))
     }
 
@@ -193,6 +228,11 @@ impl RouteTable {
                 Value::Regex(set, i) => self.regex(*set, *i, req, s),
                 _ => value_matches(v, param(query(req, s), name)),
             })
+            && route.client_cert.iter().all(|(field, v)| match v {
+                Value::Regex(set, i) => self.regex(*set, *i, req, s),
+                Value::Exact(want) => field.values(s.client).any(|x| x == want),
+                _ => value_matches(v, field.values(s.client).next()),
+            })
     }
 
     /// Whether pattern `i` of set `set` matches its subject in `req`; the
@@ -208,10 +248,17 @@ impl RouteTable {
                 Subject::Path => found(Some(req.uri().path())),
                 Subject::Header(name) => found(self.header(*name, req, s)),
                 Subject::Query(name) => found(param(query(req, s), name)),
+                Subject::ClientCert(field) => {
+                    Seen::FoundAny(field.values(s.client).map(|v| regexes.matches(v)).collect())
+                }
             };
             s.seen[set] = seen;
         }
-        matches!(s.seen.get(set), Some(Seen::Found(m)) if m.matched(i))
+        match s.seen.get(set) {
+            Some(Seen::Found(m)) => m.matched(i),
+            Some(Seen::FoundAny(all)) => all.iter().any(|m| m.matched(i)),
+            _ => false,
+        }
     }
 }
 

@@ -30,7 +30,7 @@ fn route(routes: &str, reqs: &[Request<()>]) -> Vec<String> {
     reqs.iter()
         .map(|req| {
             let host = req.headers().get("host").map(|h| h.to_str().unwrap().split(':').next().unwrap().to_string());
-            match table.find(req, host.as_deref()).map(|(_, r)| &r.action) {
+            match table.find(req, host.as_deref(), None).map(|(_, r)| &r.action) {
                 None => "none".into(),
                 Some(super::Action::Forward(s)) => config.clusters[s.pick(None)].name.clone(),
                 Some(super::Action::Redirect(_)) => "redirect".into(),
@@ -76,6 +76,59 @@ fn every_condition_must_hold_and_the_first_match_wins() {
     ];
     let (reqs, want): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
     assert_eq!(route(routes, &reqs), want);
+}
+
+/// A verified client certificate with `subject` and `names`.
+fn cert(subject: &str, names: &[&str]) -> crate::tls::ClientCert {
+    crate::tls::ClientCert {
+        subject: subject.into(),
+        header: HeaderValue::from_static("Subject=\"x\""),
+        names: names.iter().map(|n| Box::from(*n)).collect(),
+    }
+}
+
+#[test]
+fn routes_match_the_verified_client_certificate() {
+    let text = format!(
+        "[[listener]]\nlisten = \"127.0.0.1:8443\"\ntls = {{ cert = \"c.pem\", key = \"k.pem\", client_ca = \"ca.pem\", \
+         client_auth = \"optional\" }}\nroutes = [\n{}\n]\n{CLUSTERS}",
+        r#"  { client_cert = [{ name = "subject", exact = "CN=admin,O=Example" }], respond = { status = 200 } },
+  { client_cert = [{ name = "san", regex = "^spiffe://example\\.org/ns/prod/" }], cluster = "b" },
+  { client_cert = [{ name = "san", exact = "ops.example.org" }, { name = "subject", regex = "O=Ops" }], redirect = { path = "/ops" } },
+  { client_cert = [{ name = "subject", present = false }], path_prefix = "/public", cluster = "a" },"#
+    );
+    let config = Config::parse(Path::new("test.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let table = &config.listeners[0].routes;
+    let pick = |client: Option<&crate::tls::ClientCert>, path: &str| match table
+        .find(&req("GET", "h", path, &[]), None, client)
+        .map(|(_, r)| &r.action)
+    {
+        None => "none".to_string(),
+        Some(super::Action::Forward(s)) => config.clusters[s.pick(None)].name.clone(),
+        Some(super::Action::Redirect(_)) => "redirect".into(),
+        Some(super::Action::Respond(_)) => "respond".into(),
+    };
+    let admin = cert("CN=admin,O=Example", &[]);
+    let prod = cert("CN=svc", &["svc.internal", "spiffe://example.org/ns/prod/sa/web"]);
+    let staging = cert("CN=svc", &["spiffe://example.org/ns/staging/sa/web"]);
+    let ops = cert("CN=o,O=Ops", &["10.0.0.1", "ops.example.org"]);
+    let ops_wrong_org = cert("CN=o,O=Dev", &["ops.example.org"]);
+    assert_eq!(pick(Some(&admin), "/"), "respond");
+    assert_eq!(pick(Some(&prod), "/"), "b", "any name may match");
+    assert_eq!(pick(Some(&staging), "/"), "none");
+    assert_eq!(pick(Some(&ops), "/"), "redirect");
+    assert_eq!(pick(Some(&ops_wrong_org), "/"), "none", "every condition must hold");
+    assert_eq!(pick(None, "/public/x"), "a");
+    assert_eq!(pick(Some(&admin), "/public/x"), "respond");
+    assert_eq!(pick(Some(&staging), "/public/x"), "none", "a certificate is present");
+
+    // Without `client_ca` nothing is verified: such a route is an error.
+    let e = parse(r#"{ client_cert = [{ name = "subject" }], cluster = "a" }"#).unwrap_err();
+    assert_eq!(e.field, "listener[0].routes[0].client_cert", "{e}");
+    assert!(e.message.contains("client_ca"), "{e}");
+    let e = Config::parse(Path::new("test.toml"), &text.replace("name = \"san\", exact", "name = \"issuer\", exact"))
+        .unwrap_err();
+    assert_eq!(e.field, "listener[0].routes[2].client_cert[0].name", "{e}");
 }
 
 #[test]
@@ -185,7 +238,7 @@ proptest! {
                 let table = &config.listeners[0].routes;
                 for uri in ["/", "/a/b?x=1&y", "/%ff?%"] {
                     let r = req("GET", "h.test", uri, &[("x-a", "1")]);
-                    let _ = table.find(&r, Some("h.test"));
+                    let _ = table.find(&r, Some("h.test"), None);
                 }
             }
             // Duplicate keys are TOML's own error, at the table.
