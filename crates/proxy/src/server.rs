@@ -563,29 +563,8 @@ impl Accept {
 
     async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
         let limits = listener.limits.clone();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_buf_size(listener.max_header_bytes);
-        // hyper's own limit is the same 100 headers, on an array it keeps
-        // inline; a limit set explicitly makes it build and fill a vector of
-        // that many slots for every request head it parses.
-        if limits.max_headers != HYPER_MAX_HEADERS {
-            builder.http1().max_headers(limits.max_headers);
-        }
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            // WebSockets over HTTP/2 (RFC 8441), proxied as HTTP/1.1 Upgrades.
-            .enable_connect_protocol()
-            .max_concurrent_streams(1024)
-            .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
-        // An HTTP/2-only listener serves every connection as HTTP/2 (no
-        // HTTP/1.1 Upgrade exists there), so it has no HTTP/1.1 server.
         let h2_only = listener.protocol == ListenerProtocol::Http2;
-        let builder = Arc::new(if h2_only { builder.http2_only() } else { builder });
+        let builder = Arc::new(HyperServer::new(&listener));
         let lean = (!h2_only && listener.http1_server == Http1Server::Lean).then(|| {
             Arc::new(ServerLimits {
                 max_header_bytes: listener.max_header_bytes,
@@ -641,8 +620,7 @@ impl Accept {
                     }
                     _ => io,
                 };
-                let failed =
-                    Box::pin(serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher, h2_only)).await;
+                let failed = Box::pin(serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher)).await;
                 if let (true, Some(spare)) = (failed, spare) {
                     // Boxed: it holds a read buffer, which every connection's
                     // task would otherwise have room for.
@@ -664,16 +642,64 @@ impl Accept {
     }
 }
 
-/// Serve `io` with hyper's server until the connection ends (HTTP/2 only if
-/// `h2_only`); whether it ended in a connection error.
+/// The HTTP/2 settings of a listener's servers, on hyper's HTTP/2 server
+/// or on its auto server's (two builder types with the same methods).
+macro_rules! http2_settings {
+    ($builder:expr, $listener:expr) => {
+        $builder
+            .timer(TokioTimer::new())
+            // WebSockets over HTTP/2 (RFC 8441), proxied as HTTP/1.1 Upgrades.
+            .enable_connect_protocol()
+            .max_concurrent_streams(1024)
+            .max_header_list_size(u32::try_from($listener.max_header_bytes).unwrap_or(u32::MAX))
+    };
+}
+
+/// hyper's servers for one listener: its HTTP/2 server for connections
+/// known to speak HTTP/2 (ALPN h2, the h2c preface the lean server saw, an
+/// HTTP/2-only listener), and with `http1_server = "hyper"` its auto server,
+/// which tells HTTP/1.1 from h2c itself. The HTTP/2 server alone keeps a
+/// smaller state per connection than the auto server's, which has room for
+/// either protocol.
+struct HyperServer {
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    auto: Option<auto::Builder<TokioExecutor>>,
+}
+
+impl HyperServer {
+    fn new(listener: &Listener) -> Self {
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2_settings!(h2, listener);
+        let h2_only = listener.protocol == ListenerProtocol::Http2;
+        let auto = (!h2_only && listener.http1_server == Http1Server::Hyper).then(|| {
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(listener.limits.header_read_timeout)
+                .max_buf_size(listener.max_header_bytes);
+            // hyper's own limit is the same 100 headers, on an array it keeps
+            // inline; a limit set explicitly makes it build and fill a vector of
+            // that many slots for every request head it parses.
+            if listener.limits.max_headers != HYPER_MAX_HEADERS {
+                builder.http1().max_headers(listener.limits.max_headers);
+            }
+            http2_settings!(builder.http2(), listener);
+            builder
+        });
+        HyperServer { h2, auto }
+    }
+}
+
+/// Serve `io` with hyper's server until the connection ends; whether it
+/// ended in a connection error.
 async fn serve_hyper(
     io: Box<dyn Io>,
-    builder: &auto::Builder<TokioExecutor>,
+    server: &HyperServer,
     service: Arc<HttpService>,
     peer: Arc<crate::http::Peer>,
     idle: Duration,
     watcher: hyper_util::server::graceful::Watcher,
-    h2_only: bool,
 ) -> bool {
     let stats = service.stats.clone();
     let active = Arc::new(AtomicUsize::new(0));
@@ -691,11 +717,11 @@ async fn serve_hyper(
     // Connection errors (malformed requests, resets) are the client's;
     // hyper has already answered what can be answered, and those answers
     // are counted.
-    let io = IdleTimeout::new(io, idle, active);
-    let served = if h2_only {
-        watcher.watch(builder.serve_connection(TokioIo::new(io), svc).into_owned()).await
-    } else {
-        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned()).await
+    let h2 = io.alpn_h2();
+    let io = TokioIo::new(IdleTimeout::new(io, idle, active));
+    let served: Result<(), Box<dyn std::error::Error + Send + Sync>> = match &server.auto {
+        Some(auto) if !h2 => watcher.watch(auto.serve_connection_with_upgrades(io, svc).into_owned()).await,
+        _ => watcher.watch(server.h2.serve_connection(io, svc)).await.map_err(Into::into),
     };
     match served {
         Ok(()) => false,
