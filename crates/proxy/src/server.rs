@@ -620,12 +620,16 @@ impl Accept {
                     }
                     _ => io,
                 };
-                let failed = Box::pin(serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher)).await;
-                if let (true, Some(spare)) = (failed, spare) {
-                    // Boxed: it holds a read buffer, which every connection's
-                    // task would otherwise have room for.
-                    Box::pin(linger(spare)).await;
-                }
+                // A task of its own, so that this one, sized for the lean
+                // server and the handshake, ends.
+                tokio::spawn(async move {
+                    let failed = serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher).await;
+                    if let (true, Some(spare)) = (failed, spare) {
+                        // Boxed: it holds a read buffer, which every connection's
+                        // task would otherwise have room for.
+                        Box::pin(linger(spare)).await;
+                    }
+                });
             });
         }
     }

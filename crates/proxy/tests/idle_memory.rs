@@ -261,12 +261,16 @@ fn an_idle_http1_connection_holds_little_heap() {
 #[test]
 fn an_idle_h2c_connection_holds_its_codec_and_little_more() {
     let per = heap_per_connection(Client::H2c, upstream());
-    assert!(per <= 40 * 1024, "{per} bytes of heap per idle h2c connection");
+    // The h2 crate's codec keeps 28 KiB of buffers per connection (16 KiB
+    // to write, 8 KiB to read, 4 KiB for HPACK) and its stream tables
+    // about 5 KiB more; hyper's server in the task that accepted the
+    // connection, not one of its own, would add 1.7 KiB.
+    assert!(per <= 37 * 1024 + 512, "{per} bytes of heap per idle h2c connection");
 }
 
 #[test]
 fn an_idle_websocket_tunnel_holds_no_buffer() {
     let per = heap_per_connection(Client::WebSocket, websocket_upstream());
     // Either side's read buffer kept for the tunnel's life would add 8 KiB.
-    assert!(per <= 20 * 1024, "{per} bytes of heap per idle WebSocket tunnel");
+    assert!(per <= 2560, "{per} bytes of heap per idle WebSocket tunnel");
 }
