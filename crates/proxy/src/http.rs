@@ -940,7 +940,7 @@ pub struct Peer {
     pub destination: Option<SocketAddr>,
     /// The client certificate it presented and the listener verified
     /// (mutual TLS).
-    pub client_cert: Option<crate::tls::ClientCert>,
+    pub client_cert: Option<Box<crate::tls::ClientCert>>,
 }
 
 impl Peer {

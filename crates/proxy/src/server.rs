@@ -394,8 +394,8 @@ impl Worker {
             }
         });
         let graceful = Arc::new(GracefulShutdown::new());
-        // hyper's connections are watched by `graceful`, the lean server's
-        // by receivers of `alive`, which each of them holds.
+        // hyper's connections are watched by `graceful`; every connection
+        // (and HTTP/3's) holds a receiver of `alive` until it ends.
         let (alive, alive_rx) = watch::channel(());
         let mut accept_loops = Vec::new();
         let listeners = self.sockets.into_iter().zip(self.tls).zip(self.permits).zip(self.logs).zip(self.quic);
@@ -518,7 +518,8 @@ struct Accept {
     stats: Arc<ProxyStats>,
     stopped: watch::Receiver<Stop>,
     graceful: Arc<GracefulShutdown>,
-    /// Held by every lean connection: the worker's drain waits until none is.
+    /// Held, through [`Listening`], by every connection: the worker's drain
+    /// waits until none is.
     alive: watch::Receiver<()>,
 }
 
@@ -562,75 +563,25 @@ impl Accept {
     }
 
     async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
-        let limits = listener.limits.clone();
-        let h2_only = listener.protocol == ListenerProtocol::Http2;
-        let builder = Arc::new(HyperServer::new(&listener));
-        let lean = (!h2_only && listener.http1_server == Http1Server::Lean).then(|| {
-            Arc::new(ServerLimits {
+        let limits = &listener.limits;
+        let listening = Arc::new(Listening {
+            service,
+            hyper: HyperServer::new(&listener),
+            tls,
+            lean: listener.protocol != ListenerProtocol::Http2 && listener.http1_server == Http1Server::Lean,
+            h2_only: listener.protocol == ListenerProtocol::Http2,
+            limits: ServerLimits {
                 max_header_bytes: listener.max_header_bytes,
                 max_headers: limits.max_headers,
                 header_read_timeout: limits.header_read_timeout,
                 idle_timeout: limits.idle_timeout,
-            })
+            },
+            stopped: self.stopped.clone(),
+            _alive: self.alive.clone(),
         });
-        while let Some((mut stream, peer, slot)) = self.next().await {
+        while let Some((stream, peer, slot)) = self.next().await {
             let _ = stream.set_nodelay(true);
-            let service = service.clone();
-            let builder = builder.clone();
-            let tls = tls.clone();
-            let watcher = self.graceful.watcher();
-            let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
-            let limits = limits.clone();
-            tokio::spawn(async move {
-                let Some(mut peer) = service.peer(&mut stream, peer).await else { return };
-                // On a plain HTTP/2-only listener a second handle on the
-                // socket outlives hyper's, for a lingering close.
-                let (stream, spare) = match (&tls, h2_only) {
-                    (None, true) => {
-                        let Some((stream, spare)) = with_spare(stream) else { return };
-                        (stream, Some(spare))
-                    }
-                    _ => (stream, None),
-                };
-                let io: Box<dyn Io> = match tls {
-                    None => Box::new(Counted::new(stream, slot)),
-                    Some(acceptor) => {
-                        // Boxed, like hyper's server below: a connection's task is
-                        // as large as its largest state, and it spends its life
-                        // idle in the lean server's, not in these.
-                        let handshake =
-                            tokio::time::timeout(limits.header_read_timeout, Box::pin(acceptor.accept(stream)));
-                        let Ok(Ok(stream)) = handshake.await else { return };
-                        // The peer was made for this connection: nothing else holds it yet.
-                        if let Some(peer) = Arc::get_mut(&mut peer) {
-                            peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
-                        }
-                        Box::new(Counted::new(stream, slot))
-                    }
-                };
-                // HTTP/1.1 goes to the lean server unless hyper's is
-                // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
-                let io = match lean {
-                    Some(lean) if !io.alpn_h2() => {
-                        let _alive = alive;
-                        match crate::h1::server::serve(io, service.clone(), peer.clone(), &lean, stopped).await {
-                            Served::Done => return,
-                            Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
-                        }
-                    }
-                    _ => io,
-                };
-                // A task of its own, so that this one, sized for the lean
-                // server and the handshake, ends.
-                tokio::spawn(async move {
-                    let failed = serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher).await;
-                    if let (true, Some(spare)) = (failed, spare) {
-                        // Boxed: it holds a read buffer, which every connection's
-                        // task would otherwise have room for.
-                        Box::pin(linger(spare)).await;
-                    }
-                });
-            });
+            tokio::spawn(listening.clone().serve(stream, peer, slot, self.graceful.watcher()));
         }
     }
 
@@ -643,6 +594,83 @@ impl Accept {
                 crate::tcp::serve(service, stream, peer).await;
             });
         }
+    }
+}
+
+/// What the connections of one HTTP listener on one worker share; each
+/// connection's task holds it by one `Arc` rather than a clone of each part.
+struct Listening {
+    service: Arc<HttpService>,
+    hyper: HyperServer,
+    tls: Option<TlsAcceptor>,
+    /// Whether the lean server serves HTTP/1.1 (otherwise hyper's does).
+    lean: bool,
+    h2_only: bool,
+    limits: ServerLimits,
+    stopped: watch::Receiver<Stop>,
+    /// Held while any of its connections is open: the worker's drain
+    /// waits until no receiver is left.
+    _alive: watch::Receiver<()>,
+}
+
+impl Listening {
+    /// Serve one client connection until it ends.
+    async fn serve(
+        self: Arc<Self>,
+        mut stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+        slot: Slot,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let Some(mut peer) = self.service.peer(&mut stream, peer).await else { return };
+        // On a plain HTTP/2-only listener a second handle on the
+        // socket outlives hyper's, for a lingering close.
+        let (stream, spare) = match (&self.tls, self.h2_only) {
+            (None, true) => {
+                let Some((stream, spare)) = with_spare(stream) else { return };
+                (stream, Some(spare))
+            }
+            _ => (stream, None),
+        };
+        let io: Box<dyn Io> = match &self.tls {
+            None => Box::new(Counted::new(stream, slot)),
+            Some(acceptor) => {
+                // Boxed, like hyper's server below: a connection's task is
+                // as large as its largest state, and it spends its life
+                // idle in the lean server's, not in these.
+                let handshake =
+                    tokio::time::timeout(self.limits.header_read_timeout, Box::pin(acceptor.accept(stream)));
+                let Ok(Ok(stream)) = handshake.await else { return };
+                // The peer was made for this connection: nothing else holds it yet.
+                if let Some(peer) = Arc::get_mut(&mut peer) {
+                    peer.client_cert = crate::tls::client_cert(stream.get_ref().1).map(Box::new);
+                }
+                Box::new(Counted::new(stream, slot))
+            }
+        };
+        // HTTP/1.1 goes to the lean server unless hyper's is
+        // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
+        let io = match self.lean && !io.alpn_h2() {
+            true => {
+                let (service, stopped) = (self.service.clone(), self.stopped.clone());
+                match crate::h1::server::serve(io, service, peer.clone(), &self.limits, stopped).await {
+                    Served::Done => return,
+                    Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
+                }
+            }
+            false => io,
+        };
+        // A task of its own, so that this one, sized for the lean server
+        // and the handshake, ends.
+        tokio::spawn(async move {
+            let (service, idle) = (self.service.clone(), self.limits.idle_timeout);
+            let failed = serve_hyper(io, &self.hyper, service, peer, idle, watcher).await;
+            if let (true, Some(spare)) = (failed, spare) {
+                // Boxed: it holds a read buffer, which every connection's
+                // task would otherwise have room for.
+                Box::pin(linger(spare)).await;
+            }
+        });
     }
 }
 
