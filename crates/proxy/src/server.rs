@@ -35,7 +35,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::access_log::AccessLog;
 use crate::admin::Admin;
-use crate::client_io::{Counted, IdleTimeout, Slot};
+use crate::client_io::{Counted, IdleTimeout, SharedSocket, Slot};
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
@@ -625,14 +625,13 @@ impl Listening {
         let Some(mut peer) = self.service.peer(&mut stream, peer).await else { return };
         // On a plain HTTP/2-only listener a second handle on the
         // socket outlives hyper's, for a lingering close.
-        let (stream, spare) = match (&self.tls, self.h2_only) {
-            (None, true) => {
-                let Some((stream, spare)) = with_spare(stream) else { return };
-                (stream, Some(spare))
-            }
-            _ => (stream, None),
-        };
+        let mut spare = None;
         let io: Box<dyn Io> = match &self.tls {
+            None if self.h2_only => {
+                let shared = Arc::new(stream);
+                spare = Some(shared.clone());
+                Box::new(Counted::new(SharedSocket(shared), slot))
+            }
             None => Box::new(Counted::new(stream, slot)),
             Some(acceptor) => {
                 // Boxed, like hyper's server below: a connection's task is
@@ -665,7 +664,8 @@ impl Listening {
         tokio::spawn(async move {
             let (service, idle) = (self.service.clone(), self.limits.idle_timeout);
             let failed = serve_hyper(io, &self.hyper, service, peer, idle, watcher).await;
-            if let (true, Some(spare)) = (failed, spare) {
+            // hyper has dropped its handle: this one is the last.
+            if let (true, Some(Ok(spare))) = (failed, spare.map(Arc::try_unwrap)) {
                 // Boxed: it holds a read buffer, which every connection's
                 // task would otherwise have room for.
                 Box::pin(linger(spare)).await;
@@ -764,23 +764,14 @@ async fn serve_hyper(
     }
 }
 
-/// `stream` and a second handle on the same socket (a duplicated file
-/// descriptor), or `None` if the descriptor could not be duplicated.
-fn with_spare(stream: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, std::net::TcpStream)> {
-    let stream = stream.into_std().ok()?;
-    let spare = stream.try_clone().ok()?;
-    Some((tokio::net::TcpStream::from_std(stream).ok()?, spare))
-}
-
 /// Close a connection that hyper gave up on (a bad HTTP/2 preface, a
 /// protocol error) the way RFC 9113 §3.4 and h2spec expect: send FIN, then
 /// read and discard what the client still sends, for at most a second and
 /// 64 KiB, so that closing with unread data does not turn into a reset (a
 /// client would see the reset, not the close, and maybe not hyper's GOAWAY).
-async fn linger(spare: std::net::TcpStream) {
+async fn linger(mut spare: tokio::net::TcpStream) {
     use tokio::io::AsyncReadExt;
-    let _ = spare.shutdown(std::net::Shutdown::Write);
-    let Ok(mut spare) = tokio::net::TcpStream::from_std(spare) else { return };
+    let _ = socket2::SockRef::from(&spare).shutdown(std::net::Shutdown::Write);
     let mut buf = [0u8; 4096];
     let mut left: usize = 64 * 1024;
     let drain = async {
