@@ -4,7 +4,8 @@
 //! h2c) or WebSocket handshake and read its answer are held open while the
 //! live bytes are compared. The sizes of
 //! the allocations the idle connections hold are printed (`--nocapture`),
-//! so that a regression shows where the memory went.
+//! so that a regression shows where the memory went. One more test counts
+//! the file descriptors an HTTP/2-only listener's connections hold.
 //!
 //! Only counting needs `unsafe` (the `GlobalAlloc` trait is unsafe); the
 //! proxy itself forbids it.
@@ -273,4 +274,33 @@ fn an_idle_websocket_tunnel_holds_no_buffer() {
     let per = heap_per_connection(Client::WebSocket, websocket_upstream());
     // Either side's read buffer kept for the tunnel's life would add 8 KiB.
     assert!(per <= 2560, "{per} bytes of heap per idle WebSocket tunnel");
+}
+
+#[test]
+fn an_http2_only_connection_holds_one_descriptor() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const CONNECTIONS: usize = 50;
+    let fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let mut config = Config::quick(
+        "127.0.0.1:0".parse().unwrap(),
+        &[upstream().to_string()],
+        fulcrum_balance::AlgorithmKind::ROUND_ROBIN,
+    )
+    .unwrap();
+    config.workers = 1;
+    config.listeners[0].protocol = fulcrum_proxy::config::ListenerProtocol::Http2;
+    let proxy = Proxy::start(config).unwrap();
+    let addr = proxy.listen_addrs()[0];
+    drop(idle_client(addr, Client::H2c));
+    std::thread::sleep(Duration::from_millis(200));
+    let before = fds();
+    let held: Vec<TcpStream> = (0..CONNECTIONS).map(|_| idle_client(addr, Client::H2c)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let opened = fds() - before;
+    drop(held);
+    proxy.shutdown(Duration::from_secs(1));
+    // The client's end and the proxy's, and a few upstream connections;
+    // a duplicate kept for the lingering close would make it three each.
+    assert!(opened <= 2 * CONNECTIONS + 4, "{opened} descriptors for {CONNECTIONS} connections");
+    assert!(opened >= 2 * CONNECTIONS, "{opened} descriptors for {CONNECTIONS} connections: not counted?");
 }
