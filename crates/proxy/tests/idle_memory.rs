@@ -96,7 +96,8 @@ fn websocket_upstream() -> SocketAddr {
         let mut held = Vec::with_capacity(4 * N);
         for mut conn in listener.incoming().flatten() {
             read_head(&mut conn);
-            let _ = conn.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n");
+            let _ = conn
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n");
             held.push(conn);
         }
     });
