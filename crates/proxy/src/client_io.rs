@@ -5,6 +5,7 @@
 //! connections), [`IdleTimeout`] closes it once idle.
 //! Because they wrap the connection itself, an upgraded tunnel keeps both
 //! until it closes, whichever HTTP/1.1 server handed it over.
+//! [`SharedSocket`] lets a plain socket outlive the server that used it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -183,5 +184,65 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<IO> {
 impl<IO: Io> Io for IdleTimeout<IO> {
     fn alpn_h2(&self) -> bool {
         self.io.alpn_h2()
+    }
+}
+
+/// A plain client socket that a server reads and writes through one handle
+/// while the task that started it keeps another (for a lingering close once
+/// the server gives up): one descriptor shared, not a duplicate, so that
+/// such a connection costs one file descriptor.
+pub struct SharedSocket(pub Arc<tokio::net::TcpStream>);
+
+impl Io for SharedSocket {}
+
+impl AsyncRead for SharedSocket {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        loop {
+            std::task::ready!(self.0.poll_read_ready(cx))?;
+            // A read that would block clears the readiness, so the next
+            // poll waits for more.
+            match self.0.try_read_buf(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                read => return Poll::Ready(read.map(drop)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SharedSocket {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(data) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(bufs) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(socket2::SockRef::from(&*self.0).shutdown(std::net::Shutdown::Write))
     }
 }

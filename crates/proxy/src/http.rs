@@ -940,7 +940,7 @@ pub struct Peer {
     pub destination: Option<SocketAddr>,
     /// The client certificate it presented and the listener verified
     /// (mutual TLS).
-    pub client_cert: Option<crate::tls::ClientCert>,
+    pub client_cert: Option<Box<crate::tls::ClientCert>>,
 }
 
 impl Peer {
@@ -1049,11 +1049,14 @@ async fn tunnel(
     slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     use tokio::io::AsyncWriteExt;
-    let joined = async {
-        let mut client = client.connection().await?;
-        upstream.write_all(&client.early).await.ok()?;
-        client.io.write_all(&early).await.ok()?;
-        let mut client = client.io;
+    // Each side's early bytes are dropped once written, not kept as long
+    // as the tunnel.
+    let joined = async move {
+        let crate::h1::conn::Upgraded { io: mut client, early: client_early } = client.connection().await?;
+        upstream.write_all(&client_early).await.ok()?;
+        drop(client_early);
+        client.write_all(&early).await.ok()?;
+        drop(early);
         crate::pipe::join(&mut client, &mut upstream).await.ok()
     };
     // A tunnel that ends in a reset is still a tunnel the upstream served.

@@ -35,7 +35,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::access_log::AccessLog;
 use crate::admin::Admin;
-use crate::client_io::{Counted, IdleTimeout, Slot};
+use crate::client_io::{Counted, IdleTimeout, SharedSocket, Slot};
 use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
@@ -394,8 +394,8 @@ impl Worker {
             }
         });
         let graceful = Arc::new(GracefulShutdown::new());
-        // hyper's connections are watched by `graceful`, the lean server's
-        // by receivers of `alive`, which each of them holds.
+        // hyper's connections are watched by `graceful`; every connection
+        // (and HTTP/3's) holds a receiver of `alive` until it ends.
         let (alive, alive_rx) = watch::channel(());
         let mut accept_loops = Vec::new();
         let listeners = self.sockets.into_iter().zip(self.tls).zip(self.permits).zip(self.logs).zip(self.quic);
@@ -518,7 +518,8 @@ struct Accept {
     stats: Arc<ProxyStats>,
     stopped: watch::Receiver<Stop>,
     graceful: Arc<GracefulShutdown>,
-    /// Held by every lean connection: the worker's drain waits until none is.
+    /// Held, through [`Listening`], by every connection: the worker's drain
+    /// waits until none is.
     alive: watch::Receiver<()>,
 }
 
@@ -562,93 +563,25 @@ impl Accept {
     }
 
     async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
-        let limits = listener.limits.clone();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_buf_size(listener.max_header_bytes);
-        // hyper's own limit is the same 100 headers, on an array it keeps
-        // inline; a limit set explicitly makes it build and fill a vector of
-        // that many slots for every request head it parses.
-        if limits.max_headers != HYPER_MAX_HEADERS {
-            builder.http1().max_headers(limits.max_headers);
-        }
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            // WebSockets over HTTP/2 (RFC 8441), proxied as HTTP/1.1 Upgrades.
-            .enable_connect_protocol()
-            .max_concurrent_streams(1024)
-            .max_header_list_size(u32::try_from(listener.max_header_bytes).unwrap_or(u32::MAX));
-        // An HTTP/2-only listener serves every connection as HTTP/2 (no
-        // HTTP/1.1 Upgrade exists there), so it has no HTTP/1.1 server.
-        let h2_only = listener.protocol == ListenerProtocol::Http2;
-        let builder = Arc::new(if h2_only { builder.http2_only() } else { builder });
-        let lean = (!h2_only && listener.http1_server == Http1Server::Lean).then(|| {
-            Arc::new(ServerLimits {
+        let limits = &listener.limits;
+        let listening = Arc::new(Listening {
+            service,
+            hyper: HyperServer::new(&listener),
+            tls,
+            lean: listener.protocol != ListenerProtocol::Http2 && listener.http1_server == Http1Server::Lean,
+            h2_only: listener.protocol == ListenerProtocol::Http2,
+            limits: ServerLimits {
                 max_header_bytes: listener.max_header_bytes,
                 max_headers: limits.max_headers,
                 header_read_timeout: limits.header_read_timeout,
                 idle_timeout: limits.idle_timeout,
-            })
+            },
+            stopped: self.stopped.clone(),
+            _alive: self.alive.clone(),
         });
-        while let Some((mut stream, peer, slot)) = self.next().await {
+        while let Some((stream, peer, slot)) = self.next().await {
             let _ = stream.set_nodelay(true);
-            let service = service.clone();
-            let builder = builder.clone();
-            let tls = tls.clone();
-            let watcher = self.graceful.watcher();
-            let (lean, alive, stopped) = (lean.clone(), self.alive.clone(), self.stopped.clone());
-            let limits = limits.clone();
-            tokio::spawn(async move {
-                let Some(mut peer) = service.peer(&mut stream, peer).await else { return };
-                // On a plain HTTP/2-only listener a second handle on the
-                // socket outlives hyper's, for a lingering close.
-                let (stream, spare) = match (&tls, h2_only) {
-                    (None, true) => {
-                        let Some((stream, spare)) = with_spare(stream) else { return };
-                        (stream, Some(spare))
-                    }
-                    _ => (stream, None),
-                };
-                let io: Box<dyn Io> = match tls {
-                    None => Box::new(Counted::new(stream, slot)),
-                    Some(acceptor) => {
-                        // Boxed, like hyper's server below: a connection's task is
-                        // as large as its largest state, and it spends its life
-                        // idle in the lean server's, not in these.
-                        let handshake =
-                            tokio::time::timeout(limits.header_read_timeout, Box::pin(acceptor.accept(stream)));
-                        let Ok(Ok(stream)) = handshake.await else { return };
-                        // The peer was made for this connection: nothing else holds it yet.
-                        if let Some(peer) = Arc::get_mut(&mut peer) {
-                            peer.client_cert = crate::tls::client_cert(stream.get_ref().1);
-                        }
-                        Box::new(Counted::new(stream, slot))
-                    }
-                };
-                // HTTP/1.1 goes to the lean server unless hyper's is
-                // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
-                let io = match lean {
-                    Some(lean) if !io.alpn_h2() => {
-                        let _alive = alive;
-                        match crate::h1::server::serve(io, service.clone(), peer.clone(), &lean, stopped).await {
-                            Served::Done => return,
-                            Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
-                        }
-                    }
-                    _ => io,
-                };
-                let failed =
-                    Box::pin(serve_hyper(io, &builder, service, peer, limits.idle_timeout, watcher, h2_only)).await;
-                if let (true, Some(spare)) = (failed, spare) {
-                    // Boxed: it holds a read buffer, which every connection's
-                    // task would otherwise have room for.
-                    Box::pin(linger(spare)).await;
-                }
-            });
+            tokio::spawn(listening.clone().serve(stream, peer, slot, self.graceful.watcher()));
         }
     }
 
@@ -664,16 +597,141 @@ impl Accept {
     }
 }
 
-/// Serve `io` with hyper's server until the connection ends (HTTP/2 only if
-/// `h2_only`); whether it ended in a connection error.
+/// What the connections of one HTTP listener on one worker share; each
+/// connection's task holds it by one `Arc` rather than a clone of each part.
+struct Listening {
+    service: Arc<HttpService>,
+    hyper: HyperServer,
+    tls: Option<TlsAcceptor>,
+    /// Whether the lean server serves HTTP/1.1 (otherwise hyper's does).
+    lean: bool,
+    h2_only: bool,
+    limits: ServerLimits,
+    stopped: watch::Receiver<Stop>,
+    /// Held while any of its connections is open: the worker's drain
+    /// waits until no receiver is left.
+    _alive: watch::Receiver<()>,
+}
+
+impl Listening {
+    /// Serve one client connection until it ends.
+    async fn serve(
+        self: Arc<Self>,
+        mut stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+        slot: Slot,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let Some(mut peer) = self.service.peer(&mut stream, peer).await else { return };
+        // On a plain HTTP/2-only listener a second handle on the
+        // socket outlives hyper's, for a lingering close.
+        let mut spare = None;
+        let io: Box<dyn Io> = match &self.tls {
+            None if self.h2_only => {
+                let shared = Arc::new(stream);
+                spare = Some(shared.clone());
+                Box::new(Counted::new(SharedSocket(shared), slot))
+            }
+            None => Box::new(Counted::new(stream, slot)),
+            Some(acceptor) => {
+                // Boxed, like hyper's server below: a connection's task is
+                // as large as its largest state, and it spends its life
+                // idle in the lean server's, not in these.
+                let handshake =
+                    tokio::time::timeout(self.limits.header_read_timeout, Box::pin(acceptor.accept(stream)));
+                let Ok(Ok(stream)) = handshake.await else { return };
+                // The peer was made for this connection: nothing else holds it yet.
+                if let Some(peer) = Arc::get_mut(&mut peer) {
+                    peer.client_cert = crate::tls::client_cert(stream.get_ref().1).map(Box::new);
+                }
+                Box::new(Counted::new(stream, slot))
+            }
+        };
+        // HTTP/1.1 goes to the lean server unless hyper's is
+        // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
+        let io = match self.lean && !io.alpn_h2() {
+            true => {
+                let (service, stopped) = (self.service.clone(), self.stopped.clone());
+                match crate::h1::server::serve(io, service, peer.clone(), &self.limits, stopped).await {
+                    Served::Done => return,
+                    Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
+                }
+            }
+            false => io,
+        };
+        // A task of its own, so that this one, sized for the lean server
+        // and the handshake, ends.
+        tokio::spawn(async move {
+            let (service, idle) = (self.service.clone(), self.limits.idle_timeout);
+            let failed = serve_hyper(io, &self.hyper, service, peer, idle, watcher).await;
+            // hyper has dropped its handle: this one is the last.
+            if let (true, Some(Ok(spare))) = (failed, spare.map(Arc::try_unwrap)) {
+                // Boxed: it holds a read buffer, which every connection's
+                // task would otherwise have room for.
+                Box::pin(linger(spare)).await;
+            }
+        });
+    }
+}
+
+/// The HTTP/2 settings of a listener's servers, on hyper's HTTP/2 server
+/// or on its auto server's (two builder types with the same methods).
+macro_rules! http2_settings {
+    ($builder:expr, $listener:expr) => {
+        $builder
+            .timer(TokioTimer::new())
+            // WebSockets over HTTP/2 (RFC 8441), proxied as HTTP/1.1 Upgrades.
+            .enable_connect_protocol()
+            .max_concurrent_streams(1024)
+            .max_header_list_size(u32::try_from($listener.max_header_bytes).unwrap_or(u32::MAX))
+    };
+}
+
+/// hyper's servers for one listener: its HTTP/2 server for connections
+/// known to speak HTTP/2 (ALPN h2, the h2c preface the lean server saw, an
+/// HTTP/2-only listener), and with `http1_server = "hyper"` its auto server,
+/// which tells HTTP/1.1 from h2c itself. The HTTP/2 server alone keeps a
+/// smaller state per connection than the auto server's, which has room for
+/// either protocol.
+struct HyperServer {
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    auto: Option<auto::Builder<TokioExecutor>>,
+}
+
+impl HyperServer {
+    fn new(listener: &Listener) -> Self {
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2_settings!(h2, listener);
+        let h2_only = listener.protocol == ListenerProtocol::Http2;
+        let auto = (!h2_only && listener.http1_server == Http1Server::Hyper).then(|| {
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(listener.limits.header_read_timeout)
+                .max_buf_size(listener.max_header_bytes);
+            // hyper's own limit is the same 100 headers, on an array it keeps
+            // inline; a limit set explicitly makes it build and fill a vector of
+            // that many slots for every request head it parses.
+            if listener.limits.max_headers != HYPER_MAX_HEADERS {
+                builder.http1().max_headers(listener.limits.max_headers);
+            }
+            http2_settings!(builder.http2(), listener);
+            builder
+        });
+        HyperServer { h2, auto }
+    }
+}
+
+/// Serve `io` with hyper's server until the connection ends; whether it
+/// ended in a connection error.
 async fn serve_hyper(
     io: Box<dyn Io>,
-    builder: &auto::Builder<TokioExecutor>,
+    server: &HyperServer,
     service: Arc<HttpService>,
     peer: Arc<crate::http::Peer>,
     idle: Duration,
     watcher: hyper_util::server::graceful::Watcher,
-    h2_only: bool,
 ) -> bool {
     let stats = service.stats.clone();
     let active = Arc::new(AtomicUsize::new(0));
@@ -691,11 +749,11 @@ async fn serve_hyper(
     // Connection errors (malformed requests, resets) are the client's;
     // hyper has already answered what can be answered, and those answers
     // are counted.
-    let io = IdleTimeout::new(io, idle, active);
-    let served = if h2_only {
-        watcher.watch(builder.serve_connection(TokioIo::new(io), svc).into_owned()).await
-    } else {
-        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned()).await
+    let h2 = io.alpn_h2();
+    let io = TokioIo::new(IdleTimeout::new(io, idle, active));
+    let served: Result<(), Box<dyn std::error::Error + Send + Sync>> = match &server.auto {
+        Some(auto) if !h2 => watcher.watch(auto.serve_connection_with_upgrades(io, svc).into_owned()).await,
+        _ => watcher.watch(server.h2.serve_connection(io, svc)).await.map_err(Into::into),
     };
     match served {
         Ok(()) => false,
@@ -706,23 +764,14 @@ async fn serve_hyper(
     }
 }
 
-/// `stream` and a second handle on the same socket (a duplicated file
-/// descriptor), or `None` if the descriptor could not be duplicated.
-fn with_spare(stream: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, std::net::TcpStream)> {
-    let stream = stream.into_std().ok()?;
-    let spare = stream.try_clone().ok()?;
-    Some((tokio::net::TcpStream::from_std(stream).ok()?, spare))
-}
-
 /// Close a connection that hyper gave up on (a bad HTTP/2 preface, a
 /// protocol error) the way RFC 9113 §3.4 and h2spec expect: send FIN, then
 /// read and discard what the client still sends, for at most a second and
 /// 64 KiB, so that closing with unread data does not turn into a reset (a
 /// client would see the reset, not the close, and maybe not hyper's GOAWAY).
-async fn linger(spare: std::net::TcpStream) {
+async fn linger(mut spare: tokio::net::TcpStream) {
     use tokio::io::AsyncReadExt;
-    let _ = spare.shutdown(std::net::Shutdown::Write);
-    let Ok(mut spare) = tokio::net::TcpStream::from_std(spare) else { return };
+    let _ = socket2::SockRef::from(&spare).shutdown(std::net::Shutdown::Write);
     let mut buf = [0u8; 4096];
     let mut left: usize = 64 * 1024;
     let drain = async {

@@ -354,7 +354,8 @@ pub async fn upgrade(mut stream: UpstreamStream, req: &Request<UpstreamBody>) ->
     let mut read = BytesMut::new();
     let head = read_head(&mut stream, &mut read, true).await.ok()?;
     Some(if head.status == StatusCode::SWITCHING_PROTOCOLS {
-        UpgradeAnswer::Switched { headers: head.headers, stream, early: read.freeze() }
+        // Copied: the tunnel would otherwise keep the whole read buffer.
+        UpgradeAnswer::Switched { headers: head.headers, stream, early: Bytes::copy_from_slice(&read) }
     } else {
         UpgradeAnswer::Refused { status: head.status, headers: head.headers }
     })

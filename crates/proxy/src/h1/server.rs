@@ -129,7 +129,11 @@ pub async fn serve(
         match (sent, upgraded) {
             (Ok(_), Some(tx)) if switched => {
                 let mut inbound = lock(&conn);
-                let early = std::mem::take(&mut inbound.read).freeze();
+                // Copied out, so that the read buffer goes back to the pool
+                // instead of living as long as the tunnel.
+                let early = Bytes::copy_from_slice(&inbound.read);
+                inbound.read.clear();
+                inbound.release();
                 if let Some(io) = inbound.io.take() {
                     // The tunnel keeps the listener's idle timeout (the
                     // connection's permit travels inside `io`).
