@@ -151,7 +151,8 @@ async fn serve_connection(
     peer.client_cert = conn
         .peer_identity()
         .and_then(|id| id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
-        .and_then(|chain| crate::tls::client_cert_of(&chain));
+        .and_then(|chain| crate::tls::client_cert_of(&chain))
+        .map(Box::new);
     let peer = Arc::new(peer);
     let mut builder = h3::server::builder();
     builder.max_field_section_size(limits.max_header_bytes);

@@ -495,7 +495,8 @@ impl HttpService {
         }
         // Most listeners route by path alone: only look at the host if a route asks.
         let host = if listener.routes.needs_host() { host_of(&req) } else { None };
-        let Some((route_index, route)) = listener.routes.find(&req, host.as_deref(), peer.client_cert.as_ref()) else {
+        let Some((route_index, route)) = listener.routes.find(&req, host.as_deref(), peer.client_cert.as_deref())
+        else {
             return self.reply(LocalReply::NoRoute, &mut trace);
         };
         if let Err(reply) = admit(routing, self.listener, route_index, &req, peer, self.epoch.now()) {
