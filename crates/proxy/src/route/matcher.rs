@@ -209,7 +209,7 @@ impl RouteTable {
                 }
                 (None, None) => return None,
             };
-            let Some(route) = self.routes.get(i) else { return None };
+            let route = self.routes.get(i)?;
             if self.matches(route, req, path, host, &mut scratch) {
                 return Some((i, route));
             }
