@@ -33,7 +33,7 @@ fn lines(path: &Path, n: usize) -> Vec<String> {
 fn config(dir: &Path, fast: SocketAddr, slow: SocketAddr) -> String {
     let dead = closed_port();
     let routes = r#"routes = [
-  { path_prefix = "/app", cluster = "app" },
+  { name = "apps", path_prefix = "/app", cluster = "app" },
   { path_prefix = "/dead", cluster = "dead" },
   { path_prefix = "/slow", cluster = "slow" },
 ]"#;
@@ -152,6 +152,7 @@ fn requests_are_logged_as_text_and_as_json_lines() {
         assert_eq!((v["method"].as_str(), v["protocol"].as_str()), (Some("GET"), Some("HTTP/1.1")), "{v}");
         assert_eq!((v["cluster"].as_str(), v["authority"].as_str()), (Some("app"), Some("app.test")), "{v}");
         assert_eq!(v["upstream"].as_str(), Some(fast.to_string().as_str()), "{v}");
+        assert_eq!(v["route"].as_str(), Some("apps"), "the matched route's name: {v}");
         assert!(v["flags"].is_null() && v["grpc_status"].is_null(), "{v}");
         assert!(v["upstream_response_ms"].as_f64().is_some() && v["endpoint"].as_u64().is_some(), "{v}");
     }
@@ -160,6 +161,7 @@ fn requests_are_logged_as_text_and_as_json_lines() {
     assert!(retried >= 1, "{json:#?}");
     let dead = find("/dead")[0];
     assert_eq!((dead["status"].as_u64(), dead["upstream_connect_ms"].is_null()), (Some(502), true), "{dead}");
+    assert!(dead["route"].is_null() && find("/nowhere")[0]["route"].is_null(), "no name, no route: {dead}");
     assert!(dead["flags"].as_str().unwrap().split(',').any(|c| c == "UF"), "{dead}");
     assert_eq!((find("/slow")[0]["status"].as_u64(), find("/slow")[0]["flags"].as_str()), (Some(504), Some("UT")));
     assert_eq!((find("/nowhere")[0]["flags"].as_str(), find("/nowhere")[0]["cluster"].is_null()), (Some("NR"), true));

@@ -38,6 +38,7 @@ fn main() -> Result<(), String> {
         duration: Duration::from_micros(1_234),
         cluster: Some("web".into()),
         trace: Trace {
+            route: None,
             cluster: Some(0),
             addr: Some("127.0.0.1:9001".parse().map_err(|e| format!("{e}"))?),
             endpoint: Some(1),

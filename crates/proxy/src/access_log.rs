@@ -149,6 +149,8 @@ fields! {
     RequestId = "request_id",
     /// The W3C trace ID (32 hex digits) when the listener has `traceparent`.
     TraceId = "trace_id",
+    /// The `name` of the route that matched.
+    Route = "route",
 }
 
 impl std::str::FromStr for Field {
@@ -338,6 +340,8 @@ pub struct Record {
 /// logged has one; without an access log the path skips this bookkeeping.
 #[derive(Debug, Clone, Default)]
 pub struct Trace {
+    /// The matched route's name.
+    pub route: Option<std::sync::Arc<str>>,
     /// The routed cluster, by index in the worker's routing.
     pub cluster: Option<usize>,
     /// The last try's endpoint address.
@@ -519,6 +523,7 @@ impl Record {
             Field::ClientCert => self.client_cert.is_none(),
             Field::RequestId => self.request_id.is_none(),
             Field::TraceId => self.trace_id.is_none(),
+            Field::Route => up.route.is_none(),
             _ => false,
         }
     }
@@ -533,6 +538,7 @@ impl Record {
             Field::Cluster => self.cluster.as_deref(),
             Field::ClientCert => self.client_cert.as_deref(),
             Field::RequestId => self.request_id.as_deref(),
+            Field::Route => self.trace.route.as_deref(),
             _ => None,
         }
     }
@@ -576,6 +582,10 @@ impl Record {
                 None => out.push('-'),
             },
             Field::TraceId => out.push_str(self.trace_id.as_deref().unwrap_or("-")),
+            Field::Route => match &up.route {
+                Some(name) => escaped(out, name),
+                None => out.push('-'),
+            },
         }
     }
 
@@ -722,6 +732,7 @@ mod tests {
             duration: Duration::from_micros(12_345),
             cluster: Some("web".into()),
             trace: Trace {
+                route: Some("api\"v2".into()),
                 cluster: Some(0),
                 addr: Some("127.0.0.1:9001".parse().unwrap()),
                 endpoint: Some(3),
@@ -758,8 +769,8 @@ mod tests {
         record().line(&f, &mut line);
         assert_eq!(line, "502x $ 2\n");
         line.clear();
-        record().line(&Format::parse("$request_id $trace_id").unwrap(), &mut line);
-        assert_eq!(line, "r\\x221 -\n");
+        record().line(&Format::parse("$request_id $trace_id $route").unwrap(), &mut line);
+        assert_eq!(line, "r\\x221 - api\\x22v2\n");
         assert!(Format::parse("$stauts").unwrap_err().contains("stauts"));
         assert!(Format::parse("a $ b").is_err());
         assert!(Format::parse("${status").is_err());
@@ -779,6 +790,7 @@ mod tests {
         assert_eq!(v["flags"], "UC");
         assert_eq!(v["cluster"], "web");
         assert_eq!((&v["request_id"], &v["trace_id"]), (&serde_json::json!("r\"1"), &serde_json::Value::Null));
+        assert_eq!(v["route"], "api\"v2");
         assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
         let mut odd = record();
         odd.path = "/a\"b\\c\u{1}d\u{e9}".into();

@@ -499,6 +499,9 @@ impl HttpService {
         else {
             return self.reply(LocalReply::NoRoute, &mut trace);
         };
+        if let Some(t) = &mut trace {
+            t.route = route.name.clone();
+        }
         if let Err(reply) = admit(routing, self.listener, route_index, &req, peer, self.epoch.now()) {
             return self.reply(reply, &mut trace);
         }
@@ -593,7 +596,8 @@ impl HttpService {
             None => Some(LimitedBody::new(body, max_body, fault.clone())),
         };
         let id_header = id_header(listener);
-        let request_id = if route.response_headers.is_empty() { None } else { parts.headers.get(id_header).cloned() };
+        let reads_id = route.response_headers.reads_request_id();
+        let request_id = if reads_id { parts.headers.get(id_header).cloned() } else { None };
         if config.proxy_protocol.is_some() {
             parts.extensions.insert(peer.addresses());
         }
@@ -901,8 +905,9 @@ impl HttpService {
         if te_trailers {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
-        // hyper sizes the map for the headers it parsed: make room for ours in one step.
-        headers.reserve(4);
+        // The map is sized for the headers parsed: make room for ours and
+        // the route's in one step.
+        headers.reserve(4 + route.request_headers.adds());
         let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(prior) => HeaderValue::from_str(&format!("{prior}, {}", peer.ip.to_str().ok()?)).ok()?,
             None => peer.ip.clone(),
@@ -919,7 +924,8 @@ impl HttpService {
             headers.insert(header::HOST, host);
         }
         if !route.request_headers.is_empty() {
-            let request_id = headers.get(id_header).cloned();
+            let reads_id = route.request_headers.reads_request_id();
+            let request_id = if reads_id { headers.get(id_header).cloned() } else { None };
             let name = route.name.as_deref();
             let (client, client_ip) = (peer.addr, Some(&peer.ip));
             let vars = Vars { client, client_ip, request_id: request_id.as_ref(), route: name, upstream: None };

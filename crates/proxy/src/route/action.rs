@@ -183,21 +183,35 @@ impl Rewrite {
     /// rewrite, or `None` if the result is not a valid request target.
     pub fn path(&self, pq: PathAndQuery) -> Option<PathAndQuery> {
         let path = pq.path();
-        let new = match &self.path {
+        // The new target is written once, with room for the query.
+        let mut new = String::with_capacity(pq.as_str().len() + 32);
+        match &self.path {
             PathRewrite::None => return Some(pq),
             PathRewrite::Prefix { from, to } => match path.strip_prefix(from.as_str()) {
-                Some(rest) if to.ends_with('/') && rest.starts_with('/') => format!("{to}{}", &rest[1..]),
-                Some(rest) => format!("{to}{rest}"),
+                Some(rest) => {
+                    new.push_str(to);
+                    new.push_str(if to.ends_with('/') { rest.strip_prefix('/').unwrap_or(rest) } else { rest });
+                }
                 None => return Some(pq),
             },
-            PathRewrite::Regex { regex, replace } => regex.replacen(path, 1, replace.as_str()).into_owned(),
+            PathRewrite::Regex { regex, replace } => match regex.captures(path) {
+                Some(caps) => {
+                    let whole = caps.get(0).map_or(0..0, |m| m.range());
+                    new.push_str(&path[..whole.start]);
+                    caps.expand(replace, &mut new);
+                    new.push_str(&path[whole.end..]);
+                }
+                None => new.push_str(path),
+            },
         };
-        let new = if new.starts_with('/') { new } else { format!("/{new}") };
-        let full = match pq.query() {
-            Some(q) => format!("{new}?{q}"),
-            None => new,
-        };
-        PathAndQuery::from_maybe_shared(Bytes::from(full)).ok()
+        if !new.starts_with('/') {
+            new.insert(0, '/');
+        }
+        if let Some(q) = pq.query() {
+            new.push('?');
+            new.push_str(q);
+        }
+        PathAndQuery::from_maybe_shared(Bytes::from(new)).ok()
     }
 }
 
@@ -284,6 +298,11 @@ impl Template {
         Ok(Template { pieces, constant })
     }
 
+    /// Whether the value reads `var`.
+    pub(crate) fn reads(&self, var: Var) -> bool {
+        self.pieces.contains(&Piece::Var(var))
+    }
+
     /// The value for one request (`None` if a variable made it invalid).
     pub fn render(&self, vars: &Vars) -> Option<HeaderValue> {
         if let Some(c) = &self.constant {
@@ -322,9 +341,19 @@ pub struct HeaderOps {
 }
 
 impl HeaderOps {
+    /// Whether a value reads the request ID (which is then looked up).
+    pub fn reads_request_id(&self) -> bool {
+        self.set.iter().chain(&self.add).any(|(_, t)| t.reads(Var::RequestId))
+    }
+
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
         self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// How many headers it may add at most.
+    pub fn adds(&self) -> usize {
+        self.set.len() + self.add.len()
     }
 
     /// Change `headers`; a value a variable made invalid is left out.
@@ -422,5 +451,15 @@ mod tests {
         };
         assert_eq!(regex.path(PathAndQuery::from_static("/u/42?a")).unwrap(), "/users/42/profile?a");
         assert_eq!(regex.path(PathAndQuery::from_static("/v/42")).unwrap(), "/v/42");
+        // The first match is replaced where it is; a target made relative gets its `/` back.
+        let inner = |re: &str, to: &str| Rewrite {
+            path: PathRewrite::Regex { regex: Regex::new(re).unwrap(), replace: to.into() },
+            host: None,
+        };
+        assert_eq!(inner("v[0-9]", "v2").path(PathAndQuery::from_static("/api/v1/v1?q")).unwrap(), "/api/v2/v1?q");
+        assert_eq!(inner("^/(.*)$", "$1").path(PathAndQuery::from_static("/abc")).unwrap(), "/abc");
+        let keep_slash = Rewrite { path: PathRewrite::Prefix { from: "/api".into(), to: "/v2/".into() }, host: None };
+        assert_eq!(keep_slash.path(PathAndQuery::from_static("/api/x")).unwrap(), "/v2/x");
+        assert_eq!(keep_slash.path(PathAndQuery::from_static("/apix")).unwrap(), "/v2/x");
     }
 }

@@ -49,8 +49,7 @@ pub(crate) fn compile(raw: &[RawRoute], clusters: &[Cluster]) -> Result<RouteTab
             .map_err(|e| RouteError { field: "routes".into(), message: format!("the listener's patterns: {e}") })?;
         sets.push((p.subject, set));
     }
-    let needs_host = routes.iter().any(|r| r.host.is_some());
-    Ok(RouteTable { routes, needs_host, header_names, sets })
+    Ok(RouteTable::new(routes, header_names, sets))
 }
 
 type At<'a> = &'a dyn Fn(&str) -> String;

@@ -1,6 +1,7 @@
 //! Matching a request against a listener's compiled routes.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,6 +155,11 @@ pub struct RouteTable {
     pub(crate) header_names: Vec<HeaderName>,
     /// One set per subject that has regular expressions.
     pub(crate) sets: Vec<(Subject, RegexSet)>,
+    /// The routes with an exact host, by that host, in order: a request
+    /// only tries those of its own host.
+    by_host: HashMap<Box<str>, Vec<usize>>,
+    /// The routes without an exact host (any host, or a wildcard), in order.
+    any_host: Vec<usize>,
 }
 
 /// A set's matches for one request, found when first needed.
@@ -179,7 +185,22 @@ struct Scratch<'r> {
 impl RouteTable {
     /// One route taking everything to `cluster` (the quick mode's).
     pub fn to_cluster(cluster: usize) -> RouteTable {
-        RouteTable { routes: vec![Route::to_cluster(cluster)], ..RouteTable::default() }
+        RouteTable::new(vec![Route::to_cluster(cluster)], Vec::new(), Vec::new())
+    }
+
+    /// The table of `routes`, whose conditions read `header_names` and
+    /// run `sets`, indexed by exact host.
+    pub(crate) fn new(routes: Vec<Route>, header_names: Vec<HeaderName>, sets: Vec<(Subject, RegexSet)>) -> Self {
+        let mut by_host: HashMap<Box<str>, Vec<usize>> = HashMap::new();
+        let mut any_host = Vec::new();
+        for (i, r) in routes.iter().enumerate() {
+            match &r.host {
+                Some(Host::Exact(h)) => by_host.entry(h.as_str().into()).or_default().push(i),
+                _ => any_host.push(i),
+            }
+        }
+        let needs_host = routes.iter().any(|r| r.host.is_some());
+        RouteTable { routes, needs_host, header_names, sets, by_host, any_host }
     }
 
     /// The routes, in order.
@@ -202,17 +223,49 @@ impl RouteTable {
         client: Option<&ClientCert>,
     ) -> Option<(usize, &'t Route)> {
         let mut scratch = Scratch { client, seen: Vec::new(), headers: Vec::new(), query: None };
-        self.routes.iter().enumerate().find(|(_, r)| self.matches(r, req, host, &mut scratch))
+        let path = req.uri().path();
+        // The routes of the request's exact host and those for any host,
+        // merged in order: the first that matches wins.
+        let exact = host.and_then(|h| self.by_host.get(h)).map_or(&[][..], Vec::as_slice);
+        let (mut e, mut a) = (0, 0);
+        loop {
+            let i = match (exact.get(e), self.any_host.get(a)) {
+                (Some(&x), Some(&y)) if x < y => {
+                    e += 1;
+                    x
+                }
+                (_, Some(&y)) => {
+                    a += 1;
+                    y
+                }
+                (Some(&x), None) => {
+                    e += 1;
+                    x
+                }
+                (None, None) => return None,
+            };
+            let route = self.routes.get(i)?;
+            if self.matches(route, req, path, host, &mut scratch) {
+                return Some((i, route));
+            }
+        }
     }
 
-    /// Whether `route` takes `req`: cheap conditions first.
-    fn matches<'r, B>(&self, route: &Route, req: &'r Request<B>, host: Option<&str>, s: &mut Scratch<'r>) -> bool {
-        if let Some(h) = &route.host {
+    /// Whether `route` takes `req` (to `path`): cheap conditions first. An
+    /// exact host was matched by the index that led here.
+    fn matches<'r, B>(
+        &self,
+        route: &Route,
+        req: &'r Request<B>,
+        path: &str,
+        host: Option<&str>,
+        s: &mut Scratch<'r>,
+    ) -> bool {
+        if let Some(h @ Host::Suffix(_)) = &route.host {
             if !host.is_some_and(|host| h.matches(host)) {
                 return false;
             }
         }
-        let path = req.uri().path();
         let path_ok = match &route.path {
             PathMatch::Prefix(p) => path.starts_with(p.as_str()),
             PathMatch::Exact(p) => path == p,

@@ -132,6 +132,32 @@ fn routes_match_the_verified_client_certificate() {
 }
 
 #[test]
+fn routes_of_the_exact_host_and_of_any_host_keep_their_order() {
+    // Exact-host routes are found by host; the rest are tried in between.
+    let routes = r#"
+  { host = "a.test", path = "/1", respond = { status = 200 } },
+  { path = "/2", redirect = { path = "/" } },
+  { host = "*.test", path = "/3", cluster = "b" },
+  { host = "a.test", path_prefix = "/", cluster = "b" },
+  { host = "b.test", path = "/2", cluster = "b" },
+  { cluster = "a" },
+"#;
+    let hosts_and_paths = [
+        ("a.test", "/1", "respond"),
+        ("a.test", "/2", "redirect"),
+        ("a.test", "/3", "b"),
+        ("a.test", "/4", "b"),
+        ("b.test", "/1", "a"),
+        ("b.test", "/2", "redirect"),
+        ("c.test", "/3", "b"),
+        ("c.other", "/3", "a"),
+    ];
+    let reqs: Vec<_> = hosts_and_paths.iter().map(|(h, p, _)| req("GET", h, p, &[])).collect();
+    let want: Vec<_> = hosts_and_paths.iter().map(|c| c.2).collect();
+    assert_eq!(route(routes, &reqs), want);
+}
+
+#[test]
 fn the_old_keys_still_route() {
     let got = route(
         r#"{ host = "API.test", path_prefix = "/v1", cluster = "b" }, { cluster = "a" }"#,
