@@ -398,9 +398,8 @@ impl Bgp<'_> {
 
 /// The VIPs this node may announce: none unless the program is attached
 /// somewhere; otherwise those of services with a backend of non-zero weight
-/// that health checks have not found down. IPv4 only: BIRD's include file
-/// is an IPv4 static protocol.
-fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
+/// that health checks have not found down.
+fn announceable(dir: &Path) -> Result<Vec<IpAddr>, Failure> {
     if dataplane::attached(dir).is_empty() {
         return Ok(Vec::new());
     }
@@ -410,14 +409,8 @@ fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
         Err(e) => return Err(failure(e)),
     };
     let serving = |s: &ServiceInfo| s.spec.backends.iter().zip(&s.down).any(|(b, &down)| b.weight > 0 && !down);
-    let mut vips: Vec<Ipv4Addr> = services
-        .iter()
-        .filter(|s| serving(s))
-        .filter_map(|s| match s.spec.key.vip {
-            IpAddr::V4(vip) => Some(vip),
-            IpAddr::V6(_) => None,
-        })
-        .collect();
+    let mut vips: Vec<IpAddr> = services.iter().filter(|s| serving(s)).map(|s| s.spec.key.vip).collect();
+    vips.sort_unstable();
     vips.dedup();
     Ok(vips)
 }
@@ -829,7 +822,7 @@ mod tests {
 
     #[test]
     fn list_json_reads_back_as_the_create_arguments() {
-        let bgp = Announcement { vips: vec![Ipv4Addr::new(20, 20, 20, 1)], drained: false };
+        let bgp = Announcement { vips: vec![Ipv4Addr::new(20, 20, 20, 1).into()], drained: false };
         let v = services_json(&[service()], &["eth0".to_string()], Some(&bgp));
         assert_eq!((&v["bgp"], &v["announced"], &v["drained"]), (&json!(true), &json!(["20.20.20.1"]), &json!(false)));
         let s = &v["services"][0];
