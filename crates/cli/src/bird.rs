@@ -25,6 +25,9 @@ pub const DEFAULT_INCLUDE: &str = "/run/fulcrum/bird-vips.conf";
 pub const DEFAULT_SOCKET: &str = "/run/bird/bird.ctl";
 
 const DRAINED: &str = "# drained";
+/// The include file's lines other than comments and routes.
+const KNOWN_LINES: [&str; 5] =
+    ["protocol static fulcrum_vips {", "protocol static fulcrum_vips6 {", "ipv4;", "ipv6;", "}"];
 const HEADER: &str = "# Written by `fulcrum lb announce|drain`: the VIPs this node announces.";
 
 /// What a node's BGP session looks like.
@@ -120,9 +123,7 @@ pub fn parse_include(text: &str) -> Result<Announcement, String> {
         } else if let Some(route) = line.strip_prefix("route ") {
             let vip = vip_route(route).ok_or_else(|| format!("line {}: not a VIP route: {line:?}", n + 1))?;
             a.vips.push(vip);
-        } else if !(line.starts_with('#') || line.is_empty() || ["ipv4;", "ipv6;", "}"].contains(&line))
-            && !["protocol static fulcrum_vips {", "protocol static fulcrum_vips6 {"].contains(&line)
-        {
+        } else if !(line.starts_with('#') || line.is_empty() || KNOWN_LINES.contains(&line)) {
             return Err(format!("line {}: unexpected {line:?}", n + 1));
         }
     }
