@@ -58,10 +58,14 @@ topology() { # MODE: (re)build the topology and start the backends
 	done
 }
 
-lb_create() { # ARGS…: fulcrum lb create VIP --tcp=80 ARGS… on the LB's eth0 (XDP_MODE: native unless set)
+lb_create() { # ARGS…: fulcrum lb create VIP --tcp=PORT ARGS… on the LB's eth0, for each PORT of
+	# the array LB_PORTS (80 unless set) (XDP_MODE: native unless set)
+	local port
 	in_ns lb "$FULCRUM" lb --pin-dir "$PIN_DIR" reset
-	in_ns lb "$FULCRUM" lb --pin-dir "$PIN_DIR" create "$VIP" --tcp=80 \
-		--endpoints="$(IFS=,; echo "${BACKENDS[*]}")" --iface eth0 --xdp-mode "${XDP_MODE:-native}" "$@" >/dev/null
+	for port in "${LB_PORTS[@]:-80}"; do
+		in_ns lb "$FULCRUM" lb --pin-dir "$PIN_DIR" create "$VIP" --tcp="$port" \
+			--endpoints="$(IFS=,; echo "${BACKENDS[*]}")" --iface eth0 --xdp-mode "${XDP_MODE:-native}" "$@" >/dev/null
+	done
 }
 
 machine() {

@@ -4,16 +4,18 @@
 //! describes the `static`, `bgp` and `bfd` protocols used here).
 //!
 //! Fulcrum speaks no BGP itself. The node's BIRD configuration
-//! ([`node_config`]) includes one file that `fulcrum lb` owns: a static
-//! protocol `fulcrum_vips` holding a blackhole route per announced VIP,
-//! exported to the router. `fulcrum lb` rewrites that file
+//! ([`node_config`]) includes one file that `fulcrum lb` owns: static
+//! protocols `fulcrum_vips` (IPv4) and `fulcrum_vips6` (IPv6) holding a
+//! blackhole route per announced VIP, exported to the router over one
+//! session (multiprotocol BGP; BIRD gives IPv6 routes the node's IPv6
+//! address on the session's interface as next hop). `fulcrum lb` rewrites that file
 //! ([`include_text`]) and asks BIRD to re-read its configuration
 //! (`birdc -s SOCKET configure`), so a VIP is announced exactly while the
 //! file names it. The file is also the announcement's state: whether the
 //! node is drained, and what it announces ([`parse_include`]).
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::Command;
 
@@ -23,6 +25,9 @@ pub const DEFAULT_INCLUDE: &str = "/run/fulcrum/bird-vips.conf";
 pub const DEFAULT_SOCKET: &str = "/run/bird/bird.ctl";
 
 const DRAINED: &str = "# drained";
+/// The include file's lines other than comments and routes.
+const KNOWN_LINES: [&str; 5] =
+    ["protocol static fulcrum_vips {", "protocol static fulcrum_vips6 {", "ipv4;", "ipv6;", "}"];
 const HEADER: &str = "# Written by `fulcrum lb announce|drain`: the VIPs this node announces.";
 
 /// What a node's BGP session looks like.
@@ -59,7 +64,8 @@ pub fn node_config(c: &NodeConfig) -> String {
          protocol bfd {{\n  interface \"{iface}\" {{\n    min rx interval {ms} ms;\n    min tx interval {ms} ms;\n    multiplier {mult};\n  }};\n}}\n\
          include \"{include}\";\n\
          protocol bgp uplink {{\n  local {local} as {asn};\n  neighbor {peer} as {peer_asn};\n  bfd on;\n  \
-         ipv4 {{ import none; export where proto = \"fulcrum_vips\"; }};\n}}\n",
+         ipv4 {{ import none; export where proto = \"fulcrum_vips\"; }};\n  \
+         ipv6 {{ import none; export where proto = \"fulcrum_vips6\"; }};\n}}\n",
         local = c.local,
         iface = c.iface,
         ms = c.bfd_interval_ms,
@@ -75,7 +81,7 @@ pub fn node_config(c: &NodeConfig) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Announcement {
     /// The VIPs announced.
-    pub vips: Vec<Ipv4Addr>,
+    pub vips: Vec<IpAddr>,
     /// Drained by `fulcrum lb drain`: nothing is announced until
     /// `fulcrum lb announce`.
     pub drained: bool,
@@ -88,14 +94,22 @@ pub fn include_text(a: &Announcement) -> String {
         text.push_str(DRAINED);
         text.push('\n');
     }
-    text.push_str("protocol static fulcrum_vips {\n  ipv4;\n");
-    if !a.drained {
-        for vip in &a.vips {
-            text.push_str(&format!("  route {vip}/32 blackhole;\n"));
+    for (name, family, v6) in [("fulcrum_vips", "ipv4", false), ("fulcrum_vips6", "ipv6", true)] {
+        text.push_str(&format!("protocol static {name} {{\n  {family};\n"));
+        for vip in a.vips.iter().filter(|v| v.is_ipv6() == v6 && !a.drained) {
+            text.push_str(&format!("  route {vip}/{} blackhole;\n", if v6 { 128 } else { 32 }));
         }
+        text.push_str("}\n");
     }
-    text.push_str("}\n");
     text
+}
+
+/// The VIP of a route line's `ADDR/32 blackhole;` (IPv4) or
+/// `ADDR/128 blackhole;` (IPv6).
+fn vip_route(route: &str) -> Option<IpAddr> {
+    let (vip, len) = route.strip_suffix(" blackhole;")?.split_once('/')?;
+    let vip: IpAddr = vip.parse().ok()?;
+    (len == if vip.is_ipv6() { "128" } else { "32" }).then_some(vip)
 }
 
 /// Read back what [`include_text`] wrote; lines it does not write are an
@@ -107,14 +121,9 @@ pub fn parse_include(text: &str) -> Result<Announcement, String> {
         if line == DRAINED {
             a.drained = true;
         } else if let Some(route) = line.strip_prefix("route ") {
-            let vip = route
-                .strip_suffix("/32 blackhole;")
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("line {}: not a VIP route: {line:?}", n + 1))?;
+            let vip = vip_route(route).ok_or_else(|| format!("line {}: not a VIP route: {line:?}", n + 1))?;
             a.vips.push(vip);
-        } else if !(line.starts_with('#') || line.is_empty() || line == "ipv4;" || line == "}")
-            && line != "protocol static fulcrum_vips {"
-        {
+        } else if !(line.starts_with('#') || line.is_empty() || KNOWN_LINES.contains(&line)) {
             return Err(format!("line {}: unexpected {line:?}", n + 1));
         }
     }
@@ -169,10 +178,16 @@ mod tests {
 
     #[test]
     fn include_reads_back() {
-        let a = Announcement { vips: vec![Ipv4Addr::new(10, 202, 1, 1), Ipv4Addr::new(10, 202, 1, 2)], drained: false };
+        let vips = ["10.202.1.1", "10.202.1.2", "fd00:202:1::1"].map(|v| v.parse().unwrap());
+        let a = Announcement { vips: vips.to_vec(), drained: false };
         let text = include_text(&a);
         assert!(text.contains("route 10.202.1.2/32 blackhole;"), "{text}");
+        let v6 = text.split_once("protocol static fulcrum_vips6 {\n  ipv6;\n").expect("an IPv6 protocol").1;
+        assert!(v6.starts_with("  route fd00:202:1::1/128 blackhole;\n}"), "{text}");
         assert_eq!(parse_include(&text).unwrap(), a);
+        // A file written before the IPv6 protocol existed reads too.
+        let old = "protocol static fulcrum_vips {\n  ipv4;\n  route 10.0.0.1/32 blackhole;\n}\n";
+        assert_eq!(parse_include(old).unwrap().vips, ["10.0.0.1".parse::<IpAddr>().unwrap()]);
         let drained = Announcement { vips: vec![], drained: true };
         let text = include_text(&Announcement { drained: true, ..a });
         assert!(!text.contains("route"), "{text}");
@@ -183,6 +198,9 @@ mod tests {
     fn foreign_lines_are_named() {
         let err = parse_include("protocol static fulcrum_vips {\n  route 1.2.3.4/24 via 5.6.7.8;\n}\n").unwrap_err();
         assert!(err.starts_with("line 2:"), "{err}");
+        for bad in ["route 1.2.3.4/24 blackhole;", "route fd00::1/32 blackhole;", "route 1.2.3.4/128 blackhole;"] {
+            assert!(parse_include(bad).unwrap_err().starts_with("line 1:"), "{bad}");
+        }
     }
 
     #[test]
@@ -205,6 +223,7 @@ mod tests {
             "include \"/run/x.conf\";",
             "neighbor 10.202.0.254 as 65000;",
             "local 10.202.0.1 as 65001;",
+            "ipv6 { import none; export where proto = \"fulcrum_vips6\"; };",
         ] {
             assert!(text.contains(want), "{want} missing from\n{text}");
         }

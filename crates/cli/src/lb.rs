@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
-use fulcrum_xdp::conntrack::{Counts, Entry, State, Timeouts};
+use fulcrum_xdp::conntrack::{Counts, Entry, FlowKind, State, Timeouts};
 use fulcrum_xdp::dataplane::{self, Dataplane, ServiceInfo, ServiceStats, Sweep, XdpMode, DEFAULT_PIN_DIR};
 use fulcrum_xdp::fleet::{self, Ecmp};
 use fulcrum_xdp::maps::Counters;
@@ -95,8 +95,9 @@ their backend while it stays; a backend of weight 0 takes no new flow.")]
         #[command(flatten)]
         output: JsonOutput,
     },
-    /// List and count the connection-tracking entries; delete the expired
-    /// ones (--gc); set the idle timeout of a state (--timeout).
+    /// List and count the connection-tracking entries (IPv4 and IPv6);
+    /// delete the expired ones (--gc); set the idle timeout of a state
+    /// (--timeout).
     #[command(
         after_help = "Examples:\n  fulcrum lb conntrack --count\n  fulcrum lb conntrack --json | jq '.counts'\n  \
 fulcrum lb conntrack --gc --interval 10s\n  fulcrum lb conntrack --timeout established=1h --timeout udp=30s"
@@ -284,8 +285,9 @@ struct CreateArgs {
     /// XDP attach mode: native (driver), generic (skb) or auto.
     #[arg(long, default_value = "native")]
     xdp_mode: String,
-    /// Entries of the conntrack map, fixed when the data plane is created:
-    /// 524288 unless given (a NAT flow takes two).
+    /// Entries of each conntrack map (IPv4 and IPv6), fixed when the data
+    /// plane is created: 524288 and 131072 unless given (a NAT flow takes
+    /// two).
     #[arg(long)]
     conntrack_entries: Option<u32>,
 }
@@ -396,9 +398,8 @@ impl Bgp<'_> {
 
 /// The VIPs this node may announce: none unless the program is attached
 /// somewhere; otherwise those of services with a backend of non-zero weight
-/// that health checks have not found down. IPv4 only: BIRD's include file
-/// is an IPv4 static protocol.
-fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
+/// that health checks have not found down.
+fn announceable(dir: &Path) -> Result<Vec<IpAddr>, Failure> {
     if dataplane::attached(dir).is_empty() {
         return Ok(Vec::new());
     }
@@ -408,14 +409,8 @@ fn announceable(dir: &Path) -> Result<Vec<Ipv4Addr>, Failure> {
         Err(e) => return Err(failure(e)),
     };
     let serving = |s: &ServiceInfo| s.spec.backends.iter().zip(&s.down).any(|(b, &down)| b.weight > 0 && !down);
-    let mut vips: Vec<Ipv4Addr> = services
-        .iter()
-        .filter(|s| serving(s))
-        .filter_map(|s| match s.spec.key.vip {
-            IpAddr::V4(vip) => Some(vip),
-            IpAddr::V6(_) => None,
-        })
-        .collect();
+    let mut vips: Vec<IpAddr> = services.iter().filter(|s| serving(s)).map(|s| s.spec.key.vip).collect();
+    vips.sort_unstable();
     vips.dedup();
     Ok(vips)
 }
@@ -687,10 +682,14 @@ fn counts_json(c: &Counts, capacity: u32) -> Value {
            "expired": c.expired, "states": states})
 }
 
-fn entry_json(e: &Entry) -> Value {
+fn protocol_name<K: FlowKind>(e: &Entry<K>) -> String {
+    e.proto.map_or_else(|| e.proto_number.to_string(), |p| p.to_string())
+}
+
+fn entry_json<K: FlowKind>(e: &Entry<K>) -> Value {
     json!({
         "direction": e.direction.name(),
-        "protocol": e.proto.map_or_else(|| e.key.proto.to_string(), |p| p.to_string()),
+        "protocol": protocol_name(e),
         "source": e.src.to_string(),
         "destination": e.dst.to_string(),
         "via": e.via.map(|v| v.to_string()),
@@ -729,14 +728,18 @@ fn conntrack(dir: &Path, a: ConntrackArgs) -> Result<(), Failure> {
             std::thread::sleep(every);
         }
     }
-    let entries = dp.conntrack().map_err(failure)?;
-    let counts = Counts::of(&entries);
-    let capacity = dp.conntrack_capacity().map_err(failure)?;
+    let (v4, v6) = (dp.conntrack().map_err(failure)?, dp.conntrack6().map_err(failure)?);
+    let counts = [
+        (Counts::of(&v4), dp.conntrack_capacity().map_err(failure)?),
+        (Counts::of(&v6), dp.conntrack6_capacity().map_err(failure)?),
+    ];
     let timeouts = dp.timeouts().map_err(failure)?;
     if json {
-        let mut v = json!({"counts": counts_json(&counts, capacity), "timeouts_s": timeouts_json(&timeouts)});
+        let mut v = json!({"counts": counts_json(&counts[0].0, counts[0].1),
+                           "counts6": counts_json(&counts[1].0, counts[1].1),
+                           "timeouts_s": timeouts_json(&timeouts)});
         if !a.count {
-            v["entries"] = entries.iter().map(entry_json).collect();
+            v["entries"] = v4.iter().map(entry_json).chain(v6.iter().map(entry_json)).collect();
         }
         println!("{v}");
         return Ok(());
@@ -746,35 +749,42 @@ fn conntrack(dir: &Path, a: ConntrackArgs) -> Result<(), Failure> {
             "{:<8} {:<5} {:<21} {:<21} {:<21} {:<11} {:>9} EXPIRES",
             "DIR", "PROTO", "SOURCE", "DESTINATION", "VIA", "STATE", "IDLE"
         );
-        for e in &entries {
-            let expires = if e.expired {
-                "expired".to_string()
-            } else {
-                format!("in {:.1}s", timeouts.get(e.state).saturating_sub(e.idle).as_secs_f64())
-            };
-            println!(
-                "{:<8} {:<5} {:<21} {:<21} {:<21} {:<11} {:>8.1}s {expires}",
-                e.direction.name(),
-                e.proto.map_or_else(|| e.key.proto.to_string(), |p| p.to_string()),
-                e.src.to_string(),
-                e.dst.to_string(),
-                e.via.map_or_else(|| "(backend gone)".to_string(), |v| v.to_string()),
-                e.state.name(),
-                e.idle.as_secs_f64(),
-            );
-        }
+        print_entries(&v4, &timeouts);
+        print_entries(&v6, &timeouts);
     }
-    let states: Vec<String> = State::ALL.iter().zip(counts.by_state).map(|(s, n)| format!("{s} {n}")).collect();
-    println!(
-        "entries: {} of {capacity} ({} forward, {} reply); {}; {} expired",
-        counts.total,
-        counts.forward,
-        counts.reply,
-        states.join(", "),
-        counts.expired
-    );
+    for (family, (c, capacity)) in ["IPv4", "IPv6"].iter().zip(counts) {
+        let states: Vec<String> = State::ALL.iter().zip(c.by_state).map(|(s, n)| format!("{s} {n}")).collect();
+        println!(
+            "{family} entries: {} of {capacity} ({} forward, {} reply); {}; {} expired",
+            c.total,
+            c.forward,
+            c.reply,
+            states.join(", "),
+            c.expired
+        );
+    }
     println!("timeouts: {}", timeouts_text(&timeouts));
     Ok(())
+}
+
+fn print_entries<K: FlowKind>(entries: &[Entry<K>], timeouts: &Timeouts) {
+    for e in entries {
+        let expires = if e.expired {
+            "expired".to_string()
+        } else {
+            format!("in {:.1}s", timeouts.get(e.state).saturating_sub(e.idle).as_secs_f64())
+        };
+        println!(
+            "{:<8} {:<5} {:<21} {:<21} {:<21} {:<11} {:>8.1}s {expires}",
+            e.direction.name(),
+            protocol_name(e),
+            e.src.to_string(),
+            e.dst.to_string(),
+            e.via.map_or_else(|| "(backend gone)".to_string(), |v| v.to_string()),
+            e.state.name(),
+            e.idle.as_secs_f64(),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -812,7 +822,7 @@ mod tests {
 
     #[test]
     fn list_json_reads_back_as_the_create_arguments() {
-        let bgp = Announcement { vips: vec![Ipv4Addr::new(20, 20, 20, 1)], drained: false };
+        let bgp = Announcement { vips: vec![Ipv4Addr::new(20, 20, 20, 1).into()], drained: false };
         let v = services_json(&[service()], &["eth0".to_string()], Some(&bgp));
         assert_eq!((&v["bgp"], &v["announced"], &v["drained"]), (&json!(true), &json!(["20.20.20.1"]), &json!(false)));
         let s = &v["services"][0];

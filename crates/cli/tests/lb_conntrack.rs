@@ -4,12 +4,13 @@
 //! filled several times over with closed connections, swept with
 //! `conntrack --gc` between rounds, keeps the entries of quiet live
 //! connections, which therefore stay on their backend when the table
-//! changes. Needs root and the XDP program (built with clang): the tests are
+//! changes; the same for an IPv6 VIP, whose flows are in `conntrack6`.
+//! Needs root and the XDP program (built with clang): the tests are
 //! ignored unless asked for, and fail where they cannot run.
 
 mod common;
 
-use common::xdp::{Conn, Topology, BACKENDS, VIP};
+use common::xdp::{Conn, Topology, BACKENDS, BACKENDS6, VIP, VIP6};
 use fulcrum_xdp::netns::require_bpf;
 use serde_json::Value;
 
@@ -96,6 +97,7 @@ mod needs_root {
         assert_eq!(deleted, 5 * 600, "every closed connection's two entries swept");
         let listing = topo.lb_json(&["conntrack", "--count"]);
         assert_eq!(listing["counts"]["entries"], 60, "{listing}");
+        assert_eq!((&listing["counts6"]["entries"], &listing["counts6"]["capacity"]), (&0.into(), &2048.into()));
         assert!(listing.get("entries").is_none());
 
         // Drain the third backend: the table changes, and the live
@@ -106,5 +108,62 @@ mod needs_root {
             assert_eq!(c.ask().unwrap(), c.backend, "a live connection moved or broke");
         }
         assert!(live.iter().any(|c| c.backend == BACKENDS[2]), "no live connection on the drained backend");
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn ipv6_flows_are_listed_counted_and_swept() {
+        let name = "ctgc6";
+        require_bpf(name);
+        let mut topo = Topology::up(name, "nat");
+        for i in 0..3 {
+            topo.serve(i, 8080);
+        }
+        let endpoints = format!("--endpoints=[{}],[{}],[{}]", BACKENDS6[0], BACKENDS6[1], BACKENDS6[2]);
+        let created =
+            topo.lb(&["create", VIP6, "--tcp=80:8080", &endpoints, "--iface=eth0", "--conntrack-entries=1024"]);
+        assert!(created.contains("attached to eth0"), "{created}");
+        topo.lb(&["conntrack", "--timeout=closing=1s"]);
+
+        let mut live = topo.connect6(20, 80);
+        let listing = topo.lb_json(&["conntrack"]);
+        let c6 = &listing["counts6"];
+        assert_eq!((&c6["entries"], &c6["forward"], &c6["reply"]), (&40.into(), &20.into(), &20.into()), "{listing}");
+        assert_eq!((&c6["capacity"], &c6["states"]["established"]), (&1024.into(), &40.into()), "{listing}");
+        assert_eq!(listing["counts"]["entries"], 0, "{listing}");
+        let mut ports: Vec<u16> = live.iter().map(Conn::local_port).collect();
+        ports.sort_unstable();
+        let mut listed = forward_ports(&listing);
+        listed.sort_unstable();
+        assert_eq!(listed, ports);
+        for e in listing["entries"].as_array().unwrap() {
+            if e["direction"] == "forward" {
+                assert!(e["source"].as_str().unwrap().starts_with("[fd00:202::100]:"), "{e}");
+                assert_eq!(e["destination"], format!("[{VIP6}]:80"));
+                assert!(BACKENDS6.iter().any(|b| e["via"] == format!("[{b}]:8080")), "{e}");
+            } else {
+                assert_eq!(e["via"], format!("[{VIP6}]:80"), "{e}");
+            }
+        }
+        let text = topo.lb(&["conntrack"]);
+        assert_eq!(text.lines().filter(|l| l.starts_with("reply ")).count(), 20, "{text}");
+        assert!(text.contains("IPv6 entries: 40 of 1024 (20 forward, 20 reply)"), "{text}");
+        assert!(text.contains("IPv4 entries: 0 of 1024"), "{text}");
+
+        // 200 closed connections: their 400 entries expire after the
+        // closing timeout and are swept; the live ones stay and answer.
+        let vip = std::net::SocketAddr::new(VIP6.parse().unwrap(), 80);
+        topo.in_client(move || {
+            for _ in 0..200 {
+                drop(Conn::open_to(vip).unwrap());
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let sweep = topo.lb_json(&["conntrack", "--gc"]);
+        assert_eq!(sweep["deleted"], 400, "{sweep}");
+        assert_eq!(topo.lb_json(&["conntrack", "--count"])["counts6"]["entries"], 40);
+        for c in &mut live {
+            assert_eq!(c.ask().unwrap(), c.backend, "a live connection moved or broke");
+        }
     }
 }

@@ -6,7 +6,9 @@
 //! and every established connection, its own included, still answers. When
 //! every backend is down the VIP's route leaves BIRD, and comes back with
 //! the first backend that recovers, which then takes the new connections.
-//! The checker and BIRD are ended by PID. Needs root, the XDP program
+//! An IPv6 VIP next to an IPv4 one: both announced, the IPv6 one withdrawn
+//! when its backends all fail their checks, and announced again when one
+//! recovers. The checker and BIRD are ended by PID. Needs root, the XDP program
 //! (built with clang) and BIRD 2: ignored unless asked for, failing where it
 //! cannot run.
 
@@ -19,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::xdp::{Conn, Topology, BACKENDS, VIP};
+use common::xdp::{Conn, Topology, BACKENDS, BACKENDS6, VIP, VIP6};
 use fulcrum_xdp::netns::require_bpf;
 
 const INTERVAL_MS: u64 = 200;
@@ -70,8 +72,13 @@ fn start_bird(topo: &Topology, dir: &Path) -> Process {
 
 /// Whether BIRD's table has the VIP's route.
 fn bird_has_vip(dir: &Path) -> bool {
+    bird_has_route(dir, &format!("{VIP}/32"))
+}
+
+/// Whether BIRD's tables have `route` (`ADDR/LEN`).
+fn bird_has_route(dir: &Path, route: &str) -> bool {
     let out = Command::new("birdc").arg("-s").arg(dir.join("bird.ctl")).args(["show", "route"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains(&format!("{VIP}/32"))
+    String::from_utf8_lossy(&out.stdout).contains(route)
 }
 
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Instant {
@@ -245,6 +252,72 @@ mod needs_root {
         wait_for("the VIP's announcement again", Duration::from_secs(5), || bird_has_vip(&dir));
         let fresh = topo.connect(20, 80);
         assert!(fresh.iter().all(|c| c.backend == BACKENDS[1]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    #[ignore = "needs root, the XDP program built with clang, and BIRD 2 (scripts/test runs it as root)"]
+    fn an_ipv6_vip_is_announced_and_follows_its_backends_health() {
+        let name = "health6";
+        require_bpf(name);
+        let dir = temp_dir(name);
+        let mut topo = Topology::up(name, "nat");
+        for i in 0..3 {
+            topo.serve(i, 8080);
+        }
+        topo.lb(&["create", VIP, "--tcp=80:8080", &format!("--endpoints={}", BACKENDS[0]), "--iface=eth0"]);
+        let endpoints6 = format!("--endpoints={},{},{}", BACKENDS6[0], BACKENDS6[1], BACKENDS6[2]);
+        topo.lb(&["create", VIP6, "--tcp=80:8080", &endpoints6]);
+        let _bird = start_bird(&topo, &dir);
+        let (include, socket) = (dir.join("vips.conf"), dir.join("bird.ctl"));
+        let bgp = ["--bird-include", include.to_str().unwrap(), "--bird-socket", socket.to_str().unwrap()];
+        let lb = |args: &[&str]| topo.lb(&[&bgp[..], args].concat());
+        assert_eq!(lb(&["announce"]).trim(), format!("announcing: {VIP}, {VIP6}"));
+        let route6 = format!("{VIP6}/128");
+        wait_for("the IPv6 VIP's route in BIRD", Duration::from_secs(5), || bird_has_route(&dir, &route6));
+        assert!(bird_has_vip(&dir));
+
+        let mut checker = Command::new("nsenter")
+            .arg(format!("--net={}", topo.ns("lb")))
+            .arg(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["lb", "--pin-dir", &topo.pin_dir])
+            .args(bgp)
+            .args(["health", "--interval=200ms", "--timeout=150ms", "--fall=2", "--rise=2"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = lines_of(&mut checker);
+        let _checker = Process(checker);
+        let mut seen = Vec::new();
+        expect_line(&lines, "checking 4 endpoints of 2 services", &mut seen);
+        let mut established = topo.connect6(30, 80);
+
+        // The IPv6 service's backends b2 and b3 stop accepting: b1 keeps it
+        // up, and takes every new IPv6 connection.
+        topo.stop(1);
+        topo.stop(2);
+        for b in [BACKENDS6[1], BACKENDS6[2]] {
+            expect_line(&lines, &format!("[{b}]:8080 of [{VIP6}]:80/tcp: down"), &mut seen);
+        }
+        assert!(topo.connect6(20, 80).iter().all(|c| c.backend == BACKENDS[0]));
+        for c in &mut established {
+            assert_eq!(c.ask().unwrap(), c.backend, "an established connection moved or broke");
+        }
+        assert!(bird_has_route(&dir, &route6), "withdrawn although b1 is up");
+
+        // b1 too: both VIPs have no backend up, both routes leave BIRD.
+        topo.stop(0);
+        expect_line(&lines, &format!("[{}]:8080 of [{VIP6}]:80/tcp: down", BACKENDS6[0]), &mut seen);
+        wait_for("the IPv6 VIP's withdrawal", Duration::from_secs(5), || !bird_has_route(&dir, &route6));
+        wait_for("the IPv4 VIP's withdrawal", Duration::from_secs(5), || !bird_has_vip(&dir));
+
+        // b3 comes back: the IPv6 VIP is announced again (the IPv4 one,
+        // served by b1 alone, stays withdrawn), and b3 takes its connections.
+        topo.serve(2, 8080);
+        expect_line(&lines, &format!("[{}]:8080 of [{VIP6}]:80/tcp: up", BACKENDS6[2]), &mut seen);
+        wait_for("the IPv6 VIP's announcement again", Duration::from_secs(5), || bird_has_route(&dir, &route6));
+        assert!(!bird_has_vip(&dir));
+        assert!(topo.connect6(20, 80).iter().all(|c| c.backend == BACKENDS[2]));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -22,13 +22,18 @@
 //! both have expired (a reply direction may be quiet while the forward
 //! direction is busy, and its entry must stay); a forward entry whose
 //! backend has left counts as expired.
+//!
+//! IPv4 flows are in the `conntrack` map, IPv6 flows in `conntrack6`; the
+//! two differ only in their layouts ([`FlowKind`]), so the same [`Entry`],
+//! [`sweep`] and [`Counts`] serve both.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::SocketAddrV4;
+use std::hash::Hash;
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::Duration;
 
-use crate::maps::{addr_of, BackendEntry, CtConfig, FlowEntry, FlowKey, BACKEND_ACTIVE, FLOW_REPLY};
+use crate::maps::{addr_of, be_addr, be_port, Addr6, CtConfig, FlowEntry, FlowEntry6, FlowKey, FlowKey6, FLOW_REPLY};
 use crate::spec::Protocol;
 
 /// A conntrack entry's state (the program's `CT_*`).
@@ -142,24 +147,110 @@ impl Direction {
     }
 }
 
+/// The layout of one conntrack map's keys: [`FlowKey`] for IPv4, [`FlowKey6`]
+/// for IPv6.
+pub trait FlowKind: aya::Pod + Eq + Hash + Ord + fmt::Debug {
+    /// The map's value.
+    type Value: aya::Pod + Eq + fmt::Debug;
+    /// Source, destination (as in the packets) and protocol number.
+    fn ends(&self) -> (SocketAddr, SocketAddr, u8);
+    /// The key of the flow from `src` to `dst`; `None` when an address is
+    /// not of this family.
+    fn of(src: SocketAddr, dst: SocketAddr, proto: u8) -> Option<Self>;
+    /// The value's backend slot (or [`FLOW_REPLY`]), generation, state code
+    /// and time of the last packet.
+    fn value(v: &Self::Value) -> (u32, u32, u8, u64);
+    /// A reply entry's VIP and port, put back as source.
+    fn restored(v: &Self::Value) -> SocketAddr;
+}
+
+impl FlowKind for FlowKey {
+    type Value = FlowEntry;
+
+    fn ends(&self) -> (SocketAddr, SocketAddr, u8) {
+        let sock = |a, p| SocketAddr::V4(SocketAddrV4::new(addr_of(a), u16::from_be(p)));
+        (sock(self.saddr, self.sport), sock(self.daddr, self.dport), self.proto)
+    }
+
+    fn of(src: SocketAddr, dst: SocketAddr, proto: u8) -> Option<Self> {
+        let (SocketAddr::V4(s), SocketAddr::V4(d)) = (src, dst) else { return None };
+        Some(FlowKey {
+            saddr: be_addr(*s.ip()),
+            daddr: be_addr(*d.ip()),
+            sport: be_port(s.port()),
+            dport: be_port(d.port()),
+            proto,
+            pad: [0; 3],
+        })
+    }
+
+    fn value(v: &FlowEntry) -> (u32, u32, u8, u64) {
+        (v.backend, v.gen, v.state, v.seen)
+    }
+
+    fn restored(v: &FlowEntry) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(addr_of(v.vip), u16::from_be(v.port)))
+    }
+}
+
+impl FlowKind for FlowKey6 {
+    type Value = FlowEntry6;
+
+    fn ends(&self) -> (SocketAddr, SocketAddr, u8) {
+        let sock = |a: Addr6, p| SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(a.0), u16::from_be(p), 0, 0));
+        (sock(self.saddr, self.sport), sock(self.daddr, self.dport), self.proto)
+    }
+
+    fn of(src: SocketAddr, dst: SocketAddr, proto: u8) -> Option<Self> {
+        let (SocketAddr::V6(s), SocketAddr::V6(d)) = (src, dst) else { return None };
+        Some(FlowKey6 {
+            saddr: Addr6(s.ip().octets()),
+            daddr: Addr6(d.ip().octets()),
+            sport: be_port(s.port()),
+            dport: be_port(d.port()),
+            proto,
+            pad: [0; 3],
+        })
+    }
+
+    fn value(v: &FlowEntry6) -> (u32, u32, u8, u64) {
+        (v.backend, v.gen, v.state, v.seen)
+    }
+
+    fn restored(v: &FlowEntry6) -> SocketAddr {
+        SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(v.vip.0), u16::from_be(v.port), 0, 0))
+    }
+}
+
+/// A backend slot in service, as conntrack entries name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// The backend's address and port.
+    pub addr: SocketAddr,
+    /// The slot's generation.
+    pub gen: u32,
+}
+
 /// One conntrack entry, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct Entry<K: FlowKind = FlowKey> {
     /// The map key.
-    pub key: FlowKey,
+    pub key: K,
     /// The map value.
-    pub value: FlowEntry,
+    pub value: K::Value,
     /// Forward or reply.
     pub direction: Direction,
     /// TCP or UDP (`None` for a protocol the program never writes).
     pub proto: Option<Protocol>,
+    /// The IP protocol number.
+    pub proto_number: u8,
     /// Source address and port, as in the packets.
-    pub src: SocketAddrV4,
+    pub src: SocketAddr,
     /// Destination address and port, as in the packets.
-    pub dst: SocketAddrV4,
+    pub dst: SocketAddr,
     /// Forward: the backend the flow goes to, `None` when the backend has
     /// left (its slot was freed). Reply: the VIP and port put back as source.
-    pub via: Option<SocketAddrV4>,
+    pub via: Option<SocketAddr>,
     /// The state.
     pub state: State,
     /// Time since the entry's last packet.
@@ -168,27 +259,28 @@ pub struct Entry {
     pub expired: bool,
 }
 
-impl Entry {
+impl<K: FlowKind> Entry<K> {
     /// Decode an entry at `now_ns` (`CLOCK_MONOTONIC_COARSE`), given the
-    /// backends map (by slot).
-    pub fn decode(key: FlowKey, value: FlowEntry, backends: &[BackendEntry], now_ns: u64, t: &Timeouts) -> Entry {
-        let sock = |addr: u32, port: u16| SocketAddrV4::new(addr_of(addr), u16::from_be(port));
-        let (direction, via) = if value.backend == FLOW_REPLY {
-            (Direction::Reply, Some(sock(value.vip, value.port)))
+    /// backend slots in service (`None` for a free slot), by slot.
+    pub fn decode(key: K, value: K::Value, slots: &[Option<Slot>], now_ns: u64, t: &Timeouts) -> Entry<K> {
+        let (backend, gen, code, seen) = K::value(&value);
+        let (direction, via) = if backend == FLOW_REPLY {
+            (Direction::Reply, Some(K::restored(&value)))
         } else {
-            let b =
-                backends.get(value.backend as usize).filter(|b| b.flags & BACKEND_ACTIVE != 0 && b.gen == value.gen);
-            (Direction::Forward, b.map(|b| sock(b.ip, b.port)))
+            let b = slots.get(backend as usize).copied().flatten().filter(|b| b.gen == gen);
+            (Direction::Forward, b.map(|b| b.addr))
         };
-        let state = State::from_code(value.state);
-        let idle = Duration::from_nanos(now_ns.saturating_sub(value.seen));
+        let state = State::from_code(code);
+        let idle = Duration::from_nanos(now_ns.saturating_sub(seen));
+        let (src, dst, proto) = key.ends();
         Entry {
             key,
             value,
             direction,
-            proto: Protocol::from_number(key.proto),
-            src: sock(key.saddr, key.sport),
-            dst: sock(key.daddr, key.dport),
+            proto: Protocol::from_number(proto),
+            proto_number: proto,
+            src,
+            dst,
             via,
             state,
             idle,
@@ -205,25 +297,11 @@ impl Entry {
     /// The key of the other direction's entry of a NAT flow, when this
     /// entry can name it: a reply entry always, a forward entry while its
     /// backend is there (only NAT flows have that entry).
-    fn partner(&self) -> Option<FlowKey> {
+    fn partner(&self) -> Option<K> {
         match (self.direction, self.via) {
-            (Direction::Reply, _) => Some(FlowKey {
-                saddr: self.key.daddr,
-                daddr: self.value.vip,
-                sport: self.key.dport,
-                dport: self.value.port,
-                proto: self.key.proto,
-                pad: [0; 3],
-            }),
-            (Direction::Forward, Some(backend)) => Some(FlowKey {
-                saddr: crate::maps::be_addr(*backend.ip()),
-                daddr: self.key.saddr,
-                sport: crate::maps::be_port(backend.port()),
-                dport: self.key.sport,
-                proto: self.key.proto,
-                pad: [0; 3],
-            }),
-            (Direction::Forward, None) => None,
+            (Direction::Reply, Some(vip)) => K::of(self.dst, vip, self.proto_number),
+            (Direction::Forward, Some(backend)) => K::of(backend, self.src, self.proto_number),
+            (_, None) => None,
         }
     }
 }
@@ -232,11 +310,11 @@ impl Entry {
 /// flow's other direction) is dead too or missing. A live entry protects
 /// its partner; a dead one cannot, so a dead entry goes unless a live one
 /// names it.
-pub fn sweep(entries: &[Entry]) -> Vec<&Entry> {
+pub fn sweep<K: FlowKind>(entries: &[Entry<K>]) -> Vec<&Entry<K>> {
     if !entries.iter().any(Entry::dead) {
         return Vec::new();
     }
-    let protected: HashSet<FlowKey> = entries.iter().filter(|e| !e.dead()).filter_map(Entry::partner).collect();
+    let protected: HashSet<K> = entries.iter().filter(|e| !e.dead()).filter_map(Entry::partner).collect();
     entries.iter().filter(|e| e.dead() && !protected.contains(&e.key)).collect()
 }
 
@@ -257,7 +335,7 @@ pub struct Counts {
 
 impl Counts {
     /// Count `entries`.
-    pub fn of(entries: &[Entry]) -> Counts {
+    pub fn of<K: FlowKind>(entries: &[Entry<K>]) -> Counts {
         let mut c = Counts { total: entries.len(), ..Counts::default() };
         for e in entries {
             match e.direction {
@@ -286,7 +364,6 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
-    use crate::maps::{be_addr, be_port};
 
     const S: u64 = 1_000_000_000;
     const NOW: u64 = 10_000;
@@ -302,15 +379,9 @@ mod tests {
         }
     }
 
-    fn backends() -> Vec<BackendEntry> {
-        let b = |last, flags| BackendEntry {
-            ip: be_addr(Ipv4Addr::new(10, 0, 0, last)),
-            port: be_port(8080),
-            flags,
-            gen: 1,
-            ..BackendEntry::default()
-        };
-        vec![b(11, BACKEND_ACTIVE), b(12, 0)]
+    /// Slot 0 in service, slot 1 freed.
+    fn backends() -> Vec<Option<Slot>> {
+        vec![Some(Slot { addr: "10.0.0.11:8080".parse().unwrap(), gen: 1 }), None]
     }
 
     /// A NAT flow client:4000 → VIP:80 on backend slot `slot`, each
@@ -336,6 +407,14 @@ mod tests {
 
     #[test]
     fn entries_decode_with_their_backend_and_expiry() {
+        let stale = Entry::decode(
+            key([10, 9, 0, 1], 1, [10, 1, 1, 1], 80),
+            FlowEntry { backend: 0, gen: 2, ..Default::default() },
+            &backends(),
+            NOW * S,
+            &Timeouts::default(),
+        );
+        assert_eq!(stale.via, None, "a slot's later occupant is not the flow's backend");
         let [f, r] = nat_flow(4000, 0, (State::Closing, 11), (State::Established, 5));
         assert_eq!(f.direction, Direction::Forward);
         assert_eq!(f.via, Some("10.0.0.11:8080".parse().unwrap()));
@@ -372,6 +451,57 @@ mod tests {
         assert_eq!(sweep(&[r]), [&r], "a reply whose forward entry went");
         let [f, _] = nat_flow(4000, 0, (State::Syn, 59), (State::Closing, 11));
         assert!(sweep(&[f]).is_empty());
+    }
+
+    /// As [`nat_flow`], over IPv6: client [fd00::100]:sport → [fd00:1::1]:80
+    /// on backend [fd00::11]:8080 (slot 0 of `slots`).
+    fn nat_flow6(sport: u16, slots: &[Option<Slot>], fwd: (State, u64), rep: (State, u64)) -> [Entry<FlowKey6>; 2] {
+        let t = Timeouts::default();
+        let (client, vip, backend): (SocketAddr, SocketAddr, SocketAddr) = (
+            format!("[fd00::100]:{sport}").parse().unwrap(),
+            "[fd00:1::1]:80".parse().unwrap(),
+            "[fd00::11]:8080".parse().unwrap(),
+        );
+        let fwd_v =
+            FlowEntry6 { backend: 0, gen: 1, state: fwd.0.code(), seen: (NOW - fwd.1) * S, ..Default::default() };
+        let rep_v = FlowEntry6 {
+            backend: FLOW_REPLY,
+            vip: Addr6("fd00:1::1".parse::<Ipv6Addr>().unwrap().octets()),
+            port: be_port(80),
+            state: rep.0.code(),
+            seen: (NOW - rep.1) * S,
+            ..Default::default()
+        };
+        [
+            Entry::decode(FlowKey6::of(client, vip, 6).unwrap(), fwd_v, slots, NOW * S, &t),
+            Entry::decode(FlowKey6::of(backend, client, 6).unwrap(), rep_v, slots, NOW * S, &t),
+        ]
+    }
+
+    #[test]
+    fn ipv6_entries_decode_and_sweep_as_ipv4_ones() {
+        let slots = vec![Some(Slot { addr: "[fd00::11]:8080".parse().unwrap(), gen: 1 })];
+        let [f, r] = nat_flow6(4000, &slots, (State::Established, 1), (State::Closing, 11));
+        assert_eq!((f.src.to_string(), f.dst.to_string()), ("[fd00::100]:4000".into(), "[fd00:1::1]:80".into()));
+        assert_eq!(f.via, Some("[fd00::11]:8080".parse().unwrap()));
+        assert_eq!((r.direction, r.via), (Direction::Reply, Some("[fd00:1::1]:80".parse().unwrap())));
+        assert_eq!((f.proto, f.proto_number), (Some(Protocol::Tcp), 6));
+        assert!(r.expired && !f.expired);
+        assert_eq!(f.partner(), Some(r.key));
+        assert_eq!(r.partner(), Some(f.key));
+        assert!(sweep(&[f, r]).is_empty(), "the live forward entry keeps its reply");
+        let dead = nat_flow6(4001, &slots, (State::Closing, 11), (State::Closing, 11));
+        let mut deleted: Vec<FlowKey6> = sweep(&[f, r, dead[0], dead[1]]).into_iter().map(|e| e.key).collect();
+        deleted.sort();
+        let mut want = vec![dead[0].key, dead[1].key];
+        want.sort();
+        assert_eq!(deleted, want);
+        let gone = nat_flow6(4002, &[None], (State::Established, 0), (State::Established, 1000));
+        assert_eq!(gone[0].via, None);
+        assert_eq!(sweep(&gone).len(), 2, "a flow whose backend left goes once its reply is idle too");
+        let c = Counts::of(&[f, r, dead[0], dead[1]]);
+        assert_eq!((c.total, c.forward, c.reply, c.expired), (4, 2, 2, 3));
+        assert_eq!(FlowKey6::of("10.0.0.1:1".parse().unwrap(), "[fd00::1]:2".parse().unwrap(), 6), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,7 @@ use aya::programs::Xdp;
 pub use aya::programs::XdpMode;
 use aya::{Ebpf, EbpfLoader};
 
-use crate::conntrack::{self, Entry, Timeouts};
+use crate::conntrack::{self, Entry, FlowKind, Slot, Timeouts};
 use crate::maps::*;
 use crate::spec::{Backend, Mode, Protocol, Select, ServiceKey, ServiceSpec};
 use crate::Error;
@@ -160,6 +160,14 @@ pub struct Sweep {
 
 /// Entries of the conntrack map unless told otherwise (two per NAT flow).
 pub const DEFAULT_CONNTRACK_ENTRIES: u32 = 2 * MAX_FLOWS;
+/// Entries of the conntrack6 map unless told otherwise.
+pub const DEFAULT_CONNTRACK6_ENTRIES: u32 = 2 * MAX_FLOWS6;
+
+/// Size the conntrack maps: `entries` each, or their defaults.
+fn size_conntrack(loader: &mut EbpfLoader<'_>, entries: Option<u32>) {
+    loader.map_max_entries("conntrack", entries.unwrap_or(DEFAULT_CONNTRACK_ENTRIES));
+    loader.map_max_entries("conntrack6", entries.unwrap_or(DEFAULT_CONNTRACK6_ENTRIES));
+}
 
 /// The program's maps.
 pub struct Dataplane {
@@ -169,6 +177,7 @@ pub struct Dataplane {
     ring: Array<MapData, u32>,
     backends: Array<MapData, BackendEntry>,
     conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    conntrack6: HashMap<MapData, FlowKey6, FlowEntry6>,
     ct_config: Array<MapData, CtConfig>,
     svc_stats: PerCpuArray<MapData, Counters>,
     backend_stats: PerCpuArray<MapData, Counters>,
@@ -201,18 +210,18 @@ pub enum BenchMode {
 impl Loaded {
     /// Load the program and create fresh maps.
     pub fn new() -> Result<Self, Error> {
-        Self::load(object()?, DEFAULT_CONNTRACK_ENTRIES)
+        Self::load(object()?, None)
     }
 
-    /// As [`Loaded::new`], with a conntrack map of `entries` entries.
+    /// As [`Loaded::new`], with conntrack maps of `entries` entries each.
     pub fn with_conntrack_entries(entries: u32) -> Result<Self, Error> {
-        Self::load(object()?, entries)
+        Self::load(object()?, Some(entries))
     }
 
     /// Load the benchmark variant (`bpf/bench.h`), for `BPF_PROG_TEST_RUN`
     /// only; [`Loaded::bench_mode`] sets what its prologue does.
     pub fn bench() -> Result<Self, Error> {
-        Self::load(bench_object()?, DEFAULT_CONNTRACK_ENTRIES)
+        Self::load(bench_object()?, None)
     }
 
     /// Set the benchmark variant's prologue for the next call; `call` must
@@ -224,11 +233,10 @@ impl Loaded {
         config.set(0, [mode as u32, call], 0).map_err(|e| Error::map("writing bench_config", e))
     }
 
-    fn load(object: &[u8], conntrack_entries: u32) -> Result<Self, Error> {
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("conntrack", conntrack_entries)
-            .load(object)
-            .map_err(|e| Error::load("loading lb.bpf.o", e))?;
+    fn load(object: &[u8], conntrack_entries: Option<u32>) -> Result<Self, Error> {
+        let mut loader = EbpfLoader::new();
+        size_conntrack(&mut loader, conntrack_entries);
+        let mut ebpf = loader.load(object).map_err(|e| Error::load("loading lb.bpf.o", e))?;
         program(&mut ebpf)?;
         let mut dataplane = Dataplane::from_maps(|name| {
             ebpf.take_map(name).ok_or_else(|| Error::Missing(format!("map {name} in lb.bpf.o")))
@@ -288,13 +296,13 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Load the object with every map pinned under `dir` (created if missing,
-/// with `conntrack_entries` entries in the conntrack map and the default
+/// with `conntrack_entries` entries in each conntrack map and the default
 /// conntrack timeouts; reused if pinned already).
-fn load_pinned(dir: &Path, conntrack_entries: u32) -> Result<Ebpf, Error> {
+fn load_pinned(dir: &Path, conntrack_entries: Option<u32>) -> Result<Ebpf, Error> {
     prepare_pin_dir(dir)?;
     let fresh = !dir.join("ct_config").exists();
     let mut loader = EbpfLoader::new();
-    loader.map_max_entries("conntrack", conntrack_entries);
+    size_conntrack(&mut loader, conntrack_entries);
     for name in MAP_NAMES {
         loader.map_pin_path(name, dir.join(name));
     }
@@ -321,7 +329,7 @@ pub fn attach(dir: &Path, iface: &str, mode: XdpMode) -> Result<bool, Error> {
     if pin.exists() {
         return Ok(false);
     }
-    let mut ebpf = load_pinned(dir, DEFAULT_CONNTRACK_ENTRIES)?;
+    let mut ebpf = load_pinned(dir, None)?;
     let prog = program(&mut ebpf)?;
     let id = prog.attach(iface, mode).map_err(|e| Error::program(format!("attaching to {iface}"), e))?;
     let link = prog.take_link(id).map_err(|e| Error::program("taking the link", e))?;
@@ -392,6 +400,7 @@ impl Dataplane {
             ring: typed(take("ring")?, "ring")?,
             backends: typed(take("backends")?, "backends")?,
             conntrack: typed(take("conntrack")?, "conntrack")?,
+            conntrack6: typed(take("conntrack6")?, "conntrack6")?,
             ct_config: typed(take("ct_config")?, "ct_config")?,
             svc_stats: typed(take("svc_stats")?, "svc_stats")?,
             backend_stats: typed(take("backend_stats")?, "backend_stats")?,
@@ -403,26 +412,28 @@ impl Dataplane {
     /// they are not there (mounting bpffs if needed).
     pub fn open_pinned(dir: &Path, create: bool) -> Result<Self, Error> {
         if create && !dir.join("services").exists() {
-            load_pinned(dir, DEFAULT_CONNTRACK_ENTRIES)?;
+            load_pinned(dir, None)?;
         }
         Self::open_existing(dir)
     }
 
     /// The pinned maps under `dir`, created and pinned first if they are not
-    /// there, with a conntrack map of `conntrack_entries` entries. When they
-    /// are, the size must be theirs: it is fixed until `reset`.
+    /// there, with conntrack maps (IPv4 and IPv6) of `conntrack_entries`
+    /// entries each. When they are, the size must be theirs: it is fixed
+    /// until `reset`.
     pub fn create_pinned(dir: &Path, conntrack_entries: u32) -> Result<Self, Error> {
         if !dir.join("services").exists() {
-            load_pinned(dir, conntrack_entries)?;
+            load_pinned(dir, Some(conntrack_entries))?;
         }
         let dp = Self::open_existing(dir)?;
-        let size = dp.conntrack_capacity()?;
-        if size != conntrack_entries {
-            return Err(Error::Spec(format!(
-                "the data plane in {} has a conntrack map of {size} entries, not {conntrack_entries}: \
-                 its size is set when it is created (`fulcrum lb reset` removes it, with its services)",
-                dir.display()
-            )));
+        for (name, size) in [("conntrack", dp.conntrack_capacity()?), ("conntrack6", dp.conntrack6_capacity()?)] {
+            if size != conntrack_entries {
+                return Err(Error::Spec(format!(
+                    "the data plane in {} has a {name} map of {size} entries, not {conntrack_entries}: \
+                     its size is set when it is created (`fulcrum lb reset` removes it, with its services)",
+                    dir.display()
+                )));
+            }
         }
         Ok(dp)
     }
@@ -445,10 +456,14 @@ impl Dataplane {
         })
     }
 
-    /// Entries the conntrack map can hold.
+    /// Entries the conntrack map (IPv4) can hold.
     pub fn conntrack_capacity(&self) -> Result<u32, Error> {
-        use aya::maps::IterableMap;
-        Ok(self.conntrack.map().info().map_err(|e| Error::map("reading conntrack's size", e))?.max_entries())
+        capacity(&self.conntrack, "conntrack")
+    }
+
+    /// Entries the conntrack6 map (IPv6) can hold.
+    pub fn conntrack6_capacity(&self) -> Result<u32, Error> {
+        capacity(&self.conntrack6, "conntrack6")
     }
 
     /// The conntrack timeouts the program applies.
@@ -463,44 +478,40 @@ impl Dataplane {
         self.ct_config.set(0, t.to_config(), 0).map_err(|e| Error::map("writing ct_config", e))
     }
 
-    /// Every conntrack entry as the map holds it, read in batches.
-    fn conntrack_raw(&self) -> Result<Vec<(FlowKey, FlowEntry)>, Error> {
-        use aya::maps::IterableMap;
-        crate::batch::lookup_all(self.conntrack.map().fd().as_fd(), 8192).map_err(|e| Error::io("reading conntrack", e))
+    /// Every IPv4 conntrack entry, decoded now, ordered by direction and key.
+    pub fn conntrack(&self) -> Result<Vec<Entry<FlowKey>>, Error> {
+        let (slots, timeouts) = (self.slots()?, self.timeouts()?);
+        Ok(sorted(decode(&self.conntrack, "conntrack", &slots, &timeouts)?))
     }
 
-    /// Every conntrack entry, decoded now, ordered by direction and key.
-    pub fn conntrack(&self) -> Result<Vec<Entry>, Error> {
-        let mut entries = self.conntrack_unordered()?;
-        entries.sort_by_key(|e| (e.direction == conntrack::Direction::Reply, e.src, e.dst, e.key.proto));
-        Ok(entries)
+    /// Every IPv6 conntrack entry, decoded now, ordered by direction and key.
+    pub fn conntrack6(&self) -> Result<Vec<Entry<FlowKey6>>, Error> {
+        let (slots, timeouts) = (self.slots()?, self.timeouts()?);
+        Ok(sorted(decode(&self.conntrack6, "conntrack6", &slots, &timeouts)?))
     }
 
-    fn conntrack_unordered(&self) -> Result<Vec<Entry>, Error> {
-        let backends: Vec<BackendEntry> = self.backend_entries()?.into_iter().map(|(_, e)| e).collect();
-        let timeouts = self.timeouts()?;
-        let now = conntrack::now_ns();
-        Ok(self.conntrack_raw()?.into_iter().map(|(k, v)| Entry::decode(k, v, &backends, now, &timeouts)).collect())
-    }
-
-    /// Delete the expired conntrack entries ([`conntrack::sweep`] says
-    /// which). The table is read twice, and an entry that changed in
-    /// between (had a packet) is kept.
+    /// Delete the expired conntrack entries of both families
+    /// ([`conntrack::sweep`] says which). Each table is read twice, and an
+    /// entry that changed in between (had a packet) is kept.
     pub fn conntrack_gc(&mut self) -> Result<Sweep, Error> {
-        use aya::maps::IterableMap;
-        let entries = self.conntrack_unordered()?;
-        let doomed = conntrack::sweep(&entries);
-        if doomed.is_empty() {
-            return Ok(Sweep { examined: entries.len(), deleted: 0 });
-        }
-        let mut again = self.conntrack_raw()?;
-        again.sort_unstable_by_key(|(k, _)| *k);
-        let unchanged =
-            |e: &Entry| again.binary_search_by_key(&e.key, |(k, _)| *k).is_ok_and(|i| again[i].1 == e.value);
-        let keys: Vec<FlowKey> = doomed.into_iter().filter(|e| unchanged(e)).map(|e| e.key).collect();
-        let deleted = crate::batch::delete(self.conntrack.map().fd().as_fd(), &keys)
-            .map_err(|e| Error::io("deleting from conntrack", e))?;
-        Ok(Sweep { examined: entries.len(), deleted })
+        let (slots, timeouts) = (self.slots()?, self.timeouts()?);
+        let a = gc(&self.conntrack, "conntrack", &slots, &timeouts)?;
+        let b = gc(&self.conntrack6, "conntrack6", &slots, &timeouts)?;
+        Ok(Sweep { examined: a.examined + b.examined, deleted: a.deleted + b.deleted })
+    }
+
+    /// The backend slots in service, by slot, as conntrack entries name them.
+    fn slots(&self) -> Result<Vec<Option<Slot>>, Error> {
+        self.backend_entries()?
+            .into_iter()
+            .map(|(slot, e)| {
+                if e.flags & BACKEND_ACTIVE == 0 {
+                    return Ok(None);
+                }
+                let addr = SocketAddr::new(self.backend_ip(slot, &e)?, u16::from_be(e.port));
+                Ok(Some(Slot { addr, gen: e.gen }))
+            })
+            .collect()
     }
 
     /// Create `spec`'s service, or change it: backends that stay keep their
@@ -781,6 +792,55 @@ impl Dataplane {
     fn zero_backend_stats(&mut self, slot: u32) -> Result<(), Error> {
         self.backend_stats.set(slot, zeros()?, 0).map_err(|e| Error::map("resetting backend_stats", e))
     }
+}
+
+fn capacity<K: FlowKind>(map: &HashMap<MapData, K, K::Value>, name: &str) -> Result<u32, Error> {
+    use aya::maps::IterableMap;
+    Ok(map.map().info().map_err(|e| Error::map(format!("reading {name}'s size"), e))?.max_entries())
+}
+
+/// Every entry of a conntrack map as it holds it, read in batches.
+fn raw<K: FlowKind>(map: &HashMap<MapData, K, K::Value>, name: &str) -> Result<Vec<(K, K::Value)>, Error> {
+    use aya::maps::IterableMap;
+    crate::batch::lookup_all(map.map().fd().as_fd(), 8192).map_err(|e| Error::io(format!("reading {name}"), e))
+}
+
+fn decode<K: FlowKind>(
+    map: &HashMap<MapData, K, K::Value>,
+    name: &str,
+    slots: &[Option<Slot>],
+    t: &Timeouts,
+) -> Result<Vec<Entry<K>>, Error> {
+    let now = conntrack::now_ns();
+    Ok(raw(map, name)?.into_iter().map(|(k, v)| Entry::decode(k, v, slots, now, t)).collect())
+}
+
+fn sorted<K: FlowKind>(mut entries: Vec<Entry<K>>) -> Vec<Entry<K>> {
+    entries.sort_by_key(|e| (e.direction == conntrack::Direction::Reply, e.src, e.dst, e.proto_number));
+    entries
+}
+
+/// Delete a conntrack map's expired entries that have not changed since
+/// they were read.
+fn gc<K: FlowKind>(
+    map: &HashMap<MapData, K, K::Value>,
+    name: &str,
+    slots: &[Option<Slot>],
+    t: &Timeouts,
+) -> Result<Sweep, Error> {
+    use aya::maps::IterableMap;
+    let entries = decode(map, name, slots, t)?;
+    let doomed = conntrack::sweep(&entries);
+    if doomed.is_empty() {
+        return Ok(Sweep { examined: entries.len(), deleted: 0 });
+    }
+    let mut again = raw(map, name)?;
+    again.sort_unstable_by_key(|(k, _)| *k);
+    let unchanged = |e: &Entry<K>| again.binary_search_by_key(&e.key, |(k, _)| *k).is_ok_and(|i| again[i].1 == e.value);
+    let keys: Vec<K> = doomed.into_iter().filter(|e| unchanged(e)).map(|e| e.key).collect();
+    let deleted = crate::batch::delete(map.map().fd().as_fd(), &keys)
+        .map_err(|e| Error::io(format!("deleting from {name}"), e))?;
+    Ok(Sweep { examined: entries.len(), deleted })
 }
 
 fn zeros() -> Result<PerCpuValues<Counters>, Error> {

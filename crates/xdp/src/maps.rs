@@ -77,7 +77,7 @@ pub struct SvcKey6 {
 
 /// Key of the `conntrack6` map: `struct flow_key6`, also the v6 flow hash's input.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct FlowKey6 {
     /// Source address.
     pub saddr: Addr6,

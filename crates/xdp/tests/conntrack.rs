@@ -151,8 +151,8 @@ mod needs_root {
         let e = fx.entries();
         let (fwd, rep) = (&e[&f.key()], &e[&reply_key(&f, b)]);
         assert_eq!((fwd.direction, rep.direction), (Direction::Forward, Direction::Reply));
-        assert_eq!(fwd.via, Some(std::net::SocketAddrV4::new(b, 8080)));
-        assert_eq!(rep.via, Some(std::net::SocketAddrV4::new(VIP, 80)));
+        assert_eq!(fwd.via, Some(std::net::SocketAddrV4::new(b, 8080).into()));
+        assert_eq!(rep.via, Some(std::net::SocketAddrV4::new(VIP, 80).into()));
         assert!(!fwd.expired && fwd.idle < Duration::from_secs(1));
         // Served from the flow cache now; a FIN still reaches the entry, and
         // closes the other direction's too.
@@ -318,7 +318,7 @@ mod needs_root {
         for i in 0..300u16 {
             let f = flow(1000 + i, 80, Protocol::Tcp);
             let b = entries[&f.key()].via.unwrap();
-            assert_eq!(fx.send(&f, tcp::ACK), *b.ip());
+            assert_eq!(std::net::IpAddr::from(fx.send(&f, tcp::ACK)), b.ip());
         }
     }
 }
