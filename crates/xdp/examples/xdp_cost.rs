@@ -323,7 +323,10 @@ fn main() -> Res<()> {
     let f6 = median(&filled["DSR6 new"]);
     println!("| IPv6 DSR, conntrack hit (no flow cache) | xxHash64 | {:.0} | one flow, {hot} |", m("DSR6 hit"));
     println!("| IPv6 DSR, new flow, table not full | xxHash64 | {:.0} | {fill}; variant − prologue |", f6 - fresh);
-    println!("| IPv6 DSR, new flow, table full | xxHash64 | {:.0} | {hot}; variant − prologue |", m("DSR6 new") - fresh);
+    println!(
+        "| IPv6 DSR, new flow, table full | xxHash64 | {:.0} | {hot}; variant − prologue |",
+        m("DSR6 new") - fresh
+    );
     println!("| not for a service (XDP_PASS) | - | {:.0} | {hot} |", m("pass"));
     println!("| empty program (XDP_PASS): the harness's own cost | - | {:.0} | {hot} |", m("empty"));
     for (what, ns) in [("restore the frame", restore), ("restore, uncache", uncached), ("restore, new source", fresh)] {
