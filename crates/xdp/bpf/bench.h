@@ -90,10 +90,19 @@ static __always_inline void bench_prologue(struct xdp_md *ctx)
 			c->key.proto = 0;
 	}
 	if (cfg->mode == BENCH_NEW_FLOWS) {
+		__u32 n = (*next)++;
+		struct ethhdr *eth = (void *)data;
+		if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+			/* The source's low 64 bits: <cpu>, n. BENCH_LEN covers
+			 * the IPv6 header, enough for DSR (only MACs change). */
+			struct ipv6hdr *ip6 = (void *)(eth + 1);
+			ip6->saddr.in6_u.u6_addr32[2] = bpf_htonl(bpf_get_smp_processor_id());
+			ip6->saddr.in6_u.u6_addr32[3] = bpf_htonl(n);
+			return;
+		}
 		/* 11.<cpu>.x.y, port from the high bits: 2^32 flows per CPU.
 		 * Checksums are left wrong: the program does not verify them. */
-		__u32 n = (*next)++;
-		struct iphdr *ip = (void *)data + sizeof(struct ethhdr);
+		struct iphdr *ip = (void *)(eth + 1);
 		__u16 *sport = (void *)(ip + 1);
 		ip->saddr = bpf_htonl(0x0b000000 | (bpf_get_smp_processor_id() & 0xff) << 16 | (n & 0xffff));
 		*sport = bpf_htons((__u16)(n >> 16));

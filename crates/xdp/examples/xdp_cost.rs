@@ -18,7 +18,9 @@
 //!   that each repetition took the path it is named for (hit, new flow,
 //!   pass) and the action is checked;
 //! - new flows into a table that is not full: the same, on a freshly loaded
-//!   variant each round, with at most 50,000 flows;
+//!   variant for each case and round, with at most 50,000 flows;
+//! - IPv6 (DSR, xxHash64): a conntrack hit (IPv6 has no flow cache) and new
+//!   flows, as for IPv4;
 //! - cold rows: M distinct flows, one call per packet (the first packets of
 //!   the flows, then their second packets), NAT, production program. Each
 //!   call starts with cold caches and carries the syscall's own overhead;
@@ -37,8 +39,8 @@ use std::net::Ipv4Addr;
 use fulcrum_balance::HashFunction;
 use fulcrum_xdp::conntrack::{State, Timeouts};
 use fulcrum_xdp::dataplane::{BenchMode, EmptyProgram};
-use fulcrum_xdp::fixture::{FibFixture, CLIENT, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP};
-use fulcrum_xdp::flow::Flow;
+use fulcrum_xdp::fixture::{FibFixture, CLIENT, CLIENT6, CLIENT_MAC, LB0_MAC, LB1_MAC, VIP, VIP6};
+use fulcrum_xdp::flow::{Flow, Flow6};
 use fulcrum_xdp::maps::Counters;
 use fulcrum_xdp::packet::tcp;
 use fulcrum_xdp::spec::{parse_endpoints, Mode, Protocol, Select, ServiceKey, ServiceSpec};
@@ -62,6 +64,15 @@ fn frame_to(dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
     packet::build_tcp(&flow, flags, CLIENT_MAC, LB1_MAC, &[0u8; 6])
 }
 
+/// An IPv6 packet with TCP flags `flags` from the client to the IPv6 VIP.
+fn frame6(sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let flow = Flow6 { src: CLIENT6, dst: VIP6, sport, dport, proto: Protocol::Tcp };
+    packet::build6(&flow, flags, CLIENT_MAC, LB1_MAC, &[0u8; 6])
+}
+
+/// The IPv6 service's port (DSR, xxHash64).
+const PORT6: u16 = 84;
+
 /// Ports 80/81: DSR with each hash; 82/83: NAT with each hash.
 const SERVICES: [(u16, Mode, HashFunction); 4] = [
     (80, Mode::Dsr, HashFunction::Xxhash),
@@ -82,6 +93,15 @@ fn setup(loaded: &mut Loaded) -> Res<()> {
             hash,
         })?;
     }
+    let backends6: Vec<_> = (0x11..=0x13).map(|last| format!("[fd00:201::{last:x}]")).collect();
+    loaded.dataplane.upsert(&ServiceSpec {
+        key: ServiceKey { vip: VIP6.into(), port: PORT6, proto: Protocol::Tcp },
+        backend_port: PORT6,
+        backends: parse_endpoints(&backends6.join(","))?,
+        mode: Mode::Dsr,
+        select: Select::Maglev,
+        hash: HashFunction::Xxhash,
+    })?;
     Ok(())
 }
 
@@ -252,8 +272,11 @@ fn main() -> Res<()> {
         cases.push(case(n("DSR new"), Bench(NewFlows), syn(2, dsr), Some(dsr), true, action::REDIRECT));
         cases.push(case(n("NAT new"), Bench(NewFlows), syn(2, nat), Some(nat), true, action::REDIRECT));
     }
-    // New flows into a table that is not full: a fresh load each round, and
-    // few enough flows that no insert evicts (NAT takes two entries a flow).
+    cases.push(case("DSR6 hit", Production, frame6(1, PORT6, tcp::ACK), Some(PORT6), false, action::REDIRECT));
+    cases.push(case("DSR6 new", Bench(NewFlows), frame6(2, PORT6, tcp::SYN), Some(PORT6), true, action::REDIRECT));
+    // New flows into a table that is not full: a fresh load for each case
+    // and round, and few enough flows that no insert evicts (NAT takes two
+    // entries a flow).
     let filling = repeat.min(50_000);
     let mut filled: std::collections::HashMap<&str, Vec<u32>> = Default::default();
     for _ in 0..rounds {
@@ -261,9 +284,9 @@ fn main() -> Res<()> {
             let ns = runner.run(&mut bench, c, repeat)?;
             c.samples.push(ns);
         }
-        let mut fresh = Loaded::bench()?;
-        setup(&mut fresh)?;
         for c in cases.iter().filter(|c| c.new) {
+            let mut fresh = Loaded::bench()?;
+            setup(&mut fresh)?;
             let ns = runner.run(&mut fresh, c, filling)?;
             filled.entry(c.name).or_default().push(ns);
         }
@@ -297,6 +320,13 @@ fn main() -> Res<()> {
             println!("| {case} | {name} | {ns:.0} | {method} |");
         }
     }
+    let f6 = median(&filled["DSR6 new"]);
+    println!("| IPv6 DSR, conntrack hit (no flow cache) | xxHash64 | {:.0} | one flow, {hot} |", m("DSR6 hit"));
+    println!("| IPv6 DSR, new flow, table not full | xxHash64 | {:.0} | {fill}; variant − prologue |", f6 - fresh);
+    println!(
+        "| IPv6 DSR, new flow, table full | xxHash64 | {:.0} | {hot}; variant − prologue |",
+        m("DSR6 new") - fresh
+    );
     println!("| not for a service (XDP_PASS) | - | {:.0} | {hot} |", m("pass"));
     println!("| empty program (XDP_PASS): the harness's own cost | - | {:.0} | {hot} |", m("empty"));
     for (what, ns) in [("restore the frame", restore), ("restore, uncache", uncached), ("restore, new source", fresh)] {
