@@ -192,13 +192,10 @@ impl Config {
     /// The algorithm a table names (`kind`), with the rest of the table as
     /// its parameters, checked.
     pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
-        let (factory, params) = fulcrum_config::registry::from_table(
-            &ALGORITHMS,
-            &mut table,
-            "kind",
-            "congestion control",
-            |f, t| f.parse(t),
-        )?;
+        let (factory, params) =
+            fulcrum_config::registry::from_table(&ALGORITHMS, &mut table, "kind", "congestion control", |f, t| {
+                f.parse(t)
+            })?;
         factory.check(&*params)?;
         Ok(Config { factory, params })
     }

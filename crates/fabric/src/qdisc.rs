@@ -193,7 +193,13 @@ impl Qdisc {
     /// The dequeue's marking rule for `p`, just taken off the FIFO.
     #[inline]
     fn leave(&mut self, now: Nanos, mut p: Packet) -> Packet {
-        let d = Departure { now, sojourn: now - p.enqueued, queued: self.fifo.len() as u32, bytes: self.bytes, ect: p.ect() };
+        let d = Departure {
+            now,
+            sojourn: now - p.enqueued,
+            queued: self.fifo.len() as u32,
+            bytes: self.bytes,
+            ect: p.ect(),
+        };
         let mark = self.rule.on_departure(&d);
         if self.requiet {
             self.quiet = self.rule.quiet();

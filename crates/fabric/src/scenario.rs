@@ -933,9 +933,13 @@ impl Scenario {
         let aqm = rules(&raw.aqm, "aqm")?;
         let congestion = congestion_config(&raw.tcp.congestion).map_err(|(f, m)| src.error_in(&f, m))?;
         let class_aqm = match raw.scheduler.as_ref() {
-            Some(s) => {
-                s.extras().1.iter().enumerate().map(|(i, t)| rules(t, &format!("scheduler.aqm[{i}]"))).collect::<Result<_, _>>()?
-            }
+            Some(s) => s
+                .extras()
+                .1
+                .iter()
+                .enumerate()
+                .map(|(i, t)| rules(t, &format!("scheduler.aqm[{i}]")))
+                .collect::<Result<_, _>>()?,
             None => Vec::new(),
         };
         let routing = match &raw.routing {
@@ -1224,7 +1228,10 @@ mod tests {
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
         assert!(err.starts_with("--set aqm.treshold=3us: aqm.treshold: ecn-sharp: unknown field `treshold`"), "{err}");
         let err = parse(&base(), &["aqm.threshold=3 parsecs"]).unwrap_err();
-        assert!(err.starts_with("--set aqm.threshold=3 parsecs: aqm.threshold: ecn-sharp: \"3 parsecs\" is not"), "{err}");
+        assert!(
+            err.starts_with("--set aqm.threshold=3 parsecs: aqm.threshold: ecn-sharp: \"3 parsecs\" is not"),
+            "{err}"
+        );
         let err = parse(&base(), &["buffers.device_packets=0"]).unwrap_err();
         assert_eq!(err, "--set buffers.device_packets=0: buffers.device_packets: must be above 0 (found 0)");
         assert_eq!(parse(&base(), &["nonsense"]).unwrap_err(), "--set nonsense: (syntax): expected KEY=VALUE");

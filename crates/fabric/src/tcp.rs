@@ -96,13 +96,7 @@ pub struct TcpConfig {
 
 impl Default for TcpConfig {
     fn default() -> Self {
-        TcpConfig {
-            mss: 1400,
-            iw: 10,
-            min_rto: 5_000_000,
-            granularity: 100_000,
-            initial_rtt: 80_000,
-        }
+        TcpConfig { mss: 1400, iw: 10, min_rto: 5_000_000, granularity: 100_000, initial_rtt: 80_000 }
     }
 }
 

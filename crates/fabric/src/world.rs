@@ -29,11 +29,11 @@ use std::collections::VecDeque;
 
 use fulcrum_des::{Model, Wheel};
 
+use crate::aqm::{self, DropTail};
+use crate::cc;
 use crate::faults::Faults;
 use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SchemeStats, SwitchCtx};
 use crate::packet::{probe_flow, Kind, Nanos, Packet, NO_PATH};
-use crate::aqm::{self, DropTail};
-use crate::cc;
 use crate::qdisc::{Qdisc, QueueStats};
 use crate::reseq::Resequencer;
 use crate::ring;
@@ -340,7 +340,8 @@ impl World {
                     _ if plain => {
                         let host = matches!(p.from, End::Host(_));
                         let limit = if host { cfg.host_limit } else { u32::MAX };
-                        let rule = if host && !delayed && cfg.nic_marking { cfg.marking.build() } else { Box::new(DropTail) };
+                        let rule =
+                            if host && !delayed && cfg.nic_marking { cfg.marking.build() } else { Box::new(DropTail) };
                         Scheduler::fifo(Qdisc::new(limit, rule))
                     }
                     Some((policy, n)) if scheduled => Scheduler::new(
