@@ -215,6 +215,11 @@ fn fabric_scenario_keys_are_in_the_reference() {
             "crates/fabric/src/lb/clove.rs",
             "crates/fabric/src/lb/flowbender.rs",
             "crates/fabric/src/lb/hermes.rs",
+            // So are each queue discipline's and congestion control's.
+            "crates/fabric/src/aqm/threshold.rs",
+            "crates/fabric/src/aqm/ecn_sharp.rs",
+            "crates/fabric/src/codel.rs",
+            "crates/fabric/src/cc.rs",
         ],
         &["docs/reference/fabric-scenario.md", "docs/reference/input-files.md"],
     );

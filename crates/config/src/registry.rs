@@ -143,3 +143,89 @@ pub fn parse_params<T: serde::de::DeserializeOwned + Params>(table: toml::Table)
         .map(|c| Box::new(c) as Box<dyn Params>)
         .map_err(|e| e.message().to_string())
 }
+
+/// A parameter that fails its factory's check: its key and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamError {
+    /// The key in the table (empty: the table as a whole).
+    pub field: String,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+impl ParamError {
+    /// A failed check of `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ParamError { field: field.into(), message: message.into() }
+    }
+
+    /// `field` must be finite and above 0.
+    pub fn positive(field: &str, v: f64) -> Result<(), ParamError> {
+        if v > 0.0 && v.is_finite() {
+            Ok(())
+        } else {
+            Err(ParamError::new(field, format!("must be above 0 (found {v})")))
+        }
+    }
+
+    /// `field` must be strictly between 0 and 1.
+    pub fn fraction(field: &str, v: f64) -> Result<(), ParamError> {
+        if v > 0.0 && v < 1.0 {
+            Ok(())
+        } else {
+            Err(ParamError::new(field, format!("must be between 0 and 1, exclusive (found {v})")))
+        }
+    }
+
+    /// This error inside the table at `path` (`aqm`, `routing`, …): its
+    /// field as a dotted path, and its message.
+    pub fn within(self, path: &str) -> (String, String) {
+        let field = if self.field.is_empty() { path.to_string() } else { format!("{path}.{}", self.field) };
+        (field, self.message)
+    }
+}
+
+/// The factory a table names under `key` (which is taken out of it, the
+/// rest being the factory's parameters), and those parameters read by
+/// `parse`; `what` words the kind of factory in errors ("scheme").
+pub fn from_table<F: ?Sized + Named + 'static, P>(
+    registry: &Registry<F>,
+    table: &mut toml::Table,
+    key: &str,
+    what: &str,
+    parse: impl FnOnce(&'static F, toml::Table) -> Result<P, String>,
+) -> Result<(&'static F, P), ParamError> {
+    let name = match table.remove(key) {
+        Some(toml::Value::String(name)) => name,
+        Some(other) => return Err(ParamError::new(key, format!("must be a string, not {other}"))),
+        None => return Err(ParamError::new(key, format!("missing: name a {what}"))),
+    };
+    let Some(factory) = registry.lookup(&name) else {
+        return Err(ParamError::new(key, format!("unknown {what} {name:?} (expected one of: {})", registry.known())));
+    };
+    let keys = table.clone();
+    let params = parse(factory, std::mem::take(table)).map_err(|message| {
+        // serde names an unknown key first: "unknown field `x`, …".
+        let field = match message.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+            Some(field) => field,
+            None => key_quoted_in(&keys, &message).unwrap_or(""),
+        };
+        ParamError::new(field, format!("{}: {message}", factory.name()))
+    })?;
+    Ok((factory, params))
+}
+
+/// The one key of `table` whose value serde's `message` quotes ("\"3
+/// parsecs\" is not a duration", "invalid type: integer `5`"), if one.
+fn key_quoted_in<'a>(table: &'a toml::Table, message: &str) -> Option<&'a str> {
+    let quoted = |v: &toml::Value| match v {
+        toml::Value::String(s) => message.contains(&format!("{s:?}")),
+        toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+            message.contains(&format!("`{v}`"))
+        }
+        _ => false,
+    };
+    let mut keys = table.iter().filter(|(_, v)| quoted(v)).map(|(k, _)| k.as_str());
+    let key = keys.next()?;
+    keys.next().is_none().then_some(key)
+}

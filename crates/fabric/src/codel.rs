@@ -30,6 +30,9 @@
 //! 32 × 32 → 64-bit multiply. So the marks fall on the same nanosecond
 //! boundaries as the original's.
 
+use serde::{Deserialize, Serialize};
+
+use crate::aqm::{Aqm, AqmHooks, AqmType, Departure, ParamError};
 use crate::packet::Nanos;
 
 /// ns-3's CoDel time unit: nanoseconds shifted right by 10.
@@ -52,14 +55,64 @@ fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-/// CoDel's parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// CoDel's parameters (`kind = "codel"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Params {
+    #[serde(with = "fulcrum_config::nanos")]
     pub target: Nanos,
+    /// At least 1024 ns (CoDel counts time in 1024 ns units).
+    #[serde(with = "fulcrum_config::nanos")]
     pub interval: Nanos,
     /// A packet leaving fewer bytes than this behind it is never marked
     /// (ns-3's `MinBytes`, 1500 by default).
+    #[serde(default = "mtu")]
     pub min_bytes: u64,
+}
+
+fn mtu() -> u64 {
+    1500
+}
+
+/// CoDel as a queue's marking rule: its parameters and state.
+#[derive(Clone, Copy, Debug)]
+pub struct CoDelRule {
+    pub params: Params,
+    pub state: CoDel,
+}
+
+impl AqmType for CoDelRule {
+    const NAME: &'static str = "codel";
+    type Params = Params;
+
+    fn check(p: &Params) -> Result<(), ParamError> {
+        if p.interval < 1 << SHIFT {
+            return Err(ParamError::new("interval", "CoDel's interval must be at least 1024ns"));
+        }
+        Ok(())
+    }
+
+    fn build(p: &Params) -> Box<dyn Aqm> {
+        Box::new(CoDelRule { params: *p, state: CoDel::default() })
+    }
+}
+
+impl Aqm for CoDelRule {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn hooks(&self) -> AqmHooks {
+        AqmHooks { arrival: false, empty: true, requiet: false }
+    }
+
+    fn on_departure(&mut self, d: &Departure) -> bool {
+        self.state.on_dequeue(&self.params, d.now, d.sojourn, d.bytes, d.ect)
+    }
+
+    fn on_empty(&mut self) {
+        self.state.on_empty();
+    }
 }
 
 /// One queue's CoDel state.

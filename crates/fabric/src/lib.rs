@@ -14,11 +14,15 @@
 //!
 //! - [`packet`]: the packet value.
 //! - [`txtime`]: a packet's transmission time, rounded as ns-3 rounds it.
-//! - [`qdisc`]: queue disciplines and their marking rules.
+//! - [`qdisc`]: queue disciplines.
+//! - [`aqm`]: their marking rules (drop-tail, RED, TCN, ECN#, CoDel) and
+//!   the registry of rules by name.
 //! - [`codel`]: CoDel's marking state machine (RFC 8289, ns-3's arithmetic).
 //! - [`sched`]: DWRR, strict-priority and WFQ schedulers over per-class
 //!   disciplines.
-//! - [`tcp`]: NewReno and DCTCP state machines.
+//! - [`tcp`]: the TCP sender and receiver state machines.
+//! - [`cc`]: their congestion control (NewReno, DCTCP) and the registry of
+//!   algorithms by name.
 //! - [`reseq`]: the receiver's resequencing buffer for per-packet schemes.
 //! - [`topology`]: leaf-spine, star and dumbbell fabrics and their
 //!   equal-cost groups.
@@ -41,6 +45,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod aqm;
+pub mod cc;
 pub mod codel;
 pub mod faults;
 pub mod flowlist;
@@ -167,6 +173,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
     }
     let cfg = ModelConfig {
         tcp: scenario.tcp_config(),
+        congestion: scenario.congestion.clone(),
         header: scenario.tcp.header_bytes,
         device_packets: scenario.buffers.device_packets,
         switch_limit: scenario.buffers.switch_packets,

@@ -22,14 +22,14 @@ use std::path::{Path, PathBuf};
 use fulcrum_config::Source;
 use serde::Deserialize;
 
-use crate::codel;
+use crate::aqm;
+use crate::cc;
 use crate::faults::{BlackHole, FaultConfig, LinkFailure};
 use crate::flowlist;
 use crate::lb;
 use crate::metrics::Convention;
 use crate::packet::Nanos;
 use crate::ports;
-use crate::qdisc::Marking;
 use crate::sched::Policy;
 use crate::tcp::TcpConfig;
 use crate::topology::{End, Fabric, Shape};
@@ -57,7 +57,7 @@ struct RawScenario {
     buffers: Buffers,
     #[serde(default)]
     tcp: Tcp,
-    aqm: Aqm,
+    aqm: toml::Table,
     #[serde(default)]
     hosts: Hosts,
     workload: Workload,
@@ -85,7 +85,12 @@ pub struct Scenario {
     pub topology: Topology,
     pub buffers: Buffers,
     pub tcp: Tcp,
-    pub aqm: Aqm,
+    /// Every flow's congestion control (`tcp.congestion`).
+    pub congestion: cc::Config,
+    /// The marking rule of the queues (`[aqm]`).
+    pub aqm: aqm::Config,
+    /// Each scheduler class's rule (`scheduler.aqm`); empty: `aqm`.
+    pub class_aqm: Vec<aqm::Config>,
     pub hosts: Hosts,
     pub workload: Workload,
     /// Scheduler of every switch port; none: one discipline per port.
@@ -212,18 +217,22 @@ impl From<ServiceRule> for Service {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Tcp {
     pub mss: u32,
     pub initial_window: u32,
     pub min_rto: Dur,
     pub clock_granularity: Dur,
     pub initial_rtt: Dur,
-    /// DCTCP (true) or NewReno (false).
-    pub dctcp: bool,
-    pub dctcp_g: f64,
     /// IP + TCP header bytes per packet.
     pub header_bytes: u32,
+    /// The congestion control: `kind` names it, the other keys are its
+    /// parameters (see [`cc`]); DCTCP with g = 1/16 unless given.
+    pub congestion: toml::Table,
+}
+
+fn dctcp() -> toml::Table {
+    toml::Table::from_iter([("kind".to_string(), toml::Value::from("dctcp"))])
 }
 
 impl Default for Tcp {
@@ -234,36 +243,10 @@ impl Default for Tcp {
             min_rto: Dur(5_000_000),
             clock_granularity: Dur(100_000),
             initial_rtt: Dur(80_000),
-            dctcp: true,
-            dctcp_g: 1.0 / 16.0,
             header_bytes: 52,
+            congestion: dctcp(),
         }
     }
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
-pub enum Aqm {
-    DropTail,
-    Red {
-        k: u32,
-    },
-    Tcn {
-        threshold: Dur,
-    },
-    EcnSharp {
-        threshold: Dur,
-        target: Dur,
-        interval: Dur,
-    },
-    /// CoDel marking (RFC 8289 as ns-3 implements it); `min_bytes` 1500
-    /// unless given.
-    Codel {
-        target: Dur,
-        interval: Dur,
-        #[serde(default, with = "fulcrum_config::size")]
-        min_bytes: Option<u64>,
-    },
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -430,28 +413,28 @@ pub enum SchedulerCfg {
         #[serde(default)]
         ports: Vec<String>,
         #[serde(default)]
-        aqm: Vec<Aqm>,
+        aqm: Vec<toml::Table>,
     },
     Strict {
         classes: u32,
         #[serde(default)]
         ports: Vec<String>,
         #[serde(default)]
-        aqm: Vec<Aqm>,
+        aqm: Vec<toml::Table>,
     },
     Wfq {
         weights: Vec<u32>,
         #[serde(default)]
         ports: Vec<String>,
         #[serde(default)]
-        aqm: Vec<Aqm>,
+        aqm: Vec<toml::Table>,
     },
 }
 
 impl SchedulerCfg {
     /// The ports it is limited to (empty: every switch port) and the
     /// per-class disciplines (empty: `[aqm]` for every class).
-    fn extras(&self) -> (&[String], &[Aqm]) {
+    fn extras(&self) -> (&[String], &[toml::Table]) {
         match self {
             SchedulerCfg::Dwrr { ports, aqm, .. }
             | SchedulerCfg::Strict { ports, aqm, .. }
@@ -665,9 +648,7 @@ impl Tcp {
             );
         }
         positive("tcp.initial_window", self.initial_window as f64)?;
-        if !(self.dctcp_g > 0.0 && self.dctcp_g <= 1.0) {
-            return bad("tcp.dctcp_g", format!("must be within (0, 1] (found {})", self.dctcp_g));
-        }
+        congestion_config(&self.congestion)?;
         Ok(())
     }
 }
@@ -685,19 +666,6 @@ impl Hosts {
     }
 }
 
-impl Aqm {
-    /// `field` names it in errors.
-    fn check(&self, field: &str) -> Result<(), Invalid> {
-        // CoDel counts time in 1024 ns units.
-        match self {
-            Aqm::Codel { interval, .. } if interval.0 < 1024 => {
-                bad(format!("{field}.interval"), "CoDel's interval must be at least 1024ns")
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 impl SchedulerCfg {
     /// Classes of the scheduler.
     fn classes(&self) -> usize {
@@ -711,7 +679,7 @@ impl SchedulerCfg {
     fn check(&self) -> Result<(), Invalid> {
         let aqm = self.extras().1;
         for (i, a) in aqm.iter().enumerate() {
-            a.check(&format!("scheduler.aqm[{i}]"))?;
+            aqm_config(a, &format!("scheduler.aqm[{i}]"))?;
         }
         let n = self.classes();
         if n == 0 || n > 255 {
@@ -893,7 +861,7 @@ impl RawScenario {
         self.buffers.check()?;
         self.tcp.check()?;
         self.hosts.check()?;
-        self.aqm.check("aqm")?;
+        aqm_config(&self.aqm, "aqm")?;
         positive("monitor.interval", self.monitor.interval.0 as f64)?;
         if let Some(f) = &self.faults {
             f.check(&self.topology)?;
@@ -961,6 +929,19 @@ impl Scenario {
             }
             _ => None,
         };
+        let rules = |table: &toml::Table, path: &str| aqm_config(table, path).map_err(|(f, m)| src.error_in(&f, m));
+        let aqm = rules(&raw.aqm, "aqm")?;
+        let congestion = congestion_config(&raw.tcp.congestion).map_err(|(f, m)| src.error_in(&f, m))?;
+        let class_aqm = match raw.scheduler.as_ref() {
+            Some(s) => s
+                .extras()
+                .1
+                .iter()
+                .enumerate()
+                .map(|(i, t)| rules(t, &format!("scheduler.aqm[{i}]")))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
         let routing = match &raw.routing {
             Some(table) => routing_config(table).map_err(|(field, message)| src.error_in(&field, message))?,
             None => lb::Config::default(),
@@ -972,7 +953,9 @@ impl Scenario {
             topology: raw.topology,
             buffers: raw.buffers,
             tcp: raw.tcp,
-            aqm: raw.aqm,
+            congestion,
+            aqm,
+            class_aqm,
             hosts: raw.hosts,
             workload: raw.workload,
             scheduler: raw.scheduler,
@@ -1045,21 +1028,22 @@ impl Scenario {
             min_rto: t.min_rto.0,
             granularity: t.clock_granularity.0,
             initial_rtt: t.initial_rtt.0,
-            dctcp_g: t.dctcp.then_some(t.dctcp_g),
         }
     }
 
-    pub fn marking(&self) -> Marking {
-        marking_of(&self.aqm)
+    /// The marking rule of the queues.
+    pub fn marking(&self) -> aqm::Config {
+        self.aqm.clone()
     }
 
     /// The discipline of each scheduler class: `scheduler.aqm` when given,
     /// else `[aqm]` for every class; empty without a scheduler.
-    pub fn class_markings(&self) -> Vec<Marking> {
+    pub fn class_markings(&self) -> Vec<aqm::Config> {
         let Some(n) = self.scheduler_classes() else { return Vec::new() };
-        match self.scheduler.as_ref().map(|s| s.extras().1) {
-            Some(list) if !list.is_empty() => list.iter().map(marking_of).collect(),
-            _ => vec![self.marking(); n],
+        if self.class_aqm.is_empty() {
+            vec![self.marking(); n]
+        } else {
+            self.class_aqm.clone()
         }
     }
 
@@ -1165,27 +1149,19 @@ impl Topology {
 /// The scheme a `[routing]` table names, its parameters read and checked
 /// by the scheme (see [`lb::SchemeType`]).
 fn routing_config(table: &toml::Table) -> Result<lb::Config, Invalid> {
-    lb::Config::from_table(table.clone()).map_err(|e| match e.field.as_str() {
-        "" => ("routing".to_string(), e.message),
-        key => (format!("routing.{key}"), e.message),
-    })
+    lb::Config::from_table(table.clone()).map_err(|e| e.within("routing"))
 }
 
-/// The marking rule an `[aqm]` table describes.
-fn marking_of(aqm: &Aqm) -> Marking {
-    match *aqm {
-        Aqm::DropTail => Marking::DropTail,
-        Aqm::Red { k } => Marking::Red { k },
-        Aqm::Tcn { threshold } => Marking::Tcn { threshold: threshold.0 },
-        Aqm::EcnSharp { threshold, target, interval } => {
-            Marking::EcnSharp { threshold: threshold.0, target: target.0, interval: interval.0 }
-        }
-        Aqm::Codel { target, interval, min_bytes } => Marking::CoDel(codel::Params {
-            target: target.0,
-            interval: interval.0,
-            min_bytes: min_bytes.unwrap_or(1500),
-        }),
-    }
+/// The algorithm a `tcp.congestion` table names, its parameters read and
+/// checked by the algorithm (see [`cc::CongestionType`]).
+fn congestion_config(table: &toml::Table) -> Result<cc::Config, Invalid> {
+    cc::Config::from_table(table.clone()).map_err(|e| e.within("tcp.congestion"))
+}
+
+/// The rule an `[aqm]` table at `path` names, its parameters read and
+/// checked by the rule (see [`aqm::AqmType`]).
+fn aqm_config(table: &toml::Table, path: &str) -> Result<aqm::Config, Invalid> {
+    aqm::Config::from_table(table.clone()).map_err(|e| e.within(path))
 }
 
 #[cfg(test)]
@@ -1224,10 +1200,10 @@ mod tests {
     fn errors_name_file_line_and_field() {
         let text = base().replace("load = 0.6", "load = 1.2");
         let err = parse(&text, &[]).unwrap_err();
-        assert!(err.ends_with("x.toml:64:8: workload.load: must be above 0 and below 1 (found 1.2)"), "{err}");
+        assert!(err.ends_with("x.toml:63:8: workload.load: must be above 0 and below 1 (found 1.2)"), "{err}");
         let text = base().replace("load = 0.6", "load = 0.6\nlaod = 3");
         let err = parse(&text, &[]).unwrap_err();
-        assert!(err.contains("x.toml:65:1: workload.laod: unknown field `laod`"), "{err}");
+        assert!(err.contains("x.toml:64:1: workload.laod: unknown field `laod`"), "{err}");
         let err = parse(&base().replace("\"70us\"", "\"70 furlongs\""), &[]).unwrap_err();
         assert!(err.contains("x.toml:") && err.contains("furlongs"), "{err}");
         let err = parse(
@@ -1238,7 +1214,7 @@ mod tests {
             &[],
         )
         .unwrap_err();
-        assert!(err.ends_with("x.toml:65:35: workload.incast.receiver: hosts are 0 to 31 (found 99)"), "{err}");
+        assert!(err.ends_with("x.toml:64:35: workload.incast.receiver: hosts are 0 to 31 (found 99)"), "{err}");
     }
 
     #[test]
@@ -1246,13 +1222,16 @@ mod tests {
         let s = parse(&base(), &["workload.load=0.4", "aqm.threshold=30us"]).unwrap();
         let Workload::Poisson { load, .. } = s.workload else { panic!("a Poisson workload") };
         assert_eq!(load, 0.4);
-        assert!(matches!(s.aqm, Aqm::EcnSharp { threshold: Dur(30_000), .. }));
+        assert_eq!(s.aqm.params::<aqm::ecn_sharp::EcnSharpParams>().map(|p| p.threshold), Some(30_000));
         let err = parse(&base(), &["workload.load=2"]).unwrap_err();
         assert_eq!(err, "--set workload.load=2: workload.load: must be above 0 and below 1 (found 2)");
         let err = parse(&base(), &["aqm.treshold=3us"]).unwrap_err();
-        assert!(err.starts_with("--set aqm.treshold=3us: aqm.treshold: unknown field `treshold`"), "{err}");
+        assert!(err.starts_with("--set aqm.treshold=3us: aqm.treshold: ecn-sharp: unknown field `treshold`"), "{err}");
         let err = parse(&base(), &["aqm.threshold=3 parsecs"]).unwrap_err();
-        assert!(err.starts_with("--set aqm.threshold=3 parsecs: aqm"), "{err}");
+        assert!(
+            err.starts_with("--set aqm.threshold=3 parsecs: aqm.threshold: ecn-sharp: \"3 parsecs\" is not"),
+            "{err}"
+        );
         let err = parse(&base(), &["buffers.device_packets=0"]).unwrap_err();
         assert_eq!(err, "--set buffers.device_packets=0: buffers.device_packets: must be above 0 (found 0)");
         assert_eq!(parse(&base(), &["nonsense"]).unwrap_err(), "--set nonsense: (syntax): expected KEY=VALUE");
@@ -1279,12 +1258,12 @@ mod tests {
         let s = parse(&base(), &["routing.scheme=drill"]).unwrap();
         assert_eq!(s.routing(), lb::Config::new::<lb::Drill>(DrillParams { d: 2, memory: 1 }));
         let err = parse(&with("scheme = \"drill\"\nd = 0"), &[]).unwrap_err();
-        assert!(err.ends_with("x.toml:70:5: routing.d: sample 1 to 64 queues (found 0)"), "{err}");
+        assert!(err.ends_with("x.toml:69:5: routing.d: sample 1 to 64 queues (found 0)"), "{err}");
         let err = parse(&with("scheme = \"letflow\"\nflowlet_gap = \"0us\""), &[]).unwrap_err();
         assert!(err.contains("routing.flowlet_gap"), "{err}");
         let err = parse(&with("scheme = \"conga-lite\""), &[]).unwrap_err();
         assert!(
-            err.contains("x.toml:69:10: routing.scheme: unknown scheme \"conga-lite\" (expected one of: ecmp, drb"),
+            err.contains("x.toml:68:10: routing.scheme: unknown scheme \"conga-lite\" (expected one of: ecmp, drb"),
             "{err}"
         );
         let err = parse(&with("scheme = \"drb\"\nflowcell = 3"), &[]).unwrap_err();
@@ -1314,14 +1293,14 @@ mod tests {
         let h = HermesParams { reverse_ack: true, acklet_timeout: 200_000, ..HermesParams::default() };
         assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
         for (text, field) in [
-            ("scheme = \"conga\"\nq_bits = 7", "70:10: routing.q_bits: "),
-            ("scheme = \"conga\"\nalpha = 1.5", "70:9: routing.alpha: "),
-            ("scheme = \"clove\"\nflowlet_gap = \"0us\"", "70:15: routing.flowlet_gap: "),
-            ("scheme = \"flowbender\"\nrounds = 0", "70:10: routing.rounds: "),
-            ("scheme = \"hermes\"\nbad_delay = \"30us\"", "70:13: routing.bad_delay: "),
-            ("scheme = \"hermes\"\nreroute_probability = 2.0", "70:23: routing.reroute_probability: "),
+            ("scheme = \"conga\"\nq_bits = 7", "69:10: routing.q_bits: "),
+            ("scheme = \"conga\"\nalpha = 1.5", "69:9: routing.alpha: "),
+            ("scheme = \"clove\"\nflowlet_gap = \"0us\"", "69:15: routing.flowlet_gap: "),
+            ("scheme = \"flowbender\"\nrounds = 0", "69:10: routing.rounds: "),
+            ("scheme = \"hermes\"\nbad_delay = \"30us\"", "69:13: routing.bad_delay: "),
+            ("scheme = \"hermes\"\nreroute_probability = 2.0", "69:23: routing.reroute_probability: "),
             // A default that fails with the others given: located at the table.
-            ("scheme = \"hermes\"\ngood_delay = \"1s\"", "68:1: routing.bad_delay: "),
+            ("scheme = \"hermes\"\ngood_delay = \"1s\"", "67:1: routing.bad_delay: "),
         ] {
             let err = parse(&with(text), &[]).unwrap_err();
             assert!(err.contains(&format!("x.toml:{field}")), "{text}: {err}");
@@ -1355,9 +1334,9 @@ mod tests {
         assert_eq!(cfg.random_drop, Some((0, 0.005)));
         assert_eq!(cfg.black_hole, Some(BlackHole { spine: 0, src_leaf: Some(1), dst_leaf: None }));
         let err = parse(&with("slow_links = [[0, 1], [0, 4]]"), &[]).unwrap_err();
-        assert!(err.ends_with("x.toml:69:23: faults.slow_links[1]: names spine 4: there are 4 (0 to 3)"), "{err}");
+        assert!(err.ends_with("x.toml:68:23: faults.slow_links[1]: names spine 4: there are 4 (0 to 3)"), "{err}");
         let err = parse(&with("random_drop = { spine = 0, rate = 2 }"), &[]).unwrap_err();
-        assert!(err.ends_with("x.toml:69:35: faults.random_drop.rate: must be within (0, 1] (found 2)"), "{err}");
+        assert!(err.ends_with("x.toml:68:35: faults.random_drop.rate: must be within (0, 1] (found 2)"), "{err}");
         let err = parse(&with("black_hole = { spine = 0 }"), &[]).unwrap_err();
         assert!(err.contains("faults.black_hole: needs"), "{err}");
         let err = parse(&with("slow_fraction = 0.5\nslow_factr = 0.1"), &[]).unwrap_err();
@@ -1387,7 +1366,7 @@ mod tests {
         assert!(s.poisson().is_none() && s.cdf.is_none());
         let err = parse(&text.replace("class = 2 }", "class = 3 }"), &[]).unwrap_err();
         assert!(
-            err.contains("x.toml:58:48: workload.long[2].class: the scheduler has no such class (found 3)"),
+            err.contains("x.toml:57:48: workload.long[2].class: the scheduler has no such class (found 3)"),
             "{err}"
         );
         let err = parse(&text, &["workload.short.classes=4"]).unwrap_err();
@@ -1406,7 +1385,7 @@ mod tests {
         let bad = text.replace("leaf 3 -> host 31", "leaf 3 -> host 30 -> x");
         assert!(parse(&bad, &[]).unwrap_err().contains("monitor.queue_ports"));
         let err = parse(&text.replace("host 31", "host 32"), &[]).unwrap_err();
-        assert!(err.contains("x.toml:70:37: monitor.queue_ports[1]: ") && err.contains("no host 32"), "{err}");
+        assert!(err.contains("x.toml:69:37: monitor.queue_ports[1]: ") && err.contains("no host 32"), "{err}");
         let err = parse(&base(), &["monitor.queue_ports=[\"leaf 0 -> leaf 1\"]"]).unwrap_err();
         assert!(err.contains("monitor.queue_ports") && err.contains("no link"), "{err}");
     }
@@ -1439,11 +1418,11 @@ mod tests {
         let err = parse(&text, &["buffers.host_qdisc=false"]).unwrap_err();
         assert!(err.contains("buffers.host_qdisc") && err.contains("host_aqm"), "{err}");
         let err = parse(&text.replace("destinations = [16]", "destinations = [17]"), &[]).unwrap_err();
-        assert!(err.contains("x.toml:67:17: workload.destinations[0]: has host 17"), "{err}");
+        assert!(err.contains("x.toml:66:17: workload.destinations[0]: has host 17"), "{err}");
         let err = parse(&text, &["workload.incast.receiver=20"]).unwrap_err();
         assert!(err.contains("--set workload.incast.receiver"), "{err}");
         let err = parse(&text.replace("fan_in = 16", "fan_in = 17"), &[]).unwrap_err();
-        assert!(err.contains("x.toml:70:10: workload.incast.fan_in: must be 1 to 16 (found 17)"), "{err}");
+        assert!(err.contains("x.toml:69:10: workload.incast.fan_in: must be 1 to 16 (found 17)"), "{err}");
         let err = parse(&text.replace("bytes_max = 60000", "bytes_max = 60"), &[]).unwrap_err();
         assert!(err.contains("workload.incast.bytes_max"), "{err}");
     }
@@ -1452,8 +1431,8 @@ mod tests {
     fn codel_is_selectable() {
         let text = base();
         let s = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"150us\"}"]).unwrap();
-        let want = codel::Params { target: 10_000, interval: 150_000, min_bytes: 1500 };
-        assert_eq!(s.marking(), Marking::CoDel(want));
+        let want = crate::codel::Params { target: 10_000, interval: 150_000, min_bytes: 1500 };
+        assert_eq!(s.marking().params(), Some(&want));
         let err = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"1us\"}"]).unwrap_err();
         assert!(err.contains("aqm.interval"), "{err}");
     }
@@ -1463,11 +1442,13 @@ mod tests {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/fabric/mq-tcn.toml"))
             .unwrap();
         let s = parse(&text, &[]).unwrap();
-        assert_eq!(s.class_markings(), vec![Marking::Tcn { threshold: 150_000 }; 3]);
+        let tcn = |threshold| aqm::Config::new::<aqm::Tcn>(aqm::Tcn { threshold }).unwrap();
+        assert_eq!(s.class_markings(), vec![tcn(150_000); 3]);
         assert_eq!(s.scheduler_port_ids, None);
         let aqm = "scheduler.aqm=[{kind=\"drop-tail\"}, {kind=\"red\", k=40}, {kind=\"tcn\", threshold=\"50us\"}]";
         let s = parse(&text, &[aqm, "scheduler.ports=[\"switch 0 -> host 5\"]"]).unwrap();
-        assert_eq!(s.class_markings(), [Marking::DropTail, Marking::Red { k: 40 }, Marking::Tcn { threshold: 50_000 }]);
+        let red = aqm::Config::new::<aqm::Red>(aqm::Red { k: 40 }).unwrap();
+        assert_eq!(s.class_markings(), [aqm::Config::default(), red, tcn(50_000)]);
         assert_eq!(s.scheduler_port_ids.as_ref().map(Vec::len), Some(1));
         let err = parse(&text, &["scheduler.aqm=[{kind=\"drop-tail\"}]"]).unwrap_err();
         assert!(err.contains("scheduler.aqm") && err.contains("1 disciplines for 3 classes"), "{err}");

@@ -228,7 +228,7 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qdisc::Marking;
+    use crate::aqm::{DropTail, Tcn};
 
     fn pkt(flow: u32, wire: u16) -> Packet {
         let mut p = crate::lb::testing::data(flow, 0, 0);
@@ -238,13 +238,13 @@ mod tests {
 
     #[test]
     fn a_one_class_scheduler_holds_its_discipline_after_the_tag() {
-        let s = Scheduler::fifo(Qdisc::new(10, Marking::DropTail));
+        let s = Scheduler::fifo(Qdisc::new(10, Box::new(DropTail)));
         let at = std::ptr::from_ref(s.class(0)) as usize - std::ptr::from_ref(&s) as usize;
         assert_eq!(at, FIFO_AT);
     }
 
     fn three(policy: Policy) -> Scheduler {
-        Scheduler::new(policy, (0..3).map(|_| Qdisc::new(10_000, Marking::DropTail)).collect())
+        Scheduler::new(policy, (0..3).map(|_| Qdisc::new(10_000, Box::new(DropTail))).collect())
     }
 
     /// Keep every class backlogged with `wire`-byte packets and return the
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn each_class_keeps_its_own_limit_and_marking() {
-        let classes = vec![Qdisc::new(1, Marking::DropTail), Qdisc::new(10, Marking::Tcn { threshold: 10 })];
+        let classes = vec![Qdisc::new(1, Box::new(DropTail)), Qdisc::new(10, Box::new(Tcn { threshold: 10 }))];
         let mut s = Scheduler::new(Policy::Strict, classes);
         assert!(s.enqueue(0, 0, pkt(0, 1500)));
         assert!(!s.enqueue(0, 0, pkt(0, 1500)), "class 0 holds one packet");

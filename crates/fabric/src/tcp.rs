@@ -1,5 +1,7 @@
-//! TCP NewReno and DCTCP as plain state machines: they take `now` and what
-//! arrived, and say what to send; the fabric model moves the packets.
+//! TCP as a plain state machine: it takes `now` and what arrived, and says
+//! what to send; the fabric model moves the packets. The congestion
+//! control algorithm (NewReno, DCTCP or one registered from outside) is
+//! the sender's [`CongestionControl`] ([`crate::cc`]).
 //!
 //! The reference is the TCP of ns3-ecn-sharp (an ns-3 fork): its
 //! `TcpSocketBase` (`tcp-socket-base.cc`), `TcpNewReno`
@@ -65,14 +67,13 @@
 //!   that is not ECN-capable (a retransmission) leaves it, and a segment
 //!   carrying CWR turns it off after that; every ACK carries the echo's
 //!   state (no delayed ACKs).
-//! - DCTCP's α: segments acknowledged and those acknowledged with ECE are
-//!   counted on every ACK (a duplicate counts one); when an ACK reaches the
-//!   highest segment sent at the previous update, α ← (1 − g)·α + g·F, α
-//!   starting at 1.
+//! - DCTCP's α: see [`crate::cc::Dctcp`].
 //! - A connection opens with SYN / SYN-ACK (one round trip before data, as
 //!   in the original, whose flow completion times include it); a SYN with no
 //!   answer is sent again after an RTO.
 
+pub use crate::cc::CongState;
+use crate::cc::{CongestionControl, Window};
 use crate::packet::Nanos;
 
 /// New segments one send call may put on the wire (ns3-ecn-sharp's
@@ -91,20 +92,11 @@ pub struct TcpConfig {
     pub granularity: Nanos,
     /// RTT estimate before any sample.
     pub initial_rtt: Nanos,
-    /// DCTCP's gain g; `None` runs plain NewReno.
-    pub dctcp_g: Option<f64>,
 }
 
 impl Default for TcpConfig {
     fn default() -> Self {
-        TcpConfig {
-            mss: 1400,
-            iw: 10,
-            min_rto: 5_000_000,
-            granularity: 100_000,
-            initial_rtt: 80_000,
-            dctcp_g: Some(1.0 / 16.0),
-        }
+        TcpConfig { mss: 1400, iw: 10, min_rto: 5_000_000, granularity: 100_000, initial_rtt: 80_000 }
     }
 }
 
@@ -114,20 +106,6 @@ pub enum Phase {
     Connecting,
     Open,
     Done,
-}
-
-/// ns-3's congestion states (`TcpSocketState::TcpCongState_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CongState {
-    Open,
-    /// One or two duplicate ACKs (or more that could not start a recovery).
-    Disorder,
-    /// The window was cut for an ECN echo.
-    Cwr,
-    /// Fast recovery.
-    Recovery,
-    /// After a retransmission timeout, until new data is acknowledged.
-    Loss,
 }
 
 /// A segment to put on the wire.
@@ -141,7 +119,7 @@ pub struct Segment {
 }
 
 /// The sending side of one flow.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Sender {
     pub phase: Phase,
     /// Segments in the flow.
@@ -177,15 +155,13 @@ pub struct Sender {
     rto: Nanos,
     /// When the retransmission timer expires, if running.
     pub deadline: Option<Nanos>,
-    alpha: f64,
-    acked: u64,
-    acked_ece: u64,
-    alpha_mark: u32,
+    cc: Box<dyn CongestionControl>,
 }
 
 impl Sender {
-    /// A sender of `bytes` in segments of `cfg.mss` (at least one segment).
-    pub fn new(cfg: &TcpConfig, bytes: u64) -> Sender {
+    /// A sender of `bytes` in segments of `cfg.mss` (at least one segment),
+    /// whose window `cc` controls.
+    pub fn new(cfg: &TcpConfig, bytes: u64, cc: Box<dyn CongestionControl>) -> Sender {
         let mss = cfg.mss as u64;
         let mut s = Sender {
             phase: Phase::Connecting,
@@ -209,10 +185,7 @@ impl Sender {
             srtt: None,
             rto: 0,
             deadline: None,
-            alpha: 1.0,
-            acked: 0,
-            acked_ece: 0,
-            alpha_mark: 0,
+            cc,
         };
         s.rto = s.compute_rto(cfg, cfg.initial_rtt as f64, 0.0);
         s
@@ -228,9 +201,15 @@ impl Sender {
         self.cwnd
     }
 
-    /// DCTCP's congestion estimate α.
+    /// The controller's congestion estimate (DCTCP's α).
     pub fn alpha(&self) -> f64 {
-        self.alpha
+        self.cc.alpha()
+    }
+
+    /// What the controller sees.
+    fn window(&self, cfg: &TcpConfig) -> Window {
+        let (cwnd, ssthresh, pipe, state, high) = (self.cwnd, self.ssthresh, self.pipe(), self.state, self.high);
+        Window { cwnd, ssthresh, pipe, state, high, mss: cfg.mss }
     }
 
     /// cwnd, ssthresh and data in flight in bytes, the congestion state, α
@@ -238,7 +217,7 @@ impl Sender {
     pub fn describe(&self, mss: u32) -> String {
         let b = |segs: f64| (segs * mss as f64).min(u32::MAX as f64) as u64;
         let state = format!("{:?}", self.state);
-        format!("{},{},{},{state},{:.4},{}", b(self.cwnd), b(self.ssthresh), b(self.pipe()), self.alpha, self.rto)
+        format!("{},{},{},{state},{:.4},{}", b(self.cwnd), b(self.ssthresh), b(self.pipe()), self.alpha(), self.rto)
     }
 
     /// The SYN was just sent.
@@ -316,12 +295,10 @@ impl Sender {
             self.rtt_sample(cfg, now.saturating_sub(echo));
         }
         if ece && !self.queue_cwr && matches!(self.state, CongState::Open | CongState::Disorder) {
-            self.ssthresh = self.loss_ssthresh(cfg);
-            self.cwnd = match cfg.dctcp_g {
-                Some(_) => self.cwnd * (1.0 - self.alpha / 2.0),
-                None => (self.cwnd / 2.0).max(1.0),
-            };
             self.state = CongState::Cwr;
+            let w = self.window(cfg);
+            self.ssthresh = self.cc.ssthresh(&w);
+            self.cwnd = self.cc.cut(&w);
             self.queue_cwr = true;
         }
         if ack > self.snd_una {
@@ -401,7 +378,7 @@ impl Sender {
             CongState::Disorder | CongState::Cwr if self.dupacks == 3 && self.snd_una >= self.recover => {
                 self.recover = self.high;
                 self.state = CongState::Recovery;
-                self.ssthresh = self.loss_ssthresh(cfg);
+                self.ssthresh = self.cc.ssthresh(&self.window(cfg));
                 self.cwnd = self.ssthresh + 3.0;
                 self.retransmit(self.snd_una);
             }
@@ -420,45 +397,15 @@ impl Sender {
         self.retrans_out += 1;
     }
 
-    /// The congestion controller's ssthresh (ns-3's `GetSsThresh`): DCTCP's
-    /// outside recovery, NewReno's in recovery and without DCTCP.
-    fn loss_ssthresh(&self, cfg: &TcpConfig) -> f64 {
-        let half = self.pipe() / 2.0;
-        match cfg.dctcp_g {
-            Some(_) if self.state != CongState::Recovery => (self.cwnd * (1.0 - self.alpha / 2.0)).max(half),
-            _ => half.max(2.0),
-        }
+    /// The controller's growth for an ACK of `n` segments.
+    fn increase_window(&mut self, cfg: &TcpConfig, n: u32) {
+        self.cwnd = self.cc.increase(&self.window(cfg), n);
     }
 
-    /// NewReno's growth for an ACK of `n` segments (DCTCP: none in CWR).
-    fn increase_window(&mut self, cfg: &TcpConfig, mut n: u32) {
-        if cfg.dctcp_g.is_some() && self.state == CongState::Cwr {
-            return;
-        }
-        if self.cwnd < self.ssthresh && n >= 1 {
-            self.cwnd += 1.0;
-            n -= 1;
-        }
-        if self.cwnd >= self.ssthresh && n > 0 {
-            let mss = cfg.mss as f64;
-            self.cwnd += (mss / self.cwnd).floor().max(1.0) / mss;
-        }
-    }
-
-    /// DCTCP's `PktsAcked`: count, and update α once per window of data.
+    /// The controller counts an ACK (ns-3's `PktsAcked`).
     fn pkts_acked(&mut self, cfg: &TcpConfig, n: u32, ece: bool, ack: u32) {
-        let Some(g) = cfg.dctcp_g else { return };
-        self.acked += n as u64;
-        if ece {
-            self.acked_ece += n as u64;
-        }
-        if ack >= self.alpha_mark {
-            self.alpha_mark = self.high;
-            let f = if self.acked == 0 { 0.0 } else { self.acked_ece as f64 / self.acked as f64 };
-            self.alpha = (1.0 - g) * self.alpha + g * f;
-            self.acked = 0;
-            self.acked_ece = 0;
-        }
+        let w = self.window(cfg);
+        self.cc.pkts_acked(&w, n, ece, ack);
     }
 
     fn rtt_sample(&mut self, cfg: &TcpConfig, r: Nanos) {
@@ -496,7 +443,7 @@ impl Sender {
                 self.recover = self.high;
                 if self.state != CongState::Loss {
                     self.state = CongState::Loss;
-                    self.ssthresh = self.loss_ssthresh(cfg);
+                    self.ssthresh = self.cc.ssthresh(&self.window(cfg));
                     self.cwnd = 1.0;
                 }
                 self.dupacks = 0;
@@ -608,12 +555,34 @@ mod tests {
         assert!(r.complete() && r.ignores());
     }
 
-    fn newreno() -> TcpConfig {
-        TcpConfig { dctcp_g: None, ..TcpConfig::default() }
+    /// The transport settings and the congestion control of a test.
+    struct Setup {
+        tcp: TcpConfig,
+        cc: crate::cc::Config,
     }
 
-    fn open(cfg: &TcpConfig, segs: u32) -> Sender {
-        let mut s = Sender::new(cfg, segs as u64 * MSS);
+    impl std::ops::Deref for Setup {
+        type Target = TcpConfig;
+        fn deref(&self) -> &TcpConfig {
+            &self.tcp
+        }
+    }
+
+    fn newreno() -> Setup {
+        let cc = crate::cc::Config::new::<crate::cc::NewReno>(fulcrum_balance::Empty {}).unwrap();
+        Setup { tcp: TcpConfig::default(), cc }
+    }
+
+    fn dctcp() -> Setup {
+        Setup { tcp: TcpConfig::default(), cc: crate::cc::Config::default() }
+    }
+
+    fn sender(cfg: &Setup, bytes: u64) -> Sender {
+        Sender::new(cfg, bytes, cfg.cc.build())
+    }
+
+    fn open(cfg: &Setup, segs: u32) -> Sender {
+        let mut s = sender(cfg, segs as u64 * MSS);
         s.on_syn_sent(0);
         s.on_syn_ack();
         s
@@ -673,7 +642,7 @@ mod tests {
 
     #[test]
     fn each_send_call_sends_at_most_two_new_segments() {
-        let cfg = TcpConfig::default();
+        let cfg = dctcp();
         let mut s = open(&cfg, 100);
         // The connection opens with a window of 10, but one call sends two.
         assert_eq!(drain(&mut s, 100), [0, 1]);
@@ -685,7 +654,7 @@ mod tests {
 
     #[test]
     fn limited_transmit_then_fast_retransmit_with_newreno_ssthresh() {
-        for cfg in [newreno(), TcpConfig::default()] {
+        for cfg in [newreno(), dctcp()] {
             let mut s = open(&cfg, 100);
             fill(&mut s, 100);
             // The first two duplicates each send one new segment beyond the
@@ -758,7 +727,7 @@ mod tests {
 
     #[test]
     fn dctcp_alpha_and_reduction() {
-        let cfg = TcpConfig::default();
+        let cfg = dctcp();
         let mut s = open(&cfg, 1000);
         fill(&mut s, 100);
         // First ACK reaches the initial mark (0): α updates with F = 1 (ECE).
@@ -785,7 +754,7 @@ mod tests {
 
     #[test]
     fn an_echo_on_a_duplicate_ack_cuts_the_window() {
-        let cfg = TcpConfig::default();
+        let cfg = dctcp();
         let mut s = open(&cfg, 100);
         fill(&mut s, 100);
         s.on_ack(&cfg, 200, 0, true, 100);
@@ -797,13 +766,13 @@ mod tests {
 
     #[test]
     fn a_window_below_one_segment_sends_only_a_short_last_segment() {
-        let cfg = TcpConfig::default();
-        let mut s = Sender::new(&cfg, 3 * MSS);
+        let cfg = dctcp();
+        let mut s = sender(&cfg, 3 * MSS);
         s.on_syn_sent(0);
         s.on_syn_ack();
         s.cwnd = 0.6;
         assert_eq!(drain(&mut s, 100), [] as [u32; 0]);
-        let mut s = Sender::new(&cfg, 2 * MSS + 100);
+        let mut s = sender(&cfg, 2 * MSS + 100);
         s.on_syn_sent(0);
         s.on_syn_ack();
         s.snd_nxt = 2;
@@ -847,8 +816,8 @@ mod tests {
 
     #[test]
     fn syn_timeout_resends_the_syn() {
-        let cfg = TcpConfig::default();
-        let mut s = Sender::new(&cfg, 3 * MSS);
+        let cfg = dctcp();
+        let mut s = sender(&cfg, 3 * MSS);
         s.on_syn_sent(0);
         assert_eq!(s.poll_send(1), None);
         assert!(s.on_timeout(&cfg, cfg.min_rto));

@@ -29,10 +29,12 @@ use std::collections::VecDeque;
 
 use fulcrum_des::{Model, Wheel};
 
+use crate::aqm::{self, DropTail};
+use crate::cc;
 use crate::faults::Faults;
 use crate::lb::{EdgeCtx, Hooks, Loads, Probe, ProbeReply, Scheme, SchemeStats, SwitchCtx};
 use crate::packet::{probe_flow, Kind, Nanos, Packet, NO_PATH};
-use crate::qdisc::{Marking, Qdisc, QueueStats};
+use crate::qdisc::{Qdisc, QueueStats};
 use crate::reseq::Resequencer;
 use crate::ring;
 use crate::sched::{Policy, Scheduler};
@@ -52,6 +54,8 @@ const PROBE_WIRE: u16 = 20 + FRAMING as u16;
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     pub tcp: TcpConfig,
+    /// Every flow's congestion control.
+    pub congestion: cc::Config,
     /// IP + TCP header bytes per packet (with the timestamp option).
     pub header: u32,
     /// Device queue length of every port (packets).
@@ -68,13 +72,13 @@ pub struct ModelConfig {
     /// seed's mq program: their `host_limit` and `device_packets` are one
     /// drop-tail device queue.
     pub bare_nics: bool,
-    pub marking: Marking,
+    pub marking: aqm::Config,
     /// Scheduler of the switch ports (all, or `scheduler_ports`) and its
     /// number of classes (each class a discipline of `switch_limit` packets
     /// and its `class_marking`); None: one discipline per port.
     pub scheduler: Option<(Policy, usize)>,
     /// Each scheduler class's marking rule (one per class); empty: `marking`.
-    pub class_marking: Vec<Marking>,
+    pub class_marking: Vec<aqm::Config>,
     /// The switch ports that get the scheduler; None: every switch port.
     pub scheduler_ports: Option<Vec<u32>>,
     /// Host delay of each class; data segments use the flow's class.
@@ -139,7 +143,7 @@ pub enum Ev {
 /// One output port. `repr(C)` and cache-line alignment keep the fields a
 /// packet's hop touches together: the transmitter's, the port's flags and
 /// the delay stage's in the first line, the link's in the second, where
-/// the discipline begins (320 bytes, five lines, asserted below; in Rust's
+/// the discipline begins (256 bytes, four lines, asserted below; in Rust's
 /// own order the unaligned fields began with the discipline and straddled
 /// one line more).
 #[repr(C, align(64))]
@@ -183,9 +187,9 @@ const _: () = {
     assert!(offset_of!(Port, link) == 64);
     assert!(offset_of!(Port, to) + size_of::<End>() <= 128);
     // Then the discipline, a one-class port's where its own layout wants
-    // it; five lines in all.
+    // it; four lines in all.
     assert!((offset_of!(Port, qdisc) + crate::sched::FIFO_AT) % 64 == crate::qdisc::START_IN_LINE);
-    assert!(size_of::<Port>() == 5 * 64);
+    assert!(size_of::<Port>() == 4 * 64);
 };
 
 impl Port {
@@ -202,7 +206,7 @@ impl Port {
 }
 
 /// One flow's state and record.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Flow {
     pub spec: FlowSpec,
     pub sender: Sender,
@@ -336,18 +340,19 @@ impl World {
                     _ if plain => {
                         let host = matches!(p.from, End::Host(_));
                         let limit = if host { cfg.host_limit } else { u32::MAX };
-                        let marking = if host && !delayed && cfg.nic_marking { cfg.marking } else { Marking::DropTail };
-                        Scheduler::fifo(Qdisc::new(limit, marking))
+                        let rule =
+                            if host && !delayed && cfg.nic_marking { cfg.marking.build() } else { Box::new(DropTail) };
+                        Scheduler::fifo(Qdisc::new(limit, rule))
                     }
                     Some((policy, n)) if scheduled => Scheduler::new(
                         policy.clone(),
                         (0..*n)
                             .map(|c| {
-                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).copied().unwrap_or(cfg.marking))
+                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).unwrap_or(&cfg.marking).build())
                             })
                             .collect(),
                     ),
-                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking)),
+                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build())),
                 };
                 Port {
                     qdisc,
@@ -376,7 +381,7 @@ impl World {
             .map(|(i, spec)| {
                 queue.schedule(spec.start, Ev::Start(i as u32));
                 let segs = spec.bytes.div_ceil(mss).max(1) as u32;
-                let sender = Sender::new(&cfg.tcp, spec.bytes);
+                let sender = Sender::new(&cfg.tcp, spec.bytes, cfg.congestion.build());
                 Flow {
                     spec,
                     sender,
@@ -1158,13 +1163,14 @@ mod tests {
     fn config(classes: Vec<Nanos>, service: Service) -> ModelConfig {
         ModelConfig {
             tcp: TcpConfig::default(),
+            congestion: cc::Config::default(),
             header: 52,
             device_packets: 10,
             switch_limit: 250,
             host_limit: u32::MAX,
             nic_marking: false,
             bare_nics: false,
-            marking: Marking::Tcn { threshold: 70_000 },
+            marking: aqm::Config::new::<aqm::Tcn>(aqm::Tcn { threshold: 70_000 }).unwrap(),
             scheduler: None,
             class_marking: Vec::new(),
             scheduler_ports: None,

@@ -78,7 +78,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use fulcrum_config::registry::{parse_params, Named, Registry};
-pub use fulcrum_config::registry::{NameTaken, Params};
+pub use fulcrum_config::registry::{NameTaken, ParamError, Params};
 use fulcrum_des::Streams;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -269,40 +269,6 @@ pub trait SchemeType: 'static {
     fn build(params: &Self::Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme>;
 }
 
-/// A parameter that fails its scheme's check: its key and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParamError {
-    /// The key in `[routing]` (empty: the table as a whole).
-    pub field: String,
-    /// What is wrong and what would be accepted.
-    pub message: String,
-}
-
-impl ParamError {
-    /// A failed check of `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ParamError { field: field.into(), message: message.into() }
-    }
-
-    /// `field` must be finite and above 0.
-    pub fn positive(field: &str, v: f64) -> Result<(), ParamError> {
-        if v > 0.0 && v.is_finite() {
-            Ok(())
-        } else {
-            Err(ParamError::new(field, format!("must be above 0 (found {v})")))
-        }
-    }
-
-    /// `field` must be strictly between 0 and 1.
-    pub fn fraction(field: &str, v: f64) -> Result<(), ParamError> {
-        if v > 0.0 && v < 1.0 {
-            Ok(())
-        } else {
-            Err(ParamError::new(field, format!("must be between 0 and 1, exclusive (found {v})")))
-        }
-    }
-}
-
 /// A scheme's entry in the registry ([`TypedScheme`] of a [`SchemeType`]).
 pub trait SchemeFactory: Named + Send + Sync + 'static {
     /// The parameters from a `[routing]` table without its `scheme`.
@@ -401,22 +367,8 @@ impl Config {
     /// The scheme a `[routing]` table names (`scheme`), with the rest of
     /// the table as its parameters, checked.
     pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
-        let name = match table.remove("scheme") {
-            Some(toml::Value::String(name)) => name,
-            Some(other) => return Err(ParamError::new("scheme", format!("must be a string, not {other}"))),
-            None => return Err(ParamError::new("scheme", "missing: name a scheme")),
-        };
-        let Some(factory) = SCHEMES.lookup(&name) else {
-            return Err(ParamError::new(
-                "scheme",
-                format!("unknown scheme {name:?} (expected one of: {})", SCHEMES.known()),
-            ));
-        };
-        let params = factory.parse(table).map_err(|message| {
-            // serde names an unknown key first: "unknown field `x`, …".
-            let key = message.strip_prefix("unknown field `").and_then(|r| r.split('`').next()).unwrap_or("");
-            ParamError::new(key, format!("{}: {message}", factory.name()))
-        })?;
+        let (factory, params) =
+            fulcrum_config::registry::from_table(&SCHEMES, &mut table, "scheme", "scheme", |f, t| f.parse(t))?;
         factory.check(&*params)?;
         Ok(Config { factory, params })
     }

@@ -1,0 +1,324 @@
+//! Active queue management: the marking rule of a queue discipline, and the
+//! registry that names the rules a scenario's `[aqm]` table can choose.
+//!
+//! A discipline ([`crate::qdisc::Qdisc`]) is a bounded FIFO that drops at
+//! its tail; its rule ([`Aqm`], one object per queue, owning that queue's
+//! state) decides which packets leave it with Congestion Experienced. The
+//! rule is asked when a packet arrives ([`Aqm::on_arrival`], with the
+//! backlog it finds) and when one leaves ([`Aqm::on_departure`], with its
+//! sojourn time and the backlog it leaves behind), and is told when a
+//! dequeue finds the queue empty ([`Aqm::on_empty`]). Only ECN-capable
+//! packets are marked (first transmissions; not handshakes, pure ACKs or
+//! retransmissions), a packet already carrying CE is not counted again at
+//! departure, and no rule drops: only a full queue does.
+//!
+//! Most packets find their discipline empty and go straight through it
+//! ([`crate::qdisc::Qdisc::pass`]). [`Aqm::quiet`] lets the discipline skip
+//! the rule for them, and [`Aqm::hooks`] the calls a rule does not need;
+//! both default to the safe answer (every call, never quiet).
+//!
+//! Adding a rule, here or in another crate: a type implementing [`Aqm`],
+//! and an [`AqmType`] giving its name (`kind` in `[aqm]`), its parameters
+//! (the other keys, read with serde and checked by [`AqmType::check`]) and
+//! its constructor, added with [`register`]. The built-ins ([`BUILT_IN`])
+//! are drop-tail, RED with DCTCP's threshold K, TCN and ECN#
+//! ([`threshold`]), and CoDel ([`crate::codel`]); they follow the
+//! ns3-ecn-sharp simulator (snowzjx/ns3-ecn-sharp,
+//! `src/traffic-control/model/`), which the seed experiments use.
+
+pub mod ecn_sharp;
+pub mod threshold;
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use fulcrum_balance::Empty;
+use fulcrum_config::registry::{parse_params, Named, Registry};
+pub use fulcrum_config::registry::{NameTaken, ParamError, Params};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use ecn_sharp::EcnSharp;
+pub use threshold::{DropTail, Red, Tcn};
+
+use crate::codel::CoDelRule;
+use crate::packet::Nanos;
+
+/// A packet arriving at a discipline that has room for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    pub now: Nanos,
+    /// Packets already queued (the arrival not counted).
+    pub queued: u32,
+    /// Their wire bytes.
+    pub bytes: u64,
+}
+
+/// A packet leaving a discipline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Departure {
+    pub now: Nanos,
+    /// Time since it arrived.
+    pub sojourn: Nanos,
+    /// Packets left behind it.
+    pub queued: u32,
+    /// Their wire bytes.
+    pub bytes: u64,
+    /// The packet is ECN-capable (only those are marked).
+    pub ect: bool,
+}
+
+/// The calls a rule needs ([`Aqm::hooks`]; all by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AqmHooks {
+    /// [`Aqm::on_arrival`] for every packet admitted.
+    pub arrival: bool,
+    /// [`Aqm::on_empty`] when a dequeue finds the queue empty.
+    pub empty: bool,
+    /// [`Aqm::quiet`] is asked again after every departure (its answer
+    /// moves with the rule's state); false: asked once, when built.
+    pub requiet: bool,
+}
+
+/// The marking rule of one queue; see the module documentation.
+pub trait Aqm: Send + fmt::Debug {
+    /// Name as written in a scenario.
+    fn name(&self) -> &'static str;
+
+    /// Which calls the rule needs.
+    fn hooks(&self) -> AqmHooks {
+        AqmHooks { arrival: true, empty: true, requiet: true }
+    }
+
+    /// Whether the arriving packet is marked (if ECN-capable).
+    fn on_arrival(&mut self, _a: &Arrival) -> bool {
+        false
+    }
+
+    /// Whether the departing packet is marked (if ECN-capable and not
+    /// already marked).
+    fn on_departure(&mut self, _d: &Departure) -> bool {
+        false
+    }
+
+    /// A dequeue found the queue empty.
+    fn on_empty(&mut self) {}
+
+    /// Whether a packet passing the empty queue now (an arrival finding
+    /// nothing queued, its departure with a sojourn of zero leaving
+    /// nothing, then possibly an empty dequeue) would be left unmarked and
+    /// leave the rule's state as it is, so that the calls can be skipped.
+    fn quiet(&self) -> bool {
+        false
+    }
+}
+
+/// A rule that can be named in a scenario's `[aqm]` table.
+pub trait AqmType: 'static {
+    /// The name, as `kind = "…"`.
+    const NAME: &'static str;
+    /// The other keys of the table. Reject unknown fields
+    /// (`#[serde(deny_unknown_fields)]`).
+    type Params: Serialize + DeserializeOwned + Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
+
+    /// Check the parameters (the first bad one, named by its key).
+    fn check(_params: &Self::Params) -> Result<(), ParamError> {
+        Ok(())
+    }
+
+    /// The rule of one queue (each queue gets its own).
+    fn build(params: &Self::Params) -> Box<dyn Aqm>;
+}
+
+/// A rule's entry in the registry ([`TypedAqm`] of an [`AqmType`]).
+pub trait AqmFactory: Named + Send + Sync + 'static {
+    /// The parameters from an `[aqm]` table without its `kind`.
+    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
+    /// Check parameters this factory made.
+    fn check(&self, params: &dyn Params) -> Result<(), ParamError>;
+    /// A queue's rule, configured by parameters this factory made.
+    fn build(&self, params: &dyn Params) -> Box<dyn Aqm>;
+}
+
+/// The [`AqmFactory`] of an [`AqmType`].
+pub struct TypedAqm<A>(PhantomData<fn() -> A>);
+
+impl<A: AqmType> TypedAqm<A> {
+    /// The factory of `A`.
+    pub const NEW: TypedAqm<A> = TypedAqm(PhantomData);
+
+    fn typed(params: &dyn Params) -> &A::Params {
+        params.as_any().downcast_ref().expect("a factory is only given the parameters it made")
+    }
+}
+
+impl<A: AqmType> Named for TypedAqm<A> {
+    fn name(&self) -> &'static str {
+        A::NAME
+    }
+}
+
+impl<A: AqmType> AqmFactory for TypedAqm<A> {
+    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
+        parse_params::<A::Params>(params)
+    }
+
+    fn check(&self, params: &dyn Params) -> Result<(), ParamError> {
+        A::check(Self::typed(params))
+    }
+
+    fn build(&self, params: &dyn Params) -> Box<dyn Aqm> {
+        A::build(Self::typed(params))
+    }
+}
+
+/// The built-in rules.
+pub const BUILT_IN: [&dyn AqmFactory; 5] = [
+    &TypedAqm::<DropTail>::NEW,
+    &TypedAqm::<Red>::NEW,
+    &TypedAqm::<Tcn>::NEW,
+    &TypedAqm::<EcnSharp>::NEW,
+    &TypedAqm::<CoDelRule>::NEW,
+];
+
+static RULES: Registry<dyn AqmFactory> = Registry::new(&BUILT_IN);
+
+/// Add `A` to the rules a scenario can name.
+pub fn register<A: AqmType>() -> Result<(), NameTaken> {
+    RULES.register(Box::leak(Box::new(TypedAqm::<A>::NEW)))
+}
+
+/// Every rule: the built-ins, then the registered ones.
+pub fn rules() -> Vec<&'static dyn AqmFactory> {
+    RULES.all()
+}
+
+/// A rule and its parameters, as an `[aqm]` table gives them.
+pub struct Config {
+    factory: &'static dyn AqmFactory,
+    params: Box<dyn Params>,
+}
+
+impl Config {
+    /// `A` with `params`, checked (`A` need not be registered).
+    pub fn new<A: AqmType>(params: A::Params) -> Result<Config, ParamError> {
+        A::check(&params)?;
+        Ok(Config { factory: Box::leak(Box::new(TypedAqm::<A>::NEW)), params: Box::new(params) })
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &'static str {
+        self.factory.name()
+    }
+
+    /// The parameters, when they are a `T` (the rule's `Params`).
+    pub fn params<T: 'static>(&self) -> Option<&T> {
+        self.params.as_any().downcast_ref()
+    }
+
+    /// The rule an `[aqm]` table names (`kind`), with the rest of the
+    /// table as its parameters, checked.
+    pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
+        let (factory, params) =
+            fulcrum_config::registry::from_table(&RULES, &mut table, "kind", "queue discipline", |f, t| f.parse(t))?;
+        factory.check(&*params)?;
+        Ok(Config { factory, params })
+    }
+
+    /// A new queue's rule.
+    pub fn build(&self) -> Box<dyn Aqm> {
+        self.factory.build(&*self.params)
+    }
+}
+
+/// Drop-tail, the rule of queues that do not mark.
+impl Default for Config {
+    fn default() -> Self {
+        Config { factory: BUILT_IN[0], params: Box::new(Empty {}) }
+    }
+}
+
+impl Clone for Config {
+    fn clone(&self) -> Self {
+        Config { factory: self.factory, params: self.params.clone_box() }
+    }
+}
+
+impl PartialEq for Config {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name() && self.params.eq_dyn(&*other.params)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config").field("kind", &self.name()).field("params", &self.params).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn every_built_in_is_named_and_built() {
+        let names: Vec<&str> = rules().iter().map(|r| r.name()).take(BUILT_IN.len()).collect();
+        assert_eq!(names, ["drop-tail", "red", "tcn", "ecn-sharp", "codel"]);
+        let tables = [
+            "kind = \"drop-tail\"",
+            "kind = \"red\"\nk = 3",
+            "kind = \"tcn\"\nthreshold = \"30us\"",
+            "kind = \"ecn-sharp\"\nthreshold = \"30us\"\ntarget = \"10us\"\ninterval = \"100us\"",
+            "kind = \"codel\"\ntarget = \"10us\"\ninterval = \"100us\"",
+        ];
+        for (name, text) in names.iter().zip(tables) {
+            let cfg = Config::from_table(table(text)).unwrap();
+            assert_eq!(cfg.name(), *name);
+            assert_eq!(cfg.build().name(), *name);
+            assert_eq!(cfg.clone(), cfg);
+        }
+        assert_eq!(Config::default().name(), "drop-tail");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = Config::from_table(table("kind = \"red\"\nkk = 3")).unwrap_err();
+        assert_eq!(err.field, "kk");
+        assert!(err.message.starts_with("red: unknown field `kk`"), "{}", err.message);
+        let err = Config::from_table(table("kind = \"pie\"")).unwrap_err();
+        assert_eq!(err.field, "kind");
+        assert!(err.message.contains("drop-tail, red, tcn, ecn-sharp, codel"), "{}", err.message);
+        // A bad value is named by its key, found where serde quotes it.
+        let err = Config::from_table(table("kind = \"tcn\"\nthreshold = \"3 parsecs\"")).unwrap_err();
+        assert_eq!(err.field, "threshold", "{}", err.message);
+        let err = Config::from_table(table("kind = \"red\"\nk = \"many\"")).unwrap_err();
+        assert_eq!(err.field, "k", "{}", err.message);
+        let err = Config::from_table(table("threshold = \"3us\"")).unwrap_err();
+        assert_eq!((err.field.as_str(), err.message.as_str()), ("kind", "missing: name a queue discipline"));
+    }
+
+    #[test]
+    fn a_rule_from_outside_registers_once() {
+        #[derive(Debug)]
+        struct Never;
+        impl Aqm for Never {
+            fn name(&self) -> &'static str {
+                "never-marks"
+            }
+        }
+        impl AqmType for Never {
+            const NAME: &'static str = "never-marks";
+            type Params = Empty;
+            fn build(_: &Empty) -> Box<dyn Aqm> {
+                Box::new(Never)
+            }
+        }
+        register::<Never>().unwrap();
+        assert!(register::<Never>().is_err());
+        assert_eq!(Config::from_table(table("kind = \"never-marks\"")).unwrap().build().name(), "never-marks");
+    }
+}
