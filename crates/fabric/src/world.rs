@@ -1046,10 +1046,7 @@ impl World {
     /// Send whatever the sender's window allows, then keep its timer armed.
     fn pump(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
         let (bytes, dst) = (self.flows[f].spec.bytes, self.flows[f].spec.dst);
-        loop {
-            let Some(live) = self.flows[f].live() else { break };
-            let Some(seg) = live.sender.poll_send(now) else { break };
-            let segs = live.segs;
+        while let Some((seg, segs)) = self.flows[f].live().and_then(|l| Some((l.sender.poll_send(now)?, l.segs))) {
             let payload = self.payload(bytes, segs, seg.seq);
             let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, dst, now);
             p.set_ect(!seg.again);

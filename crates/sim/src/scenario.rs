@@ -1044,7 +1044,7 @@ service = "5ms"
         assert!(e.starts_with("t.toml:5:8: clients.loop: a trace gives the request times"), "{e}");
         let e = read(&text.replace("trace = \"t.csv\"", "")).unwrap_err();
         assert!(e.contains("clients.loop: a trace loop needs `trace`"), "{e}");
-        let e = read(&format!("{MINIMAL}").replace("requests = 10", "requests = 10\nkeys = \"trace\"")).unwrap_err();
+        let e = read(&MINIMAL.replace("requests = 10", "requests = 10\nkeys = \"trace\"")).unwrap_err();
         assert!(e.contains("clients.keys: \"trace\" needs `loop = \"trace\"`"), "{e}");
         let e = read(&MINIMAL.replace("requests = 10", "requests = 10\ntrace = \"t.csv\"")).unwrap_err();
         assert!(e.contains("clients.trace: needs `loop = \"trace\"`"), "{e}");
