@@ -154,6 +154,7 @@ pub fn scale_rate(s: &mut Scenario, x: f64) -> Result<(), String> {
         Arrivals::Closed(_) => {
             return Err("a closed loop has no rate to scale (its clients wait for each answer)".into());
         }
+        Arrivals::Trace(_) => return Err("a trace's arrival times are fixed: scale them in the trace file".into()),
     };
     Ok(())
 }
@@ -163,7 +164,7 @@ fn offered_rate(s: &Scenario) -> Option<f64> {
     let per_client = match s.clients.arrivals {
         Arrivals::Poisson(gap) => 1e9 / gap,
         Arrivals::Fixed(interval) => 1e9 / interval as f64,
-        Arrivals::Closed(_) => return None,
+        Arrivals::Closed(_) | Arrivals::Trace(_) => return None,
     };
     Some(per_client * f64::from(s.clients.count))
 }

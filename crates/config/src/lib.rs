@@ -8,6 +8,7 @@
 //!   its document before deserialization, every value keeping its
 //!   position ([`toml::Spanned`]), and a [`Source`] that locates fields;
 //! - [`registry`]: extension points by name (algorithms, fabric schemes);
+//! - [`csv`]: the comma-separated input files, cell by cell, located;
 //! - [`Error`]: one error, `file:line:column: field: message`.
 //!
 //! Each format keeps its raw (deserialized) types apart from its validated
@@ -15,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod csv;
 pub mod document;
 mod error;
 pub mod registry;

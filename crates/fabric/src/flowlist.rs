@@ -9,11 +9,10 @@
 //!   (0 when left out); `delay`, optional, is the flow's host delay class,
 //!   an index into `hosts.delay_classes` (0 when left out), as the original's
 //!   per-flow TOS picks it.
-//! - A first line starting with `start` is a header and skipped; blank
-//!   lines and lines starting with `#` are skipped.
-//! - Every error names the file, the line, the column (1-based, in
-//!   characters) and the column's name, as every configuration error does
-//!   (`fulcrum_config::Error`), e.g.
+//! - Lines are read as every CSV input is (`fulcrum_config::csv`): a
+//!   first line starting with `start` is a header; blank lines and lines
+//!   starting with `#` are skipped; every error names the file, the line,
+//!   the column and the column's name, e.g.
 //!   `flows.csv:3:9: bytes: "12k" is not a whole number`.
 //!
 //! [`parse_ns3`] reads the other format the field's flows are published
@@ -39,25 +38,9 @@ const COLUMNS: [&str; 6] = ["start", "src", "dst", "bytes", "class", "delay"];
 /// below `delays` (a scenario without delay classes accepts only 0).
 pub fn parse(text: &str, file: &Path, hosts: u32, classes: u32, delays: u32) -> Result<Vec<FlowSpec>, Error> {
     let mut flows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') || (flows.is_empty() && t.starts_with("start")) {
-            continue;
-        }
-        let cells: Vec<&str> = t.split(',').map(str::trim).collect();
-        // Where each cell starts in the line, in characters (1-based).
-        let mut starts = Vec::with_capacity(cells.len());
-        let mut at = line.len() - line.trim_start().len();
-        for raw in t.split(',') {
-            starts.push(line[..at + raw.len() - raw.trim_start().len()].chars().count() + 1);
-            at += raw.len() + 1;
-        }
-        let fail = |col: usize, message: String| Error {
-            line: i + 1,
-            column: starts.get(col).copied().unwrap_or(line.chars().count() + 1),
-            field: COLUMNS[col.min(5)].to_string(),
-            ..Error::new(file, "", message)
-        };
+    for row in fulcrum_config::csv::rows(text, COLUMNS[0]) {
+        let cells = &row.cells;
+        let fail = |col: usize, message: String| row.error(file, col, COLUMNS[col.min(5)], message);
         if !(4..=6).contains(&cells.len()) {
             return Err(fail(
                 cells.len().min(5),

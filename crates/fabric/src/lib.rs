@@ -227,9 +227,9 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         buckets: metrics::buckets(&flows),
         queues,
         simulated_ns: scenario.end.0,
-        events: ran.events,
+        events: world.events(ran.events),
         data_packets: world.data_packets,
-        unfinished: world.flows.iter().filter(|f| f.done.is_none()).count(),
+        unfinished: world.flows.iter().filter(|f| f.record().done.is_none()).count(),
         stranded,
         fault_drops: world.fault_drops(),
         flows,
@@ -283,9 +283,9 @@ fn records(world: &World) -> Vec<FlowRecord> {
         .flows
         .iter()
         .enumerate()
-        .filter_map(|(i, f)| {
+        .filter_map(|(i, flow)| {
+            let (spec, f) = (&flow.spec, flow.record());
             let (first, last) = (f.first_tx?, f.last_rx?);
-            let spec = &f.spec;
             let class = |c: u8| cfg.delay_classes.get(c as usize).copied().unwrap_or(0);
             let one_way = world.fabric.path_delay(spec.src, spec.dst, i as u32, cfg.salt);
             let wire = sent_once(cfg, spec.bytes, cfg.header + FRAMING);
@@ -320,9 +320,9 @@ fn stranded(world: &World, end: Nanos) -> Vec<Stranded> {
         .flows
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.last_rx.is_none())
+        .filter(|(_, f)| f.record().last_rx.is_none())
         .filter_map(|(i, f)| {
-            let first = f.first_tx?;
+            let first = f.record().first_tx?;
             Some(Stranded {
                 id: i as u32,
                 bytes: f.spec.bytes,

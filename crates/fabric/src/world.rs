@@ -126,8 +126,10 @@ pub enum Ev {
     Arrive(u32),
     /// Oldest packet of a delay FIFO (port × classes + class) is due.
     Release(u32),
-    /// A flow opens.
-    Start(u32),
+    /// Flows may be due to open: the first event at or after the next
+    /// flow's start opens every flow due ([`World::start_due`]), so that one
+    /// of these is pending at a time, not one per flow.
+    Start,
     /// A flow's retransmission timer may be due.
     Timer(u32),
     /// Sample every port's backlog.
@@ -205,14 +207,19 @@ impl Port {
     }
 }
 
-/// One flow's state and record.
+/// One flow: what it is, and what it did. Its transport state exists
+/// only while it runs, so that a flow waiting to start costs its spec and
+/// a word (a million-flow list loads in little memory), and a finished one
+/// its record besides.
 #[derive(Debug)]
 pub struct Flow {
     pub spec: FlowSpec,
-    pub sender: Sender,
-    pub receiver: Receiver,
-    segs: u32,
-    timer_at: Option<Nanos>,
+    state: State,
+}
+
+/// What a flow did (all `None` and 0 before it starts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Record {
     /// First packet (the SYN) sent.
     pub first_tx: Option<Nanos>,
     /// First packet of the flow's forward direction received (its first
@@ -225,10 +232,67 @@ pub struct Flow {
     /// IP bytes sent in the forward direction (retransmissions included).
     pub tx_bytes: u64,
     pub tx_packets: u64,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Not started: nothing but the spec.
+    Waiting,
+    /// Started, its sender not done.
+    Live(Box<Live>),
+    /// Its sender is done: every segment acknowledged. Its transport state
+    /// is gone, having nothing left to do: the sender ignores what comes
+    /// (ACKs, SYN-ACKs, timers) and the receiver, complete, answers no
+    /// segment; the record still counts what arrives and what is sent.
+    Finished(Box<Record>),
+}
+
+/// A running flow's record and transport state.
+#[derive(Debug)]
+struct Live {
+    rec: Record,
+    sender: Sender,
+    receiver: Receiver,
+    segs: u32,
+    timer_at: Option<Nanos>,
     /// The receiver's resequencing buffer (when switched on) and its
     /// pending flush time.
     reseq: Resequencer,
     reseq_at: Option<Nanos>,
+}
+
+impl Flow {
+    /// What the flow did so far.
+    pub fn record(&self) -> Record {
+        match &self.state {
+            State::Waiting => Record::default(),
+            State::Live(l) => l.rec,
+            State::Finished(r) => **r,
+        }
+    }
+
+    /// Whether its transport state is built (started, sender not done).
+    pub fn running(&self) -> bool {
+        matches!(self.state, State::Live(_))
+    }
+
+    /// The record of a started flow (packets exist only for those).
+    #[inline]
+    fn rec(&mut self) -> &mut Record {
+        match &mut self.state {
+            State::Live(l) => &mut l.rec,
+            State::Finished(r) => r,
+            State::Waiting => unreachable!("a flow that has not started has no packets"),
+        }
+    }
+
+    #[inline]
+    fn live(&mut self) -> Option<&mut Live> {
+        match &mut self.state {
+            State::Live(l) => Some(l),
+            _ => None,
+        }
+    }
 }
 
 /// The whole simulated fabric.
@@ -244,6 +308,16 @@ pub struct World {
     /// per delay class) instead of every FIFO's header and front packet.
     delay_front: Vec<Nanos>,
     pub flows: Vec<Flow>,
+    /// The flows in start order (by start time, then by index), the
+    /// position of the next to start, and its start time (`Nanos::MAX`
+    /// when none is left).
+    start_order: Vec<u32>,
+    next: usize,
+    next_start: Nanos,
+    /// Flows started, and `Start` events handled (each start counts as an
+    /// event, the wake-ups that do it do not: see [`World::events`]).
+    started: u64,
+    wakes: u64,
     pub data_packets: u64,
     /// Sampling interval of port backlogs, and the sums so far.
     sample_every: Nanos,
@@ -311,7 +385,7 @@ impl Loads for PortLoads<'_> {
 }
 
 impl World {
-    /// A fabric with its flows; `queue` receives the flows' start events.
+    /// A fabric with its flows; `queue` receives the first flow's start.
     pub fn new(
         cfg: ModelConfig,
         fabric: Fabric,
@@ -374,31 +448,14 @@ impl World {
         let classes = cfg.delay_classes.len().max(1);
         let delay_fifo = (0..fabric.ports.len() * classes).map(|_| VecDeque::new()).collect();
         let delay_front = vec![Nanos::MAX; fabric.ports.len() * classes];
-        let mss = cfg.tcp.mss as u64;
-        let flows = specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, spec)| {
-                queue.schedule(spec.start, Ev::Start(i as u32));
-                let segs = spec.bytes.div_ceil(mss).max(1) as u32;
-                let sender = Sender::new(&cfg.tcp, spec.bytes, cfg.congestion.build());
-                Flow {
-                    spec,
-                    sender,
-                    receiver: Receiver::new(segs),
-                    segs,
-                    timer_at: None,
-                    first_tx: None,
-                    first_rx: None,
-                    last_rx: None,
-                    done: None,
-                    tx_bytes: 0,
-                    tx_packets: 0,
-                    reseq: Resequencer::default(),
-                    reseq_at: None,
-                }
-            })
-            .collect();
+        // Stable, and linear on a list already in time order.
+        let mut start_order: Vec<u32> = (0..specs.len() as u32).collect();
+        start_order.sort_by_key(|&i| specs[i as usize].start);
+        let next_start = start_order.first().map_or(Nanos::MAX, |&i| specs[i as usize].start);
+        if next_start != Nanos::MAX {
+            queue.schedule(next_start, Ev::Start);
+        }
+        let flows = specs.into_iter().map(|spec| Flow { spec, state: State::Waiting }).collect();
         queue.schedule(0, Ev::Sample);
         let backlog_sum = vec![0; fabric.ports.len()];
         let racks = fabric.racks().max(1);
@@ -411,6 +468,11 @@ impl World {
             delay_fifo,
             delay_front,
             flows,
+            start_order,
+            next: 0,
+            next_start,
+            started: 0,
+            wakes: 0,
             data_packets: 0,
             sample_every,
             backlog_sum,
@@ -537,7 +599,12 @@ impl World {
         let gbps = (0..self.watched.len())
             .map(|i| {
                 let flow = &self.flows[self.watched[i] as usize];
-                let rx = (flow.receiver.next as u64 * mss).min(flow.spec.bytes);
+                let rx = match &flow.state {
+                    State::Waiting => 0,
+                    State::Live(l) => (l.receiver.next as u64 * mss).min(flow.spec.bytes),
+                    // The receiver had every segment.
+                    State::Finished(_) => flow.spec.bytes,
+                };
                 let delta = rx - std::mem::replace(&mut self.watched_rx[i], rx);
                 delta as f64 * 8.0 / secs / 1e9
             })
@@ -914,45 +981,86 @@ impl World {
         p
     }
 
-    /// Payload bytes of segment `seq` of flow `f`.
-    fn payload(&self, f: usize, seq: u32) -> u32 {
+    /// Payload bytes of segment `seq` of a flow of `bytes` in `segs` segments.
+    fn payload(&self, bytes: u64, segs: u32, seq: u32) -> u32 {
         let mss = self.cfg.tcp.mss as u64;
-        let flow = &self.flows[f];
-        if seq + 1 < flow.segs {
+        if seq + 1 < segs {
             mss as u32
         } else {
-            (flow.spec.bytes - mss * (flow.segs as u64 - 1)).max(1) as u32
+            (bytes - mss * (segs as u64 - 1)).max(1) as u32
         }
     }
 
     /// Sender-side transmission of a forward packet of flow `f`.
     fn send_forward(&mut self, now: Nanos, f: usize, p: Packet, q: &mut Wheel<Ev>) {
         let flow = &mut self.flows[f];
-        flow.tx_bytes += u64::from(p.wire) - u64::from(FRAMING);
-        flow.tx_packets += 1;
+        let rec = flow.rec();
+        rec.tx_bytes += u64::from(p.wire) - u64::from(FRAMING);
+        rec.tx_packets += 1;
         let src = flow.spec.src;
         self.host_send(now, src, p, q);
     }
 
+    /// Open every flow whose start time has come, in start order, and
+    /// have a `Start` event wake the model at the next one's. Called
+    /// before the first event handled at or after `next_start`, so that
+    /// flows open before anything else happens at their start time.
+    fn start_due(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
+        while self.next_start <= now {
+            let f = self.start_order[self.next] as usize;
+            self.next += 1;
+            self.next_start =
+                self.start_order.get(self.next).map_or(Nanos::MAX, |&i| self.flows[i as usize].spec.start);
+            self.start(now, f, q);
+        }
+        if self.next_start != Nanos::MAX {
+            q.schedule(self.next_start, Ev::Start);
+        }
+    }
+
+    /// Events handled in a run that popped `popped` from the queue: each
+    /// flow's start counts as one, as when each had its own event, and the
+    /// wake-ups do not.
+    pub fn events(&self, popped: u64) -> u64 {
+        popped - self.wakes + self.started
+    }
+
+    /// Flow `f` opens: its transport state is built and its SYN sent.
     fn start(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
+        self.started += 1;
+        let flow = &mut self.flows[f];
+        let bytes = flow.spec.bytes;
+        let segs = bytes.div_ceil(self.cfg.tcp.mss as u64).max(1) as u32;
+        let mut sender = Sender::new(&self.cfg.tcp, bytes, self.cfg.congestion.build());
+        sender.on_syn_sent(now);
+        let rec = Record { first_tx: Some(now), ..Record::default() };
+        flow.state = State::Live(Box::new(Live {
+            rec,
+            sender,
+            receiver: Receiver::new(segs),
+            segs,
+            timer_at: None,
+            reseq: Resequencer::default(),
+            reseq_at: None,
+        }));
         let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
-        self.flows[f].first_tx = Some(now);
-        self.flows[f].sender.on_syn_sent(now);
         self.send_forward(now, f, syn, q);
         self.arm_timer(f, q);
     }
 
     /// Send whatever the sender's window allows, then keep its timer armed.
     fn pump(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
-        while let Some(seg) = self.flows[f].sender.poll_send(now) {
-            let payload = self.payload(f, seg.seq);
-            let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, self.flows[f].spec.dst, now);
+        let (bytes, dst) = (self.flows[f].spec.bytes, self.flows[f].spec.dst);
+        while let Some((seg, segs)) = self.flows[f].live().and_then(|l| Some((l.sender.poll_send(now)?, l.segs))) {
+            let payload = self.payload(bytes, segs, seg.seq);
+            let mut p = self.packet(f as u32, Kind::Data, seg.seq, payload, dst, now);
             p.set_ect(!seg.again);
             p.set_cwr(seg.cwr);
             #[cfg(debug_assertions)]
             if crate::trace::traced(f) {
                 let what = if seg.again { "retx" } else { "tx" };
-                crate::trace::event(now, what, seg.seq, &self.flows[f].sender, self.cfg.tcp.mss);
+                let sender = &self.flows[f].live().expect("sending").sender;
+                crate::trace::event(now, what, seg.seq, sender, self.cfg.tcp.mss);
             }
             self.data_packets += 1;
             self.send_forward(now, f, p, q);
@@ -961,30 +1069,34 @@ impl World {
     }
 
     fn arm_timer(&mut self, f: usize, q: &mut Wheel<Ev>) {
-        let flow = &mut self.flows[f];
-        if let Some(d) = flow.sender.deadline {
-            if flow.timer_at.is_none_or(|t| t > d) {
-                flow.timer_at = Some(d);
+        let Some(live) = self.flows[f].live() else { return };
+        if let Some(d) = live.sender.deadline {
+            if live.timer_at.is_none_or(|t| t > d) {
+                live.timer_at = Some(d);
                 q.schedule(d, Ev::Timer(f as u32));
             }
         }
     }
 
     fn timer(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
-        if self.flows[f].timer_at != Some(now) {
+        let src = self.flows[f].spec.src;
+        // A finished flow's sender has no timer running.
+        let Some(live) = self.flows[f].live() else { return };
+        if live.timer_at != Some(now) {
             return; // superseded by an earlier one
         }
-        self.flows[f].timer_at = None;
-        match self.flows[f].sender.deadline {
+        live.timer_at = None;
+        match live.sender.deadline {
             Some(d) if d <= now => {
-                let fresh = self.flows[f].sender.timeout_is_fresh();
-                self.routing.on_timeout(now, self.flows[f].spec.src, f as u32, fresh);
+                let fresh = live.sender.timeout_is_fresh();
+                self.routing.on_timeout(now, src, f as u32, fresh);
                 let cfg = self.cfg.tcp;
+                let live = self.flows[f].live().expect("running");
                 #[cfg(debug_assertions)]
                 if crate::trace::traced(f) {
-                    crate::trace::event(now, "timeout", 0, &self.flows[f].sender, cfg.mss);
+                    crate::trace::event(now, "timeout", 0, &live.sender, cfg.mss);
                 }
-                if self.flows[f].sender.on_timeout(&cfg, now) {
+                if live.sender.on_timeout(&cfg, now) {
                     let syn = self.packet(f as u32, Kind::Syn, 0, 0, self.flows[f].spec.dst, now);
                     self.send_forward(now, f, syn, q);
                 }
@@ -998,21 +1110,25 @@ impl World {
     fn receive_data(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Wheel<Ev>) {
         let flow = &mut self.flows[p.flow as usize];
         let src = flow.spec.src;
-        flow.last_rx = Some(now);
+        flow.rec().last_rx = Some(now);
         // Counted as received (the flow monitor sees it), not answered: a
-        // segment after the connection closed, or a stale copy (tcp.rs).
-        if flow.receiver.ignores() || flow.receiver.stale(p.seq) {
-            #[cfg(debug_assertions)]
-            crate::trace::note(p.flow as usize, now, format_args!("rx-unanswered,{},{}", p.seq, p.ce() as u8));
-            return;
-        }
-        let next = flow.receiver.on_data(p.seq);
-        let ece = flow.receiver.ecn_echo(p.ect(), p.ce(), p.cwr());
+        // segment after the connection closed (always so once the flow
+        // finished), or a stale copy (tcp.rs).
+        let live = match flow.live() {
+            Some(l) if !(l.receiver.ignores() || l.receiver.stale(p.seq)) => l,
+            _ => {
+                #[cfg(debug_assertions)]
+                crate::trace::note(p.flow as usize, now, format_args!("rx-unanswered,{},{}", p.seq, p.ce() as u8));
+                return;
+            }
+        };
+        let next = live.receiver.on_data(p.seq);
+        let ece = live.receiver.ecn_echo(p.ect(), p.ce(), p.cwr());
         #[cfg(debug_assertions)]
         crate::trace::note(p.flow as usize, now, format_args!("rx,{},{},{next},{}", p.seq, p.ce() as u8, ece as u8));
-        let closes = flow.done.is_none() && flow.receiver.complete();
+        let closes = live.rec.done.is_none() && live.receiver.complete();
         if closes {
-            flow.done = Some(now);
+            live.rec.done = Some(now);
         }
         let mut ack = self.packet(p.flow, Kind::Ack, next, 0, src, now);
         ack.set_ece(ece);
@@ -1035,20 +1151,27 @@ impl World {
     fn resequence(&mut self, now: Nanos, h: u32, p: Packet, q: &mut Wheel<Ev>) {
         let f = p.flow as usize;
         let mut ready = std::mem::take(&mut self.ready);
-        self.flows[f].reseq.arrive(now, p, &mut ready);
+        match self.flows[f].live() {
+            Some(live) => live.reseq.arrive(now, p, &mut ready),
+            // Its buffer had handed every segment up: a late copy goes
+            // straight to TCP, which ignores it.
+            None => ready.push(p),
+        }
         self.hand_up(now, h, f, ready, q);
     }
 
     /// The resequencing buffer of flow `f` may be due to flush.
     fn reseq_timer(&mut self, now: Nanos, f: usize, q: &mut Wheel<Ev>) {
-        if self.flows[f].reseq_at != Some(now) {
+        // A finished flow's buffer holds nothing.
+        let Some(live) = self.flows[f].live() else { return };
+        if live.reseq_at != Some(now) {
             return; // superseded
         }
-        self.flows[f].reseq_at = None;
+        live.reseq_at = None;
         let timeout = self.reseq_timeout.unwrap_or(0);
         let mut ready = std::mem::take(&mut self.ready);
-        if self.flows[f].reseq.deadline(timeout).is_some_and(|d| d <= now) {
-            self.flows[f].reseq.flush(&mut ready);
+        if live.reseq.deadline(timeout).is_some_and(|d| d <= now) {
+            live.reseq.flush(&mut ready);
         }
         let h = self.flows[f].spec.dst;
         self.hand_up(now, h, f, ready, q);
@@ -1061,10 +1184,10 @@ impl World {
         }
         self.ready = ready;
         let timeout = self.reseq_timeout.unwrap_or(0);
-        let flow = &mut self.flows[f];
-        if let Some(d) = flow.reseq.deadline(timeout) {
-            if flow.reseq_at.is_none_or(|t| t > d) {
-                flow.reseq_at = Some(d);
+        let Some(live) = self.flows[f].live() else { return };
+        if let Some(d) = live.reseq.deadline(timeout) {
+            if live.reseq_at.is_none_or(|t| t > d) {
+                live.reseq_at = Some(d);
                 q.schedule(d, Ev::Reseq(f as u32));
             }
         }
@@ -1079,8 +1202,9 @@ impl World {
         let src = self.flows[f].spec.src;
         match p.kind {
             Kind::Syn => {
-                self.flows[f].first_rx.get_or_insert(now);
-                self.flows[f].last_rx = Some(now);
+                let rec = self.flows[f].rec();
+                rec.first_rx.get_or_insert(now);
+                rec.last_rx = Some(now);
                 let reply = self.packet(p.flow, Kind::SynAck, 0, 0, src, now);
                 self.host_send(now, h, reply, q);
             }
@@ -1091,16 +1215,22 @@ impl World {
                 let ack = self.packet(p.flow, Kind::FinAck, 0, 0, dst, now);
                 self.send_forward(now, f, ack, q);
             }
-            Kind::FinAck => self.flows[f].last_rx = Some(now),
+            Kind::FinAck => self.flows[f].rec().last_rx = Some(now),
+            // A finished flow's sender ignores it.
             Kind::SynAck => {
-                self.flows[f].sender.on_syn_ack();
-                self.pump(now, f, q);
+                if let Some(live) = self.flows[f].live() {
+                    live.sender.on_syn_ack();
+                    self.pump(now, f, q);
+                }
             }
             Kind::Probe | Kind::ProbeReply => {}
             Kind::Ack => {
                 self.routing.on_ack(now, h, &p);
                 let cfg = self.cfg.tcp;
-                let sender = &mut self.flows[f].sender;
+                // A finished flow's sender ignores it.
+                let flow = &mut self.flows[f];
+                let Some(live) = flow.live() else { return };
+                let sender = &mut live.sender;
                 sender.on_ack(&cfg, now, p.seq, p.ece(), p.echo);
                 #[cfg(debug_assertions)]
                 if crate::trace::traced(f) {
@@ -1108,6 +1238,9 @@ impl World {
                 }
                 if sender.phase != Phase::Done {
                     self.pump(now, f, q);
+                } else {
+                    // Done: keep the record only (see `State::Finished`).
+                    flow.state = State::Finished(Box::new(live.rec));
                 }
             }
         }
@@ -1120,11 +1253,14 @@ impl Model for World {
 
     fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Wheel<Ev>) {
         self.now = now;
+        if now >= self.next_start {
+            self.start_due(now, q);
+        }
         match ev {
             Ev::Tx(port) => self.tx_done(now, port as usize, q),
             Ev::Arrive(port) => self.arrive(now, port as usize, q),
             Ev::Release(fifo) => self.release(now, fifo as usize, q),
-            Ev::Start(f) => self.start(now, f as usize, q),
+            Ev::Start => self.wakes += 1,
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),
             Ev::Throughput => self.sample_throughput(now, q),
@@ -1153,11 +1289,32 @@ mod tests {
         let mut q = Wheel::new();
         let mut world = World::new(cfg, fabric, vec![spec], 100_000, &mut q);
         fulcrum_des::run(&mut world, &mut q, 100_000_000, None);
-        let flow = &world.flows[0];
+        let flow = world.flows[0].record();
         assert!(flow.done.is_some(), "the flow completes");
         let troubles =
             (0..world.fabric.ports.len() as u32).map(|p| world.queue_stats(p)).map(|s| s.marks + s.drops).sum();
         (flow.last_rx.unwrap() - flow.first_tx.unwrap(), troubles)
+    }
+
+    #[test]
+    fn a_flow_has_transport_state_only_while_it_runs() {
+        let fabric = Fabric::build(&Shape::Star { hosts: 2, gbps: 10.0, extra_delay: vec![] }, 10_000);
+        let spec = |start| FlowSpec { src: 0, dst: 1, bytes: 100_000, start, class: 0, prio: 0 };
+        let mut q = Wheel::new();
+        // Out of time order: each opens at its own start, the later one never.
+        let specs = vec![spec(50_000_000), spec(1000), spec(1000)];
+        let mut world = World::new(config(vec![], Service::OnRoom), fabric, specs, 100_000, &mut q);
+        fulcrum_des::run(&mut world, &mut q, 1_000_000, None);
+        assert!(world.flows.iter().all(|f| !f.running()), "none started, or both done");
+        assert_eq!(world.flows[0].record(), Record::default());
+        for f in &world.flows[1..] {
+            let r = f.record();
+            assert_eq!(r.first_tx, Some(1000));
+            assert!(r.done.is_some() && r.tx_packets > 70, "{r:?}");
+        }
+        fulcrum_des::run(&mut world, &mut q, 50_000_000, None);
+        assert!(world.flows[0].running(), "started at its time");
+        assert_eq!(world.flows[0].record().first_tx, Some(50_000_000));
     }
 
     fn config(classes: Vec<Nanos>, service: Service) -> ModelConfig {

@@ -45,6 +45,7 @@ use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
 use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario, Server};
 use crate::stats::ShareSeries;
+use crate::trace::DRAWN;
 use crate::Recorder;
 
 /// What one run produced, before summarising.
@@ -160,6 +161,8 @@ struct ClientState {
     sent: u64,
     end: Nanos,
     key: u64,
+    /// With a trace: the line this client sends next.
+    row: usize,
 }
 
 /// How a failing server fails.
@@ -226,10 +229,14 @@ impl ServerState {
         }
     }
 
-    /// A service time drawn at `now`, with the cold-start penalty if any.
+    /// A service time drawn at `now` (or the trace's, `given`), with the
+    /// cold-start penalty if any.
     #[inline]
-    fn service_time(&mut self, now: Nanos) -> Nanos {
-        let t = self.service.sample(&mut self.rng);
+    fn service_time(&mut self, now: Nanos, given: Option<Nanos>) -> Nanos {
+        let t = match given {
+            Some(t) => t,
+            None => self.service.sample(&mut self.rng),
+        };
         match &self.cold {
             Some(c) => (t as f64 * c.multiplier(now.saturating_sub(self.joined_at))) as Nanos,
             None => t,
@@ -270,6 +277,10 @@ pub struct Engine<'a> {
     /// Servers of the earlier tries of the request in the same slot (kept
     /// apart so that requests stay small; grown only when a retry happens).
     tried: Vec<Vec<EndpointId>>,
+    /// The trace's service time of the request in the same slot
+    /// ([`DRAWN`]: none); kept apart, like `tried`, so that requests stay
+    /// one cache line. Empty unless the trace gives service times.
+    given: Vec<Nanos>,
     free: Vec<u32>,
     clients: Vec<ClientState>,
     servers: Vec<ServerState>,
@@ -318,6 +329,7 @@ impl<'a> Engine<'a> {
                 sent: 0,
                 end: Nanos::MAX,
                 key: master.next_u64(),
+                row: i as usize,
             })
             .collect();
         let (n_servers, n_balancers) = (scenario.servers.len(), scenario.balancers.count as usize);
@@ -350,6 +362,7 @@ impl<'a> Engine<'a> {
             initial,
             requests: Vec::new(),
             tried: Vec::new(),
+            given: Vec::new(),
             free: Vec::new(),
             clients,
             servers,
@@ -478,7 +491,8 @@ impl<'a> Engine<'a> {
     /// The client is ready to send: a closed loop fills its window, an
     /// open loop has its first tick now.
     fn begin(&mut self, client: u32, q: &mut Events) {
-        match self.scenario.clients.arrivals {
+        let scenario = self.scenario;
+        match scenario.clients.arrivals {
             Arrivals::Closed(n) => {
                 for _ in 0..n {
                     if !self.may_send(client) {
@@ -487,7 +501,22 @@ impl<'a> Engine<'a> {
                     self.send_request(client, q);
                 }
             }
+            Arrivals::Trace(ref t) => {
+                if let Some(&at) = t.times.get(client as usize) {
+                    self.tick_at(scenario.clients.start + at, client, q);
+                }
+            }
             _ => self.dispatch(Ev::Tick { client }, q),
+        }
+    }
+
+    /// The client's next tick at `at`, or now if that has passed (the
+    /// trace's first line, or any line, before a connection was made).
+    fn tick_at(&mut self, at: Nanos, client: u32, q: &mut Events) {
+        if at <= self.now {
+            self.dispatch(Ev::Tick { client }, q);
+        } else {
+            q.schedule(at, Ev::Tick { client });
         }
     }
 
@@ -505,9 +534,18 @@ impl<'a> Engine<'a> {
             return;
         }
         self.send_request(client, q);
-        let gap = match self.scenario.clients.arrivals {
+        let scenario = self.scenario;
+        let gap = match scenario.clients.arrivals {
             Arrivals::Fixed(i) => i,
             Arrivals::Poisson(mean) => Dist::Exponential { mean }.sample(&mut self.workload),
+            Arrivals::Trace(ref t) => {
+                let c = &mut self.clients[client as usize];
+                c.row += scenario.clients.count as usize;
+                if let Some(&at) = t.times.get(c.row) {
+                    self.tick_at(scenario.clients.start + at, client, q);
+                }
+                return;
+            }
             Arrivals::Closed(_) => unreachable!("closed-loop clients do not tick"),
         };
         q.schedule(self.now + gap, Ev::Tick { client });
@@ -527,10 +565,15 @@ impl<'a> Engine<'a> {
             // Counted only where a limit reads it: no write to the client's line.
             self.clients[client as usize].sent += 1;
         }
+        let row = self.clients[client as usize].row;
         let key = match self.scenario.clients.keys {
             Keys::Random => self.workload.next_u64(),
             Keys::Client => self.clients[client as usize].key,
             Keys::None => 0,
+            Keys::Trace => match &self.scenario.clients.arrivals {
+                Arrivals::Trace(t) => t.keys[row],
+                _ => unreachable!("trace keys need a trace (checked on load)"),
+            },
         };
         let request = Request {
             gen: 0,
@@ -558,6 +601,15 @@ impl<'a> Engine<'a> {
                 (self.requests.len() - 1) as u32
             }
         };
+        if let Arrivals::Trace(t) = &self.scenario.clients.arrivals {
+            if !t.service.is_empty() {
+                let slot = req as usize;
+                if self.given.len() <= slot {
+                    self.given.resize(slot + 1, DRAWN);
+                }
+                self.given[slot] = t.service[row];
+            }
+        }
         (req, self.requests[req as usize].gen)
     }
 
@@ -566,7 +618,7 @@ impl<'a> Engine<'a> {
     fn key(&self, r: &Request) -> Option<u64> {
         match self.scenario.clients.keys {
             Keys::None => None,
-            Keys::Random | Keys::Client => Some(r.key),
+            Keys::Random | Keys::Client | Keys::Trace => Some(r.key),
         }
     }
 
@@ -734,6 +786,12 @@ impl<'a> Engine<'a> {
         r.gen == gen && r.attempt == attempt
     }
 
+    /// The trace's service time of the request in slot `req`, if it gives one.
+    #[inline]
+    fn given(&self, req: u32) -> Option<Nanos> {
+        self.given.get(req as usize).copied().filter(|&t| t != DRAWN)
+    }
+
     /// A try reaches its server: served at once if a slot is free, else it
     /// waits; a failing server answers with its failure instead.
     fn at_server(&mut self, req: u32, gen: u32, attempt: u8, server: u32, q: &mut Events) {
@@ -741,6 +799,7 @@ impl<'a> Engine<'a> {
             return;
         }
         let now = self.now;
+        let given = self.given(req);
         let s = &mut self.servers[server as usize];
         let (at, res) = match s.failing.as_deref() {
             Some(Failing::Error(after)) => (now + after.sample(&mut s.rng), TryResult::ServerError),
@@ -749,7 +808,7 @@ impl<'a> Engine<'a> {
             Some(Failing::Silent) => return,
             None if s.busy < s.limit => {
                 s.busy += 1;
-                (now + s.service_time(now), TryResult::Ok)
+                (now + s.service_time(now, given), TryResult::Ok)
             }
             None => {
                 s.queue.push_back((req, gen, attempt));
@@ -790,9 +849,10 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let now = self.now;
+            let given = self.given(req);
             let s = &mut self.servers[server as usize];
             s.busy += 1;
-            let t = now + s.service_time(now);
+            let t = now + s.service_time(now, given);
             q.schedule(t, Ev::Done { req, gen, attempt, server, res: TryResult::Ok });
             break;
         }

@@ -29,6 +29,7 @@ pub mod report;
 pub mod resilience;
 pub mod scenario;
 pub mod stats;
+pub mod trace;
 
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
@@ -41,6 +42,7 @@ pub use fulcrum_workload::{Dist, Method, Recorder};
 pub use resilience::{Mechanism, ResilienceStats};
 pub use scenario::{Scenario, ScenarioError};
 pub use stats::{ShareSeries, Summary};
+pub use trace::Trace;
 
 /// CDF points kept per run for plots and CSV.
 const CDF_POINTS: usize = 1000;

@@ -17,6 +17,7 @@
 //! `docs/reference/sim-scenario.md` is the reference of every field.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fulcrum_balance::{AlgorithmConfig, AlgorithmKind, Endpoint, Nanos};
@@ -25,6 +26,7 @@ use fulcrum_resilience::{LimitKey, OutlierConfig, RateLimitConfig, RetryOn, Retr
 use serde::Deserialize;
 
 use crate::resilience::Resilience;
+use crate::trace::Trace;
 use fulcrum_workload::dist::{nanos, with_base_dir, Dist};
 
 /// A scenario that failed to load: `file:line:column: field: message`.
@@ -69,6 +71,9 @@ pub enum Arrivals {
     Poisson(f64),
     /// Closed loop: this many requests in flight per client.
     Closed(u32),
+    /// Open loop: the requests of a trace, at its times (line *i* sent by
+    /// client *i* mod the client count).
+    Trace(Arc<Trace>),
 }
 
 /// Which key each request carries for hash-based algorithms.
@@ -81,6 +86,8 @@ pub enum Keys {
     Client,
     /// No key: hash-based balancers draw their own.
     None,
+    /// The key of each line of the trace.
+    Trace,
 }
 
 /// The clients section.
@@ -281,6 +288,7 @@ impl<'de> Deserialize<'de> for KindName {
 enum LoopKind {
     Open,
     Closed,
+    Trace,
 }
 
 #[derive(Deserialize)]
@@ -303,24 +311,30 @@ struct RawClients {
     stagger: Duration,
     #[serde(default)]
     connect: bool,
-    #[serde(default = "random_keys")]
-    keys: Keys,
+    keys: Option<Keys>,
+    trace: Option<String>,
 }
 
 fn one() -> u32 {
     1
 }
 
-fn random_keys() -> Keys {
-    Keys::Random
-}
-
 impl RawClients {
     /// An open loop with one interval or rate, or a closed loop with a
-    /// count in flight; a request count or a duration.
-    fn validate(self, src: &Source) -> Result<Clients, ScenarioError> {
+    /// count in flight; a request count or a duration. Or a trace (read
+    /// from `base_dir` when relative), which may be cut short by either.
+    fn validate(self, src: &Source, base_dir: &Path) -> Result<Clients, ScenarioError> {
         if self.count == 0 {
             return Err(src.error_in("clients.count", "must be at least 1"));
+        }
+        if matches!(self.loop_kind, LoopKind::Trace) {
+            return self.validate_trace(src, base_dir);
+        }
+        if self.trace.is_some() {
+            return Err(src.error_in("clients.trace", "needs `loop = \"trace\"`"));
+        }
+        if self.keys == Some(Keys::Trace) {
+            return Err(src.error_in("clients.keys", "\"trace\" needs `loop = \"trace\"`"));
         }
         let arrivals = match (self.loop_kind, self.interval, self.rate, self.in_flight) {
             (LoopKind::Open, Some(i), None, None) if !i.is_zero() => Arrivals::Fixed(nanos(i)),
@@ -340,6 +354,7 @@ impl RawClients {
                      and no `interval` or `rate`",
                 ))
             }
+            (LoopKind::Trace, ..) => unreachable!("validated by validate_trace"),
         };
         match (self.requests, self.duration) {
             (None, None) => return Err(src.error_in("clients", "give `requests` (per client) or `duration`")),
@@ -355,7 +370,42 @@ impl RawClients {
             start: nanos(self.start),
             stagger: nanos(self.stagger),
             connect: self.connect,
-            keys: self.keys,
+            keys: self.keys.unwrap_or(Keys::Random),
+        })
+    }
+
+    /// `loop = "trace"`: the trace's times replace `interval`, `rate` and
+    /// `stagger`; its keys are the default keys.
+    fn validate_trace(self, src: &Source, base_dir: &Path) -> Result<Clients, ScenarioError> {
+        let Some(file) = &self.trace else {
+            return Err(src.error_in("clients.loop", "a trace loop needs `trace` (the CSV file of requests)"));
+        };
+        if self.interval.is_some() || self.rate.is_some() || self.in_flight.is_some() || !self.stagger.is_zero() {
+            return Err(src.error_in(
+                "clients.loop",
+                "a trace gives the request times: no `interval`, `rate`, `in_flight` or `stagger`",
+            ));
+        }
+        match (self.requests, self.duration) {
+            (Some(0), _) => return Err(src.error_in("clients.requests", "must be at least 1")),
+            (_, Some(d)) if d.is_zero() => return Err(src.error_in("clients.duration", "must be above 0")),
+            _ => {}
+        }
+        let path = base_dir.join(file);
+        let trace = Trace::load(&path).map_err(|e| match e.line {
+            // The file itself (missing, empty): the scenario's field is at fault.
+            0 => src.error_in("clients.trace", format!("{}: {}", path.display(), e.message)),
+            _ => e,
+        })?;
+        Ok(Clients {
+            count: self.count,
+            arrivals: Arrivals::Trace(Arc::new(trace)),
+            requests: self.requests,
+            duration: self.duration.map(nanos),
+            start: nanos(self.start),
+            stagger: 0,
+            connect: self.connect,
+            keys: self.keys.unwrap_or(Keys::Trace),
         })
     }
 }
@@ -791,7 +841,7 @@ impl Scenario {
         base_dir: &Path,
     ) -> Result<Scenario, ScenarioError> {
         let (raw, src): (RawScenario, Source) = with_base_dir(base_dir, || fulcrum_config::parse(file, text, sets))?;
-        let clients = raw.clients.validate(&src)?;
+        let clients = raw.clients.validate(&src, base_dir)?;
         let network = raw.network.validate();
         let servers = servers(&raw.servers, &src)?;
         let balancers = raw.balancers.validate(&src)?;
@@ -834,8 +884,14 @@ impl Scenario {
 
     /// Requests the clients will send in all, when that is fixed by counts.
     pub fn total_requests(&self) -> Option<u64> {
-        match (self.clients.requests, self.clients.duration) {
-            (Some(n), None) => Some(n * self.clients.count as u64),
+        let c = &self.clients;
+        match (&c.arrivals, c.requests, c.duration) {
+            (Arrivals::Trace(t), n, None) => {
+                // Client i sends lines i, i + count, …, up to n of them.
+                let (rows, count) = (t.len() as u64, u64::from(c.count));
+                Some((0..count.min(rows)).map(|i| ((rows - i).div_ceil(count)).min(n.unwrap_or(u64::MAX))).sum())
+            }
+            (_, Some(n), None) => Some(n * c.count as u64),
             _ => None,
         }
     }
@@ -965,6 +1021,43 @@ service = "5ms"
         assert_eq!(s.events[0], Event { at: 1_000_000_000, server: 0, action: Action::Slow(Dist::Fixed(20_000_000)) });
         assert_eq!(s.events[1].server, 3);
         assert!(!s.servers[3].joined);
+    }
+
+    #[test]
+    fn a_trace_loop_reads_its_file_and_names_it_in_errors() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t.csv"), "time,key,size\n0,a,1\n1ms,b,2\n2ms,c,3\n").unwrap();
+        std::fs::write(dir.join("bad.csv"), "0,a,1\n1ms,b,2kB\n0,c,3\n").unwrap();
+        let text = MINIMAL.replace(
+            "loop = \"open\"\ninterval = \"100ms\"\nrequests = 10",
+            "count = 2\nloop = \"trace\"\ntrace = \"t.csv\"",
+        );
+        let read = |text: &str| Scenario::parse(text, "t.toml", "t", &dir).map_err(|e| e.to_string());
+        let s = read(&text).unwrap();
+        let Arrivals::Trace(t) = &s.clients.arrivals else { panic!("a trace") };
+        assert_eq!((t.len(), s.clients.keys, s.total_requests()), (3, Keys::Trace, Some(3)));
+        let capped = read(&text.replace("count = 2", "count = 2\nrequests = 1")).unwrap();
+        assert_eq!(capped.total_requests(), Some(2));
+        let e = read(&text.replace("t.csv", "bad.csv")).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "{}:3:1: time: 0 is before the line above (1000000 ns): sort the trace by time",
+                dir.join("bad.csv").display()
+            )
+        );
+        let e = read(&text.replace("t.csv", "none.csv")).unwrap_err();
+        assert!(e.starts_with("t.toml:5:9: clients.trace: ") && e.contains("none.csv"), "{e}");
+        let e = read(&text.replace("count = 2", "count = 2\nrate = 5")).unwrap_err();
+        assert!(e.starts_with("t.toml:5:8: clients.loop: a trace gives the request times"), "{e}");
+        let e = read(&text.replace("trace = \"t.csv\"", "")).unwrap_err();
+        assert!(e.contains("clients.loop: a trace loop needs `trace`"), "{e}");
+        let e = read(&MINIMAL.replace("requests = 10", "requests = 10\nkeys = \"trace\"")).unwrap_err();
+        assert!(e.contains("clients.keys: \"trace\" needs `loop = \"trace\"`"), "{e}");
+        let e = read(&MINIMAL.replace("requests = 10", "requests = 10\ntrace = \"t.csv\"")).unwrap_err();
+        assert!(e.contains("clients.trace: needs `loop = \"trace\"`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

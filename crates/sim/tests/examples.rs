@@ -66,3 +66,22 @@ fn a_rate_limit_shapes_the_burst_of_rate_limit_burst() {
     // What goes through is served at once; without the limit, everything queues.
     assert!(with.latency.p99 < 25.0 && without.latency.p99 > 300.0, "{} {}", with.latency.p99, without.latency.p99);
 }
+
+#[test]
+fn trace_replay_sends_every_line_and_shows_the_hot_key() {
+    let report = run("trace-replay.toml");
+    let lines = std::fs::read_to_string(examples().join("trace-replay.csv")).unwrap();
+    let requests = lines.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_digit())).count() as f64;
+    let hot = lines.lines().filter(|l| l.contains(",user-7,")).count() as f64;
+    let (maglev, lr) = (result(&report, "maglev"), result(&report, "least-request"));
+    for a in [maglev, lr] {
+        assert_eq!((a.requests, a.failed), (requests, 0.0), "{}: every line once", a.algorithm);
+    }
+    // Maglev sends every request of the hot key to one server, which gets
+    // them all beside its share of the others; its queue sets the tail.
+    let busiest = (0..4).map(|s| maglev.share_of(s)).fold(0.0, f64::max);
+    assert!(busiest >= hot / requests, "busiest share {busiest}, hot key {}", hot / requests);
+    assert!(maglev.latency.p99 > 2.0 * lr.latency.p99, "p99 {} vs {}", maglev.latency.p99, lr.latency.p99);
+    // The hot key's 8 ms service times come from the trace, not the servers' 2 ms.
+    assert!(lr.latency.p99 > 8.0, "least-request p99 {}", lr.latency.p99);
+}

@@ -99,3 +99,21 @@ fn every_shipped_scenario_gives_its_pinned_output() {
 fn stem(path: &Path) -> String {
     path.file_stem().expect("a file name").to_string_lossy().into_owned()
 }
+
+/// A trace replay (`examples/sim/trace-replay.toml`): the same trace and
+/// seed give the same report, byte for byte, pinned by
+/// `tests/golden-examples/trace-replay.digest` (blessed as above).
+#[test]
+fn a_trace_replay_gives_its_pinned_output() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let scenario = Scenario::load(&root.join("../../examples/sim/trace-replay.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let (json, digest) = pinned(&scenario);
+    assert_eq!(pinned(&scenario).0, json, "two runs differ");
+    let file = root.join("tests/golden-examples/trace-replay.digest");
+    if std::env::var_os("FULCRUM_BLESS").is_some() {
+        std::fs::create_dir_all(file.parent().unwrap()).expect("the golden directory");
+        std::fs::write(&file, &digest).expect("a digest written");
+        return;
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap_or_default(), digest, "output differs from {}", file.display());
+}
