@@ -18,7 +18,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::xdp::{Conn, Topology, BACKENDS, BACKENDS6, VIP, VIP6};
@@ -132,15 +132,16 @@ fn temp_dir(name: &str) -> PathBuf {
 /// made and who answered (or the error).
 type Outcomes = Vec<(Instant, Result<String, String>)>;
 
-fn load(topo: &Topology, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Outcomes> {
+/// Opens a new connection every 5 ms until `stop`, recording into `out`
+/// when each was opened and which backend answered.
+fn load(topo: &Topology, stop: Arc<AtomicBool>, out: Arc<Mutex<Outcomes>>) -> std::thread::JoinHandle<()> {
     topo.spawn_in_client(move || {
-        let mut out = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let at = Instant::now();
-            out.push((at, Conn::open(80).map(|c| c.backend.clone()).map_err(|e| e.to_string())));
+            let outcome = Conn::open(80).map(|c| c.backend.clone()).map_err(|e| e.to_string());
+            out.lock().unwrap().push((at, outcome));
             std::thread::sleep(Duration::from_millis(5));
         }
-        out
     })
 }
 
@@ -191,7 +192,8 @@ mod needs_root {
 
         let mut established = topo.connect(60, 80);
         let stop = Arc::new(AtomicBool::new(false));
-        let stream = load(&topo, Arc::clone(&stop));
+        let recorded = Arc::new(Mutex::new(Outcomes::new()));
+        let stream = load(&topo, Arc::clone(&stop), Arc::clone(&recorded));
         std::thread::sleep(Duration::from_millis(300));
 
         // b2 stops accepting (its established connections stay served).
@@ -207,9 +209,15 @@ mod needs_root {
         // plus the ring's rewrite; generously.
         let limit = Duration::from_millis((FALL + 1) * (INTERVAL_MS + TIMEOUT_MS) + 1500);
         assert!(detection < limit, "down after {detection:?}");
-        std::thread::sleep(Duration::from_millis(800));
+        // Enough new connections after the fall to show where they go: a
+        // count, not a sleep, so that a slow machine only takes longer.
+        let enough = Instant::now() + Duration::from_secs(20);
+        while recorded.lock().unwrap().iter().filter(|(at, _)| *at > down).count() <= 50 && Instant::now() < enough {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         stop.store(true, Ordering::Relaxed);
-        let outcomes = stream.join().unwrap();
+        stream.join().unwrap();
+        let outcomes = std::mem::take(&mut *recorded.lock().unwrap());
         // (A connection under way when the listener closed may fail.)
         let before: Vec<_> = outcomes.iter().filter(|(at, _)| *at + Duration::from_millis(100) < killed).collect();
         let after: Vec<_> = outcomes.iter().filter(|(at, _)| *at > down).collect();
