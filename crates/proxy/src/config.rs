@@ -945,13 +945,7 @@ impl RawConfig {
                 None => DEFAULT_MAX_REQUESTS,
             };
             let (max_connections, max_pending) = connection_limits(c.max_connections, c.max_pending, src, &at)?;
-            let proxy_protocol = match c.proxy_protocol {
-                // An HTTP/2 connection carries many clients' requests; a header names one.
-                Some(p) if c.upstream == UpstreamProtocol::Http2 => {
-                    return Err(src.error(p.span(), at("proxy_protocol"), "needs upstream = \"http1\""));
-                }
-                p => p.map(Spanned::into_inner),
-            };
+            let proxy_protocol = c.proxy_protocol.map(Spanned::into_inner);
             let hash_key = c.hash_key.unwrap_or(HashKey::SourceIp);
             let sticky_cookie =
                 c.sticky_cookie.map(|s| sticky_cookie(s, &hash_key, &algorithm, src, &at)).transpose()?;
@@ -1771,8 +1765,12 @@ connect_timeout = "250ms"
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.clusters[1].proxy_protocol, Some(ProxyVersion::V1));
-        let e = error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\""));
-        assert_eq!((e.field.as_str(), e.line), ("cluster[1].proxy_protocol", 27), "{e}");
+        // An HTTP/2 cluster sends it too (its connections are kept per client).
+        let c = parse(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\"")).unwrap();
+        assert_eq!(
+            (c.clusters[1].upstream, c.clusters[1].proxy_protocol),
+            (UpstreamProtocol::Http2, Some(ProxyVersion::V2))
+        );
         assert!(error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v3\"")).message.contains("v3"));
     }
 
