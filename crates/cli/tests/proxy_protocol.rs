@@ -1,9 +1,10 @@
 //! The PROXY protocol end to end against the real binary: headers accepted
 //! from trusted sources and their client address used in forwarding headers
 //! and the access log, refusals (untrusted, missing, malformed) logged and
-//! counted, and headers sent to a TCP cluster's endpoints. With HAProxy
-//! (Debian's; `scripts/test` installs it): HAProxy's `send-proxy-v2` to
-//! Fulcrum and Fulcrum's header to HAProxy's `accept-proxy`.
+//! counted, and headers sent to a TCP cluster's endpoints and to HTTP/2
+//! upstreams. With HAProxy (Debian's; `scripts/test` installs it):
+//! HAProxy's `send-proxy-v2` to Fulcrum and Fulcrum's header to HAProxy's
+//! `accept-proxy`, over HTTP/1.1 and HTTP/2.
 
 mod common;
 
@@ -273,14 +274,17 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
     let dir = common::temp_dir("proxy-protocol-haproxy");
     // HAProxy answers each request with the client address it was given.
     let accept_port = common::closed_port();
+    let accept_h2_port = common::closed_port();
     let front_port = common::closed_port();
     let fulcrum_config = format!(
         "workers = 1\nadmin = \"127.0.0.1:0\"\n\n\
          [[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"echo\" }}]\n\
          proxy_protocol = {{ trusted = [\"127.0.0.1\"] }}\n\n\
          [[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"haproxy\" }}]\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"haproxy-h2\" }}]\n\n\
          [[cluster]]\nname = \"echo\"\nendpoints = [\"{}\"]\n\n\
-         [[cluster]]\nname = \"haproxy\"\nendpoints = [\"{accept_port}\"]\nproxy_protocol = \"v2\"\n",
+         [[cluster]]\nname = \"haproxy\"\nendpoints = [\"{accept_port}\"]\nproxy_protocol = \"v2\"\n\n\
+         [[cluster]]\nname = \"haproxy-h2\"\nendpoints = [\"{accept_h2_port}\"]\nupstream = \"http2\"\nproxy_protocol = \"v2\"\n",
         xff_upstream(),
     );
     let f = Fulcrum::serve("proxy-protocol-haproxy", &fulcrum_config);
@@ -288,12 +292,15 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
         "global\n  maxconn 100\ndefaults\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\n\
          frontend accept\n  mode http\n  bind {accept_port} accept-proxy\n\
          \x20 http-request return status 200 content-type text/plain lf-string \"src=%[src]\"\n\
+         frontend accept_h2\n  mode http\n  bind {accept_h2_port} accept-proxy proto h2\n\
+         \x20 http-request return status 200 content-type text/plain lf-string \"src=%[src] %[req.ver]\"\n\
          frontend front\n  mode tcp\n  bind {front_port}\n  default_backend fulcrum\n\
          backend fulcrum\n  mode tcp\n  server f {} send-proxy-v2\n",
         f.listen[0]
     );
     let _haproxy = haproxy(&dir, &config);
     wait_listening(accept_port);
+    wait_listening(accept_h2_port);
     wait_listening(front_port);
 
     // Client 127.0.0.2 → HAProxy (send-proxy-v2) → Fulcrum → the echo upstream.
@@ -312,6 +319,14 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
         let mut reply = String::new();
         let _ = s.read_to_string(&mut reply);
         assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with(&format!("src={client}")), "{reply}");
+    }
+    // The same over HTTP/2 to HAProxy (`accept-proxy proto h2`), two
+    // requests per client on its own connection.
+    for client in ["127.0.0.3", "127.0.0.4"] {
+        let mut s = connect_from(client, f.listen[2]);
+        for _ in 0..2 {
+            assert_eq!(keep_alive_get(&mut s), format!("src={client} 2.0"));
+        }
     }
 
     assert!(f.terminate().success());
