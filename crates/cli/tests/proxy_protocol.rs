@@ -1,9 +1,10 @@
 //! The PROXY protocol end to end against the real binary: headers accepted
 //! from trusted sources and their client address used in forwarding headers
 //! and the access log, refusals (untrusted, missing, malformed) logged and
-//! counted, and headers sent to a TCP cluster's endpoints. With HAProxy
-//! (Debian's; `scripts/test` installs it): HAProxy's `send-proxy-v2` to
-//! Fulcrum and Fulcrum's header to HAProxy's `accept-proxy`.
+//! counted, and headers sent to a TCP cluster's endpoints and to HTTP/2
+//! upstreams. With HAProxy (Debian's; `scripts/test` installs it):
+//! HAProxy's `send-proxy-v2` to Fulcrum and Fulcrum's header to HAProxy's
+//! `accept-proxy`, over HTTP/1.1 and HTTP/2.
 
 mod common;
 
@@ -175,6 +176,85 @@ fn wait_listening(addr: SocketAddr) {
     panic!("nothing listens on {addr}");
 }
 
+/// An h2c upstream that reads a PROXY protocol header first on each
+/// connection and answers every request with the client it names and the
+/// connection's number (from 1).
+fn h2_header_upstream() -> SocketAddr {
+    use fulcrum_proxy::proxy_protocol::{read, Header};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            for n in 1.. {
+                let Ok((mut conn, _)) = listener.accept().await else { return };
+                tokio::spawn(async move {
+                    let client = match read(&mut conn).await {
+                        Ok(Some(Header::Proxied(a))) => a.source.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    let answer = hyper::service::service_fn(move |_req| {
+                        let body = http_body_util::Full::new(bytes::Bytes::from(format!("{client} #{n}")));
+                        async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(body)) }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(conn);
+                    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(io, answer)
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// One keep-alive HTTP/1.1 exchange on `s`: the response's body.
+fn keep_alive_get(s: &mut TcpStream) -> String {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: app\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(s);
+    let (mut status, mut length) = (String::new(), 0);
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+#[test]
+fn http2_upstreams_get_the_header_on_connections_kept_per_client() {
+    let config = format!(
+        "workers = 1\nadmin = \"127.0.0.1:0\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"h2\" }}]\n\n\
+         [[cluster]]\nname = \"h2\"\nendpoints = [\"{}\"]\nupstream = \"http2\"\nproxy_protocol = \"v2\"\n",
+        h2_header_upstream()
+    );
+    let f = Fulcrum::serve("proxy-protocol-h2", &config);
+    let (mut a, mut b) = (connect_from("127.0.0.2", f.listen[0]), connect_from("127.0.0.3", f.listen[0]));
+    let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    // Each client is named on an HTTP/2 connection of its own, which its
+    // later requests share; no request goes out under another's header.
+    let first = keep_alive_get(&mut a);
+    let other = keep_alive_get(&mut b);
+    let (a_conn, b_conn) = (first.strip_prefix(&format!("{a_addr} #")), other.strip_prefix(&format!("{b_addr} #")));
+    assert!(a_conn.is_some() && b_conn.is_some() && a_conn != b_conn, "{first} for {a_addr}, {other} for {b_addr}");
+    for _ in 0..2 {
+        assert_eq!(keep_alive_get(&mut a), first, "the client's connection is reused");
+        assert_eq!(keep_alive_get(&mut b), other, "the client's connection is reused");
+    }
+    assert!(f.terminate().success());
+}
+
 /// `haproxy -f` with `config`, killed by PID on drop.
 fn haproxy(dir: &std::path::Path, config: &str) -> KillOnDrop {
     let path = dir.join("haproxy.cfg");
@@ -194,14 +274,17 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
     let dir = common::temp_dir("proxy-protocol-haproxy");
     // HAProxy answers each request with the client address it was given.
     let accept_port = common::closed_port();
+    let accept_h2_port = common::closed_port();
     let front_port = common::closed_port();
     let fulcrum_config = format!(
         "workers = 1\nadmin = \"127.0.0.1:0\"\n\n\
          [[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"echo\" }}]\n\
          proxy_protocol = {{ trusted = [\"127.0.0.1\"] }}\n\n\
          [[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"haproxy\" }}]\n\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nroutes = [{{ cluster = \"haproxy-h2\" }}]\n\n\
          [[cluster]]\nname = \"echo\"\nendpoints = [\"{}\"]\n\n\
-         [[cluster]]\nname = \"haproxy\"\nendpoints = [\"{accept_port}\"]\nproxy_protocol = \"v2\"\n",
+         [[cluster]]\nname = \"haproxy\"\nendpoints = [\"{accept_port}\"]\nproxy_protocol = \"v2\"\n\n\
+         [[cluster]]\nname = \"haproxy-h2\"\nendpoints = [\"{accept_h2_port}\"]\nupstream = \"http2\"\nproxy_protocol = \"v2\"\n",
         xff_upstream(),
     );
     let f = Fulcrum::serve("proxy-protocol-haproxy", &fulcrum_config);
@@ -209,12 +292,15 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
         "global\n  maxconn 100\ndefaults\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\n\
          frontend accept\n  mode http\n  bind {accept_port} accept-proxy\n\
          \x20 http-request return status 200 content-type text/plain lf-string \"src=%[src]\"\n\
+         frontend accept_h2\n  mode http\n  bind {accept_h2_port} accept-proxy proto h2\n\
+         \x20 http-request return status 200 content-type text/plain lf-string \"src=%[src] %[req.ver]\"\n\
          frontend front\n  mode tcp\n  bind {front_port}\n  default_backend fulcrum\n\
          backend fulcrum\n  mode tcp\n  server f {} send-proxy-v2\n",
         f.listen[0]
     );
     let _haproxy = haproxy(&dir, &config);
     wait_listening(accept_port);
+    wait_listening(accept_h2_port);
     wait_listening(front_port);
 
     // Client 127.0.0.2 → HAProxy (send-proxy-v2) → Fulcrum → the echo upstream.
@@ -233,6 +319,14 @@ fn haproxy_sends_proxy_v2_to_fulcrum_and_accepts_fulcrums() {
         let mut reply = String::new();
         let _ = s.read_to_string(&mut reply);
         assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with(&format!("src={client}")), "{reply}");
+    }
+    // The same over HTTP/2 to HAProxy (`accept-proxy proto h2`), two
+    // requests per client on its own connection.
+    for client in ["127.0.0.3", "127.0.0.4"] {
+        let mut s = connect_from(client, f.listen[2]);
+        for _ in 0..2 {
+            assert_eq!(keep_alive_get(&mut s), format!("src={client} 2.0"));
+        }
     }
 
     assert!(f.terminate().success());

@@ -5,8 +5,9 @@
 //! certificate; a Python `ssl` server that requires one is the upstream.
 //! The certificates are the repository's example ones
 //! (`examples/proxy/certs`, made by its `make.sh`) and some made here.
-//! A plain `cargo test` ignores these tests; `scripts/test` installs
-//! openssl and curl and runs them, and without them they fail, never skip.
+//! A plain `cargo test` ignores these tests but the rustls one (TLS
+//! settings changed by a reload); `scripts/test` installs openssl and curl
+//! and runs them, and without them they fail, never skip.
 
 mod common;
 
@@ -325,6 +326,138 @@ fn a_reload_reads_the_certificate_files_at_once() {
         assert!(Instant::now() < deadline, "the reload did not bring the new certificate");
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(f.terminate().success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A TLS connection to `addr` trusting `ca`, offering `alpn`, TLS 1.2 only
+/// if `tls12`, with the client certificate `client` if given.
+async fn rustls_connect(
+    addr: SocketAddr,
+    ca: &rcgen::Certificate,
+    alpn: &[&str],
+    tls12: bool,
+    client: Option<(&rcgen::Certificate, &rcgen::KeyPair)>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] =
+        if tls12 { &[&rustls::version::TLS12] } else { &[&rustls::version::TLS13, &rustls::version::TLS12] };
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut tls = match client {
+        Some((cert, key)) => {
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+            builder.with_client_auth_cert(vec![cert.der().clone()], key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    tls.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").unwrap();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls)).connect(name, tcp).await
+}
+
+/// One keep-alive GET on `stream`: the status line, or `None` if the
+/// connection failed or closed first.
+async fn keep_alive_status<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(stream: &mut S) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").await.ok()?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&seen).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head.lines().find_map(|l| {
+                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap())
+            });
+            if body.len() >= length.unwrap_or(0) {
+                return head.lines().next().map(str::to_string);
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+}
+
+#[test]
+fn a_reload_changes_alpn_min_version_and_client_ca_and_keeps_open_connections() {
+    let dir = temp_dir("tls-settings-files");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let signed = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert =
+            rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+        (cert, key)
+    };
+    let (server, server_key) = signed("localhost");
+    let (client, client_key) = signed("client.test");
+    for (name, text) in [("server.pem", server.pem()), ("server.key", server_key.serialize_pem()), ("ca.pem", ca.pem())]
+    {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let d = dir.display();
+    let tls = |extra: &str| format!("[listener.tls]\ncert = \"{d}/server.pem\"\nkey = \"{d}/server.key\"\n{extra}\n");
+    let up = upstream(0);
+    let f = Fulcrum::serve("tls-settings-reload", &config(&tls("alpn = [\"http/1.1\"]"), up));
+    let addr = f.listen[0];
+    // `fulcrum reload` with `text`, then wait for the `n`th log line with `log`.
+    let reload = |text: &str, log: &str, n: usize| {
+        std::fs::write(f.dir.join("fulcrum.toml"), text).unwrap();
+        let pid = f.pid().to_string();
+        let status = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["reload", "--pid", &pid]).status();
+        assert!(status.unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while f.stderr.lock().unwrap().iter().filter(|l| l.contains(log)).count() < n {
+            assert!(Instant::now() < deadline, "no {log:?} in {:#?}", f.stderr.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        // Before: ALPN http/1.1 only, TLS 1.2 accepted, no client certificate asked for.
+        let mut open = rustls_connect(addr, &ca, &["h2", "http/1.1"], false, None).await.unwrap();
+        assert_eq!(open.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        assert_eq!(keep_alive_status(&mut open).await.as_deref(), Some("HTTP/1.1 200 OK"));
+        let mut old12 = rustls_connect(addr, &ca, &["http/1.1"], true, None).await.unwrap();
+        assert_eq!(keep_alive_status(&mut old12).await.as_deref(), Some("HTTP/1.1 200 OK"));
+
+        // ALPN h2 and TLS 1.3 only, from the next handshake on.
+        reload(&config(&tls("alpn = [\"h2\"]\nmin_version = \"1.3\""), up), "TLS settings reloaded", 1);
+        let h2 = rustls_connect(addr, &ca, &["h2", "http/1.1"], false, None).await.unwrap();
+        assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        assert!(rustls_connect(addr, &ca, &["h2"], true, None).await.is_err(), "TLS 1.2 is refused now");
+
+        // A client CA: a new client without a certificate is refused, one with it served.
+        let mtls = tls(&format!("alpn = [\"http/1.1\"]\nclient_ca = \"{d}/ca.pem\""));
+        reload(&config(&mtls, up), "TLS settings reloaded", 2);
+        if let Ok(mut anonymous) = rustls_connect(addr, &ca, &["http/1.1"], false, None).await {
+            assert_eq!(keep_alive_status(&mut anonymous).await, None, "served without a client certificate");
+        }
+        let mut with_cert =
+            rustls_connect(addr, &ca, &["http/1.1"], false, Some((&client, &client_key))).await.unwrap();
+        assert_eq!(keep_alive_status(&mut with_cert).await.as_deref(), Some("HTTP/1.1 200 OK"));
+
+        // A client CA that cannot be read: the reload is refused whole, the settings stay.
+        let broken = tls(&format!("alpn = [\"h2\"]\nclient_ca = \"{d}/missing.pem\""));
+        reload(&config(&broken, up), "reload refused", 1);
+        f.wait_for_log("missing.pem");
+        let still = rustls_connect(addr, &ca, &["h2", "http/1.1"], false, Some((&client, &client_key))).await.unwrap();
+        assert_eq!(still.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+
+        // The connections opened before every reload were never dropped.
+        assert_eq!(keep_alive_status(&mut open).await.as_deref(), Some("HTTP/1.1 200 OK"));
+        assert_eq!(keep_alive_status(&mut old12).await.as_deref(), Some("HTTP/1.1 200 OK"));
+    });
     assert!(f.terminate().success());
     let _ = std::fs::remove_dir_all(dir);
 }

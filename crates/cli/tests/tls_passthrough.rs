@@ -101,6 +101,47 @@ fn connections_are_routed_by_server_name() {
     assert!(f.terminate().success());
 }
 
+/// The ClientHello rustls sends for server `name` offering `alpn`.
+fn rustls_hello(name: &str, alpn: &[&str]) -> Vec<u8> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    tls.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(tls), name).unwrap();
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    hello
+}
+
+#[test]
+fn routes_can_match_the_alpn_protocols_offered() {
+    let config = format!(
+        "workers = 1\nadmin = \"127.0.0.1:0\"\n\n[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+         protocol = \"tls-passthrough\"\nsni_routes = [\
+         {{ server_name = \"a.example.com\", alpn = [\"h2\", \"acme-tls/1\"], cluster = \"b\" }}, \
+         {{ server_name = \"a.example.com\", cluster = \"a\" }}, \
+         {{ server_name = \"*.example.org\", alpn = [\"h2\"], cluster = \"b\" }}]\n\n\
+         [[cluster]]\nname = \"a\"\nendpoints = [\"{}\"]\n\n[[cluster]]\nname = \"b\"\nendpoints = [\"{}\"]\n",
+        named_endpoint("A"),
+        named_endpoint("B")
+    );
+    let f = Fulcrum::serve("passthrough-alpn", &config);
+    let to = f.listen[0];
+    assert_eq!(ask(to, &rustls_hello("a.example.com", &["http/1.1", "h2"])), "B");
+    assert_eq!(ask(to, &rustls_hello("a.example.com", &["acme-tls/1"])), "B");
+    assert_eq!(ask(to, &rustls_hello("a.example.com", &["http/1.1"])), "A");
+    assert_eq!(ask(to, &rustls_hello("a.example.com", &[])), "A");
+    assert_eq!(ask(to, &rustls_hello("www.example.org", &["h2"])), "B");
+    assert_eq!(ask(to, &rustls_hello("www.example.org", &["http/1.1"])), "");
+    f.wait_for_log("no cluster for server name www.example.org from 127.0.0.1:");
+    f.wait_for_log("(ALPN http/1.1)");
+    assert!(f.terminate().success());
+}
+
 /// A TCP endpoint that answers the first line it receives.
 fn first_line_endpoint() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

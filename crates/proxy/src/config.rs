@@ -33,6 +33,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::access_log::{AccessLogConfig, Format, Target, DEFAULT_FORMAT};
+pub use crate::passthrough::SniRoute;
 pub use crate::proxy_protocol::{ProxyProtocolListener, Version as ProxyVersion};
 use crate::route::RouteTable;
 
@@ -86,7 +87,7 @@ pub struct Listener {
     /// Who may send a PROXY protocol header, and whether one is required.
     pub proxy_protocol: Option<ProxyProtocolListener>,
     /// TLS passthrough: clusters by server name (`cluster` is the default).
-    pub sni_routes: Vec<(String, usize)>,
+    pub sni_routes: Vec<SniRoute>,
     /// Request IDs: made when a request has none, sent upstream, logged.
     pub request_id: Option<RequestId>,
     /// W3C trace context: `traceparent` passed on with a new parent ID, or a
@@ -557,11 +558,13 @@ impl RawProxyProtocol {
     }
 }
 
-/// `sni_routes = [{ server_name = "a.example.com" | "*.example.com", cluster = "a" }]`.
+/// `sni_routes = [{ server_name = "a.example.com" | "*.example.com", alpn = ["h2"], cluster = "a" }]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSniRoute {
     server_name: Spanned<String>,
+    #[serde(default)]
+    alpn: Vec<Spanned<String>>,
     cluster: Spanned<String>,
 }
 
@@ -945,13 +948,7 @@ impl RawConfig {
                 None => DEFAULT_MAX_REQUESTS,
             };
             let (max_connections, max_pending) = connection_limits(c.max_connections, c.max_pending, src, &at)?;
-            let proxy_protocol = match c.proxy_protocol {
-                // An HTTP/2 connection carries many clients' requests; a header names one.
-                Some(p) if c.upstream == UpstreamProtocol::Http2 => {
-                    return Err(src.error(p.span(), at("proxy_protocol"), "needs upstream = \"http1\""));
-                }
-                p => p.map(Spanned::into_inner),
-            };
+            let proxy_protocol = c.proxy_protocol.map(Spanned::into_inner);
             let hash_key = c.hash_key.unwrap_or(HashKey::SourceIp);
             let sticky_cookie =
                 c.sticky_cookie.map(|s| sticky_cookie(s, &hash_key, &algorithm, src, &at)).transpose()?;
@@ -1405,13 +1402,9 @@ impl RawListener {
     }
 
     /// `sni_routes` (passthrough listeners only): names lower-cased, each a
-    /// DNS name or `*.` and one, with a defined cluster.
-    fn sni_routes(
-        &self,
-        src: &Source,
-        at: FieldName,
-        clusters: &[Cluster],
-    ) -> Result<Vec<(String, usize)>, ConfigError> {
+    /// DNS name or `*.` and one, ALPN protocols of 1 to 255 bytes, with a
+    /// defined cluster.
+    fn sni_routes(&self, src: &Source, at: FieldName, clusters: &[Cluster]) -> Result<Vec<SniRoute>, ConfigError> {
         let mut routes = Vec::with_capacity(self.sni_routes.len());
         for (i, r) in self.sni_routes.iter().enumerate() {
             let field = |f: &str| at(&format!("sni_routes[{i}].{f}"));
@@ -1431,10 +1424,22 @@ impl RawListener {
             if !valid {
                 return Err(src.error(r.server_name.span(), field("server_name"), "expected a DNS name or *.name"));
             }
-            if routes.iter().any(|(n, _)| *n == name) {
-                return Err(src.error(r.server_name.span(), field("server_name"), format!("{name} is routed twice")));
+            for (j, p) in r.alpn.iter().enumerate() {
+                if p.get_ref().is_empty() || p.get_ref().len() > 255 {
+                    return Err(src.error(p.span(), field(&format!("alpn[{j}]")), "expected 1 to 255 bytes"));
+                }
             }
-            routes.push((name, find_cluster(clusters, &r.cluster, src, field("cluster"))?));
+            let alpn: Vec<String> = r.alpn.iter().map(|p| p.get_ref().clone()).collect();
+            if routes.iter().any(|o: &SniRoute| o.server_name == name && o.alpn == alpn) {
+                let also = if alpn.is_empty() { String::new() } else { format!(" with alpn {alpn:?}") };
+                return Err(src.error(
+                    r.server_name.span(),
+                    field("server_name"),
+                    format!("{name} is routed twice{also}"),
+                ));
+            }
+            let cluster = find_cluster(clusters, &r.cluster, src, field("cluster"))?;
+            routes.push(SniRoute { server_name: name, alpn, cluster });
         }
         Ok(routes)
     }
@@ -1748,7 +1753,20 @@ connect_timeout = "250ms"
         );
         let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
         let l = &c.listeners[2];
-        assert_eq!(l.sni_routes, vec![("a.example.com".to_string(), 1), ("*.example.org".to_string(), 0)]);
+        let names: Vec<_> = l.sni_routes.iter().map(|r| (r.server_name.as_str(), r.cluster)).collect();
+        assert_eq!(names, vec![("a.example.com", 1), ("*.example.org", 0)]);
+        let alpn = text.replace(
+            "\"A.example.com\", cluster = \"api\" }",
+            "\"A.example.com\", alpn = [\"h2\"], cluster = \"api\" }, { server_name = \"a.example.com\", cluster = \"web\" }",
+        );
+        let c = parse(&alpn).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.listeners[2].sni_routes[0].alpn, vec!["h2".to_string()]);
+        assert_eq!(c.listeners[2].sni_routes[1].alpn, Vec::<String>::new());
+        let e = error(&alpn.replace("[\"h2\"]", "[\"h2\", \"\"]"));
+        assert_eq!(e.field, "listener[2].sni_routes[0].alpn[1]", "{e}");
+        let e = error(&alpn.replace("alpn = [\"h2\"], ", ""));
+        assert_eq!(e.field, "listener[2].sni_routes[1].server_name", "{e}");
+        assert!(e.message.contains("routed twice"), "{e}");
         assert_eq!(l.cluster, None);
         let rule = l.proxy_protocol.as_ref().unwrap();
         assert!(!rule.required && rule.trusted.len() == 2 && rule.timeout == Duration::from_secs(3));
@@ -1771,8 +1789,12 @@ connect_timeout = "250ms"
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.clusters[1].proxy_protocol, Some(ProxyVersion::V1));
-        let e = error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\""));
-        assert_eq!((e.field.as_str(), e.line), ("cluster[1].proxy_protocol", 27), "{e}");
+        // An HTTP/2 cluster sends it too (its connections are kept per client).
+        let c = parse(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v2\"")).unwrap();
+        assert_eq!(
+            (c.clusters[1].upstream, c.clusters[1].proxy_protocol),
+            (UpstreamProtocol::Http2, Some(ProxyVersion::V2))
+        );
         assert!(error(&GOOD.replace("connect_timeout = \"250ms\"", "proxy_protocol = \"v3\"")).message.contains("v3"));
     }
 

@@ -6,9 +6,10 @@
 //! records, and the records several TCP segments); [`read_hello`] gathers
 //! those bytes from the socket within a time limit, keeping them so that
 //! they are sent to the chosen endpoint before the rest of the connection
-//! is spliced. [`SniRoutes::pick`] chooses the cluster: an exact name, then
-//! a `*.` wildcard covering one label, then the listener's default cluster;
-//! with none, the connection is closed.
+//! is spliced. [`route`] chooses the cluster: an exact name, then a `*.`
+//! wildcard covering one label, then the listener's default cluster (with
+//! none, the connection is closed); a route that lists ALPN protocols
+//! matches only a hello that offers one of them.
 
 use std::time::Duration;
 
@@ -32,10 +33,18 @@ pub enum NotHello {
     TooLong,
 }
 
+/// What a ClientHello says that routes read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hello {
+    /// Its `host_name` server name, lower case, without a trailing dot.
+    pub server_name: Option<String>,
+    /// The ALPN protocols it offers, in its order.
+    pub alpn: Vec<String>,
+}
+
 /// What the ClientHello at the start of `input` says: `Ok(None)` when more
-/// bytes are needed, `Ok(Some(name))` once it is complete, with its server
-/// name (lower case, without a trailing dot) if it has a `host_name` one.
-pub fn client_hello(input: &[u8]) -> Result<Option<Option<String>>, NotHello> {
+/// bytes are needed, `Ok(Some(hello))` once it is complete.
+pub fn client_hello(input: &[u8]) -> Result<Option<Hello>, NotHello> {
     // Gather the handshake layer: the fragments of consecutive handshake records.
     let mut message = Vec::new();
     let mut at = 0;
@@ -60,13 +69,13 @@ pub fn client_hello(input: &[u8]) -> Result<Option<Option<String>>, NotHello> {
                 return Err(NotHello::TooLong);
             }
             if message.len() >= body + 4 {
-                return server_name(&message[4..body + 4]).map(Some);
+                return hello_fields(&message[4..body + 4]).map(Some);
             }
         }
     }
 }
 
-fn incomplete(input: &[u8]) -> Result<Option<Option<String>>, NotHello> {
+fn incomplete(input: &[u8]) -> Result<Option<Hello>, NotHello> {
     if input.len() >= MAX_HELLO_BYTES {
         Err(NotHello::TooLong)
     } else {
@@ -98,34 +107,47 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The `host_name` of the `server_name` extension of a ClientHello body.
-fn server_name(body: &[u8]) -> Result<Option<String>, NotHello> {
+/// The `host_name` of the `server_name` extension and the protocols of the
+/// `application_layer_protocol_negotiation` one, from a ClientHello body.
+fn hello_fields(body: &[u8]) -> Result<Hello, NotHello> {
     let mut r = Reader(body);
     r.take(2 + 32)?; // legacy_version, random
     r.u8_vec()?; // legacy_session_id
     r.u16_vec()?; // cipher_suites
     r.u8_vec()?; // legacy_compression_methods
+    let mut hello = Hello::default();
     if r.0.is_empty() {
-        return Ok(None); // no extensions at all
+        return Ok(hello); // no extensions at all
     }
     let mut extensions = Reader(r.u16_vec()?);
     while !extensions.0.is_empty() {
         let kind = extensions.take(2)?;
         let data = extensions.u16_vec()?;
-        if kind != [0, 0] {
-            continue;
-        }
-        let mut names = Reader(Reader(data).u16_vec()?);
-        while !names.0.is_empty() {
-            let name_type = names.take(1)?[0];
-            let name = names.u16_vec()?;
-            if name_type == 0 {
-                return host_name(name).map(Some);
+        match kind {
+            [0, 0] if hello.server_name.is_none() => {
+                let mut names = Reader(Reader(data).u16_vec()?);
+                while !names.0.is_empty() && hello.server_name.is_none() {
+                    let name_type = names.take(1)?[0];
+                    let name = names.u16_vec()?;
+                    if name_type == 0 {
+                        hello.server_name = Some(host_name(name)?);
+                    }
+                }
             }
+            [0, 16] => {
+                let mut protocols = Reader(Reader(data).u16_vec()?);
+                while !protocols.0.is_empty() {
+                    let protocol = protocols.u8_vec()?;
+                    if protocol.is_empty() {
+                        return Err(NotHello::Malformed);
+                    }
+                    hello.alpn.push(String::from_utf8_lossy(protocol).into_owned());
+                }
+            }
+            _ => {}
         }
-        return Ok(None);
     }
-    Ok(None)
+    Ok(hello)
 }
 
 /// A DNS name as sent: letters, digits, `-`, `_` and dots, lower-cased.
@@ -153,8 +175,8 @@ pub enum HelloError {
 }
 
 /// Read from `stream` until the ClientHello is complete (within `timeout`):
-/// the bytes read, to be sent on first, and the server name.
-pub async fn read_hello(stream: &mut TcpStream, timeout: Duration) -> Result<(Vec<u8>, Option<String>), HelloError> {
+/// the bytes read, to be sent on first, and what the hello says.
+pub async fn read_hello(stream: &mut TcpStream, timeout: Duration) -> Result<(Vec<u8>, Hello), HelloError> {
     let mut buf = Vec::with_capacity(2048);
     let reading = async {
         loop {
@@ -165,27 +187,41 @@ pub async fn read_hello(stream: &mut TcpStream, timeout: Duration) -> Result<(Ve
                 return Err(HelloError::Closed);
             }
             buf.extend_from_slice(&chunk[..n]);
-            if let Some(name) = client_hello(&buf)? {
-                return Ok(name);
+            if let Some(hello) = client_hello(&buf)? {
+                return Ok(hello);
             }
         }
     };
-    let name = tokio::time::timeout(timeout, reading).await.map_err(|_| HelloError::Timeout)??;
-    Ok((buf, name))
+    let hello = tokio::time::timeout(timeout, reading).await.map_err(|_| HelloError::Timeout)??;
+    Ok((buf, hello))
 }
 
-/// The cluster for server `name` among `names` (`(name or *.suffix,
-/// cluster)`, lower case): an exact match first, then a wildcard
-/// `*.example.com` (one label: `a.example.com`, not `a.b.example.com` nor
-/// `example.com`), then `default`; `None` refuses the connection.
-pub fn route(names: &[(String, usize)], default: Option<usize>, name: Option<&str>) -> Option<usize> {
-    let Some(name) = name else { return default };
-    let exact = names.iter().find(|(n, _)| n == name);
+/// A passthrough listener's route: a server name (lower case, exact or
+/// `*.suffix`) and, if any, the ALPN protocols one of which the client must offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SniRoute {
+    /// The name matched.
+    pub server_name: String,
+    /// Protocols any one of which matches; empty, any hello.
+    pub alpn: Vec<String>,
+    /// Where the connection goes.
+    pub cluster: usize,
+}
+
+/// The cluster for `hello` among `routes`: the first route with its exact
+/// server name, then the first with a wildcard `*.example.com` (one label:
+/// `a.example.com`, not `a.b.example.com` nor `example.com`), counting only
+/// routes whose ALPN list is empty or names a protocol the hello offers;
+/// then `default`. `None` refuses the connection.
+pub fn route(routes: &[SniRoute], default: Option<usize>, hello: &Hello) -> Option<usize> {
+    let Some(name) = hello.server_name.as_deref() else { return default };
+    let offered = |r: &&SniRoute| r.alpn.is_empty() || r.alpn.iter().any(|p| hello.alpn.contains(p));
+    let exact = routes.iter().filter(offered).find(|r| r.server_name == name);
     let wildcard = || {
         let (_, parent) = name.split_once('.')?;
-        names.iter().find(|(n, _)| n.strip_prefix("*.") == Some(parent))
+        routes.iter().filter(offered).find(|r| r.server_name.strip_prefix("*.") == Some(parent))
     };
-    exact.or_else(wildcard).map(|(_, c)| *c).or(default)
+    exact.or_else(wildcard).map(|r| r.cluster).or(default)
 }
 
 #[cfg(test)]
@@ -219,15 +255,43 @@ mod tests {
         ext
     }
 
+    fn named(name: &str) -> Hello {
+        Hello { server_name: Some(name.into()), alpn: Vec::new() }
+    }
+
+    fn alpn(protocols: &[&str]) -> Vec<u8> {
+        let list: Vec<u8> = protocols.iter().flat_map(|p| [&[p.len() as u8], p.as_bytes()].concat()).collect();
+        let mut ext = vec![0, 16];
+        ext.extend_from_slice(&(list.len() as u16 + 2).to_be_bytes());
+        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&list);
+        ext
+    }
+
+    #[test]
+    fn alpn_protocols_are_read_before_or_after_the_name() {
+        let want = Hello { server_name: Some("a.example.com".into()), alpn: vec!["h2".into(), "http/1.1".into()] };
+        let (name, protocols) = (sni("a.example.com"), alpn(&["h2", "http/1.1"]));
+        assert_eq!(client_hello(&hello_with(&[&name[..], &protocols].concat())), Ok(Some(want.clone())));
+        assert_eq!(client_hello(&hello_with(&[&protocols[..], &name].concat())), Ok(Some(want)));
+        let mut empty = alpn(&["h2", "x"]);
+        let at = empty.len() - 2; // the length of "x"
+        empty[at] = 0;
+        empty.pop();
+        empty[3] -= 1;
+        empty[5] -= 1;
+        assert_eq!(client_hello(&hello_with(&empty)), Err(NotHello::Malformed));
+    }
+
     #[test]
     fn server_name_is_read_whole_and_from_every_prefix() {
         let grease = [0x0a, 0x0a, 0, 1, 0];
         let rec = hello_with(&[&grease[..], &sni("API.Example.com.")].concat());
-        assert_eq!(client_hello(&rec), Ok(Some(Some("api.example.com".into()))));
+        assert_eq!(client_hello(&rec), Ok(Some(named("api.example.com"))));
         for n in 0..rec.len() {
             assert_eq!(client_hello(&rec[..n]), Ok(None), "{n} bytes");
         }
-        assert_eq!(client_hello(&hello_with(&grease)), Ok(Some(None)));
+        assert_eq!(client_hello(&hello_with(&grease)), Ok(Some(Hello::default())));
     }
 
     #[test]
@@ -237,10 +301,12 @@ mod tests {
             |name| std::fs::read(format!("{}/../../fuzz/corpus/client_hello/{name}", env!("CARGO_MANIFEST_DIR")));
         // Each file's first byte is the fuzz target's cut point, not TLS.
         let read = |name| client_hello(&corpus(name).unwrap()[1..]);
-        assert_eq!(read("python-sni"), Ok(Some(Some("a.example.com".into()))));
-        assert_eq!(read("split-records"), Ok(Some(Some("a.example.com".into()))));
-        assert_eq!(read("python-sni-alpn"), Ok(Some(Some("www.example.org".into()))));
-        assert_eq!(read("python-no-sni"), Ok(Some(None)));
+        assert_eq!(read("python-sni"), Ok(Some(named("a.example.com"))));
+        assert_eq!(read("split-records"), Ok(Some(named("a.example.com"))));
+        let hello = read("python-sni-alpn").unwrap().unwrap();
+        assert_eq!(hello.server_name.as_deref(), Some("www.example.org"));
+        assert!(!hello.alpn.is_empty(), "{hello:?}");
+        assert_eq!(read("python-no-sni"), Ok(Some(Hello::default())));
         assert_eq!(read("truncated"), Ok(None));
     }
 
@@ -253,7 +319,7 @@ mod tests {
             split.extend_from_slice(&[22, 3, 1, 0, part.len() as u8]);
             split.extend_from_slice(part);
         }
-        assert_eq!(client_hello(&split), Ok(Some(Some("b.example.com".into()))));
+        assert_eq!(client_hello(&split), Ok(Some(named("b.example.com"))));
     }
 
     #[test]
@@ -273,13 +339,28 @@ mod tests {
 
     #[test]
     fn routes_prefer_exact_then_one_label_wildcards_then_the_default() {
-        let names = vec![("*.example.com".into(), 1), ("a.example.com".into(), 0)];
-        let pick = |name| route(&names, Some(9), name);
-        assert_eq!(pick(Some("a.example.com")), Some(0));
-        assert_eq!(pick(Some("b.example.com")), Some(1));
-        assert_eq!(pick(Some("x.b.example.com")), Some(9));
-        assert_eq!(pick(Some("example.com")), Some(9));
-        assert_eq!(pick(None), Some(9));
-        assert_eq!(route(&names, None, Some("other.org")), None);
+        let r = |name: &str, alpn: &[&str], cluster| SniRoute {
+            server_name: name.into(),
+            alpn: alpn.iter().map(|p| p.to_string()).collect(),
+            cluster,
+        };
+        let routes = vec![r("*.example.com", &[], 1), r("a.example.com", &["h2", "h3"], 2), r("a.example.com", &[], 0)];
+        let hello = |name: Option<&str>, alpn: &[&str]| Hello {
+            server_name: name.map(Into::into),
+            alpn: alpn.iter().map(|p| p.to_string()).collect(),
+        };
+        let pick = |name, alpn| route(&routes, Some(9), &hello(name, alpn));
+        assert_eq!(pick(Some("a.example.com"), &[]), Some(0));
+        assert_eq!(pick(Some("a.example.com"), &["http/1.1", "h2"]), Some(2));
+        assert_eq!(pick(Some("a.example.com"), &["http/1.1"]), Some(0));
+        assert_eq!(pick(Some("b.example.com"), &["h2"]), Some(1));
+        assert_eq!(pick(Some("x.b.example.com"), &[]), Some(9));
+        assert_eq!(pick(Some("example.com"), &[]), Some(9));
+        assert_eq!(pick(None, &["h2"]), Some(9));
+        assert_eq!(route(&routes, None, &hello(Some("other.org"), &[])), None);
+        // Only ALPN routes for a name: a hello offering none of theirs falls through.
+        let only_alpn = vec![r("a.example.com", &["acme-tls/1"], 3), r("*.example.com", &[], 1)];
+        assert_eq!(route(&only_alpn, None, &hello(Some("a.example.com"), &["acme-tls/1"])), Some(3));
+        assert_eq!(route(&only_alpn, None, &hello(Some("a.example.com"), &["h2"])), Some(1));
     }
 }

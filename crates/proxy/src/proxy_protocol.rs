@@ -38,7 +38,7 @@ pub const V1_MAX: usize = 107;
 pub const V2_MAX: usize = 16 + 4096;
 
 /// Addresses a header carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Addresses {
     /// The client.
     pub source: SocketAddr,

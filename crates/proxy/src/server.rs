@@ -45,9 +45,8 @@ use crate::http::HttpService;
 use crate::metrics::ProxyStats;
 use crate::routing::{route_limits, RouteLimits, Routing};
 use crate::shutdown::{stopping, Stop};
-use crate::tls::{Certificates, ListenerTls};
+use crate::tls::TlsSlot;
 use crate::upstream::UpstreamPool;
-use tokio_rustls::TlsAcceptor;
 
 pub use crate::error::ServeError;
 
@@ -64,8 +63,9 @@ pub struct Proxy {
     clusters: watch::Sender<Vec<Arc<SharedCluster>>>,
     /// Each worker's routing.
     routing: Vec<watch::Sender<Arc<Routing>>>,
-    /// The TLS listeners' certificates, read again on a reload.
-    certificates: Vec<Arc<Certificates>>,
+    /// Each listener's TLS, if it has any: certificates read again on a
+    /// reload, settings replaced when they change.
+    tls: Vec<Option<Arc<TlsSlot>>>,
 }
 
 /// How long a shutdown waits for requests in flight, unless told otherwise.
@@ -178,24 +178,19 @@ impl Proxy {
         let stats = Arc::new(ProxyStats::with_workers(config.workers));
         let shared: Vec<Arc<SharedCluster>> =
             config.clusters.iter().cloned().map(|c| SharedCluster::new(c, epoch, None)).collect();
-        let tls: Vec<_> = config
+        let tls: Vec<Option<Arc<TlsSlot>>> = config
             .listeners
             .iter()
             .map(|l| {
-                l.tls
-                    .as_ref()
-                    .map(|t| crate::tls::acceptor(l.listen, t, l.protocol == ListenerProtocol::Http2))
-                    .transpose()
+                l.tls.as_ref().map(|t| TlsSlot::new(l.listen, t, l.protocol == ListenerProtocol::Http2)).transpose()
             })
             .collect::<Result<_, _>>()?;
-        let certificates: Vec<_> = tls.iter().flatten().map(|t: &ListenerTls| t.certificates.clone()).collect();
-        let tls: Vec<Option<TlsAcceptor>> = tls.into_iter().map(|t| t.map(|t| t.acceptor)).collect();
         let quic: Vec<Option<quinn::ServerConfig>> = config
             .listeners
             .iter()
             .zip(&tls)
             .map(|(l, t)| match (l.protocol, t) {
-                (ListenerProtocol::Http3, Some(t)) => crate::h3::server_config(l, t.config()).map(Some),
+                (ListenerProtocol::Http3, Some(t)) => crate::h3::server_config(l, t.acceptor().config()).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<_, _>>()?;
@@ -261,7 +256,7 @@ impl Proxy {
         let control = Control {
             admin: admin_socket.map(|s| (s, Arc::new(Admin { clusters: clusters_rx.clone(), stats, epoch }))),
             clusters: clusters_rx,
-            certificates: certificates.clone(),
+            tls: tls.iter().flatten().cloned().collect(),
             stopped,
         };
         threads.push(std::thread::Builder::new().name("fulcrum-control".into()).spawn(move || match runtime() {
@@ -277,7 +272,7 @@ impl Proxy {
             threads,
             epoch,
             config: Mutex::new(config),
-            certificates,
+            tls,
             clusters: clusters_tx,
             routing: routing_tx,
         })
@@ -298,17 +293,20 @@ impl Proxy {
         self.clusters.borrow().clone()
     }
 
-    /// Apply `next` without dropping a connection or a request. Clusters
-    /// and routes may change freely; listeners (addresses, protocols, TLS,
-    /// limits), the worker count, the admin address and the seed need a
-    /// restart, and a configuration that changes them is refused whole
-    /// (access logs are part of a listener).
+    /// Apply `next` without dropping a connection or a request. Clusters,
+    /// routes and a TCP listener's TLS settings may change freely; the rest
+    /// of a listener (address, protocol, whether it has TLS, an HTTP/3
+    /// listener's TLS, limits), the worker count, the admin address and the
+    /// seed need a restart, and a configuration that changes them (or whose
+    /// TLS files cannot be used) is refused whole (access logs are part of
+    /// a listener).
     pub fn reload(&self, next: Config) -> Result<(), ServeError> {
         let mut config = lock(&self.config);
         let same_listener = |a: &Listener, b: &Listener| {
             a.listen == b.listen
                 && a.protocol == b.protocol
-                && a.tls == b.tls
+                && a.tls.is_some() == b.tls.is_some()
+                && (a.protocol != ListenerProtocol::Http3 || a.tls == b.tls)
                 && a.max_header_bytes == b.max_header_bytes
                 && a.limits == b.limits
                 && a.http1_server == b.http1_server
@@ -323,6 +321,16 @@ impl Proxy {
         }
         if next.workers != config.workers || next.admin != config.admin || next.seed != config.seed {
             return Err(ServeError::NeedsRestart("workers, admin or seed changed".into()));
+        }
+        // A TCP listener's TLS is built again (every file read, the CA
+        // bundle too) before anything changes; an HTTP/3 listener's QUIC
+        // configuration keeps its own, whose certificates are read again.
+        let mut new_tls = Vec::new();
+        for ((slot, a), b) in self.tls.iter().zip(&next.listeners).zip(&config.listeners) {
+            if let (Some(slot), Some(tls)) = (slot, &a.tls) {
+                let rebuilt = (a.protocol != ListenerProtocol::Http3).then(|| slot.prepare(tls)).transpose()?;
+                new_tls.push((slot, rebuilt, a.tls != b.tls));
+            }
         }
         let old = self.clusters.borrow().clone();
         let shared: Vec<Arc<SharedCluster>> = next
@@ -341,9 +349,14 @@ impl Proxy {
         self.clusters.send_replace(shared);
         *config = next;
         // The listeners' certificate files are read again (they were checked
-        // with the configuration).
-        for c in &self.certificates {
-            c.refresh();
+        // with the configuration), or their new settings put in force.
+        for (slot, rebuilt, changed) in new_tls {
+            match rebuilt {
+                Some(next) => slot.install(next, changed),
+                None => {
+                    slot.certificates().refresh();
+                }
+            }
         }
         Ok(())
     }
@@ -365,7 +378,7 @@ struct Worker {
     index: usize,
     sockets: Vec<Bound>,
     routing: watch::Receiver<Arc<Routing>>,
-    tls: Vec<Option<TlsAcceptor>>,
+    tls: Vec<Option<Arc<TlsSlot>>>,
     /// Each HTTP/3 listener's QUIC configuration.
     quic: Vec<Option<quinn::ServerConfig>>,
     permits: Vec<Arc<Semaphore>>,
@@ -562,7 +575,7 @@ impl Accept {
         }
     }
 
-    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<TlsAcceptor>) {
+    async fn http(mut self, service: Arc<HttpService>, listener: Listener, tls: Option<Arc<TlsSlot>>) {
         let limits = &listener.limits;
         let listening = Arc::new(Listening {
             service,
@@ -602,7 +615,7 @@ impl Accept {
 struct Listening {
     service: Arc<HttpService>,
     hyper: HyperServer,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<TlsSlot>>,
     /// Whether the lean server serves HTTP/1.1 (otherwise hyper's does).
     lean: bool,
     h2_only: bool,
@@ -633,7 +646,8 @@ impl Listening {
                 Box::new(Counted::new(SharedSocket(shared), slot))
             }
             None => Box::new(Counted::new(stream, slot)),
-            Some(acceptor) => {
+            Some(tls) => {
+                let acceptor = tls.acceptor();
                 // Boxed, like hyper's server below: a connection's task is
                 // as large as its largest state, and it spends its life
                 // idle in the lean server's, not in these.
@@ -807,7 +821,7 @@ struct Control {
     admin: Option<(std::net::TcpListener, Arc<Admin>)>,
     clusters: watch::Receiver<Vec<Arc<SharedCluster>>>,
     /// The TLS listeners' certificates, watched for changes of their files.
-    certificates: Vec<Arc<Certificates>>,
+    tls: Vec<Arc<TlsSlot>>,
     stopped: watch::Receiver<Stop>,
 }
 
@@ -836,8 +850,8 @@ impl Control {
         let mut clusters = self.clusters.clone();
         let mut stopped = self.stopped.clone();
         let mut tasks = self.spawn_cluster_tasks(&clusters.borrow_and_update());
-        for c in &self.certificates {
-            tokio::spawn(c.clone().watch(self.stopped.clone()));
+        for t in &self.tls {
+            tokio::spawn(t.clone().watch(self.stopped.clone()));
         }
         let supervisor = async {
             loop {

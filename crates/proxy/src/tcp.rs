@@ -37,7 +37,7 @@ pub async fn serve(service: Arc<HttpService>, mut inbound: TcpStream, peer: Sock
     let Some(client) = crate::proxy_protocol::client_of(&mut inbound, peer, rule, &service.stats).await else { return };
     let (first, cluster) = if listener.protocol == ListenerProtocol::TlsPassthrough {
         let timeout = listener.limits.header_read_timeout;
-        let (first, name) = match crate::passthrough::read_hello(&mut inbound, timeout).await {
+        let (first, hello) = match crate::passthrough::read_hello(&mut inbound, timeout).await {
             Ok(hello) => hello,
             Err(e) => {
                 service.stats.passthrough_refused[0].fetch_add(1, Relaxed);
@@ -45,11 +45,12 @@ pub async fn serve(service: Arc<HttpService>, mut inbound: TcpStream, peer: Sock
                 return;
             }
         };
-        let Some(cluster) = crate::passthrough::route(&listener.sni_routes, listener.cluster, name.as_deref()) else {
+        let Some(cluster) = crate::passthrough::route(&listener.sni_routes, listener.cluster, &hello) else {
             service.stats.passthrough_refused[1].fetch_add(1, Relaxed);
-            let name = name.as_deref().unwrap_or("(none)");
+            let name = hello.server_name.as_deref().unwrap_or("(none)");
+            let alpn = if hello.alpn.is_empty() { String::new() } else { format!(" (ALPN {})", hello.alpn.join(", ")) };
             eprintln!(
-                "fulcrum: listener {}: no cluster for server name {name} from {}",
+                "fulcrum: listener {}: no cluster for server name {name} from {}{alpn}",
                 listener.listen, client.source
             );
             return;

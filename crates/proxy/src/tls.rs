@@ -8,7 +8,9 @@
 //! A reload builds a whole new table of certificates and swaps an `Arc`:
 //! a handshake in flight keeps the certificate it was given, open
 //! connections are untouched, and a file that cannot be used leaves the
-//! table in use as it was (the reason is logged once per change).
+//! table in use as it was (the reason is logged once per change). A
+//! configuration reload that changes the listener's other TLS settings
+//! swaps its whole acceptor ([`TlsSlot`]) the same way.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -121,19 +123,6 @@ impl Certificates {
             }
         }
     }
-
-    /// Read the files every `reload_interval` until `stopped` says stop.
-    pub async fn watch(self: Arc<Self>, mut stopped: tokio::sync::watch::Receiver<Option<std::time::Duration>>) {
-        loop {
-            tokio::select! {
-                _ = crate::shutdown::stopping(&mut stopped) => return,
-                _ = tokio::time::sleep(self.tls.reload_interval) => {}
-            }
-            let this = self.clone();
-            // File reads block: off the runtime's threads.
-            let _ = tokio::task::spawn_blocking(move || this.refresh()).await;
-        }
-    }
 }
 
 impl ResolvesServerCert for Certificates {
@@ -186,6 +175,64 @@ pub struct ListenerTls {
     pub acceptor: TlsAcceptor,
     /// Its certificates.
     pub certificates: Arc<Certificates>,
+}
+
+/// A TCP listener's TLS as configuration reloads leave it: each handshake
+/// takes the acceptor in force when it starts, and keeps it.
+pub struct TlsSlot {
+    listener: SocketAddr,
+    h2_only: bool,
+    current: RwLock<ListenerTls>,
+}
+
+impl TlsSlot {
+    /// The slot of the listener at `listener`, with the TLS `tls` says.
+    pub fn new(listener: SocketAddr, tls: &Tls, h2_only: bool) -> Result<Arc<TlsSlot>, ServeError> {
+        let current = RwLock::new(acceptor(listener, tls, h2_only)?);
+        Ok(Arc::new(TlsSlot { listener, h2_only, current }))
+    }
+
+    fn current(&self) -> ListenerTls {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The acceptor for the next handshake.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        self.current().acceptor
+    }
+
+    /// The certificates in force.
+    pub fn certificates(&self) -> Arc<Certificates> {
+        self.current().certificates
+    }
+
+    /// The TLS `tls` says, its files read, for [`install`](Self::install).
+    pub fn prepare(&self, tls: &Tls) -> Result<ListenerTls, ServeError> {
+        acceptor(self.listener, tls, self.h2_only)
+    }
+
+    /// Put `next` in force from the next handshake on; `changed` says that
+    /// its settings differ (logged), not only its files' contents.
+    pub fn install(&self, next: ListenerTls, changed: bool) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
+        if changed {
+            eprintln!("fulcrum: listener {}: TLS settings reloaded", self.listener);
+        }
+    }
+
+    /// Read the certificates' files every `reload_interval` (of the
+    /// settings in force) until `stopped` says stop.
+    pub async fn watch(self: Arc<Self>, mut stopped: tokio::sync::watch::Receiver<Option<std::time::Duration>>) {
+        loop {
+            let certificates = self.certificates();
+            tokio::select! {
+                _ = crate::shutdown::stopping(&mut stopped) => return,
+                _ = tokio::time::sleep(certificates.tls.reload_interval) => {}
+            }
+            // File reads block: off the runtime's threads.
+            let _ = tokio::task::spawn_blocking(move || certificates.refresh()).await;
+        }
+    }
 }
 
 /// The TLS of the listener at `listener` as `tls` says; `h2_only` offers

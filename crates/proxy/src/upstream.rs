@@ -14,9 +14,12 @@
 //! connection as if nothing happened.
 //!
 //! A cluster that sends the PROXY protocol (`proxy_protocol`) writes the
-//! client's header first on each new connection, and a connection then
-//! serves that one request and closes: pooled, it would carry another
-//! client's request under the first one's address.
+//! client's header first on each new connection. An HTTP/1.1 connection
+//! then serves that one request and closes: pooled, it would carry another
+//! client's request under the first one's address. HTTP/2 connections are
+//! shared only by requests of the same client (source and destination, as
+//! HAProxy and Envoy key theirs), and one left unused for `IDLE_TIMEOUT` is
+//! dropped from the pool, which closes it once its streams end.
 //!
 //! Circuit breaking ([`ConnectionLimit`], Envoy's connection and
 //! pending-request limits): at most `max_connections` connections open to a
@@ -118,10 +121,20 @@ struct Idle {
 struct Connections {
     /// HTTP/1.1 connections with no exchange in progress, most recent last.
     idle: HashMap<SocketAddr, Vec<Idle>>,
-    /// HTTP/2 connections, shared by all requests.
-    shared: HashMap<SocketAddr, Vec<http2::SendRequest<UpstreamBody>>>,
+    /// HTTP/2 connections, shared by all requests (of one client, when the
+    /// cluster sends the PROXY protocol).
+    shared: HashMap<SharedKey, Vec<Shared>>,
     /// When closed and expired connections were last dropped.
     swept: Option<Instant>,
+}
+
+/// An endpoint, and the client its connections' PROXY protocol header names.
+type SharedKey = (SocketAddr, Option<Addresses>);
+
+/// An HTTP/2 connection and when a request last took it.
+struct Shared {
+    sender: http2::SendRequest<UpstreamBody>,
+    used: Instant,
 }
 
 /// The upstream connections of one cluster on one worker.
@@ -250,10 +263,12 @@ impl UpstreamPool {
         addr: SocketAddr,
         mut req: Request<UpstreamBody>,
     ) -> Result<Response<ResponseBody>, SendFailure> {
+        let client = self.proxy_protocol.and(req.extensions().get::<Addresses>().copied());
+        let key = (addr, client);
         // A shared connection that went away (or refused the stream) since
         // it was last used gives the request back; after two, a new one.
         for _ in 0..2 {
-            let Some(sender) = self.pooled_http2(addr) else { break };
+            let Some(sender) = self.pooled_http2(key) else { break };
             match Self::try_http2(sender, req).await {
                 Ok(response) => return Ok(response),
                 Err(Some(unsent)) => req = unsent,
@@ -261,7 +276,8 @@ impl UpstreamPool {
             }
         }
         let connecting = Instant::now();
-        let (stream, permit) = match self.connect(addr, &[]).await {
+        let header = self.proxy_protocol.map(|v| crate::proxy_protocol::encode(v, client));
+        let (stream, permit) = match self.connect(addr, header.as_deref().unwrap_or_default()).await {
             Ok(connected) => connected,
             Err(Refused::Connect) => return Err(SendFailure::ConnectFailure(Box::new(req))),
             Err(Refused::Overflow) => return Err(SendFailure::Overflow),
@@ -274,7 +290,7 @@ impl UpstreamPool {
             let _ = conn.await;
             drop(permit);
         });
-        self.lock().shared.entry(addr).or_default().push(sender.clone());
+        self.lock().shared.entry(key).or_default().push(Shared { sender: sender.clone(), used: Instant::now() });
         match Self::try_http2(sender, req).await {
             Ok(mut response) => {
                 response.extensions_mut().insert(connected);
@@ -312,8 +328,9 @@ impl UpstreamPool {
             stack.retain_mut(|i| !i.conn.is_closed() && now.duration_since(i.since) < IDLE_TIMEOUT);
             !stack.is_empty()
         });
-        c.shared.retain(|_, conns| {
-            conns.retain(|s| !s.is_closed());
+        // A client's own connections go when unused; the rest serve everyone.
+        c.shared.retain(|(_, client), conns| {
+            conns.retain(|s| !s.sender.is_closed() && (client.is_none() || now.duration_since(s.used) < IDLE_TIMEOUT));
             !conns.is_empty()
         });
     }
@@ -332,13 +349,16 @@ impl UpstreamPool {
         None
     }
 
-    /// An HTTP/2 connection to `addr` that is still open, if any.
-    fn pooled_http2(&self, addr: SocketAddr) -> Option<http2::SendRequest<UpstreamBody>> {
+    /// An HTTP/2 connection for `key` that is still open, if any.
+    fn pooled_http2(&self, key: SharedKey) -> Option<http2::SendRequest<UpstreamBody>> {
+        let now = Instant::now();
         let mut c = self.lock();
-        Self::sweep(&mut c, Instant::now());
-        let conns = c.shared.get_mut(&addr)?;
-        conns.retain(|s| !s.is_closed());
-        conns.first().cloned()
+        Self::sweep(&mut c, now);
+        let conns = c.shared.get_mut(&key)?;
+        conns.retain(|s| !s.sender.is_closed());
+        let first = conns.first_mut()?;
+        first.used = now;
+        Some(first.sender.clone())
     }
 
     /// A new connection to `addr` (TCP, and TLS if the cluster has it)
