@@ -13,14 +13,18 @@
 //! adding a backend, with and without waiting for ECMP to settle before the
 //! table changes; broken connections are counted and asserted, gaps are
 //! printed, and the broken count of the naive order is compared with the
-//! model of `fulcrum lb simulate` (`fulcrum_xdp::fleet`). Needs root, the XDP program (built with clang) and BIRD 2: the tests
-//! are ignored unless asked for, and fail where they cannot run.
+//! model of `fulcrum lb simulate` (`fulcrum_xdp::fleet`). Each test runs
+//! once per address family: the IPv6 one gives the nodes an IPv6 VIP, which
+//! BIRD announces over the same (IPv4) BGP session and the router installs
+//! as an IPv6 multipath route. Needs root, the XDP program (built with clang)
+//! and BIRD 2: the tests are ignored unless asked for, and fail where they
+//! cannot run.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,12 +35,12 @@ use std::time::{Duration, Instant};
 
 use common::answer_with_name;
 use fulcrum_xdp::fleet;
-use fulcrum_xdp::flow::Flow;
+use fulcrum_xdp::flow::{Flow, Flow6};
 use fulcrum_xdp::netns::{require_bpf, Netns};
 use fulcrum_xdp::spec::{Protocol, Select};
 use fulcrum_xdp::{packet, testrun};
 
-const VIP: &str = "10.202.1.1";
+/// The router's address, on the BGP session of every family.
 const ROUTER: &str = "10.202.0.254";
 const BFD_MS: u32 = 100;
 
@@ -52,29 +56,69 @@ fn require(test: &str) {
     }
 }
 
-fn node_ip(k: usize) -> String {
-    format!("10.202.0.{k}")
+/// The address family of the VIP, the backends and the client's traffic
+/// (scripts/xdp-scaleout-topology is dual stack: 10.20X.Y.Z ↔ fd00:20X:Y::Z).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    IPv4,
+    IPv6,
 }
 
-fn backend_ip(k: usize) -> String {
-    format!("10.202.0.{}", 10 + k)
+impl Family {
+    /// The fabric address ending in `last`.
+    fn fabric(self, last: usize) -> String {
+        match self {
+            Family::IPv4 => format!("10.202.0.{last}"),
+            Family::IPv6 => format!("fd00:202::{last}"),
+        }
+    }
+
+    fn vip(self) -> &'static str {
+        match self {
+            Family::IPv4 => "10.202.1.1",
+            Family::IPv6 => "fd00:202:1::1",
+        }
+    }
+
+    /// A client address (the `i`th of a few thousand) behind the router.
+    fn client(self, i: u32) -> IpAddr {
+        match self {
+            Family::IPv4 => Ipv4Addr::new(10, 203, 1 + (i / 250) as u8, (i % 250) as u8 + 1).into(),
+            Family::IPv6 => Ipv6Addr::new(0xfd00, 0x203, 1 + (i / 250) as u16, 0, 0, 0, 0, (i % 250) as u16 + 1).into(),
+        }
+    }
+
+    fn any(self) -> IpAddr {
+        match self {
+            Family::IPv4 => Ipv4Addr::UNSPECIFIED.into(),
+            Family::IPv6 => Ipv6Addr::UNSPECIFIED.into(),
+        }
+    }
+}
+
+/// Node `k`'s IPv4 address: its BGP session's, whatever the VIP's family.
+fn node_ip(k: usize) -> String {
+    Family::IPv4.fabric(k)
 }
 
 /// The router's BIRD: every fabric address may open a session (dynamic
-/// BGP), routes learnt are merged into one multipath kernel route, BFD on.
+/// BGP) carrying both families, routes learnt are merged into one multipath
+/// kernel route per family, BFD on.
 fn router_config() -> String {
     format!(
         "router id {ROUTER};\nprotocol device {{}}\n\
          protocol kernel {{ ipv4 {{ import none; export all; }}; merge paths on; }}\n\
+         protocol kernel {{ ipv6 {{ import none; export all; }}; merge paths on; }}\n\
          protocol bfd {{ interface \"eth1\" {{ min rx interval {BFD_MS} ms; min tx interval {BFD_MS} ms; multiplier 3; }}; }}\n\
          protocol bgp nodes {{ local {ROUTER} as 65000; neighbor range 10.202.0.0/24 external; bfd on;\n  \
-         ipv4 {{ import all; export none; }}; }}\n"
+         ipv4 {{ import all; export none; }}; ipv6 {{ import all; export none; }}; }}\n"
     )
 }
 
 /// The namespaces, BIRD processes, pins and backend servers of one test;
 /// all removed on drop (also when the test panics).
 struct Fleet {
+    family: Family,
     prefix: String,
     dir: PathBuf,
     birds: BTreeMap<String, Child>,
@@ -85,12 +129,13 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn up(name: &str, nodes: usize, backends: usize) -> Fleet {
+    fn up(family: Family, name: &str, nodes: usize, backends: usize) -> Fleet {
         let prefix = format!("so{}{name}", std::process::id());
         let dir = std::env::temp_dir().join(&prefix);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut fleet = Fleet {
+            family,
             prefix,
             dir,
             birds: BTreeMap::new(),
@@ -127,6 +172,15 @@ impl Fleet {
 
     fn pin_dir(&self, k: usize) -> String {
         format!("/sys/fs/bpf/{}-lb{k}", self.prefix)
+    }
+
+    fn backend_ip(&self, k: usize) -> String {
+        self.family.fabric(10 + k)
+    }
+
+    /// The router's next hops for the VIP when node `k`s serve, in order.
+    fn node_hops(&self, k: &[usize]) -> Vec<String> {
+        k.iter().map(|&k| self.family.fabric(k)).collect()
     }
 
     fn socket(&self, name: &str) -> PathBuf {
@@ -172,21 +226,26 @@ impl Fleet {
     }
 
     fn endpoints(&self) -> String {
-        let e: Vec<String> = self.weights.iter().map(|(k, w)| format!("{}:{w}", backend_ip(*k))).collect();
+        let weighted = |k, w| match self.family {
+            Family::IPv4 => format!("{}:{w}", self.backend_ip(k)),
+            Family::IPv6 => format!("[{}]:{w}", self.backend_ip(k)),
+        };
+        let e: Vec<String> = self.weights.iter().map(|(&k, w)| weighted(k, w)).collect();
         format!("--endpoints={}", e.join(","))
     }
 
     /// Give every node the current endpoints.
     fn update_endpoints(&self) {
         for &k in &self.nodes {
-            self.lb(k, &["create", VIP, "--tcp=80", &self.endpoints(), "--mode=dsr"]);
+            self.lb(k, &["create", self.family.vip(), "--tcp=80", &self.endpoints(), "--mode=dsr"]);
         }
     }
 
     /// Bring node `k` up: service, program, BIRD, announcement.
     fn start_node(&mut self, k: usize) {
-        let created = self
-            .lb(k, &["create", VIP, "--tcp=80", &self.endpoints(), "--mode=dsr", "--iface=eth0", "--xdp-mode=native"]);
+        let (vip, endpoints) = (self.family.vip(), self.endpoints());
+        let created =
+            self.lb(k, &["create", vip, "--tcp=80", &endpoints, "--mode=dsr", "--iface=eth0", "--xdp-mode=native"]);
         assert!(created.contains("attached to eth0"), "{created}");
         let bfd = BFD_MS.to_string();
         let conf = self.lb(
@@ -197,7 +256,7 @@ impl Fleet {
         std::fs::write(&path, conf).unwrap();
         self.start_bird(&format!("lb{k}"), &path);
         let said = self.lb(k, &["announce"]);
-        assert!(said.contains(VIP), "{said}");
+        assert!(said.contains(vip), "{said}");
         self.nodes.push(k);
     }
 
@@ -223,11 +282,11 @@ impl Fleet {
     fn serve(&mut self, k: usize) {
         let ns = Netns::attach(&self.ns(&format!("b{k}")));
         let stop = Arc::clone(&self.stop);
-        let name = backend_ip(k);
+        let (name, any) = (self.backend_ip(k), self.family.any());
         let (ready_tx, ready_rx) = mpsc::channel();
         self.servers.push(std::thread::spawn(move || {
             ns.enter().unwrap();
-            let listener = TcpListener::bind(("0.0.0.0", 80)).unwrap();
+            let listener = TcpListener::bind((any, 80)).unwrap();
             listener.set_nonblocking(true).unwrap();
             ready_tx.send(()).unwrap();
             while !stop.load(Ordering::Relaxed) {
@@ -246,7 +305,11 @@ impl Fleet {
 
     /// The router's next hops for the VIP.
     fn nexthops(&self) -> Vec<String> {
-        let out = Command::new("ip").args(["-n", &self.ns("r"), "route", "show", VIP]).output().unwrap();
+        let family = if self.family == Family::IPv4 { "-4" } else { "-6" };
+        let out = Command::new("ip")
+            .args(["-n", &self.ns("r"), family, "route", "show", self.family.vip()])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let mut hops: Vec<String> = text
             .split_whitespace()
@@ -305,27 +368,47 @@ fn node_program(fleet: &Fleet, k: usize) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd as i32) }
 }
 
+/// A SYN from the router to node `k` for each of 1,000 flows to the VIP
+/// (clients' addresses and ports spread over the range).
+fn syns(family: Family, k: usize) -> Vec<Vec<u8>> {
+    let (mac, router_mac) = ([2, 0xfc, 0, 0, 0, k as u8], [2, 0xfc, 0, 0, 0, 254]);
+    (0..1000u32)
+        .map(|i| {
+            let (sport, dport, proto) = (10_000 + (i * 37 % 50_000) as u16, 80, Protocol::Tcp);
+            match (family.client(i), family.vip().parse().unwrap()) {
+                (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                    packet::build(&Flow { src, dst, sport, dport, proto }, router_mac, mac, b"")
+                }
+                (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                    let flow = Flow6 { src, dst, sport, dport, proto };
+                    packet::build6(&flow, packet::tcp::SYN, router_mac, mac, b"")
+                }
+                _ => unreachable!("one family"),
+            }
+        })
+        .collect()
+}
+
 /// The backend (last octet of the MAC the program wrote) node `k` picks for
-/// each flow, run through its attached program with `BPF_PROG_TEST_RUN`
-/// inside its namespace (so FIB lookups see its routes and neighbours).
-fn picks(fleet: &Fleet, k: usize, flows: &[Flow]) -> Vec<u8> {
+/// each of [`syns`]' flows, run through its attached program with
+/// `BPF_PROG_TEST_RUN` inside its namespace (so FIB lookups see its routes
+/// and neighbours).
+fn picks(fleet: &Fleet, k: usize) -> Vec<u8> {
     let prog = node_program(fleet, k);
     let ns = Netns::attach(&fleet.ns(&format!("lb{k}")));
-    let flows = flows.to_vec();
+    let frames = syns(fleet.family, k);
     std::thread::spawn(move || {
         ns.enter().unwrap();
         // SAFETY: a NUL-terminated name.
         let ifindex = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) };
-        let mac = [2, 0xfc, 0, 0, 0, k as u8];
-        let router_mac = [2, 0xfc, 0, 0, 0, 254];
-        flows
+        frames
             .iter()
-            .map(|f| {
-                let frame = packet::build(f, router_mac, mac, b"");
+            .enumerate()
+            .map(|(i, frame)| {
                 // SAFETY: the descriptor outlives the call.
                 let fd = unsafe { BorrowedFd::borrow_raw(prog.as_raw_fd()) };
-                let out = testrun::run(fd, &frame, ifindex, 1).unwrap();
-                assert_eq!(out.action, testrun::action::TX, "node {k}: {f:?}");
+                let out = testrun::run(fd, frame, ifindex, 1).unwrap();
+                assert_eq!(out.action, testrun::action::TX, "node {k}: flow {i}");
                 out.packet[5]
             })
             .collect()
@@ -343,23 +426,24 @@ mod needs_root {
     #[test]
     #[ignore = "needs root, the XDP program built with clang, and BIRD 2 (scripts/test runs it as root)"]
     fn nodes_pick_the_same_backend_and_announce_only_while_serving() {
-        require("nodes_pick_the_same_backend_and_announce_only_while_serving");
-        let fleet = Fleet::up("pick", 3, 3);
-        assert_eq!(fleet.nexthops(), [node_ip(1), node_ip(2), node_ip(3)], "one ECMP next hop per node");
+        pick_and_announce(Family::IPv4, "pick");
+    }
+
+    #[test]
+    #[ignore = "needs root, the XDP program built with clang, and BIRD 2 (scripts/test runs it as root)"]
+    fn ipv6_nodes_pick_the_same_backend_and_announce_only_while_serving() {
+        pick_and_announce(Family::IPv6, "pick6");
+    }
+
+    fn pick_and_announce(family: Family, name: &str) {
+        require(name);
+        let fleet = Fleet::up(family, name, 3, 3);
+        assert_eq!(fleet.nexthops(), fleet.node_hops(&[1, 2, 3]), "one ECMP next hop per node");
 
         // The same 5-tuples to every node: the same backend from each.
-        let flows: Vec<Flow> = (0..1000u32)
-            .map(|i| Flow {
-                src: Ipv4Addr::new(10, 203, 1 + (i / 250) as u8, (i % 250) as u8 + 1),
-                dst: VIP.parse().unwrap(),
-                sport: 10_000 + (i * 37 % 50_000) as u16,
-                dport: 80,
-                proto: Protocol::Tcp,
-            })
-            .collect();
-        let first = picks(&fleet, 1, &flows);
+        let first = picks(&fleet, 1);
         for k in [2, 3] {
-            assert!(picks(&fleet, k, &flows) == first, "node {k} picks other backends than node 1");
+            assert!(picks(&fleet, k) == first, "node {k} picks other backends than node 1");
         }
         let mut used = first.clone();
         used.sort();
@@ -367,22 +451,23 @@ mod needs_root {
         assert_eq!(used, [11, 12, 13], "every backend is picked");
 
         // What the node announces, and draining it.
+        let vip = family.vip();
         let listed: serde_json::Value = serde_json::from_str(&fleet.lb(1, &["list", "--json"])).unwrap();
-        assert_eq!((&listed["bgp"], &listed["announced"]), (&serde_json::json!(true), &serde_json::json!([VIP])));
+        assert_eq!((&listed["bgp"], &listed["announced"]), (&serde_json::json!(true), &serde_json::json!([vip])));
         fleet.lb(1, &["drain"]);
         fleet.wait_nexthops(2);
-        assert_eq!(fleet.nexthops(), [node_ip(2), node_ip(3)]);
+        assert_eq!(fleet.nexthops(), fleet.node_hops(&[2, 3]));
         let listed: serde_json::Value = serde_json::from_str(&fleet.lb(1, &["list", "--json"])).unwrap();
         assert_eq!((&listed["drained"], &listed["announced"]), (&serde_json::json!(true), &serde_json::json!([])));
         // A drained node stays drained through changes; `announce` undoes it.
-        fleet.lb(1, &["create", VIP, "--tcp=80", &fleet.endpoints(), "--mode=dsr"]);
+        fleet.lb(1, &["create", vip, "--tcp=80", &fleet.endpoints(), "--mode=dsr"]);
         assert_eq!(fleet.nexthops().len(), 2);
         fleet.lb(1, &["announce"]);
         fleet.wait_nexthops(3);
         // Without the program attached a node announces nothing.
         fleet.lb(2, &["detach", "--iface", "eth0"]);
         fleet.wait_nexthops(2);
-        assert_eq!(fleet.nexthops(), [node_ip(1), node_ip(3)]);
+        assert_eq!(fleet.nexthops(), fleet.node_hops(&[1, 3]));
         let listed: serde_json::Value = serde_json::from_str(&fleet.lb(2, &["list", "--json"])).unwrap();
         assert_eq!(listed["announced"], serde_json::json!([]), "{listed}");
     }
@@ -399,13 +484,13 @@ mod needs_root {
     /// One long-lived connection's life: a request every 100 ms until `stop`;
     /// a failed request (error, reset, end of stream, 8 s without an answer)
     /// breaks the connection, and the client connects again.
-    fn client(sport: u16, ready: mpsc::Sender<()>, stop: Arc<AtomicBool>) -> Outcome {
-        let vip = SocketAddr::from((VIP.parse::<Ipv4Addr>().unwrap(), 80));
+    fn client(family: Family, sport: u16, ready: mpsc::Sender<()>, stop: Arc<AtomicBool>) -> Outcome {
+        let vip = SocketAddr::from((family.vip().parse::<IpAddr>().unwrap(), 80));
         let connect = |sport: Option<u16>| -> std::io::Result<BufReader<TcpStream>> {
-            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            let s = socket2::Socket::new(socket2::Domain::for_address(vip), socket2::Type::STREAM, None)?;
             if let Some(p) = sport {
                 s.set_reuse_address(true)?;
-                s.bind(&SocketAddr::from(([0, 0, 0, 0], p)).into())?;
+                s.bind(&SocketAddr::from((family.any(), p)).into())?;
             }
             s.connect_timeout(&vip.into(), Duration::from_secs(5))?;
             let s: TcpStream = s.into();
@@ -456,6 +541,7 @@ mod needs_root {
     /// `after` more and add up what they saw.
     fn under_load(fleet: &mut Fleet, n: usize, base: u16, change: impl FnOnce(&mut Fleet), after: Duration) -> Outcome {
         let ns = Netns::attach(&fleet.ns("c"));
+        let family = fleet.family;
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
         let stop2 = Arc::clone(&stop);
@@ -465,7 +551,7 @@ mod needs_root {
             let handles: Vec<_> = (0..n)
                 .map(|i| {
                     let (ready, stop) = (ready_tx.clone(), Arc::clone(&stop2));
-                    std::thread::spawn(move || client(base + i as u16, ready, stop))
+                    std::thread::spawn(move || client(family, base + i as u16, ready, stop))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
@@ -490,10 +576,20 @@ mod needs_root {
     #[test]
     #[ignore = "needs root, the XDP program built with clang, and BIRD 2 (scripts/test runs it as root)"]
     fn connections_survive_fleet_changes() {
-        require("connections_survive_fleet_changes");
+        survive(Family::IPv4, "survive");
+    }
+
+    #[test]
+    #[ignore = "needs root, the XDP program built with clang, and BIRD 2 (scripts/test runs it as root)"]
+    fn ipv6_connections_survive_fleet_changes() {
+        survive(Family::IPv6, "survive6");
+    }
+
+    fn survive(family: Family, name: &str) {
+        require(name);
         let n: usize = std::env::var("FULCRUM_SCALEOUT_CONNS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
         let settle = Duration::from_secs(1);
-        let mut fleet = Fleet::up("survive", 3, 3);
+        let mut fleet = Fleet::up(family, name, 3, 3);
         let mut rows = Vec::new();
         let mut case = |name: &str, o: Outcome| {
             let gap = o.longest_gap.as_millis();
@@ -501,7 +597,7 @@ mod needs_root {
             rows.push((name.to_owned(), o));
         };
         println!(
-            "| case ({n} connections, a request every 100 ms) | broken | requests failed | requests | longest gap |"
+            "| case ({family:?}, {n} connections, a request every 100 ms) | broken | requests failed | requests | longest gap |"
         );
         println!("|---|---:|---:|---:|---:|");
 

@@ -8,7 +8,8 @@
 // after the first into a different packet, and a new flow is new only once.
 // The prologue below, run before the program proper, makes repetitions
 // measurable: with BENCH_RESTORE it copies the frame's first BENCH_LEN bytes
-// back to what the first repetition of the call saw (NAT hits repeat), with
+// (BENCH_LEN6 for IPv6) back to what the first repetition of the call saw
+// (NAT hits repeat), with
 // BENCH_NEW_FLOWS it also gives every repetition a source address and port
 // never used before on this CPU (every repetition is a new flow: conntrack
 // miss, service lookup, flow hash, table read, inserts); with BENCH_UNCACHED
@@ -19,6 +20,7 @@
 // variant on a path it does not change (bench/xdp-cost subtracts it).
 
 #define BENCH_LEN 56 /* Ethernet, IPv4 and TCP headers (54), rounded up to 8 */
+#define BENCH_LEN6 80 /* Ethernet, IPv6 and TCP headers (74), rounded up to 8 */
 
 enum {
 	BENCH_OFF = 0,
@@ -38,7 +40,7 @@ struct bench_config {
 struct bench_frame {
 	__u32 call;
 	__u32 pad;
-	__u64 frame[BENCH_LEN / 8];
+	__u64 frame[BENCH_LEN6 / 8];
 };
 
 struct {
@@ -72,13 +74,21 @@ static __always_inline void bench_prologue(struct xdp_md *ctx)
 	__u64 *data = (void *)(long)ctx->data;
 	if (!cfg || !st || !next || cfg->mode == BENCH_OFF || (void *)data + BENCH_LEN > (void *)(long)ctx->data_end)
 		return;
+	/* The Ethernet type is never rewritten: it says how much to restore. */
+	int v6 = ((struct ethhdr *)data)->h_proto == bpf_htons(ETH_P_IPV6);
 	if (st->call != cfg->call) {
 		for (int i = 0; i < BENCH_LEN / 8; i++)
 			st->frame[i] = data[i];
+		if (v6 && (void *)data + BENCH_LEN6 <= (void *)(long)ctx->data_end)
+			for (int i = BENCH_LEN / 8; i < BENCH_LEN6 / 8; i++)
+				st->frame[i] = data[i];
 		st->call = cfg->call;
 	} else {
 		for (int i = 0; i < BENCH_LEN / 8; i++)
 			data[i] = st->frame[i];
+		if (v6 && (void *)data + BENCH_LEN6 <= (void *)(long)ctx->data_end)
+			for (int i = BENCH_LEN / 8; i < BENCH_LEN6 / 8; i++)
+				data[i] = st->frame[i];
 	}
 	if (cfg->mode == BENCH_UNCACHED) {
 		struct iphdr *ip = (void *)data + sizeof(struct ethhdr);
@@ -93,8 +103,7 @@ static __always_inline void bench_prologue(struct xdp_md *ctx)
 		__u32 n = (*next)++;
 		struct ethhdr *eth = (void *)data;
 		if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-			/* The source's low 64 bits: <cpu>, n. BENCH_LEN covers
-			 * the IPv6 header, enough for DSR (only MACs change). */
+			/* The source's low 64 bits: <cpu>, n. */
 			struct ipv6hdr *ip6 = (void *)(eth + 1);
 			ip6->saddr.in6_u.u6_addr32[2] = bpf_htonl(bpf_get_smp_processor_id());
 			ip6->saddr.in6_u.u6_addr32[3] = bpf_htonl(n);

@@ -178,10 +178,11 @@ struct cached_flow {
 struct nexthop {
 	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
-	__u32 ip;         /* the backend it was looked up for */
+	__u32 ip;         /* the backend it was looked up for (IPv4) */
 	__u32 in_ifindex; /* the ingress interface it was looked up from */
 	__u32 ifindex;    /* the egress interface */
 	__u64 expires;    /* bpf_jiffies64() deadline */
+	__u32 ip6[4];     /* the backend it was looked up for (IPv6) */
 };
 
 struct counters {
@@ -506,6 +507,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, struc
 		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
 		nh->ip = next;
+		__builtin_memset(nh->ip6, 0, 16);
 		nh->in_ifindex = ctx->ingress_ifindex;
 		nh->ifindex = fib.ifindex;
 		nh->expires = now + NEXTHOP_TTL_JIFFIES;
@@ -684,8 +686,17 @@ static __always_inline void rewrite6(__u16 *l4sum, struct in6 *addr, __u16 *port
 
 /* As forward() for IPv6, without the next-hop cache. */
 static __always_inline int forward6(struct xdp_md *ctx, struct ethhdr *eth, struct ipv6hdr *ip6,
-				    const struct in6 *next)
+				    const struct in6 *next, __u32 slot)
 {
+	/* A backend's next hop is cached as for IPv4, in the same slot. */
+	struct nexthop *nh = slot == NO_BACKEND ? 0 : bpf_map_lookup_elem(&nexthops, &slot);
+	__u64 now = 0;
+	if (nh) {
+		now = bpf_jiffies64();
+		if (nh->ip6[0] == next->a[0] && nh->ip6[1] == next->a[1] && nh->ip6[2] == next->a[2] &&
+		    nh->ip6[3] == next->a[3] && nh->in_ifindex == ctx->ingress_ifindex && now < nh->expires)
+			return send(ctx, eth, nh->dmac, nh->smac, nh->ifindex);
+	}
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET6;
 	fib.l4_protocol = ip6->nexthdr;
@@ -695,6 +706,15 @@ static __always_inline int forward6(struct xdp_md *ctx, struct ethhdr *eth, stru
 	fib.ifindex = ctx->ingress_ifindex;
 	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
 		return count(T_KERNEL, XDP_PASS);
+	if (nh) {
+		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+		__builtin_memcpy(nh->ip6, next, 16);
+		nh->ip = 0;
+		nh->in_ifindex = ctx->ingress_ifindex;
+		nh->ifindex = fib.ifindex;
+		nh->expires = now + NEXTHOP_TTL_JIFFIES;
+	}
 	return send(ctx, eth, fib.dmac, fib.smac, fib.ifindex);
 }
 
@@ -718,7 +738,7 @@ static __always_inline int balance6(struct xdp_md *ctx, struct ethhdr *eth, stru
 	add(&svc_stats, b->svc_id, bytes, is_new);
 	add(&backend_stats, slot, bytes, is_new);
 	if (b->flags & BACKEND_DSR)
-		return forward6(ctx, eth, ip6, baddr);
+		return forward6(ctx, eth, ip6, baddr, slot);
 	if (is_new) {
 		struct flow_key6 reply = {
 			.saddr = *baddr,
@@ -738,7 +758,7 @@ static __always_inline int balance6(struct xdp_md *ctx, struct ethhdr *eth, stru
 	}
 	struct in6 to = *baddr;
 	rewrite6(l4sum, (struct in6 *)&ip6->daddr, &ports[1], &to, b->port, is_udp);
-	return forward6(ctx, eth, ip6, &to);
+	return forward6(ctx, eth, ip6, &to, slot);
 }
 
 /* The IPv6 path: as the IPv4 one below, without the flow cache. A packet
@@ -798,7 +818,7 @@ static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, v
 			rewrite6(l4sum, (struct in6 *)&ip6->saddr, &ports[0], &vip, known->port, is_udp);
 			count(T_REPLY, 0);
 			struct in6 client = key.daddr;
-			return forward6(ctx, eth, ip6, &client);
+			return forward6(ctx, eth, ip6, &client, NO_BACKEND);
 		}
 		__u32 slot = known->backend;
 		struct backend *b = bpf_map_lookup_elem(&backends, &slot);

@@ -566,6 +566,32 @@ mod needs_root {
 
     #[test]
     #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_next_hop_is_cached_and_follows_a_neighbour_change_within_the_ttl() {
+        let mut fx = Fixture::new("v6_nexthop");
+        // The cache is per CPU: stay on one.
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the call reads it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+        }
+        let spec = service6(&mut fx, 80, Protocol::Tcp, Mode::Dsr, HashFunction::Xxhash);
+        let f = flow6(42000, 80, Protocol::Tcp);
+        let backend = reference_backend6(&spec, &f);
+        let frame = packet::build6(&f, packet::tcp::ACK, CLIENT_MAC, LB1_MAC, b"nh6");
+        let dst_mac = |fx: &Fixture| packet::parse6(&fx.run_on(fx.lb1, &frame).packet).unwrap().dst_mac;
+        assert_eq!(dst_mac(&fx), backend_mac6(backend));
+        let (addr, new_mac) = (backend.to_string(), "02:00:00:00:00:99");
+        fx.net.ip(&["-6", "neigh", "replace", &addr, "lladdr", new_mac, "dev", "lb0"]).unwrap();
+        // Within the TTL (250 jiffies, at least 0.25 s) the cached next hop
+        // is used, without a FIB lookup; after it, the new neighbour.
+        assert_eq!(dst_mac(&fx), backend_mac6(backend), "the next hop was not cached");
+        std::thread::sleep(std::time::Duration::from_millis(2600));
+        assert_eq!(dst_mac(&fx), [2, 0, 0, 0, 0, 0x99]);
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
     fn v6_extension_headers_and_other_addresses_pass_to_the_kernel() {
         let mut fx = Fixture::new("v6_pass");
         service6(&mut fx, 80, Protocol::Tcp, Mode::Nat, HashFunction::Xxhash);
