@@ -1,7 +1,6 @@
 //! Matching a request against a listener's compiled routes.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use http::{Method, Request};
 use regex::{RegexSet, SetMatches};
 
 use super::action::{Action, HeaderOps, Rewrite, Split};
+use super::index::{and, and_not, any_not_in, first, meet, or, Column, Index, On};
 use crate::tls::ClientCert;
 
 /// A host condition, lowercased: the whole host, or a `*.` wildcard kept as
@@ -19,15 +19,6 @@ use crate::tls::ClientCert;
 pub(crate) enum Host {
     Exact(String),
     Suffix(String),
-}
-
-impl Host {
-    fn matches(&self, host: &str) -> bool {
-        match self {
-            Host::Exact(h) => h == host,
-            Host::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),
-        }
-    }
 }
 
 /// A path condition; `Regex` is a pattern of the path's set.
@@ -149,17 +140,12 @@ impl Route {
 #[derive(Debug, Default)]
 pub struct RouteTable {
     pub(crate) routes: Vec<Route>,
-    /// Whether any route has a host condition (else the host is not read).
-    pub(crate) needs_host: bool,
     /// Every header name a condition reads, each once.
     pub(crate) header_names: Vec<HeaderName>,
     /// One set per subject that has regular expressions.
     pub(crate) sets: Vec<(Subject, RegexSet)>,
-    /// The routes with an exact host, by that host, in order: a request
-    /// only tries those of its own host.
-    by_host: HashMap<Box<str>, Vec<usize>>,
-    /// The routes without an exact host (any host, or a wildcard), in order.
-    any_host: Vec<usize>,
+    /// The routes' conditions by subject, to check them all at once.
+    index: Index,
 }
 
 /// A set's matches for one request, found when first needed.
@@ -172,15 +158,21 @@ enum Seen {
     FoundAny(Vec<SetMatches>),
 }
 
-/// What one request has found so far: the sets' matches, the headers
+/// What one request has found so far: its path and host, the sets' matches, the headers
 /// conditions read (each looked up once) and its query's parameters; and
 /// the client's verified certificate.
 struct Scratch<'r> {
+    path: &'r str,
+    /// The host, lowercased and without port (if a route reads it).
+    host: Option<&'r str>,
     client: Option<&'r ClientCert>,
     seen: Vec<Seen>,
     headers: Vec<Option<Option<Cow<'r, str>>>>,
     query: Option<Vec<(&'r str, &'r str)>>,
 }
+
+/// Words of candidate routes kept on the stack (tables up to 256 routes).
+const INLINE_WORDS: usize = 4;
 
 impl RouteTable {
     /// One route taking everything to `cluster` (the quick mode's).
@@ -189,18 +181,10 @@ impl RouteTable {
     }
 
     /// The table of `routes`, whose conditions read `header_names` and
-    /// run `sets`, indexed by exact host.
+    /// run `sets`, indexed by subject.
     pub(crate) fn new(routes: Vec<Route>, header_names: Vec<HeaderName>, sets: Vec<(Subject, RegexSet)>) -> Self {
-        let mut by_host: HashMap<Box<str>, Vec<usize>> = HashMap::new();
-        let mut any_host = Vec::new();
-        for (i, r) in routes.iter().enumerate() {
-            match &r.host {
-                Some(Host::Exact(h)) => by_host.entry(h.as_str().into()).or_default().push(i),
-                _ => any_host.push(i),
-            }
-        }
-        let needs_host = routes.iter().any(|r| r.host.is_some());
-        RouteTable { routes, needs_host, header_names, sets, by_host, any_host }
+        let index = Index::new(&routes);
+        RouteTable { routes, header_names, sets, index }
     }
 
     /// The routes, in order.
@@ -210,82 +194,106 @@ impl RouteTable {
 
     /// Whether a route reads the host: only then need the caller find it.
     pub fn needs_host(&self) -> bool {
-        self.needs_host
+        self.index.columns.first().is_some_and(|c| c.on == On::Host)
     }
 
     /// The first route `req` (whose host, lowercased and without port, is
     /// `host`; from a client that presented `client`) matches, and its
     /// index (the key of its rate limiter).
+    ///
+    /// Every route starts as a candidate; each subject some candidate has a
+    /// condition on removes the candidates whose condition fails, until the
+    /// first candidate has no condition left to check.
     pub fn find<'t, B>(
         &'t self,
         req: &Request<B>,
         host: Option<&str>,
         client: Option<&ClientCert>,
     ) -> Option<(usize, &'t Route)> {
-        let mut scratch = Scratch { client, seen: Vec::new(), headers: Vec::new(), query: None };
+        let words = self.index.all.words().len();
+        let (mut inline, mut heap) = ([0; 2 * INLINE_WORDS], Vec::new());
+        let buffer = if words <= INLINE_WORDS {
+            &mut inline[..2 * words]
+        } else {
+            heap.resize(2 * words, 0);
+            &mut heap[..]
+        };
+        let (candidates, column) = buffer.split_at_mut(words);
+        candidates.copy_from_slice(self.index.all.words());
         let path = req.uri().path();
-        // The routes of the request's exact host and those for any host,
-        // merged in order: the first that matches wins.
-        let exact = host.and_then(|h| self.by_host.get(h)).map_or(&[][..], Vec::as_slice);
-        let (mut e, mut a) = (0, 0);
-        loop {
-            let i = match (exact.get(e), self.any_host.get(a)) {
-                (Some(&x), Some(&y)) if x < y => {
-                    e += 1;
-                    x
-                }
-                (_, Some(&y)) => {
-                    a += 1;
-                    y
-                }
-                (Some(&x), None) => {
-                    e += 1;
-                    x
-                }
-                (None, None) => return None,
-            };
-            let route = self.routes.get(i)?;
-            if self.matches(route, req, path, host, &mut scratch) {
-                return Some((i, route));
+        if !path.starts_with('/') {
+            and_not(candidates, &self.index.slash);
+        }
+        let mut scratch = Scratch { path, host, client, seen: Vec::new(), headers: Vec::new(), query: None };
+        for (c, col) in self.index.columns.iter().enumerate() {
+            let lowest = first(candidates)?;
+            if self.index.done_after.get(lowest).is_some_and(|d| *d <= c) {
+                break;
+            }
+            if any_not_in(candidates, &col.always) {
+                self.holds(col, candidates, column, req, &mut scratch);
+                and(candidates, column);
             }
         }
+        let i = first(candidates)?;
+        Some((i, self.routes.get(i)?))
     }
 
-    /// Whether `route` takes `req` (to `path`): cheap conditions first. An
-    /// exact host was matched by the index that led here.
-    fn matches<'r, B>(
+    /// Into `out`, the routes of `col` whose condition `req` meets (and
+    /// those without one); the regex set runs only if a route of it is
+    /// among the `candidates`.
+    fn holds<'r, B>(
         &self,
-        route: &Route,
+        col: &Column,
+        candidates: &[u64],
+        out: &mut [u64],
         req: &'r Request<B>,
-        path: &str,
-        host: Option<&str>,
         s: &mut Scratch<'r>,
-    ) -> bool {
-        if let Some(h @ Host::Suffix(_)) = &route.host {
-            if !host.is_some_and(|host| h.matches(host)) {
-                return false;
+    ) {
+        out.copy_from_slice(col.always.words());
+        match &col.on {
+            On::Host => {
+                if let Some(h) = s.host {
+                    col.or_exact(out, h);
+                    for (suffix, routes) in &col.affixes {
+                        if h.len() > suffix.len() && h.ends_with(&**suffix) {
+                            or(out, routes);
+                        }
+                    }
+                }
+            }
+            On::Method => {
+                if let Some((_, routes)) = col.methods.iter().find(|(m, _)| m == req.method()) {
+                    or(out, routes);
+                }
+            }
+            On::Path => {
+                col.or_exact(out, s.path);
+                for (prefix, routes) in &col.affixes {
+                    if s.path.starts_with(&**prefix) {
+                        or(out, routes);
+                    }
+                }
+            }
+            On::Header(name) => col.or_value(out, self.header(*name, req, s)),
+            On::Query(name) => col.or_value(out, param(query(req, s), name)),
+            On::Cert(field) => {
+                let mut values = field.values(s.client).peekable();
+                if values.peek().is_none() {
+                    or(out, &col.absent);
+                } else {
+                    or(out, &col.present);
+                    values.for_each(|v| col.or_exact(out, v));
+                }
             }
         }
-        let path_ok = match &route.path {
-            PathMatch::Prefix(p) => path.starts_with(p.as_str()),
-            PathMatch::Exact(p) => path == p,
-            PathMatch::Regex(i) => self.regex(0, *i, req, s),
-        };
-        path_ok
-            && (route.methods.is_empty() || route.methods.contains(req.method()))
-            && route.headers.iter().all(|(name, v)| match v {
-                Value::Regex(set, i) => self.regex(*set, *i, req, s),
-                _ => value_matches(v, self.header(*name, req, s)),
-            })
-            && route.query.iter().all(|(name, v)| match v {
-                Value::Regex(set, i) => self.regex(*set, *i, req, s),
-                _ => value_matches(v, param(query(req, s), name)),
-            })
-            && route.client_cert.iter().all(|(field, v)| match v {
-                Value::Regex(set, i) => self.regex(*set, *i, req, s),
-                Value::Exact(want) => field.values(s.client).any(|x| x == want),
-                _ => value_matches(v, field.values(s.client).next()),
-            })
+        if !col.regex.is_empty() && meet(candidates, &col.regex_routes) {
+            for (pattern, routes) in &col.regex {
+                if self.regex(col.set, *pattern, req, s) {
+                    or(out, routes);
+                }
+            }
+        }
     }
 
     /// Whether pattern `i` of set `set` matches its subject in `req`; the
@@ -298,7 +306,7 @@ impl RouteTable {
         if matches!(s.seen.get(set), Some(Seen::NotYet)) {
             let found = |text: Option<&str>| text.map_or(Seen::Absent, |t| Seen::Found(regexes.matches(t)));
             let seen = match subject {
-                Subject::Path => found(Some(req.uri().path())),
+                Subject::Path => found(Some(s.path)),
                 Subject::Header(name) => found(self.header(*name, req, s)),
                 Subject::Query(name) => found(param(query(req, s), name)),
                 Subject::ClientCert(field) => {
@@ -324,16 +332,6 @@ impl RouteTable {
         }
         let slot = s.headers.get_mut(name)?;
         slot.get_or_insert_with(|| header(req.headers(), &self.header_names[name])).as_deref()
-    }
-}
-
-/// A condition other than a regex on a subject's value (`None`: absent).
-fn value_matches(v: &Value, value: Option<&str>) -> bool {
-    match v {
-        Value::Present => value.is_some(),
-        Value::Absent => value.is_none(),
-        Value::Exact(want) => value == Some(want.as_str()),
-        Value::Regex(..) => false,
     }
 }
 

@@ -5,9 +5,11 @@
 //! kept as a suffix), methods and header names parsed, and every regular
 //! expression of the listener gathered into one [`regex::RegexSet`] per
 //! subject — the path, each header name, each query parameter — so a
-//! request runs each set at most once, however many routes use it, and only
-//! when a route that needs it is reached. A route matches when every
-//! condition it gives holds; the first route that matches wins.
+//! request runs each set at most once, however many routes use it. The
+//! conditions are indexed by subject, exact values in hash maps, so that a
+//! request is checked against all routes at once rather than one by one. A
+//! route matches when every condition it gives holds; the first route that
+//! matches wins.
 //!
 //! What a route does is its [`Action`]: forward to a cluster or a weighted
 //! [`Split`] of clusters, [`Redirect`], or [`Respond`] directly. Forwarded
@@ -18,6 +20,7 @@
 
 pub(crate) mod action;
 pub(crate) mod compile;
+pub(crate) mod index;
 pub(crate) mod matcher;
 
 pub use action::{Action, HeaderOps, Redirect, Respond, Rewrite, Split, Template, Vars};

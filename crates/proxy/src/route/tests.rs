@@ -275,3 +275,176 @@ proptest! {
         }
     }
 }
+
+/// The routes one at a time, as the table's index must agree with: the
+/// first route whose every condition holds.
+mod reference {
+    use http::Request;
+    use regex::Regex;
+
+    use crate::route::matcher::{Host, PathMatch, RouteTable, Value};
+    use crate::tls::ClientCert;
+
+    /// The pattern `i` of set `set`, on its own.
+    fn pattern(table: &RouteTable, set: usize, i: usize) -> Regex {
+        Regex::new(&table.sets[set].1.patterns()[i]).unwrap()
+    }
+
+    /// A header's values joined with `,`, as conditions see them.
+    fn header(req: &Request<()>, name: &http::HeaderName) -> Option<String> {
+        let values: Vec<_> =
+            req.headers().get_all(name).iter().map(|v| String::from_utf8_lossy(v.as_bytes())).collect();
+        (!values.is_empty()).then(|| values.join(","))
+    }
+
+    fn param(req: &Request<()>, name: &str) -> Option<String> {
+        let query = req.uri().query().unwrap_or("");
+        let mut pairs = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
+        pairs.find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+    }
+
+    /// Whether `v` holds of a subject with `values` (none: absent; any one may match).
+    fn holds(table: &RouteTable, v: &Value, values: &[String]) -> bool {
+        match v {
+            Value::Present => !values.is_empty(),
+            Value::Absent => values.is_empty(),
+            Value::Exact(want) => values.iter().any(|x| x == want),
+            Value::Regex(set, i) => values.iter().any(|x| pattern(table, *set, *i).is_match(x)),
+        }
+    }
+
+    pub(super) fn find(
+        table: &RouteTable,
+        req: &Request<()>,
+        host: Option<&str>,
+        client: Option<&ClientCert>,
+    ) -> Option<usize> {
+        let path = req.uri().path();
+        let cert = |subject: bool| -> Vec<String> {
+            match client {
+                None => Vec::new(),
+                Some(c) if subject => vec![c.subject.to_string()],
+                Some(c) => c.names.iter().map(|n| n.to_string()).collect(),
+            }
+        };
+        table.routes.iter().position(|r| {
+            let host_ok = match &r.host {
+                None => true,
+                Some(Host::Exact(h)) => host == Some(h.as_str()),
+                Some(Host::Suffix(s)) => host.is_some_and(|h| h.len() > s.len() && h.ends_with(s.as_str())),
+            };
+            let path_ok = match &r.path {
+                PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+                PathMatch::Exact(p) => path == p,
+                PathMatch::Regex(i) => pattern(table, 0, *i).is_match(path),
+            };
+            host_ok
+                && path_ok
+                && (r.methods.is_empty() || r.methods.contains(req.method()))
+                && r.headers.iter().all(|(n, v)| {
+                    holds(table, v, &header(req, &table.header_names[*n]).into_iter().collect::<Vec<_>>())
+                })
+                && r.query.iter().all(|(n, v)| holds(table, v, &param(req, n).into_iter().collect::<Vec<_>>()))
+                && r.client_cert
+                    .iter()
+                    .all(|(f, v)| holds(table, v, &cert(matches!(f, crate::route::matcher::CertField::Subject))))
+        })
+    }
+}
+
+/// A route from a small vocabulary, so that random requests often match it.
+fn arb_matching_route() -> impl Strategy<Value = String> {
+    let word = prop::sample::select(vec!["a", "b", "ab", "a-b"]);
+    let value = prop_oneof![
+        Just("present = true".to_string()),
+        Just("present = false".to_string()),
+        word.clone().prop_map(|w| format!("exact = {w:?}")),
+        prop::sample::select(vec!["^a", "b$", "^a.*b$", "-"]).prop_map(|r| format!("regex = {r:?}")),
+    ];
+    let condition = prop_oneof![
+        prop::sample::select(vec!["a.test", "b.test", "*.test", "*.a.test"]).prop_map(|h| format!("host = {h:?}")),
+        prop::sample::select(vec!["/", "/a", "/a/b", "/b"]).prop_map(|p| format!("path_prefix = {p:?}")),
+        prop::sample::select(vec!["/", "/a", "/a/b"]).prop_map(|p| format!("path = {p:?}")),
+        prop::sample::select(vec!["^/a", "/b$", "^/[ab]+$"]).prop_map(|p| format!("path_regex = {p:?}")),
+        prop::sample::subsequence(vec!["GET", "POST", "PUT"], 1..3).prop_map(|m| format!("methods = {m:?}")),
+        prop::collection::vec((prop::sample::select(vec!["x-a", "x-b"]), value.clone()), 1..3).prop_map(|hs| {
+            let hs: Vec<_> = hs.iter().map(|(n, v)| format!("{{ name = {n:?}, {v} }}")).collect();
+            format!("headers = [{}]", hs.join(", "))
+        }),
+        prop::collection::vec((prop::sample::select(vec!["p", "q"]), value.clone()), 1..3).prop_map(|qs| {
+            let qs: Vec<_> = qs.iter().map(|(n, v)| format!("{{ name = {n:?}, {v} }}")).collect();
+            format!("query = [{}]", qs.join(", "))
+        }),
+        (prop::sample::select(vec!["subject", "san"]), value)
+            .prop_map(|(n, v)| format!("client_cert = [{{ name = {n:?}, {v} }}]")),
+    ];
+    // At most one condition of each kind per route (TOML has no duplicate keys).
+    prop::collection::vec(condition, 0..5).prop_map(|cs| {
+        let mut seen = Vec::new();
+        let mut kept: Vec<String> = Vec::new();
+        for c in cs {
+            let key = c.split(' ').next().unwrap_or_default().to_string();
+            let key = if key == "path_prefix" || key == "path_regex" { "path".to_string() } else { key };
+            if !seen.contains(&key) {
+                seen.push(key);
+                kept.push(c);
+            }
+        }
+        kept.push("cluster = \"a\"".into());
+        format!("{{ {} }}", kept.join(", "))
+    })
+}
+
+/// A request from the same vocabulary: (method, host, uri, headers, certificate).
+type Case =
+    (&'static str, Option<&'static str>, String, Vec<(&'static str, &'static str)>, Option<(String, Vec<String>)>);
+
+fn arb_request() -> impl Strategy<Value = Case> {
+    let word = prop::sample::select(vec!["a", "b", "ab", "a-b", "ba"]);
+    (
+        prop::sample::select(vec!["GET", "POST", "DELETE"]),
+        prop::option::of(prop::sample::select(vec!["a.test", "b.test", "x.a.test", "test", "a.other"])),
+        (
+            prop::sample::select(vec!["/", "/a", "/a/b", "/b", "/ab", "/a/b/c"]),
+            prop::collection::vec((prop::sample::select(vec!["p", "q", "r"]), word.clone()), 0..3),
+        )
+            .prop_map(|(p, q)| {
+                let q: Vec<_> = q.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                if q.is_empty() {
+                    p.to_string()
+                } else {
+                    format!("{p}?{}", q.join("&"))
+                }
+            }),
+        prop::collection::vec((prop::sample::select(vec!["x-a", "x-b", "x-c"]), word.clone()), 0..4),
+        prop::option::of((word.clone(), prop::collection::vec(word, 0..3)))
+            .prop_map(|c| c.map(|(s, n)| (s.to_string(), n.iter().map(|x| x.to_string()).collect()))),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// The indexed table picks the same route as trying the routes in order.
+    #[test]
+    fn the_index_finds_the_route_the_routes_in_order_find(
+        routes in prop::collection::vec(arb_matching_route(), 1..80),
+        reqs in prop::collection::vec(arb_request(), 1..12),
+    ) {
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:8443\"\ntls = {{ cert = \"c.pem\", key = \"k.pem\", client_ca = \"ca.pem\", \
+             client_auth = \"optional\" }}\nroutes = [\n{}\n]\n{CLUSTERS}",
+            routes.join(",\n")
+        );
+        let config = Config::parse(Path::new("test.toml"), &text).unwrap_or_else(|e| panic!("{text}\n{e}"));
+        let table = &config.listeners[0].routes;
+        for (method, host, uri, headers, client) in reqs {
+            let r = req(method, host.unwrap_or("h"), &uri, &headers);
+            let host = host.map(|h| h.to_string());
+            let client = client.map(|(s, names)| cert(&s, &names.iter().map(String::as_str).collect::<Vec<_>>()));
+            let got = table.find(&r, host.as_deref(), client.as_ref()).map(|(i, _)| i);
+            let want = reference::find(table, &r, host.as_deref(), client.as_ref());
+            prop_assert_eq!(got, want, "{} {:?} {} {:?} {:?}\n{}", method, host, uri, headers, client, text);
+        }
+    }
+}
