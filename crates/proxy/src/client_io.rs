@@ -59,6 +59,16 @@ impl<IO> Counted<IO> {
     pub fn new(io: IO, slot: Slot) -> Self {
         Counted { io, _slot: slot }
     }
+
+    /// The connection.
+    pub fn get_mut(&mut self) -> &mut IO {
+        &mut self.io
+    }
+
+    /// The connection and its slot, to wrap the connection in another layer.
+    pub fn into_parts(self) -> (IO, Slot) {
+        (self.io, self._slot)
+    }
 }
 
 impl<IO: Io> Io for Counted<IO> {

@@ -360,7 +360,9 @@ pub async fn client_of(
     let local = stream.local_addr().unwrap_or(peer);
     let socket = Addresses { source: peer, destination: local };
     let Some(rule) = rule else { return Some(socket) };
-    match accept(stream, peer, rule).await {
+    // Boxed: a connection's task is as large as its largest state, and it
+    // spends its life idle, not reading this header.
+    match Box::pin(accept(stream, peer, rule)).await {
         Ok(carried) => Some(carried.unwrap_or(socket)),
         Err(e) => {
             let reason = match e {

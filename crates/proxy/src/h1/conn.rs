@@ -8,8 +8,9 @@
 //!
 //! A connection holds a read buffer only while bytes are in it: between
 //! requests the buffer goes back to a small per-thread pool ([`pool`]), and
-//! a read on an idle connection lands in a stack buffer first, so that an
-//! idle keep-alive connection costs no buffer at all (as nginx does it).
+//! a read on an idle connection lands in a stack buffer first
+//! ([`poll_read_fresh`]), so that an idle keep-alive connection costs no
+//! buffer at all (as nginx does it).
 //!
 //! The connection's socket, read buffer and body state live behind one
 //! mutex ([`Shared`]): the request body (polled by the upstream write) and
@@ -117,12 +118,12 @@ impl std::fmt::Debug for Inbound {
 impl Inbound {
     /// A connection on `io`; its read buffer comes with its first bytes.
     pub fn new(io: Box<dyn Io>) -> Shared {
-        Arc::new(Mutex::new(Inbound {
-            io: Some(io),
-            read: BytesMut::new(),
-            body: BodyState::Length(0),
-            continue_left: 0,
-        }))
+        Inbound::with(io, BytesMut::new())
+    }
+
+    /// A connection on `io` that has read `read`.
+    pub fn with(io: Box<dyn Io>, read: BytesMut) -> Shared {
+        Arc::new(Mutex::new(Inbound { io: Some(io), read, body: BodyState::Length(0), continue_left: 0 }))
     }
 
     /// Start the body of a request framed by `framing`; `expect` asks for a
@@ -141,15 +142,8 @@ impl Inbound {
             self.read.reserve(READ_CHUNK);
             return tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.read);
         }
-        let mut stack = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
-        let mut buf = ReadBuf::uninit(&mut stack);
-        std::task::ready!(Pin::new(io).poll_read(cx, &mut buf))?;
-        let n = buf.filled().len();
-        if n > 0 {
-            self.read = pool::take();
-            self.read.extend_from_slice(buf.filled());
-        }
-        Poll::Ready(Ok(n))
+        self.read = std::task::ready!(poll_read_fresh(io, cx))?;
+        Poll::Ready(Ok(self.read.len()))
     }
 
     /// Between requests: give the read buffer back if nothing is in it.
@@ -188,6 +182,20 @@ impl Inbound {
             BodyState::Broken => Err(malformed()),
         }
     }
+}
+
+/// Read what `io` has into a stack buffer, and only if bytes came into a
+/// buffer from the [`pool`]: an empty buffer (no capacity) at the end.
+pub fn poll_read_fresh(io: &mut Box<dyn Io>, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+    let mut stack = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+    let mut buf = ReadBuf::uninit(&mut stack);
+    std::task::ready!(Pin::new(io).poll_read(cx, &mut buf))?;
+    if buf.filled().is_empty() {
+        return Poll::Ready(Ok(BytesMut::new()));
+    }
+    let mut read = pool::take();
+    read.extend_from_slice(buf.filled());
+    Poll::Ready(Ok(read))
 }
 
 /// Read buffers of the connections between requests, kept per worker

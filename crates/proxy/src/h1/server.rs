@@ -45,7 +45,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::client_io::IdleTimeout;
-use crate::h1::conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
+use crate::h1::conn::{fill, lock, poll_read_fresh, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
 use crate::h1::parse::{parse_request, HeadError, RequestHead};
 use crate::http::{HttpService, Peer, ProxyBody};
 use crate::local_reply::{LocalReply, CONTENT_TYPE};
@@ -83,52 +83,122 @@ pub enum Served {
 #[allow(clippy::large_enum_variant)]
 enum Next {
     Head(RequestHead),
+    /// Nothing is left to read: the connection is idle.
+    Idle,
     Close,
     Http2,
     Refuse(HeadError),
 }
 
+/// How a connection's busy spell ended.
+enum Busy {
+    /// Every byte read has been answered: wait for more, idle.
+    Idle,
+    /// The connection is over.
+    Ended(Served),
+}
+
 /// Serve HTTP/1.1 requests on `io` from `peer` until the connection ends.
+///
+/// An idle connection's task holds only the socket, its timer and the stop
+/// signal (this future, until bytes come); the read buffer, the state the
+/// request body shares with the server ([`Inbound`]) and the serving loop
+/// ([`busy`], boxed) are made when bytes arrive and dropped once they are
+/// all answered.
 pub async fn serve(
-    io: Box<dyn Io>,
+    mut io: Box<dyn Io>,
     service: Arc<HttpService>,
     peer: Arc<Peer>,
     limits: &ServerLimits,
     mut stopped: watch::Receiver<Stop>,
 ) -> Served {
-    let conn = Inbound::new(io);
     let mut timer = Timer::new(limits);
     let mut first = true;
     loop {
-        let head = match next_head(&conn, limits, &mut timer, &mut stopped, first).await {
+        let read = match idle(&mut io, limits, &mut timer, &mut stopped).await {
+            Some(read) => read,
+            None => return Served::Done,
+        };
+        let conn = Inbound::with(io, read);
+        match Box::pin(busy(&conn, &service, &peer, limits, &mut timer, &mut stopped, first)).await {
+            Busy::Ended(served) => return served,
+            Busy::Idle => {}
+        }
+        io = match lock(&conn).io.take() {
+            Some(io) => io,
+            None => return Served::Done,
+        };
+        first = false;
+    }
+}
+
+/// Wait, with no buffer, for a connection's next bytes: up to
+/// `idle_timeout` (or until the proxy stops). `None`: close it.
+async fn idle(
+    io: &mut Box<dyn Io>,
+    limits: &ServerLimits,
+    timer: &mut Timer,
+    stopped: &mut watch::Receiver<Stop>,
+) -> Option<BytesMut> {
+    timer.head_started = None;
+    // Polled by hand rather than by `select!`, whose state is larger.
+    let mut stop = pin!(stopping(stopped));
+    poll_fn(|cx| {
+        if let Poll::Ready(got) = poll_read_fresh(io, cx) {
+            return Poll::Ready(got.ok().filter(|read| !read.is_empty()));
+        }
+        while timer.sleep.as_mut().poll(cx).is_ready() {
+            if timer.expired(limits) {
+                return Poll::Ready(None);
+            }
+        }
+        stop.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
+/// Serve the requests in `conn`'s bytes and those that follow them until
+/// none is left to read, or the connection ends. `first`: whether these
+/// are the connection's first bytes (which may be the HTTP/2 preface).
+async fn busy(
+    conn: &Shared,
+    service: &Arc<HttpService>,
+    peer: &Arc<Peer>,
+    limits: &ServerLimits,
+    timer: &mut Timer,
+    stopped: &mut watch::Receiver<Stop>,
+    mut first: bool,
+) -> Busy {
+    loop {
+        let head = match next_head(conn, limits, timer, stopped, first).await {
             Next::Head(head) => head,
-            Next::Close => return Served::Done,
+            Next::Idle => return Busy::Idle,
+            Next::Close => return Busy::Ended(Served::Done),
             Next::Http2 => {
-                let mut inbound = lock(&conn);
+                let mut inbound = lock(conn);
                 let read = std::mem::take(&mut inbound.read);
-                return match inbound.io.take() {
+                return Busy::Ended(match inbound.io.take() {
                     Some(io) => Served::Http2(io, read),
                     None => Served::Done,
-                };
+                });
             }
             Next::Refuse(e) => {
-                Box::pin(refuse(&conn, &service, e, limits.idle_timeout)).await;
-                return Served::Done;
+                Box::pin(refuse(conn, service, e, limits.idle_timeout)).await;
+                return Busy::Ended(Served::Done);
             }
         };
         first = false;
-        let (req, upgraded, keep_alive) = request(&conn, head);
+        let (req, upgraded, keep_alive) = request(conn, head);
         let method = req.method().clone();
         let version = req.version();
         // The request path's future and the response writer's are boxed:
-        // they are large, and an idle connection's task (which waits for
-        // the next head) would otherwise keep room for them.
-        let Ok(response) = Box::pin(service.handle(&peer, req)).await;
+        // they are large, and this one waits for the rest of a head.
+        let Ok(response) = Box::pin(service.handle(peer, req)).await;
         let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-        let sent = Box::pin(respond(&conn, response, &method, version, keep_alive, limits.idle_timeout)).await;
+        let sent = Box::pin(respond(conn, response, &method, version, keep_alive, limits.idle_timeout)).await;
         match (sent, upgraded) {
             (Ok(_), Some(tx)) if switched => {
-                let mut inbound = lock(&conn);
+                let mut inbound = lock(conn);
                 // Copied out, so that the read buffer goes back to the pool
                 // instead of living as long as the tunnel.
                 let early = Bytes::copy_from_slice(&inbound.read);
@@ -140,18 +210,31 @@ pub async fn serve(
                     let io = Box::new(IdleTimeout::new(io, limits.idle_timeout, Arc::default()));
                     let _ = tx.send(Upgraded { io, early });
                 }
-                return Served::Done;
+                return Busy::Ended(Served::Done);
             }
-            (Ok(true), _) if lock(&conn).body.is_done() && stopped.borrow().is_none() => {
-                lock(&conn).release();
+            (Ok(true), _) if lock(conn).body.is_done() && stopped.borrow().is_none() => {
+                lock(conn).release();
                 timer.last_active = Instant::now();
             }
             _ => {
                 let _ = tokio::time::timeout(limits.idle_timeout, Writer(conn.clone()).shutdown()).await;
-                return Served::Done;
+                return Busy::Ended(Served::Done);
             }
         }
     }
+}
+
+/// The size of [`busy`]'s future, which an idle connection does not hold.
+#[cfg(test)]
+pub(crate) fn busy_future_size(
+    conn: &Shared,
+    service: &Arc<HttpService>,
+    peer: &Arc<Peer>,
+    limits: &ServerLimits,
+) -> usize {
+    let (mut timer, (_tx, mut stopped)) = (Timer::new(limits), watch::channel(None));
+    let size = std::mem::size_of_val(&busy(conn, service, peer, limits, &mut timer, &mut stopped, true));
+    size
 }
 
 /// The request of `head`, its body reading from `conn`; the sender for
@@ -234,8 +317,9 @@ impl Timer {
     }
 }
 
-/// Wait for the next request head: up to `idle_timeout` for its first byte
-/// (or until the proxy stops), then up to `header_read_timeout` for the rest.
+/// The next request head in `conn`'s bytes, reading up to
+/// `header_read_timeout` (or until the proxy stops) for the rest of it;
+/// [`Next::Idle`] if no byte of one has come.
 async fn next_head(
     conn: &Shared,
     limits: &ServerLimits,
@@ -249,7 +333,8 @@ async fn next_head(
             let mut inbound = lock(conn);
             let read = &inbound.read;
             if read.is_empty() {
-                // Nothing of a head yet: the idle limit applies.
+                // Nothing of a head yet: wait for it idle.
+                return Next::Idle;
             } else if first && read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
                 // Maybe the HTTP/2 preface: wait for all of it.
                 timer.start_head(limits);
