@@ -188,7 +188,16 @@ pub fn run(mut args: Args) -> Result<(), Failure> {
     report.provenance = Some(provenance);
     let first = &plan.algorithms[0];
     report.results.extend(crate::questions::run(&cases, first, &plan)?);
-    let headroom = q.headroom.map(|bound| crate::questions::headroom(&scenario, first, &plan, bound)).transpose()?;
+    let headroom = q
+        .headroom
+        .map(|bound| {
+            let mut h = crate::questions::headroom(&scenario, first, &plan, bound)?;
+            if let Some(m) = &measured {
+                crate::whatif::headroom_range(&mut h, &scenario, m, first, &plan, bound)?;
+            }
+            Ok::<_, Failure>(h)
+        })
+        .transpose()?;
 
     let mut stdout = std::io::stdout().lock();
     let check = match (&measured, report.results.first()) {

@@ -8,8 +8,11 @@
 //! becomes a server whose service time is `empirical`: the window's
 //! latencies as the proxy measured them (request sent to response
 //! headers), so the proxy↔endpoint network time is inside the service time
-//! and `[network]` is zero. Servers have unlimited concurrency (a pure
-//! delay: any queueing at the endpoint is in the measured latencies) and
+//! and `[network]` is zero. Each endpoint's concurrency is fitted from its
+//! latencies by requests in flight ([`crate::concurrency`]): with a limit
+//! seen, the server gets that `concurrency` and the latencies of requests
+//! that found a slot free, so the simulator queues the rest; without one it
+//! is a pure delay (any queueing is in the measured latencies). A server
 //! answers its window's share of failed requests with errors. The clients
 //! send Poisson traffic at the window's request rate, and latency is
 //! measured at the balancer, as the proxy measures it. The balancers (one
@@ -24,6 +27,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::cli::Failure;
+use crate::concurrency::Level;
 
 /// Clients the window's rate is spread over (Poisson each, Poisson in all).
 const CLIENTS: u32 = 10;
@@ -32,6 +36,8 @@ const DURATION_S: u64 = 30;
 const WARMUP_S: u64 = 2;
 /// Most latency values written per endpoint (spread over its buckets).
 const MAX_VALUES: u64 = 20_000;
+/// Fewest unqueued latencies to model a limited endpoint's service time from.
+const MIN_UNQUEUED: u64 = 50;
 /// Algorithms compared besides the cluster's own.
 const COMPARED: [&str; 4] = ["round-robin", "least-request", "peak-ewma", "random"];
 
@@ -55,6 +61,8 @@ pub struct Measured {
     pub per_endpoint: Vec<(String, u64)>,
     /// The window actually measured, seconds.
     pub window: f64,
+    /// Per endpoint that answered in the window: its concurrency fit.
+    pub fits: Vec<(String, crate::concurrency::Fit)>,
 }
 
 /// The admin address in `--from`: `http://HOST:PORT[/]` or `HOST:PORT`.
@@ -81,10 +89,22 @@ fn snapshot(runtime: &tokio::runtime::Runtime, admin: SocketAddr, cluster: &str)
     })
 }
 
-/// Per endpoint of a snapshot: address → (requests, errors, bucket counts by lower bound).
-type Endpoints = Vec<(String, f64, bool, u64, u64, Vec<[u64; 3]>)>;
+/// One endpoint of a snapshot.
+struct Endpoint {
+    address: String,
+    weight: f64,
+    routable: bool,
+    requests: u64,
+    errors: u64,
+    /// Latency bucket counts: `[low, high, count]`.
+    buckets: Vec<[u64; 3]>,
+    /// `[level, requests, sum ns, sum of squares µs²]` by requests in flight when picked.
+    levels: Vec<[u64; 4]>,
+    /// Latency bucket counts by band of in-flight levels (its lowest level).
+    bands: Vec<(u64, Vec<[u64; 3]>)>,
+}
 
-fn endpoints(v: &Value) -> Result<Endpoints, Failure> {
+fn endpoints(v: &Value) -> Result<Vec<Endpoint>, Failure> {
     let bad = || {
         Failure::runtime(
             "--from: the admin listener's model answer has no endpoint list (is it a fulcrum proxy of this version?)",
@@ -99,14 +119,18 @@ fn endpoints(v: &Value) -> Result<Endpoints, Failure> {
                 && !e.get("draining").and_then(Value::as_bool).unwrap_or(false);
             let buckets: Vec<[u64; 3]> =
                 serde_json::from_value(e.get("latency_buckets").cloned().ok_or_else(bad)?).map_err(|_| bad())?;
-            Ok((
+            // Older proxies have no in-flight levels: no concurrency is fitted then.
+            let optional = |key: &str| e.get(key).cloned().unwrap_or(Value::Array(Vec::new()));
+            Ok(Endpoint {
                 address,
-                e.get("weight").and_then(Value::as_f64).unwrap_or(1.0),
+                weight: e.get("weight").and_then(Value::as_f64).unwrap_or(1.0),
                 routable,
-                e.get("requests").and_then(Value::as_u64).unwrap_or(0),
-                e.get("errors").and_then(Value::as_u64).unwrap_or(0),
+                requests: e.get("requests").and_then(Value::as_u64).unwrap_or(0),
+                errors: e.get("errors").and_then(Value::as_u64).unwrap_or(0),
                 buckets,
-            ))
+                levels: serde_json::from_value(optional("by_in_flight")).map_err(|_| bad())?,
+                bands: serde_json::from_value(optional("latency_buckets_by_in_flight")).map_err(|_| bad())?,
+            })
         })
         .collect()
 }
@@ -120,6 +144,43 @@ fn delta(before: &[[u64; 3]], after: &[[u64; 3]]) -> Vec<[u64; 3]> {
             (n > was).then_some([lo, hi, n - was])
         })
         .collect()
+}
+
+/// The window's in-flight levels: `after − before`, by level (the sums wrap).
+fn level_delta(before: &[[u64; 4]], after: &[[u64; 4]]) -> Vec<Level> {
+    after
+        .iter()
+        .map(|a| {
+            let b = before.iter().find(|b| b[0] == a[0]).copied().unwrap_or([a[0], 0, 0, 0]);
+            Level {
+                level: a[0],
+                n: a[1].wrapping_sub(b[1]),
+                sum_ns: a[2].wrapping_sub(b[2]),
+                sq_us2: a[3].wrapping_sub(b[3]),
+            }
+        })
+        .filter(|l| l.n > 0)
+        .collect()
+}
+
+/// The window's latencies of requests picked below `c` in flight (never
+/// queued at an endpoint of `c` slots): the bands that lie wholly below it.
+fn unqueued(before: &Endpoint, after: &Endpoint, c: u32) -> Vec<[u64; 3]> {
+    let mut all: Vec<[u64; 3]> = Vec::new();
+    for (start, buckets) in &after.bands {
+        let top = if *start == 0 { 0 } else { 2 * start - 1 };
+        if top < u64::from(c) {
+            let old = before.bands.iter().find(|b| b.0 == *start).map_or(&[][..], |b| &b.1[..]);
+            all.extend(delta(old, buckets));
+        }
+    }
+    merge(all)
+}
+
+/// Bucket counts summed by bucket.
+fn merge(mut all: Vec<[u64; 3]>) -> Vec<[u64; 3]> {
+    all.sort_by_key(|b| b[0]);
+    all.chunk_by(|a, b| a[0] == b[0]).map(|c| [c[0][0], c[0][1], c.iter().map(|b| b[2]).sum()]).collect()
 }
 
 /// Quantile `q` of bucket counts, interpolated linearly within the bucket, in ms.
@@ -180,25 +241,51 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
     let mut servers = String::new();
-    let (mut requests, mut errors, mut all, mut per_endpoint) = (0, 0, Vec::new(), Vec::new());
-    for (i, (address, weight, routable, req, err, buckets)) in after.iter().enumerate() {
-        let old = before.iter().find(|b| &b.0 == address);
-        let window_buckets = delta(old.map_or(&[][..], |b| &b.5), buckets);
-        let (req, err) = (req - old.map_or(0, |b| b.3).min(*req), err - old.map_or(0, |b| b.4).min(*err));
+    let (mut requests, mut errors, mut all, mut per_endpoint, mut fits) = (0, 0, Vec::new(), Vec::new(), Vec::new());
+    let none = Endpoint {
+        address: String::new(),
+        weight: 1.0,
+        routable: true,
+        requests: 0,
+        errors: 0,
+        buckets: Vec::new(),
+        levels: Vec::new(),
+        bands: Vec::new(),
+    };
+    for (i, e) in after.iter().enumerate() {
+        let old = before.iter().find(|b| b.address == e.address).unwrap_or(&none);
+        let window_buckets = delta(&old.buckets, &e.buckets);
+        let (req, err) = (e.requests - old.requests.min(e.requests), e.errors - old.errors.min(e.errors));
         requests += req;
-        per_endpoint.push((address.clone(), req));
+        per_endpoint.push((e.address.clone(), req));
         errors += err;
         all.extend_from_slice(&window_buckets);
-        if !routable || window_buckets.is_empty() {
+        if !e.routable || window_buckets.is_empty() {
             continue;
         }
+        // With a limit fitted, the service times are the latencies of the
+        // requests that found a free slot, and the queue is the simulator's.
+        let fit = crate::concurrency::fit(&level_delta(&old.levels, &e.levels));
+        let limited = fit.as_ref().and_then(|f| f.limit).map(|(c, ..)| (c, unqueued(old, e, c)));
+        let (service, concurrency) = match limited {
+            Some((c, unqueued)) if unqueued.iter().map(|b| b[2]).sum::<u64>() >= MIN_UNQUEUED => (unqueued, Some(c)),
+            _ => (window_buckets, None),
+        };
         let latency_file = format!("{stem}.endpoint-{i}.txt");
-        std::fs::write(dir.join(&latency_file), values(&window_buckets))
+        std::fs::write(dir.join(&latency_file), values(&service))
             .map_err(|e| Failure::runtime(format!("writing {}: {e}", dir.join(&latency_file).display())))?;
+        if let Some(f) = &fit {
+            let _ = write!(servers, "\n# concurrency: {}", f.text());
+            fits.push((e.address.clone(), f.clone()));
+        }
+        let (address, weight) = (&e.address, e.weight);
         let _ = writeln!(
             servers,
             "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
         );
+        if let Some(c) = concurrency {
+            let _ = writeln!(servers, "concurrency = {c}");
+        }
         if err > 0 && req > 0 {
             let _ = writeln!(servers, "errors = {}", (err as f64 / req as f64).min(0.999));
         }
@@ -208,9 +295,7 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
             "--from: cluster {cluster} answered no request in the {window_s:.1} s window: nothing to model (is traffic flowing?)"
         )));
     }
-    all.sort_by_key(|b| b[0]);
-    let merged: Vec<[u64; 3]> =
-        all.chunk_by(|a, b| a[0] == b[0]).map(|c| [c[0][0], c[0][1], c.iter().map(|b| b[2]).sum()]).collect();
+    let merged = merge(all);
     let rate = requests as f64 / window_s;
     let mut algorithms = vec![algorithm.clone()];
     algorithms.extend(COMPARED.iter().map(|s| s.to_string()).filter(|a| *a != algorithm));
@@ -219,8 +304,8 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
          # {requests} requests ({rate:.1}/s), {errors} failed (each endpoint's share as its `errors`).\n\
          # Service times are the proxy's measured latencies (request sent to response headers),\n\
          # so the proxy-endpoint network time is inside them and [network] is zero.\n\
-         # One balancer per worker; the cluster's algorithm, timeout, retries, outlier detection\n\
-         # and slow start as the proxy runs them (max_requests is not modelled).\n\
+         # One balancer per worker; the cluster's algorithm, timeout, max_requests, retries,\n\
+         # outlier detection and slow start as the proxy runs them.\n\
          name = \"{cluster}\"\nalgorithms = {algorithms:?}\n\n[clients]\ncount = {CLIENTS}\nloop = \"open\"\n\
          rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}",
         rate / f64::from(CLIENTS),
@@ -237,11 +322,12 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
         requests,
         per_endpoint,
         window: window_s,
+        fits,
     })
 }
 
 /// The cluster's settings as scenario tables: one balancer per worker with
-/// the request timeout, the algorithm with its parameters, and the
+/// the request timeout and `max_requests`, the algorithm with its parameters, and the
 /// resilience tables the proxy runs (retries, outlier detection, slow start).
 fn settings(model: &Value) -> Result<String, Failure> {
     let bad = |what: &str| Failure::runtime(format!("--from: the model's {what} cannot be written as a scenario"));
@@ -250,6 +336,9 @@ fn settings(model: &Value) -> Result<String, Failure> {
     let mut out = format!("[balancers]\ncount = {workers}\n");
     if let Some(ms) = timeout {
         let _ = writeln!(out, "timeout = \"{}us\"", (ms * 1e3).round() as u64);
+    }
+    if let Some(n) = model.pointer("/resilience/max_requests").and_then(Value::as_u64) {
+        let _ = writeln!(out, "max_requests = {n}");
     }
     let mut tables = serde_json::Map::new();
     if let Some(a) = model.get("algorithm").filter(|a| a.is_object()) {
@@ -276,6 +365,42 @@ fn without_nulls(v: &Value) -> Value {
     }
 }
 
+/// The headroom again with each fitted concurrency at both ends of its
+/// interval, carrying the fit's uncertainty to the answer: adds
+/// `factor_range` and `rate_range` to `h` (nothing when no limit was fitted).
+pub fn headroom_range(
+    h: &mut Value,
+    scenario: &fulcrum_sim::Scenario,
+    m: &Measured,
+    algorithm: &fulcrum_balance::AlgorithmConfig,
+    plan: &fulcrum_sim::Plan,
+    bound: Duration,
+) -> Result<(), Failure> {
+    let limited: Vec<(usize, u32, u32)> = scenario
+        .servers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let (c, low, high) = m.fits.iter().find(|(a, _)| *a == s.name)?.1.limit?;
+            (s.concurrency == Some(c)).then_some((i, low, high))
+        })
+        .collect();
+    if limited.is_empty() {
+        return Ok(());
+    }
+    let at = |end: fn(&(usize, u32, u32)) -> u32| {
+        let mut s = scenario.clone();
+        for l in &limited {
+            s.servers[l.0].concurrency = Some(end(l));
+        }
+        crate::questions::headroom(&s, algorithm, plan, bound)
+    };
+    let (low, high) = (at(|l| l.1)?, at(|l| l.2)?);
+    h["factor_range"] = json!([low["factor"], high["factor"]]);
+    h["rate_range"] = json!([low["rate"], high["rate"]]);
+    Ok(())
+}
+
 /// The current state's check: measured against the first algorithm's prediction.
 pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
     let pred = [predicted.p50, predicted.p90, predicted.p99, predicted.p999, predicted.avg];
@@ -291,6 +416,8 @@ pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
         "algorithm": m.algorithm, "window_s": m.window, "requests": m.requests, "rate": m.rate,
         "error_rate": m.error_rate, "scenario": m.scenario.display().to_string(), "figures": figures,
         "requests_per_endpoint": m.per_endpoint.iter().map(|(a, n)| json!({ "address": a, "requests": n })).collect::<Vec<_>>(),
+        "concurrency": m.fits.iter().map(|(a, f)| f.json(a)).collect::<Vec<_>>(),
+        "concurrency_text": m.fits.iter().map(|(a, f)| format!("{a}: {}", f.text())).collect::<Vec<_>>(),
     })
 }
 
@@ -312,6 +439,9 @@ pub fn check_text(check: &Value) -> String {
             f["predicted_ms"].as_f64().unwrap_or(0.0),
             f["distance_percent"].as_f64().unwrap_or(0.0)
         );
+    }
+    for line in check["concurrency_text"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  concurrency {}", line.as_str().unwrap_or("?"));
     }
     let _ = writeln!(out, "scenario: {}\n", check["scenario"].as_str().unwrap_or("?"));
     out
