@@ -16,9 +16,14 @@
 //! by the reduced χ² when the straight line fits worse than the levels'
 //! scatter says it should. The flat line (no limit) is a candidate too:
 //! when it is inside the interval, no limit is claimed, only a lower bound.
-//! A knee is also refused when its slope is far from `a / c` (latency that
-//! rises with load for another reason, such as a busy CPU, is not a queue
-//! of `c` slots).
+//! A knee is also refused when its slope is far from `a / c`. And the fit
+//! assumes arrivals about as irregular as Poisson ones (many independent
+//! clients): then the requests in flight vary about as much as their mean
+//! (index of dispersion 1, exactly so for a pure delay). When they vary
+//! much less ([`MIN_DISPERSION`]: regular arrivals, as a load generator at
+//! a fixed rate sends), a queue barely forms below capacity, and what rises
+//! with the requests in flight is mostly stalls (a busy CPU delays the
+//! answers, so more pile up): no limit is claimed then.
 
 use serde_json::{json, Value};
 
@@ -28,6 +33,8 @@ const MIN_REQUESTS: u64 = 20;
 const DELTA_CHI2_95: f64 = 3.84;
 /// The slope above the knee may differ from `a / c` by this factor either way.
 const SLOPE_FACTOR: f64 = 3.0;
+/// Least variance over mean of the requests in flight for a limit to be claimed.
+pub const MIN_DISPERSION: f64 = 0.6;
 
 /// One level's requests and latency moments, as the model gives them.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,6 +64,10 @@ pub struct Fit {
     pub unqueued_ms: f64,
     /// Latency added per request in flight above the knee, ms.
     pub per_request_ms: f64,
+    /// The levels used: `(level, requests, mean ms)`.
+    pub used: Vec<(u64, u64, f64)>,
+    /// Variance over mean of the requests in flight (1 for Poisson arrivals to a pure delay).
+    pub dispersion: f64,
 }
 
 /// A weighted straight line `m = a + b·h` through the levels (with `b ≥ 0`):
@@ -88,7 +99,7 @@ pub fn fit(levels: &[Level]) -> Option<Fit> {
     // The last level counts every request picked at it or above: not one level.
     let last = (fulcrum_proxy::metrics::IN_FLIGHT_LEVELS - 1) as u64;
     // (level, mean ms, weight = 1 / standard error² in ms⁻²)
-    let used: Vec<(u64, f64, f64)> = levels
+    let used: Vec<(u64, f64, f64, u64)> = levels
         .iter()
         .filter(|l| l.n >= MIN_REQUESTS && l.level < last)
         .map(|l| {
@@ -97,13 +108,17 @@ pub fn fit(levels: &[Level]) -> Option<Fit> {
             let var_us2 = (l.sq_us2 as f64 / n - mean_us * mean_us).max(0.0);
             // A floor on the scatter: 1 % of the mean, and 50 µs (timers).
             let var_ms2 = (var_us2 / 1e6).max((mean_us / 1e3 * 0.01).powi(2)).max(0.05f64.powi(2));
-            (l.level, mean_us / 1e3, n / var_ms2)
+            (l.level, mean_us / 1e3, n / var_ms2, l.n)
         })
         .collect();
     let max_level = used.iter().map(|u| u.0).max()?;
+    let total: f64 = levels.iter().map(|l| l.n as f64).sum();
+    let mean_level = levels.iter().map(|l| l.n as f64 * l.level as f64).sum::<f64>() / total;
+    let var_level = levels.iter().map(|l| l.n as f64 * (l.level as f64 - mean_level).powi(2)).sum::<f64>() / total;
+    let dispersion = var_level / mean_level.max(1e-9);
     let requests = levels.iter().filter(|l| l.n >= MIN_REQUESTS && l.level < last).map(|l| l.n).sum();
     let at = |c: u64| -> Vec<(f64, f64, f64)> {
-        used.iter().map(|&(k, m, w)| ((k + 1).saturating_sub(c) as f64, m, w)).collect()
+        used.iter().map(|&(k, m, w, _)| ((k + 1).saturating_sub(c) as f64, m, w)).collect()
     };
     let flat = line(&at(u64::MAX));
     // Knees that fit as a queue of c slots would: rising, by about a / c
@@ -121,18 +136,30 @@ pub fn fit(levels: &[Level]) -> Option<Fit> {
     let within = |chi2: f64| (chi2 - best) / scale <= DELTA_CHI2_95;
     let inside: Vec<u32> = knees.iter().filter(|k| within(k.1 .2)).map(|k| k.0).collect();
     let no_limit = max_level as u32 + 1;
+    let used: Vec<(u64, u64, f64)> = used.iter().map(|&(k, m, _, n)| (k, n, m)).collect();
     let at_least = inside.first().copied().unwrap_or(no_limit);
     let estimate = knees.iter().min_by(|x, y| x.1 .2.total_cmp(&y.1 .2)).filter(|k| within(k.1 .2));
     Some(match estimate {
-        Some(&(c, (a, b, _))) if !within(flat.2) => Fit {
+        Some(&(c, (a, b, _))) if !within(flat.2) && dispersion >= MIN_DISPERSION => Fit {
             requests,
             max_level,
             limit: Some((c, at_least, inside.last().copied().unwrap_or(c))),
             at_least,
             unqueued_ms: a,
             per_request_ms: b,
+            used,
+            dispersion,
         },
-        _ => Fit { requests, max_level, limit: None, at_least, unqueued_ms: flat.0, per_request_ms: 0.0 },
+        _ => Fit {
+            requests,
+            max_level,
+            limit: None,
+            at_least: if dispersion >= MIN_DISPERSION { at_least } else { 1 },
+            unqueued_ms: flat.0,
+            per_request_ms: 0.0,
+            used,
+            dispersion,
+        },
     })
 }
 
@@ -148,6 +175,8 @@ impl Fit {
             "max_in_flight": self.max_level,
             "unqueued_ms": self.unqueued_ms,
             "per_request_ms": self.per_request_ms,
+            "dispersion": self.dispersion,
+            "levels": self.used.iter().map(|&(k, n, m)| json!({ "in_flight": k, "requests": n, "mean_ms": m })).collect::<Vec<_>>(),
         })
     }
 
@@ -158,6 +187,11 @@ impl Fit {
                 "{c} at once (95 %: {lo}–{hi}); {:.3} ms unqueued, +{:.3} ms per request in flight from {c} \
                  ({} requests at 0–{} in flight)",
                 self.unqueued_ms, self.per_request_ms, self.requests, self.max_level
+            ),
+            None if self.dispersion < MIN_DISPERSION => format!(
+                "not fitted: the requests in flight vary {:.2} times as much as with Poisson arrivals \
+                 (at least {MIN_DISPERSION} needed; regular arrivals hide a limit), so a pure delay",
+                self.dispersion
             ),
             None => format!(
                 "no limit seen (at least {}): latency does not rise as a queue's would up to {} in flight \
@@ -173,10 +207,16 @@ mod tests {
     use super::*;
     use std::collections::BinaryHeap;
 
+    /// Service times spread log-uniformly around 10 ms (about ±40 %).
+    const SERVICE: Draw = |r| 10.0 * (0.3 * (r.unit() - 0.5) * 3.4).exp();
+
+    type Draw = fn(&mut fulcrum_balance::Rng) -> f64;
+
     /// A first-come-first-served queue of `c` slots fed Poisson arrivals at
-    /// `rate` per ms with service times from `service` (ms): each request's
-    /// latency by the requests in the system when it arrived.
-    fn queue(c: usize, rate: f64, service: impl Fn(&mut fulcrum_balance::Rng) -> f64, n: usize) -> Vec<Level> {
+    /// `rate` per ms (or one every 1 / `rate` with `regular`) with service
+    /// times from `service` (ms): each request's latency by the requests in
+    /// the system when it arrived.
+    fn queue(c: usize, rate: f64, regular: bool, service: Draw, n: usize) -> Vec<Level> {
         let mut rng = fulcrum_balance::Rng::new(7);
         let mut levels = vec![Level { level: 0, n: 0, sum_ns: 0, sq_us2: 0 }; 64];
         for (i, l) in levels.iter_mut().enumerate() {
@@ -187,7 +227,7 @@ mod tests {
         let mut free = vec![0.0f64; c];
         let mut t = 0.0;
         for _ in 0..n {
-            t += -(1.0 - rng.unit()).ln() / rate;
+            t += if regular { 1.0 / rate } else { -(1.0 - rng.unit()).ln() / rate };
             while leaving.peek().is_some_and(|&std::cmp::Reverse(d): &std::cmp::Reverse<u64>| (d as f64) / 1e6 <= t) {
                 leaving.pop();
             }
@@ -209,8 +249,7 @@ mod tests {
     fn a_queue_of_c_slots_is_found_within_one() {
         for (c, rho) in [(1, 0.6), (4, 0.75), (8, 0.8)] {
             // Log-normal-ish service of mean 10 ms.
-            let service = |r: &mut fulcrum_balance::Rng| 10.0 * (0.3 * (r.unit() - 0.5) * 3.4).exp();
-            let levels = queue(c, rho * c as f64 / 10.0, service, 20_000);
+            let levels = queue(c, rho * c as f64 / 10.0, false, SERVICE, 20_000);
             let f = fit(&levels).unwrap();
             let (est, lo, hi) = f.limit.unwrap_or_else(|| panic!("c = {c}: {f:?}"));
             assert!(est.abs_diff(c as u32) <= 1 && lo <= c as u32 + 1 && hi + 1 >= c as u32, "c = {c}: {f:?}");
@@ -220,12 +259,23 @@ mod tests {
 
     #[test]
     fn a_pure_delay_has_no_limit_but_a_bound() {
-        let service = |r: &mut fulcrum_balance::Rng| 10.0 * (0.3 * (r.unit() - 0.5) * 3.4).exp();
-        let levels = queue(1000, 2.0, service, 20_000);
+        let levels = queue(1000, 2.0, false, SERVICE, 20_000);
         let f = fit(&levels).unwrap();
         assert_eq!(f.limit, None, "{f:?}");
         assert!(f.at_least >= 20 && f.max_level >= 25, "{f:?}");
+        assert!((f.dispersion - 1.0).abs() < 0.15, "Poisson arrivals to a pure delay: {f:?}");
         assert!(f.text().contains("no limit seen"));
         assert_eq!(fit(&[]), None);
+    }
+
+    #[test]
+    fn regular_arrivals_claim_no_limit() {
+        // A fixed rate into 4 slots at 90 %: a real limit, but the requests
+        // in flight barely vary, so the fit declines to claim it.
+        let levels = queue(4, 0.36, true, SERVICE, 20_000);
+        let f = fit(&levels).unwrap();
+        assert_eq!(f.limit, None, "{f:?}");
+        assert!(f.dispersion < MIN_DISPERSION, "{f:?}");
+        assert!(f.text().starts_with("not fitted"), "{}", f.text());
     }
 }

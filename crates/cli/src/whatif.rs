@@ -63,6 +63,8 @@ pub struct Measured {
     pub window: f64,
     /// Per endpoint that answered in the window: its concurrency fit.
     pub fits: Vec<(String, crate::concurrency::Fit)>,
+    /// Time outside the endpoints' slots, ms, when a limit was fitted.
+    pub overhead_ms: Option<f64>,
 }
 
 /// The admin address in `--from`: `http://HOST:PORT[/]` or `HOST:PORT`.
@@ -207,7 +209,8 @@ fn mean(buckets: &[[u64; 3]]) -> f64 {
 
 /// Latency values in milliseconds, spread evenly inside each bucket, at
 /// most [`MAX_VALUES`] in all (each bucket keeps its share, and at least one).
-fn values(buckets: &[[u64; 3]]) -> String {
+/// `less` (ns) is taken off each (the overhead outside the endpoint).
+fn values(buckets: &[[u64; 3]], less: f64) -> String {
     let total: u64 = buckets.iter().map(|b| b[2]).sum();
     let scale = (MAX_VALUES as f64 / total.max(1) as f64).min(1.0);
     let mut out = String::new();
@@ -215,7 +218,7 @@ fn values(buckets: &[[u64; 3]]) -> String {
         let k = ((n as f64 * scale).round() as u64).max(1);
         for j in 0..k {
             let v = lo as f64 + (hi - lo) as f64 * (j as f64 + 0.5) / k as f64;
-            let _ = writeln!(out, "{:.4}", v / 1e6);
+            let _ = writeln!(out, "{:.4}", (v - less).max(0.0) / 1e6);
         }
     }
     out
@@ -237,10 +240,7 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let algorithm = second.pointer("/algorithm/kind").and_then(Value::as_str).unwrap_or("round-robin").to_string();
     let (before, after) = (endpoints(&first)?, endpoints(&second)?);
 
-    let stem = file.file_stem().map_or("whatif".into(), |s| s.to_string_lossy().into_owned());
-    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
-    let mut servers = String::new();
+    let mut servers = Vec::new();
     let (mut requests, mut errors, mut all, mut per_endpoint, mut fits) = (0, 0, Vec::new(), Vec::new(), Vec::new());
     let none = Endpoint {
         address: String::new(),
@@ -271,24 +271,18 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
             Some((c, unqueued)) if unqueued.iter().map(|b| b[2]).sum::<u64>() >= MIN_UNQUEUED => (unqueued, Some(c)),
             _ => (window_buckets, None),
         };
-        let latency_file = format!("{stem}.endpoint-{i}.txt");
-        std::fs::write(dir.join(&latency_file), values(&service))
-            .map_err(|e| Failure::runtime(format!("writing {}: {e}", dir.join(&latency_file).display())))?;
         if let Some(f) = &fit {
-            let _ = write!(servers, "\n# concurrency: {}", f.text());
             fits.push((e.address.clone(), f.clone()));
         }
-        let (address, weight) = (&e.address, e.weight);
-        let _ = writeln!(
-            servers,
-            "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
-        );
-        if let Some(c) = concurrency {
-            let _ = writeln!(servers, "concurrency = {c}");
-        }
-        if err > 0 && req > 0 {
-            let _ = writeln!(servers, "errors = {}", (err as f64 / req as f64).min(0.999));
-        }
+        servers.push(Server {
+            index: i,
+            address: e.address.clone(),
+            weight: e.weight,
+            service,
+            concurrency,
+            errors: (err > 0 && req > 0).then(|| (err as f64 / req as f64).min(0.999)),
+            fit: fit.map(|f| f.text()),
+        });
     }
     if servers.is_empty() || requests == 0 || window_s <= 0.0 {
         return Err(Failure::runtime(format!(
@@ -299,31 +293,140 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let rate = requests as f64 / window_s;
     let mut algorithms = vec![algorithm.clone()];
     algorithms.extend(COMPARED.iter().map(|s| s.to_string()).filter(|a| *a != algorithm));
-    let text = format!(
+    let header = format!(
         "# Built by `fulcrum sim --from {from} --cluster {cluster}` from a {window_s:.1} s window:\n\
          # {requests} requests ({rate:.1}/s), {errors} failed (each endpoint's share as its `errors`).\n\
-         # Service times are the proxy's measured latencies (request sent to response headers),\n\
-         # so the proxy-endpoint network time is inside them and [network] is zero.\n\
          # One balancer per worker; the cluster's algorithm, timeout, max_requests, retries,\n\
          # outlier detection and slow start as the proxy runs them.\n\
          name = \"{cluster}\"\nalgorithms = {algorithms:?}\n\n[clients]\ncount = {CLIENTS}\nloop = \"open\"\n\
-         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}",
+         rate = {:.3}\nduration = \"{DURATION_S}s\"\n",
         rate / f64::from(CLIENTS),
-        settings(&second)?
     );
-    std::fs::write(file, text).map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", file.display())))?;
+    let out = Out { file, header, servers, settings: settings(&second)? };
+    let measured_mean = mean(&merged);
+    let overhead = match out.servers.iter().any(|s| s.concurrency.is_some()) {
+        true => Some(out.calibrate(measured_mean)?),
+        false => {
+            out.write(0.0)?;
+            None
+        }
+    };
     Ok(Measured {
         scenario: file.to_path_buf(),
         algorithm,
         rate,
         error_rate: errors as f64 / requests as f64,
         p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99), quantile(&merged, 0.999)],
-        mean: mean(&merged),
+        mean: measured_mean,
         requests,
         per_endpoint,
         window: window_s,
         fits,
+        overhead_ms: overhead.map(|d| d / 1e6),
     })
+}
+
+/// One server of the scenario written.
+struct Server {
+    /// Its endpoint's index in the model (names its latency file).
+    index: usize,
+    address: String,
+    weight: f64,
+    /// The latencies its service times are drawn from.
+    service: Vec<[u64; 3]>,
+    concurrency: Option<u32>,
+    errors: Option<f64>,
+    /// The concurrency fit, as a comment.
+    fit: Option<String>,
+}
+
+/// The scenario file and its latency files, before they are written.
+struct Out<'a> {
+    file: &'a Path,
+    header: String,
+    servers: Vec<Server>,
+    settings: String,
+}
+
+impl Out<'_> {
+    /// Write the scenario with `overhead` ns outside the endpoints: taken
+    /// off every latency, and put on the balancer ↔ server hop (half each way).
+    fn write(&self, overhead: f64) -> Result<(), Failure> {
+        let stem = self.file.file_stem().map_or("whatif".into(), |s| s.to_string_lossy().into_owned());
+        let dir = self.file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
+        let mut text = self.header.clone();
+        for s in &self.servers {
+            let latency_file = format!("{stem}.endpoint-{}.txt", s.index);
+            std::fs::write(dir.join(&latency_file), values(&s.service, overhead))
+                .map_err(|e| Failure::runtime(format!("writing {}: {e}", dir.join(&latency_file).display())))?;
+            if let Some(fit) = &s.fit {
+                let _ = write!(text, "\n# concurrency: {fit}");
+            }
+            let (address, weight) = (&s.address, s.weight);
+            let _ = writeln!(
+                text,
+                "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
+            );
+            if let Some(c) = s.concurrency {
+                let _ = writeln!(text, "concurrency = {c}");
+            }
+            if let Some(e) = s.errors {
+                let _ = writeln!(text, "errors = {e}");
+            }
+        }
+        let _ = write!(
+            text,
+            "\n# Service times are the proxy's measured latencies (request sent to response headers){}\n\
+             [network]\nlb_server = \"{}ns\"\n",
+            if overhead > 0.0 {
+                format!(
+                    ",\n# less {:.3} ms spent outside the endpoints' slots (proxy, network, wake-ups), set so that\n\
+                     # the simulated mean latency, and so (Little's law) the mean in flight, is the measured one",
+                    overhead / 1e6
+                )
+            } else {
+                ": the proxy-endpoint time is inside them".to_string()
+            },
+            (overhead / 2.0).round() as u64
+        );
+        let _ = write!(text, "\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}", self.settings);
+        std::fs::write(self.file, text)
+            .map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", self.file.display())))
+    }
+
+    /// The overhead (ns) at which the simulated mean latency is `measured`
+    /// ms, by bisection between none and the shortest latency; the
+    /// scenario is left written with it.
+    fn calibrate(&self, measured: f64) -> Result<f64, Failure> {
+        let mean_at = |overhead: f64| -> Result<f64, Failure> {
+            self.write(overhead)?;
+            let s = fulcrum_sim::Scenario::load(self.file).map_err(|e| Failure::runtime(format!("--from: {e}")))?;
+            let plan =
+                fulcrum_sim::Plan { algorithms: vec![s.algorithms[0].clone()], seed: s.seed, runs: 1, threads: 1 };
+            let report =
+                fulcrum_sim::simulate(&s, &plan, None).map_err(|e| Failure::runtime(format!("--from: {e}")))?;
+            Ok(report.results[0].latency.avg)
+        };
+        let shortest = self.servers.iter().filter_map(|s| s.service.first().map(|b| b[0])).min().unwrap_or(0) as f64;
+        let (mut lo, mut hi) = (0.0, shortest);
+        if mean_at(lo)? <= measured {
+            return Ok(0.0);
+        }
+        if mean_at(hi)? > measured {
+            return Ok(hi);
+        }
+        while hi - lo > shortest * 1e-3 {
+            let mid = (lo + hi) / 2.0;
+            if mean_at(mid)? > measured {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        mean_at(hi)?;
+        Ok(hi)
+    }
 }
 
 /// The cluster's settings as scenario tables: one balancer per worker with
@@ -417,6 +520,7 @@ pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
         "error_rate": m.error_rate, "scenario": m.scenario.display().to_string(), "figures": figures,
         "requests_per_endpoint": m.per_endpoint.iter().map(|(a, n)| json!({ "address": a, "requests": n })).collect::<Vec<_>>(),
         "concurrency": m.fits.iter().map(|(a, f)| f.json(a)).collect::<Vec<_>>(),
+        "overhead_ms": m.overhead_ms,
         "concurrency_text": m.fits.iter().map(|(a, f)| format!("{a}: {}", f.text())).collect::<Vec<_>>(),
     })
 }
@@ -443,6 +547,9 @@ pub fn check_text(check: &Value) -> String {
     for line in check["concurrency_text"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  concurrency {}", line.as_str().unwrap_or("?"));
     }
+    if let Some(ms) = check["overhead_ms"].as_f64() {
+        let _ = writeln!(out, "  outside the endpoints' slots: {ms:.3} ms (fitted to the measured mean)");
+    }
     let _ = writeln!(out, "scenario: {}\n", check["scenario"].as_str().unwrap_or("?"));
     out
 }
@@ -460,7 +567,7 @@ mod tests {
         assert!((quantile(&d, 0.5) - 1.05).abs() < 1e-9);
         assert!((quantile(&d, 0.75) - 2.05).abs() < 1e-9);
         assert!((mean(&d) - (1.025 + 2.05) / 2.0).abs() < 1e-9);
-        let v = values(&d);
+        let v = values(&d, 0.0);
         assert_eq!(v.lines().count(), 20);
         assert!(v.lines().all(|l| (1.0..2.1).contains(&l.parse::<f64>().unwrap())));
         assert!(admin_addr("http://127.0.0.1:9901/").is_ok());

@@ -94,10 +94,7 @@ pub struct InFlightStats {
 
 impl Default for InFlightStats {
     fn default() -> Self {
-        InFlightStats {
-            levels: (0..IN_FLIGHT_LEVELS).map(|_| Default::default()).collect(),
-            bands: Default::default(),
-        }
+        InFlightStats { levels: (0..IN_FLIGHT_LEVELS).map(|_| Default::default()).collect(), bands: Default::default() }
     }
 }
 

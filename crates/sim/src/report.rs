@@ -174,14 +174,13 @@ fn resilience_table(out: &mut String, report: &Report) {
     }
     for a in &report.results {
         let r = a.resilience.as_ref();
-        for (what, refused) in [("Rate limited", r.and_then(|r| r.rate_limited)), ("Over max_requests", r.and_then(|r| r.overflows))] {
+        for (what, refused) in
+            [("Rate limited", r.and_then(|r| r.rate_limited)), ("Over max_requests", r.and_then(|r| r.overflows))]
+        {
             if let Some(refused) = refused {
                 let share = if a.requests > 0.0 { 100.0 * refused / a.requests } else { 0.0 };
-                let _ = writeln!(
-                    out,
-                    "{what}, {}: {refused:.0} of {:.0} requests ({share:.1} %)",
-                    a.algorithm, a.requests
-                );
+                let _ =
+                    writeln!(out, "{what}, {}: {refused:.0} of {:.0} requests ({share:.1} %)", a.algorithm, a.requests);
             }
         }
     }
