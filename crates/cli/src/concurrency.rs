@@ -21,9 +21,10 @@
 //! clients): then the requests in flight vary about as much as their mean
 //! (index of dispersion 1, exactly so for a pure delay). When they vary
 //! much less ([`MIN_DISPERSION`]: regular arrivals, as a load generator at
-//! a fixed rate sends), a queue barely forms below capacity, and what rises
-//! with the requests in flight is mostly stalls (a busy CPU delays the
-//! answers, so more pile up): no limit is claimed then.
+//! a fixed rate sends, or as round robin's turns make each endpoint's), a
+//! queue barely forms below capacity, and what rises with the requests in
+//! flight is mostly stalls (a busy CPU delays the answers, so more pile
+//! up): no limit is claimed then.
 
 use serde_json::{json, Value};
 
@@ -32,9 +33,9 @@ const MIN_REQUESTS: u64 = 20;
 /// Δχ² of a 95 % interval for one parameter.
 const DELTA_CHI2_95: f64 = 3.84;
 /// The slope above the knee may differ from `a / c` by this factor either way.
-const SLOPE_FACTOR: f64 = 3.0;
+const SLOPE_FACTOR: f64 = 2.0;
 /// Least variance over mean of the requests in flight for a limit to be claimed.
-pub const MIN_DISPERSION: f64 = 0.6;
+pub const MIN_DISPERSION: f64 = 0.8;
 
 /// One level's requests and latency moments, as the model gives them.
 #[derive(Clone, Copy, Debug, PartialEq)]

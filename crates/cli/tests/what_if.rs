@@ -350,7 +350,7 @@ fn predictions_hold_against_changes_made_for_real() {
 /// `--headroom 150ms` names a rate, and a real load at that rate measures a
 /// p99 within a factor 2 of 150 ms: near saturation a queue's p99 doubles
 /// for about a tenth more rate, so this checks the predicted rate to about
-/// ±10 %.
+/// ±10 %. `FULCRUM_WHATIF_OUT` names a file for the figures as JSON.
 #[test]
 #[ignore = "timing: a fitted concurrency and its headroom against a live proxy (about 60 s, wall-clock latencies)"]
 fn a_fitted_concurrency_predicts_the_headroom_of_a_live_endpoint() {
@@ -394,5 +394,10 @@ fn a_fitted_concurrency_predicts_the_headroom_of_a_live_endpoint() {
     drop(traffic);
     let p99 = Figures::of_check(&measured["current_state"], "measured_ms").p[2];
     eprintln!("at {rate:.1}/s: measured p99 {p99:.1} ms (bound 150 ms)");
+    if let Ok(out) = std::env::var("FULCRUM_WHATIF_OUT") {
+        let doc = serde_json::json!({"fit": fit, "overhead_ms": current["overhead_ms"], "headroom": h,
+            "current_state": current["figures"], "measured_p99_ms_at_rate": p99, "p99_bound_ms": 150.0});
+        std::fs::write(out, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    }
     assert!((75.0..300.0).contains(&p99), "at the predicted {rate:.1}/s the p99 is {p99:.1} ms, not 150 ms ± 2×: {h}");
 }
