@@ -534,3 +534,25 @@ impl Lane {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_sends_keep_the_rate_with_exponential_gaps() {
+        let start = Instant::now();
+        let mut fixed = Schedule { start, interval_ns: 1e6, count: None, end: None, poisson: None };
+        assert_eq!(fixed.at(3).unwrap() - start, Duration::from_millis(3));
+        let poisson = Some((fulcrum_balance::Rng::new(1), 0, 0.0));
+        let mut s = Schedule { start, interval_ns: 1e6, count: Some(20_000), end: None, poisson };
+        let times: Vec<f64> = (0..20_000).map(|k| (s.at(k).unwrap() - start).as_secs_f64() * 1e3).collect();
+        assert_eq!(s.at(19_999).unwrap(), s.at(19_999).unwrap(), "the same send, the same time");
+        assert!(s.at(20_000).is_none());
+        let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+        assert!((mean - 1.0).abs() < 0.03, "mean gap {mean} ms");
+        assert!((var.sqrt() / mean - 1.0).abs() < 0.05, "exponential gaps vary as much as their mean: {var}");
+    }
+}
