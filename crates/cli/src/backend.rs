@@ -63,6 +63,11 @@ pub struct Args {
     #[arg(long)]
     echo: bool,
 
+    /// Requests each backend serves at once; more wait in arrival order, and
+    /// a service time starts when a slot frees (default: no limit).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: Option<u32>,
+
     /// Seed of the random delays and status codes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -104,7 +109,15 @@ fn config(args: &Args) -> Result<BackendsConfig, Failure> {
                 listen.set_port(port);
             }
             let body_bytes = args.body_bytes;
-            Ok(BackendSpec { listen, delay, status: status.clone(), body_bytes, name: None, echo: args.echo })
+            Ok(BackendSpec {
+                listen,
+                delay,
+                status: status.clone(),
+                body_bytes,
+                name: None,
+                echo: args.echo,
+                concurrency: args.concurrency,
+            })
         })
         .collect::<Result<_, Failure>>()?;
     Ok(BackendsConfig { backends, seed: args.seed, threads: args.threads as usize })

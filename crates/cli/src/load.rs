@@ -37,6 +37,11 @@ pub struct Args {
     #[arg(long, value_name = "PER_SECOND", conflicts_with = "clients")]
     rate: Option<f64>,
 
+    /// With --rate: exponential gaps between sends (Poisson arrivals, as
+    /// from many independent users) instead of a fixed interval.
+    #[arg(long, requires = "rate")]
+    poisson: bool,
+
     /// Closed loop: the connections (default 10). Open loop: the most open
     /// at once (default 256). Clients: the most per client (default 16).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -157,6 +162,7 @@ fn config(args: &Args) -> Result<LoadConfig, Failure> {
         requests: args.requests,
         timeout: args.timeout,
         threads: args.threads.map_or(0, |t| t as usize),
+        poisson: args.poisson,
     })
 }
 
@@ -164,6 +170,7 @@ fn config(args: &Args) -> Result<LoadConfig, Failure> {
 fn describe(c: &LoadConfig) -> String {
     let d = |d: Duration| humantime::format_duration(d).to_string();
     let what = match &c.pattern {
+        Pattern::OpenLoop { rate } if c.poisson => format!("open loop at {rate} req/s (Poisson)"),
         Pattern::OpenLoop { rate } => format!("open loop at {rate} req/s"),
         Pattern::ClosedLoop => "closed loop".to_string(),
         Pattern::Clients(k) => format!(

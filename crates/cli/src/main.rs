@@ -5,6 +5,7 @@ mod algorithms;
 mod backend;
 mod bird;
 mod cli;
+mod concurrency;
 mod ctl;
 mod demo;
 mod fabric;

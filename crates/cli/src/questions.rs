@@ -246,8 +246,15 @@ pub fn headroom_text(h: &Value) -> String {
             format!("\nheadroom ({algorithm}): the predicted p99 ({now:.3} ms) is already above {bound:.3} ms\n")
         }
         (Some(x), rate) => format!(
-            "\nheadroom ({algorithm}): the predicted p99 ({now:.3} ms now) crosses {bound:.3} ms at {x:.2}× the rate{}\n",
-            rate.map_or(String::new(), |r| format!(" ({r:.0} req/s)"))
+            "\nheadroom ({algorithm}): the predicted p99 ({now:.3} ms now) crosses {bound:.3} ms at {x:.2}× the rate{}{}\n",
+            rate.map_or(String::new(), |r| format!(" ({r:.0} req/s)")),
+            match h["factor_range"].as_array().map(|r| (r[0].as_f64(), r[1].as_f64())) {
+                Some((Some(lo), hi)) => format!(
+                    "; {lo:.2}–{}× over the fitted concurrency's 95 % interval",
+                    hi.map_or(format!("{HEADROOM_MAX}+"), |hi| format!("{hi:.2}"))
+                ),
+                _ => String::new(),
+            }
         ),
         (None, _) => format!(
             "\nheadroom ({algorithm}): the predicted p99 ({now:.3} ms now) stays below {bound:.3} ms up to {HEADROOM_MAX}× the rate\n"

@@ -41,12 +41,14 @@ that broke it).
 --from reads the cluster's model from a running proxy's admin listener twice, --window apart, \
 builds a scenario from the window (docs/tutorial/what-if.md) and prints first the current \
 state's check: the measured p50/p90/p99/p999 and mean beside the prediction for the cluster's \
-own algorithm (with --json: {\"current_state\": check, \"report\": report}).
+own algorithm, and each endpoint's concurrency fitted from its latencies by requests in flight \
+(with --json: {\"current_state\": check, \"report\": report}).
 
 --drain, --add, --slower and --rate-scale each add a case, run with the first algorithm and \
 reported (table, JSON, CSV, plot) as a row named after the change; with --from, the --set \
 overrides together are one more case (\"--set\") instead of changing the present. --headroom \
-prints the rate factor at which the predicted p99 crosses the bound (JSON: \"headroom\").")]
+prints the rate factor at which the predicted p99 crosses the bound (JSON: \"headroom\"), and \
+with a fitted concurrency the factors at both ends of its 95 % interval.")]
 pub struct Args {
     /// The scenario file (TOML); not with --from.
     #[arg(required_unless_present = "from", conflicts_with = "from")]
@@ -188,7 +190,16 @@ pub fn run(mut args: Args) -> Result<(), Failure> {
     report.provenance = Some(provenance);
     let first = &plan.algorithms[0];
     report.results.extend(crate::questions::run(&cases, first, &plan)?);
-    let headroom = q.headroom.map(|bound| crate::questions::headroom(&scenario, first, &plan, bound)).transpose()?;
+    let headroom = q
+        .headroom
+        .map(|bound| {
+            let mut h = crate::questions::headroom(&scenario, first, &plan, bound)?;
+            if let Some(m) = &measured {
+                crate::whatif::headroom_range(&mut h, &scenario, m, first, &plan, bound)?;
+            }
+            Ok::<_, Failure>(h)
+        })
+        .transpose()?;
 
     let mut stdout = std::io::stdout().lock();
     let check = match (&measured, report.results.first()) {

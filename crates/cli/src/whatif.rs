@@ -8,8 +8,11 @@
 //! becomes a server whose service time is `empirical`: the window's
 //! latencies as the proxy measured them (request sent to response
 //! headers), so the proxy↔endpoint network time is inside the service time
-//! and `[network]` is zero. Servers have unlimited concurrency (a pure
-//! delay: any queueing at the endpoint is in the measured latencies) and
+//! and `[network]` is zero. Each endpoint's concurrency is fitted from its
+//! latencies by requests in flight ([`crate::concurrency`]): with a limit
+//! seen, the server gets that `concurrency` and the latencies of requests
+//! that found a slot free, so the simulator queues the rest; without one it
+//! is a pure delay (any queueing is in the measured latencies). A server
 //! answers its window's share of failed requests with errors. The clients
 //! send Poisson traffic at the window's request rate, and latency is
 //! measured at the balancer, as the proxy measures it. The balancers (one
@@ -24,6 +27,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::cli::Failure;
+use crate::concurrency::Level;
 
 /// Clients the window's rate is spread over (Poisson each, Poisson in all).
 const CLIENTS: u32 = 10;
@@ -32,6 +36,8 @@ const DURATION_S: u64 = 30;
 const WARMUP_S: u64 = 2;
 /// Most latency values written per endpoint (spread over its buckets).
 const MAX_VALUES: u64 = 20_000;
+/// Fewest unqueued latencies to model a limited endpoint's service time from.
+const MIN_UNQUEUED: u64 = 50;
 /// Algorithms compared besides the cluster's own.
 const COMPARED: [&str; 4] = ["round-robin", "least-request", "peak-ewma", "random"];
 
@@ -55,6 +61,10 @@ pub struct Measured {
     pub per_endpoint: Vec<(String, u64)>,
     /// The window actually measured, seconds.
     pub window: f64,
+    /// Per endpoint that answered in the window: its concurrency fit.
+    pub fits: Vec<(String, crate::concurrency::Fit)>,
+    /// Time outside the endpoints' slots, ms, when a limit was fitted.
+    pub overhead_ms: Option<f64>,
 }
 
 /// The admin address in `--from`: `http://HOST:PORT[/]` or `HOST:PORT`.
@@ -81,10 +91,22 @@ fn snapshot(runtime: &tokio::runtime::Runtime, admin: SocketAddr, cluster: &str)
     })
 }
 
-/// Per endpoint of a snapshot: address → (requests, errors, bucket counts by lower bound).
-type Endpoints = Vec<(String, f64, bool, u64, u64, Vec<[u64; 3]>)>;
+/// One endpoint of a snapshot.
+struct Endpoint {
+    address: String,
+    weight: f64,
+    routable: bool,
+    requests: u64,
+    errors: u64,
+    /// Latency bucket counts: `[low, high, count]`.
+    buckets: Vec<[u64; 3]>,
+    /// `[level, requests, sum ns, sum of squares µs²]` by requests in flight when picked.
+    levels: Vec<[u64; 4]>,
+    /// Latency bucket counts by band of in-flight levels (its lowest level).
+    bands: Vec<(u64, Vec<[u64; 3]>)>,
+}
 
-fn endpoints(v: &Value) -> Result<Endpoints, Failure> {
+fn endpoints(v: &Value) -> Result<Vec<Endpoint>, Failure> {
     let bad = || {
         Failure::runtime(
             "--from: the admin listener's model answer has no endpoint list (is it a fulcrum proxy of this version?)",
@@ -99,14 +121,18 @@ fn endpoints(v: &Value) -> Result<Endpoints, Failure> {
                 && !e.get("draining").and_then(Value::as_bool).unwrap_or(false);
             let buckets: Vec<[u64; 3]> =
                 serde_json::from_value(e.get("latency_buckets").cloned().ok_or_else(bad)?).map_err(|_| bad())?;
-            Ok((
+            // Older proxies have no in-flight levels: no concurrency is fitted then.
+            let optional = |key: &str| e.get(key).cloned().unwrap_or(Value::Array(Vec::new()));
+            Ok(Endpoint {
                 address,
-                e.get("weight").and_then(Value::as_f64).unwrap_or(1.0),
+                weight: e.get("weight").and_then(Value::as_f64).unwrap_or(1.0),
                 routable,
-                e.get("requests").and_then(Value::as_u64).unwrap_or(0),
-                e.get("errors").and_then(Value::as_u64).unwrap_or(0),
+                requests: e.get("requests").and_then(Value::as_u64).unwrap_or(0),
+                errors: e.get("errors").and_then(Value::as_u64).unwrap_or(0),
                 buckets,
-            ))
+                levels: serde_json::from_value(optional("by_in_flight")).map_err(|_| bad())?,
+                bands: serde_json::from_value(optional("latency_buckets_by_in_flight")).map_err(|_| bad())?,
+            })
         })
         .collect()
 }
@@ -120,6 +146,43 @@ fn delta(before: &[[u64; 3]], after: &[[u64; 3]]) -> Vec<[u64; 3]> {
             (n > was).then_some([lo, hi, n - was])
         })
         .collect()
+}
+
+/// The window's in-flight levels: `after − before`, by level (the sums wrap).
+fn level_delta(before: &[[u64; 4]], after: &[[u64; 4]]) -> Vec<Level> {
+    after
+        .iter()
+        .map(|a| {
+            let b = before.iter().find(|b| b[0] == a[0]).copied().unwrap_or([a[0], 0, 0, 0]);
+            Level {
+                level: a[0],
+                n: a[1].wrapping_sub(b[1]),
+                sum_ns: a[2].wrapping_sub(b[2]),
+                sq_us2: a[3].wrapping_sub(b[3]),
+            }
+        })
+        .filter(|l| l.n > 0)
+        .collect()
+}
+
+/// The window's latencies of requests picked below `c` in flight (never
+/// queued at an endpoint of `c` slots): the bands that lie wholly below it.
+fn unqueued(before: &Endpoint, after: &Endpoint, c: u32) -> Vec<[u64; 3]> {
+    let mut all: Vec<[u64; 3]> = Vec::new();
+    for (start, buckets) in &after.bands {
+        let top = if *start == 0 { 0 } else { 2 * start - 1 };
+        if top < u64::from(c) {
+            let old = before.bands.iter().find(|b| b.0 == *start).map_or(&[][..], |b| &b.1[..]);
+            all.extend(delta(old, buckets));
+        }
+    }
+    merge(all)
+}
+
+/// Bucket counts summed by bucket.
+fn merge(mut all: Vec<[u64; 3]>) -> Vec<[u64; 3]> {
+    all.sort_by_key(|b| b[0]);
+    all.chunk_by(|a, b| a[0] == b[0]).map(|c| [c[0][0], c[0][1], c.iter().map(|b| b[2]).sum()]).collect()
 }
 
 /// Quantile `q` of bucket counts, interpolated linearly within the bucket, in ms.
@@ -146,7 +209,8 @@ fn mean(buckets: &[[u64; 3]]) -> f64 {
 
 /// Latency values in milliseconds, spread evenly inside each bucket, at
 /// most [`MAX_VALUES`] in all (each bucket keeps its share, and at least one).
-fn values(buckets: &[[u64; 3]]) -> String {
+/// `less` (ns) is taken off each (the overhead outside the endpoint).
+fn values(buckets: &[[u64; 3]], less: f64) -> String {
     let total: u64 = buckets.iter().map(|b| b[2]).sum();
     let scale = (MAX_VALUES as f64 / total.max(1) as f64).min(1.0);
     let mut out = String::new();
@@ -154,7 +218,7 @@ fn values(buckets: &[[u64; 3]]) -> String {
         let k = ((n as f64 * scale).round() as u64).max(1);
         for j in 0..k {
             let v = lo as f64 + (hi - lo) as f64 * (j as f64 + 0.5) / k as f64;
-            let _ = writeln!(out, "{:.4}", v / 1e6);
+            let _ = writeln!(out, "{:.4}", (v - less).max(0.0) / 1e6);
         }
     }
     out
@@ -176,72 +240,197 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let algorithm = second.pointer("/algorithm/kind").and_then(Value::as_str).unwrap_or("round-robin").to_string();
     let (before, after) = (endpoints(&first)?, endpoints(&second)?);
 
-    let stem = file.file_stem().map_or("whatif".into(), |s| s.to_string_lossy().into_owned());
-    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
-    let mut servers = String::new();
-    let (mut requests, mut errors, mut all, mut per_endpoint) = (0, 0, Vec::new(), Vec::new());
-    for (i, (address, weight, routable, req, err, buckets)) in after.iter().enumerate() {
-        let old = before.iter().find(|b| &b.0 == address);
-        let window_buckets = delta(old.map_or(&[][..], |b| &b.5), buckets);
-        let (req, err) = (req - old.map_or(0, |b| b.3).min(*req), err - old.map_or(0, |b| b.4).min(*err));
+    let mut servers = Vec::new();
+    let (mut requests, mut errors, mut all, mut per_endpoint, mut fits) = (0, 0, Vec::new(), Vec::new(), Vec::new());
+    let none = Endpoint {
+        address: String::new(),
+        weight: 1.0,
+        routable: true,
+        requests: 0,
+        errors: 0,
+        buckets: Vec::new(),
+        levels: Vec::new(),
+        bands: Vec::new(),
+    };
+    for (i, e) in after.iter().enumerate() {
+        let old = before.iter().find(|b| b.address == e.address).unwrap_or(&none);
+        let window_buckets = delta(&old.buckets, &e.buckets);
+        let (req, err) = (e.requests - old.requests.min(e.requests), e.errors - old.errors.min(e.errors));
         requests += req;
-        per_endpoint.push((address.clone(), req));
+        per_endpoint.push((e.address.clone(), req));
         errors += err;
         all.extend_from_slice(&window_buckets);
-        if !routable || window_buckets.is_empty() {
+        if !e.routable || window_buckets.is_empty() {
             continue;
         }
-        let latency_file = format!("{stem}.endpoint-{i}.txt");
-        std::fs::write(dir.join(&latency_file), values(&window_buckets))
-            .map_err(|e| Failure::runtime(format!("writing {}: {e}", dir.join(&latency_file).display())))?;
-        let _ = writeln!(
-            servers,
-            "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
-        );
-        if err > 0 && req > 0 {
-            let _ = writeln!(servers, "errors = {}", (err as f64 / req as f64).min(0.999));
+        // With a limit fitted, the service times are the latencies of the
+        // requests that found a free slot, and the queue is the simulator's.
+        let fit = crate::concurrency::fit(&level_delta(&old.levels, &e.levels));
+        let limited = fit.as_ref().and_then(|f| f.limit).map(|(c, ..)| (c, unqueued(old, e, c)));
+        let (service, concurrency) = match limited {
+            Some((c, unqueued)) if unqueued.iter().map(|b| b[2]).sum::<u64>() >= MIN_UNQUEUED => (unqueued, Some(c)),
+            _ => (window_buckets, None),
+        };
+        if let Some(f) = &fit {
+            fits.push((e.address.clone(), f.clone()));
         }
+        servers.push(Server {
+            index: i,
+            address: e.address.clone(),
+            weight: e.weight,
+            service,
+            concurrency,
+            errors: (err > 0 && req > 0).then(|| (err as f64 / req as f64).min(0.999)),
+            fit: fit.map(|f| f.text()),
+        });
     }
     if servers.is_empty() || requests == 0 || window_s <= 0.0 {
         return Err(Failure::runtime(format!(
             "--from: cluster {cluster} answered no request in the {window_s:.1} s window: nothing to model (is traffic flowing?)"
         )));
     }
-    all.sort_by_key(|b| b[0]);
-    let merged: Vec<[u64; 3]> =
-        all.chunk_by(|a, b| a[0] == b[0]).map(|c| [c[0][0], c[0][1], c.iter().map(|b| b[2]).sum()]).collect();
+    let merged = merge(all);
     let rate = requests as f64 / window_s;
     let mut algorithms = vec![algorithm.clone()];
     algorithms.extend(COMPARED.iter().map(|s| s.to_string()).filter(|a| *a != algorithm));
-    let text = format!(
+    let header = format!(
         "# Built by `fulcrum sim --from {from} --cluster {cluster}` from a {window_s:.1} s window:\n\
          # {requests} requests ({rate:.1}/s), {errors} failed (each endpoint's share as its `errors`).\n\
-         # Service times are the proxy's measured latencies (request sent to response headers),\n\
-         # so the proxy-endpoint network time is inside them and [network] is zero.\n\
-         # One balancer per worker; the cluster's algorithm, timeout, retries, outlier detection\n\
-         # and slow start as the proxy runs them (max_requests is not modelled).\n\
+         # One balancer per worker; the cluster's algorithm, timeout, max_requests, retries,\n\
+         # outlier detection and slow start as the proxy runs them.\n\
          name = \"{cluster}\"\nalgorithms = {algorithms:?}\n\n[clients]\ncount = {CLIENTS}\nloop = \"open\"\n\
-         rate = {:.3}\nduration = \"{DURATION_S}s\"\n{servers}\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}",
+         rate = {:.3}\nduration = \"{DURATION_S}s\"\n",
         rate / f64::from(CLIENTS),
-        settings(&second)?
     );
-    std::fs::write(file, text).map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", file.display())))?;
+    let out = Out { file, header, servers, settings: settings(&second)? };
+    let measured_mean = mean(&merged);
+    let overhead = match out.servers.iter().any(|s| s.concurrency.is_some()) {
+        true => Some(out.calibrate(measured_mean)?),
+        false => {
+            out.write(0.0)?;
+            None
+        }
+    };
     Ok(Measured {
         scenario: file.to_path_buf(),
         algorithm,
         rate,
         error_rate: errors as f64 / requests as f64,
         p: [quantile(&merged, 0.5), quantile(&merged, 0.9), quantile(&merged, 0.99), quantile(&merged, 0.999)],
-        mean: mean(&merged),
+        mean: measured_mean,
         requests,
         per_endpoint,
         window: window_s,
+        fits,
+        overhead_ms: overhead.map(|d| d / 1e6),
     })
 }
 
+/// One server of the scenario written.
+struct Server {
+    /// Its endpoint's index in the model (names its latency file).
+    index: usize,
+    address: String,
+    weight: f64,
+    /// The latencies its service times are drawn from.
+    service: Vec<[u64; 3]>,
+    concurrency: Option<u32>,
+    errors: Option<f64>,
+    /// The concurrency fit, as a comment.
+    fit: Option<String>,
+}
+
+/// The scenario file and its latency files, before they are written.
+struct Out<'a> {
+    file: &'a Path,
+    header: String,
+    servers: Vec<Server>,
+    settings: String,
+}
+
+impl Out<'_> {
+    /// Write the scenario with `overhead` ns outside the endpoints: taken
+    /// off every latency, and put on the balancer ↔ server hop (half each way).
+    fn write(&self, overhead: f64) -> Result<(), Failure> {
+        let stem = self.file.file_stem().map_or("whatif".into(), |s| s.to_string_lossy().into_owned());
+        let dir = self.file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("creating {}: {e}", dir.display())))?;
+        let mut text = self.header.clone();
+        for s in &self.servers {
+            let latency_file = format!("{stem}.endpoint-{}.txt", s.index);
+            std::fs::write(dir.join(&latency_file), values(&s.service, overhead))
+                .map_err(|e| Failure::runtime(format!("writing {}: {e}", dir.join(&latency_file).display())))?;
+            if let Some(fit) = &s.fit {
+                let _ = write!(text, "\n# concurrency: {fit}");
+            }
+            let (address, weight) = (&s.address, s.weight);
+            let _ = writeln!(
+                text,
+                "\n[[servers]]\nname = {address:?}\nweight = {weight}\nservice = {{ dist = \"empirical\", file = {latency_file:?} }}"
+            );
+            if let Some(c) = s.concurrency {
+                let _ = writeln!(text, "concurrency = {c}");
+            }
+            if let Some(e) = s.errors {
+                let _ = writeln!(text, "errors = {e}");
+            }
+        }
+        let _ = write!(
+            text,
+            "\n# Service times are the proxy's measured latencies (request sent to response headers){}\n\
+             [network]\nlb_server = \"{}ns\"\n",
+            if overhead > 0.0 {
+                format!(
+                    ",\n# less {:.3} ms spent outside the endpoints' slots (proxy, network, wake-ups), set so that\n\
+                     # the simulated mean latency, and so (Little's law) the mean in flight, is the measured one",
+                    overhead / 1e6
+                )
+            } else {
+                ": the proxy-endpoint time is inside them".to_string()
+            },
+            (overhead / 2.0).round() as u64
+        );
+        let _ = write!(text, "\n[metrics]\nlatency = \"balancer\"\nwarmup = \"{WARMUP_S}s\"\n\n{}", self.settings);
+        std::fs::write(self.file, text)
+            .map_err(|e| Failure::runtime(format!("--write-scenario {}: {e}", self.file.display())))
+    }
+
+    /// The overhead (ns) at which the simulated mean latency is `measured`
+    /// ms, by bisection between none and the shortest latency; the
+    /// scenario is left written with it.
+    fn calibrate(&self, measured: f64) -> Result<f64, Failure> {
+        let mean_at = |overhead: f64| -> Result<f64, Failure> {
+            self.write(overhead)?;
+            let s = fulcrum_sim::Scenario::load(self.file).map_err(|e| Failure::runtime(format!("--from: {e}")))?;
+            let plan =
+                fulcrum_sim::Plan { algorithms: vec![s.algorithms[0].clone()], seed: s.seed, runs: 1, threads: 1 };
+            let report =
+                fulcrum_sim::simulate(&s, &plan, None).map_err(|e| Failure::runtime(format!("--from: {e}")))?;
+            Ok(report.results[0].latency.avg)
+        };
+        let shortest = self.servers.iter().filter_map(|s| s.service.first().map(|b| b[0])).min().unwrap_or(0) as f64;
+        let (mut lo, mut hi) = (0.0, shortest);
+        if mean_at(lo)? <= measured {
+            return Ok(0.0);
+        }
+        if mean_at(hi)? > measured {
+            return Ok(hi);
+        }
+        while hi - lo > shortest * 1e-3 {
+            let mid = (lo + hi) / 2.0;
+            if mean_at(mid)? > measured {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        mean_at(hi)?;
+        Ok(hi)
+    }
+}
+
 /// The cluster's settings as scenario tables: one balancer per worker with
-/// the request timeout, the algorithm with its parameters, and the
+/// the request timeout and `max_requests`, the algorithm with its parameters, and the
 /// resilience tables the proxy runs (retries, outlier detection, slow start).
 fn settings(model: &Value) -> Result<String, Failure> {
     let bad = |what: &str| Failure::runtime(format!("--from: the model's {what} cannot be written as a scenario"));
@@ -250,6 +439,9 @@ fn settings(model: &Value) -> Result<String, Failure> {
     let mut out = format!("[balancers]\ncount = {workers}\n");
     if let Some(ms) = timeout {
         let _ = writeln!(out, "timeout = \"{}us\"", (ms * 1e3).round() as u64);
+    }
+    if let Some(n) = model.pointer("/resilience/max_requests").and_then(Value::as_u64) {
+        let _ = writeln!(out, "max_requests = {n}");
     }
     let mut tables = serde_json::Map::new();
     if let Some(a) = model.get("algorithm").filter(|a| a.is_object()) {
@@ -276,6 +468,42 @@ fn without_nulls(v: &Value) -> Value {
     }
 }
 
+/// The headroom again with each fitted concurrency at both ends of its
+/// interval, carrying the fit's uncertainty to the answer: adds
+/// `factor_range` and `rate_range` to `h` (nothing when no limit was fitted).
+pub fn headroom_range(
+    h: &mut Value,
+    scenario: &fulcrum_sim::Scenario,
+    m: &Measured,
+    algorithm: &fulcrum_balance::AlgorithmConfig,
+    plan: &fulcrum_sim::Plan,
+    bound: Duration,
+) -> Result<(), Failure> {
+    let limited: Vec<(usize, u32, u32)> = scenario
+        .servers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let (c, low, high) = m.fits.iter().find(|(a, _)| *a == s.name)?.1.limit?;
+            (s.concurrency == Some(c)).then_some((i, low, high))
+        })
+        .collect();
+    if limited.is_empty() {
+        return Ok(());
+    }
+    let at = |end: fn(&(usize, u32, u32)) -> u32| {
+        let mut s = scenario.clone();
+        for l in &limited {
+            s.servers[l.0].concurrency = Some(end(l));
+        }
+        crate::questions::headroom(&s, algorithm, plan, bound)
+    };
+    let (low, high) = (at(|l| l.1)?, at(|l| l.2)?);
+    h["factor_range"] = json!([low["factor"], high["factor"]]);
+    h["rate_range"] = json!([low["rate"], high["rate"]]);
+    Ok(())
+}
+
 /// The current state's check: measured against the first algorithm's prediction.
 pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
     let pred = [predicted.p50, predicted.p90, predicted.p99, predicted.p999, predicted.avg];
@@ -291,6 +519,9 @@ pub fn check(m: &Measured, predicted: &fulcrum_workload::Summary) -> Value {
         "algorithm": m.algorithm, "window_s": m.window, "requests": m.requests, "rate": m.rate,
         "error_rate": m.error_rate, "scenario": m.scenario.display().to_string(), "figures": figures,
         "requests_per_endpoint": m.per_endpoint.iter().map(|(a, n)| json!({ "address": a, "requests": n })).collect::<Vec<_>>(),
+        "concurrency": m.fits.iter().map(|(a, f)| f.json(a)).collect::<Vec<_>>(),
+        "overhead_ms": m.overhead_ms,
+        "concurrency_text": m.fits.iter().map(|(a, f)| format!("{a}: {}", f.text())).collect::<Vec<_>>(),
     })
 }
 
@@ -313,6 +544,12 @@ pub fn check_text(check: &Value) -> String {
             f["distance_percent"].as_f64().unwrap_or(0.0)
         );
     }
+    for line in check["concurrency_text"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  concurrency {}", line.as_str().unwrap_or("?"));
+    }
+    if let Some(ms) = check["overhead_ms"].as_f64() {
+        let _ = writeln!(out, "  outside the endpoints' slots: {ms:.3} ms (fitted to the measured mean)");
+    }
     let _ = writeln!(out, "scenario: {}\n", check["scenario"].as_str().unwrap_or("?"));
     out
 }
@@ -330,7 +567,7 @@ mod tests {
         assert!((quantile(&d, 0.5) - 1.05).abs() < 1e-9);
         assert!((quantile(&d, 0.75) - 2.05).abs() < 1e-9);
         assert!((mean(&d) - (1.025 + 2.05) / 2.0).abs() < 1e-9);
-        let v = values(&d);
+        let v = values(&d, 0.0);
         assert_eq!(v.lines().count(), 20);
         assert!(v.lines().all(|l| (1.0..2.1).contains(&l.parse::<f64>().unwrap())));
         assert!(admin_addr("http://127.0.0.1:9901/").is_ok());

@@ -87,15 +87,18 @@ fn a_scenario_from_a_running_proxy_predicts_its_present() {
     // Three endpoints, service times in the backends' order and ratio
     // (the proxy-endpoint overhead is inside them, so the ratio is below 10).
     let means: Vec<f64> = (0..3).map(|i| mean_ms(&dir.join(format!("app.endpoint-{i}.txt")))).collect();
-    assert!(means[0] >= 20.0 && means[0] < means[1] && means[1] < means[2], "{means:?}");
+    // (values are spread over 5 %-wide buckets, so a 20 ms latency may read 19.2)
+    assert!(means[0] >= 19.0 && means[0] < means[1] && means[1] < means[2], "{means:?}");
     assert!((4.0..10.5).contains(&(means[2] / means[0])), "{means:?}");
     let scenario = std::fs::read_to_string(&file).unwrap();
     assert_eq!(scenario.matches("[[servers]]").count(), 3, "{scenario}");
     // The cluster's settings as the proxy runs them: one balancer per
-    // worker, the request timeout, the algorithm and the retry policy.
-    for table in
-        ["[balancers]\ncount = 1\ntimeout = \"15000000us\"", "[[algorithm]]\nkind = \"round-robin\"", "[retries]"]
-    {
+    // worker, the request timeout and limit, the algorithm and the retry policy.
+    for table in [
+        "[balancers]\ncount = 1\ntimeout = \"15000000us\"\nmax_requests = 1024\n",
+        "[[algorithm]]\nkind = \"round-robin\"",
+        "[retries]",
+    ] {
         assert!(scenario.contains(table), "{table} in {scenario}");
     }
 
@@ -161,9 +164,15 @@ fn what_if(admin: std::net::SocketAddr, window: &str, runs: &str, extra: &[&str]
 
 /// `fulcrum load` in open loop at `rate` for a long time (killed on drop).
 fn load(listen: std::net::SocketAddr, rate: f64) -> Process {
+    load_with(listen, rate, &[])
+}
+
+/// [`load`] with more flags.
+fn load_with(listen: std::net::SocketAddr, rate: f64, extra: &[&str]) -> Process {
     Process(
         fulcrum()
             .args(["load", &format!("http://{listen}/"), "--rate", &rate.to_string(), "-d", "600s", "--threads", "1"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -330,4 +339,65 @@ fn predictions_hold_against_changes_made_for_real() {
     }
     assert_eq!(predicted_rank, measured_rank, "{report}");
     assert!(missed.is_empty(), "goals missed: {missed:?}\n{report}");
+}
+
+/// Queueing: one backend that serves 8 requests at once (50 ms each, the
+/// rest wait their turn) behind the proxy at 100 requests/s (Poisson, as
+/// the scenario's clients send), about 60 % of
+/// its 160/s (20 s windows, so that the levels above 8 in flight are seen
+/// often). The concurrency fitted from the proxy's latencies by requests in
+/// flight is 8 ± 1, its interval holds 8, and the scenario has it. Then
+/// `--headroom 150ms` names a rate, and a real load at that rate measures a
+/// p99 within a factor 2 of 150 ms: near saturation a queue's p99 doubles
+/// for about a tenth more rate, so this checks the predicted rate to about
+/// ±10 %. `FULCRUM_WHATIF_OUT` names a file for the figures as JSON.
+#[test]
+#[ignore = "timing: a fitted concurrency and its headroom against a live proxy (about 60 s, wall-clock latencies)"]
+fn a_fitted_concurrency_predicts_the_headroom_of_a_live_endpoint() {
+    let mut backend = Process(
+        fulcrum()
+            .args(["backend", "--listen", "127.0.0.1:0", "--delays", "50ms", "--concurrency", "8"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let addr = BufReader::new(backend.0.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    let config = app_config(&toml_list(&[addr]), "workers = 1", "", "algorithm = { kind = \"round-robin\" }");
+    let f = Fulcrum::serve("what-if-queue", &config);
+    let (admin, listen) = (f.admin.unwrap(), f.listen[0]);
+    let traffic = load_with(listen, 100.0, &["--poisson"]);
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let dir = temp_dir("what-if-queue");
+    let file = dir.join("app.toml");
+    let asked = what_if(admin, "20s", "3", &["--headroom", "150ms", "--write-scenario", file.to_str().unwrap()]);
+    drop(traffic);
+    let current = &asked["current_state"];
+    let fit = &current["concurrency"][0];
+    eprintln!(
+        "fitted {fit}, overhead {} ms\nheadroom {}\ncurrent state {}",
+        current["overhead_ms"], asked["headroom"], current["figures"]
+    );
+    let c = fit["concurrency"].as_u64().unwrap_or_else(|| panic!("no limit fitted: {fit}"));
+    let (low, high) = (fit["low"].as_u64().unwrap(), fit["high"].as_u64().unwrap());
+    assert!((7..=9).contains(&c) && low <= 8 && 8 <= high, "fitted {fit}");
+    let scenario = std::fs::read_to_string(&file).unwrap();
+    assert!(scenario.contains(&format!("concurrency = {c}\n")), "{scenario}");
+    let h = &asked["headroom"];
+    let rate = h["rate"].as_f64().unwrap_or_else(|| panic!("no headroom found: {h}"));
+    assert!((100.0..200.0).contains(&rate), "{h}");
+
+    let traffic = load_with(listen, rate, &["--poisson"]);
+    std::thread::sleep(Duration::from_millis(2000));
+    let measured = what_if(admin, "20s", "1", &[]);
+    drop(traffic);
+    let p99 = Figures::of_check(&measured["current_state"], "measured_ms").p[2];
+    eprintln!("at {rate:.1}/s: measured p99 {p99:.1} ms (bound 150 ms)");
+    if let Ok(out) = std::env::var("FULCRUM_WHATIF_OUT") {
+        let doc = serde_json::json!({"fit": fit, "overhead_ms": current["overhead_ms"], "headroom": h,
+            "current_state": current["figures"], "measured_p99_ms_at_rate": p99, "p99_bound_ms": 150.0});
+        std::fs::write(out, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    }
+    assert!((75.0..300.0).contains(&p99), "at the predicted {rate:.1}/s the p99 is {p99:.1} ms, not 150 ms ± 2×: {h}");
 }

@@ -64,6 +64,9 @@ pub struct BackendSpec {
     /// Answer with the request received, as JSON ([`echo_body`]), rather
     /// than `body_bytes` zeros.
     pub echo: bool,
+    /// Requests served at once (`None`: any number); the others wait, first
+    /// come first served, and their service time starts when a slot frees.
+    pub concurrency: Option<u32>,
 }
 
 impl Default for BackendSpec {
@@ -75,6 +78,7 @@ impl Default for BackendSpec {
             status: StatusMix::default(),
             body_bytes: 0,
             echo: false,
+            concurrency: None,
         }
     }
 }
@@ -116,6 +120,9 @@ pub struct Backend {
     echo: bool,
     served: AtomicU64,
     behaviour: Mutex<Behaviour>,
+    /// The service slots, when the concurrency is limited (a fair semaphore:
+    /// waiters get slots in arrival order).
+    slots: Option<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug)]
@@ -173,7 +180,7 @@ impl Backend {
     }
 
     async fn answer(&self, timer: &TimerHandle, req: Request<Incoming>) -> Response<Full<Bytes>> {
-        let arrived = Instant::now();
+        let mut arrived = Instant::now();
         let (head, mut body) = req.into_parts();
         // Read the request body to its end so the connection stays usable.
         let mut received = 0;
@@ -183,6 +190,15 @@ impl Backend {
                 Err(_) => break,
             }
         }
+        // Held until the response is made; the semaphore is never closed.
+        let _slot = match &self.slots {
+            Some(slots) => {
+                let slot = slots.acquire().await.ok();
+                arrived = Instant::now();
+                slot
+            }
+            None => None,
+        };
         let (due, status) = self.draw(arrived);
         timer.sleep_until(due).await;
         self.served.fetch_add(1, Relaxed);
@@ -269,6 +285,7 @@ impl Backends {
                 body: Bytes::from(vec![0u8; spec.body_bytes]),
                 echo: spec.echo,
                 served: AtomicU64::new(0),
+                slots: spec.concurrency.map(|n| tokio::sync::Semaphore::new(n.max(1) as usize)),
                 behaviour: Mutex::new(Behaviour {
                     delay: spec.delay.clone(),
                     status: spec.status,

@@ -131,6 +131,10 @@ pub struct LoadConfig {
     pub timeout: Duration,
     /// Runtime threads for [`run`]; 0 means one per core.
     pub threads: usize,
+    /// Open loop: exponential gaps between sends, of mean 1 / rate
+    /// (Poisson arrivals, as from many independent users), instead of a
+    /// fixed interval.
+    pub poisson: bool,
 }
 
 impl LoadConfig {
@@ -151,6 +155,7 @@ impl LoadConfig {
             requests: None,
             timeout: Duration::from_secs(10),
             threads: 0,
+            poisson: false,
         }
     }
 
@@ -301,7 +306,8 @@ pub async fn run_async(config: &LoadConfig, control: &Control) -> Result<Report,
         }
         Pattern::OpenLoop { rate } => {
             let lane = Lane::new(run.clone(), workers_per(connections), pool(connections));
-            let schedule = Schedule { start: begin, interval_ns: 1e9 / rate, count: config.requests, end };
+            let poisson = config.poisson.then(|| (fulcrum_balance::Rng::new(1), 0, 0.0));
+            let schedule = Schedule { start: begin, interval_ns: 1e9 / rate, count: config.requests, end, poisson };
             (begin, vec![tokio::spawn(lane.drive(schedule))])
         }
         Pattern::Clients(c) => {
@@ -311,7 +317,9 @@ pub async fn run_async(config: &LoadConfig, control: &Control) -> Result<Report,
                     let lane = Lane::new(run.clone(), workers_per(connections), pool(connections));
                     let start = first + c.stagger * i as u32;
                     let interval_ns = c.interval.as_nanos() as f64;
-                    tokio::spawn(lane.drive(Schedule { start, interval_ns, count: Some(c.requests_per_client), end }))
+                    let schedule =
+                        Schedule { start, interval_ns, count: Some(c.requests_per_client), end, poisson: None };
+                    tokio::spawn(lane.drive(schedule))
                 })
                 .collect();
             (first, tasks)
@@ -395,20 +403,33 @@ impl Worker {
 }
 
 /// When an open-loop lane's sends are due: `start + k·interval` for
-/// `k < count`, before `end`.
+/// `k < count`, before `end`; with `poisson`, after `k` exponential gaps of
+/// mean `interval` instead (the generator, and the last `k` and its offset).
 struct Schedule {
     start: Instant,
     interval_ns: f64,
     count: Option<u64>,
     end: Option<Instant>,
+    poisson: Option<(fulcrum_balance::Rng, u64, f64)>,
 }
 
 impl Schedule {
-    fn at(&self, k: u64) -> Option<Instant> {
+    /// Send `k`'s time; `k` never decreases from one call to the next.
+    fn at(&mut self, k: u64) -> Option<Instant> {
         if self.count.is_some_and(|n| k >= n) {
             return None;
         }
-        let at = self.start + Duration::from_nanos((k as f64 * self.interval_ns) as u64);
+        let offset = match &mut self.poisson {
+            None => k as f64 * self.interval_ns,
+            Some((rng, last, offset)) => {
+                while *last < k {
+                    *offset += -(1.0 - rng.unit()).ln() * self.interval_ns;
+                    *last += 1;
+                }
+                *offset
+            }
+        };
+        let at = self.start + Duration::from_nanos(offset as u64);
         match self.end {
             Some(end) if at >= end => None,
             _ => Some(at),
@@ -447,7 +468,7 @@ impl Lane {
 
     /// Put each send on the queue when it is due, opening workers as
     /// needed; then wait for the workers to finish.
-    async fn drive(self: Arc<Lane>, schedule: Schedule) {
+    async fn drive(self: Arc<Lane>, mut schedule: Schedule) {
         let mut stop = self.run.stop.clone();
         let mut workers: Vec<JoinHandle<()>> = Vec::new();
         let mut k = 0;
@@ -511,5 +532,27 @@ impl Lane {
             ready.await;
             self.idle.fetch_sub(1, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_sends_keep_the_rate_with_exponential_gaps() {
+        let start = Instant::now();
+        let mut fixed = Schedule { start, interval_ns: 1e6, count: None, end: None, poisson: None };
+        assert_eq!(fixed.at(3).unwrap() - start, Duration::from_millis(3));
+        let poisson = Some((fulcrum_balance::Rng::new(1), 0, 0.0));
+        let mut s = Schedule { start, interval_ns: 1e6, count: Some(20_000), end: None, poisson };
+        let times: Vec<f64> = (0..20_000).map(|k| (s.at(k).unwrap() - start).as_secs_f64() * 1e3).collect();
+        assert_eq!(s.at(19_999).unwrap(), s.at(19_999).unwrap(), "the same send, the same time");
+        assert!(s.at(20_000).is_none());
+        let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+        assert!((mean - 1.0).abs() < 0.03, "mean gap {mean} ms");
+        assert!((var.sqrt() / mean - 1.0).abs() < 0.05, "exponential gaps vary as much as their mean: {var}");
     }
 }

@@ -36,6 +36,28 @@ async fn answers_after_the_fixed_delay_with_its_name_and_body() {
     backends.shutdown();
 }
 
+/// A backend of concurrency 2 and 100 ms serves six requests sent at once
+/// in three rounds: the last answers after at least 300 ms, not 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_queues_requests_in_rounds() {
+    let backends = start(vec![BackendSpec { concurrency: Some(2), ..BackendSpec::with_delay(Dist::fixed(100 * MS)) }]);
+    let addr = backends.addrs()[0];
+    let c = client(false);
+    let sent: Vec<_> = (0..6)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { send(&c, "GET", addr, 0).await.took })
+        })
+        .collect();
+    let mut took = Vec::new();
+    for s in sent {
+        took.push(s.await.unwrap());
+    }
+    took.sort();
+    assert!(took[1] >= 100 * MS && took[3] >= 200 * MS && took[5] >= 300 * MS, "{took:?}");
+    assert_eq!(backends.served(), vec![6]);
+}
+
 #[tokio::test]
 async fn speaks_h2c_and_any_method() {
     let backends = start(vec![BackendSpec::default()]);

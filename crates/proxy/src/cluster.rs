@@ -174,12 +174,7 @@ impl Membership {
     /// Requests in flight allowed at `now` for a cluster configured with
     /// `max_requests`: ramped by slow start while every endpoint is new.
     pub fn request_limit(&mut self, max_requests: u64, now: Nanos) -> u64 {
-        let factor = self.health.routable(now).request_limit_factor;
-        if factor < 1.0 {
-            ((max_requests as f64 * factor).ceil() as u64).max(1)
-        } else {
-            max_requests
-        }
+        fulcrum_resilience::ramped(max_requests, self.health.routable(now).request_limit_factor)
     }
 
     /// Whether the runtime API has `id` draining.
@@ -232,7 +227,7 @@ pub struct SharedCluster {
 #[derive(Debug, Default)]
 pub struct ClusterCounters {
     /// Requests in flight over all workers, for circuit breaking.
-    in_flight: AtomicU64,
+    in_flight: fulcrum_resilience::RequestLimit,
     /// Requests refused because `max_requests` were in flight.
     pub overflows: AtomicU64,
     /// Ejections so far.
@@ -525,6 +520,8 @@ pub struct Pick {
     pub ticket: fulcrum_balance::Ticket,
     /// Where to send the request.
     pub upstream: Upstream,
+    /// Requests in flight to it when it was picked.
+    pub before: u64,
 }
 
 /// Why no endpoint was picked.
@@ -600,8 +597,7 @@ impl WorkerCluster {
     /// can be had.
     pub fn pick(&self, now: Nanos, key: Option<u64>, tried: &[EndpointId]) -> Result<Pick, NoPick> {
         let counters = &self.shared.counters;
-        if counters.in_flight.fetch_add(1, Relaxed) >= self.shared.request_limit.load(Relaxed) {
-            counters.in_flight.fetch_sub(1, Relaxed);
+        if !counters.in_flight.acquire(self.shared.request_limit.load(Relaxed)) {
             counters.overflows.fetch_add(1, Relaxed);
             return Err(NoPick::Overflow);
         }
@@ -615,14 +611,14 @@ impl WorkerCluster {
         let upstream = ticket.as_ref().and_then(|t| resolved.upstream(t.endpoint()).cloned());
         match (ticket, upstream) {
             (Some(ticket), Some(upstream)) => {
-                upstream.stats.start();
-                Ok(Pick { upstream, ticket })
+                let before = upstream.stats.start();
+                Ok(Pick { upstream, ticket, before })
             }
             (ticket, _) => {
                 if let Some(t) = ticket {
                     balancer.on_cancel(t);
                 }
-                self.shared.counters.in_flight.fetch_sub(1, Relaxed);
+                self.shared.counters.in_flight.release();
                 Err(NoPick::Empty)
             }
         }
@@ -631,9 +627,9 @@ impl WorkerCluster {
     /// Report the outcome of a pick: `latency` to response headers (or to
     /// the failure) and the result as outlier detection sees it.
     pub fn complete(&self, pick: Pick, now: Nanos, latency: Nanos, result: RequestResult) {
-        self.shared.counters.in_flight.fetch_sub(1, Relaxed);
+        self.shared.counters.in_flight.release();
         let success = result == RequestResult::Success;
-        pick.upstream.stats.finish(Duration::from_nanos(latency), success);
+        pick.upstream.stats.finish(Duration::from_nanos(latency), success, Some(pick.before));
         let id = pick.ticket.endpoint();
         let outcome = if success { Outcome::Success { latency } } else { Outcome::Failure { latency } };
         lock(&self.balancer).on_complete(pick.ticket, now, outcome);
@@ -645,8 +641,8 @@ impl WorkerCluster {
 
     /// Give up on a pick without an outcome (the request was never sent).
     pub fn cancel(&self, pick: Pick) {
-        self.shared.counters.in_flight.fetch_sub(1, Relaxed);
-        pick.upstream.stats.finish(Duration::ZERO, true);
+        self.shared.counters.in_flight.release();
+        pick.upstream.stats.finish(Duration::ZERO, true, None);
         lock(&self.balancer).on_cancel(pick.ticket);
     }
 
@@ -693,12 +689,12 @@ mod tests {
         let b = WorkerCluster::new(shared.clone(), 2, None);
         let p = a.pick(0, None, &[]).unwrap();
         let q = b.pick(0, None, &[]).unwrap();
-        assert_eq!(shared.counters.in_flight.load(Relaxed), 2);
+        assert_eq!(shared.counters.in_flight.in_flight(), 2);
         let active: u32 = shared.worker_loads(0).iter().flatten().map(|l| l.active).sum();
         assert_eq!(active, 2);
         a.complete(p, 1, 1, RequestResult::Success);
         b.complete(q, 1, 1, RequestResult::GatewayFailure);
-        assert_eq!(shared.counters.in_flight.load(Relaxed), 0);
+        assert_eq!(shared.counters.in_flight.in_flight(), 0);
         assert_eq!(shared.current().endpoints[1].name, "127.0.0.2:2");
         // A new address set keeps the ids of the addresses that remain.
         shared.set_addresses(vec![(vec!["127.0.0.2:2".parse().unwrap()], 1.0)]);
@@ -781,9 +777,9 @@ mod tests {
         // The balancer (same algorithm) is the same one: the request in flight is still counted.
         let active: u32 = new.worker_loads(0).iter().flatten().map(|l| l.active).sum();
         assert_eq!(active, u32::from(held.ticket.endpoint() == EndpointId(1)), "only :2 remains routable");
-        assert_eq!(new.counters.in_flight.load(Relaxed), 1);
+        assert_eq!(new.counters.in_flight.in_flight(), 1);
         w_old.complete(held, 1, 1, RequestResult::Success);
-        assert_eq!(new.counters.in_flight.load(Relaxed), 0);
+        assert_eq!(new.counters.in_flight.in_flight(), 0);
         drop(w_new);
     }
 }

@@ -30,20 +30,27 @@ pub struct EndpointStats {
     latency_sum_ns: AtomicU64,
     /// The same latencies in 5 %-wide buckets, for `/clusters/NAME/model`.
     pub latency_fine: fulcrum_base::loghist::AtomicLogHistogram,
+    /// Successful requests' latencies by how many requests were in flight
+    /// to the endpoint when each was picked (where queueing shows).
+    pub by_in_flight: InFlightStats,
 }
 
 impl EndpointStats {
-    /// Count a request as started.
-    pub fn start(&self) {
+    /// Count a request as started; returns the requests in flight before it.
+    pub fn start(&self) -> u64 {
         self.requests.fetch_add(1, Relaxed);
-        self.in_flight.fetch_add(1, Relaxed);
+        self.in_flight.fetch_add(1, Relaxed)
     }
 
-    /// Count a request as finished after `latency` (to response headers).
-    pub fn finish(&self, latency: Duration, success: bool) {
+    /// Count a request as finished after `latency` (to response headers);
+    /// `before` is what [`EndpointStats::start`] returned (`None`: the
+    /// request was never sent).
+    pub fn finish(&self, latency: Duration, success: bool, before: Option<u64>) {
         self.in_flight.fetch_sub(1, Relaxed);
         if !success {
             self.errors.fetch_add(1, Relaxed);
+        } else if let Some(before) = before {
+            self.by_in_flight.record(before, latency);
         }
         let secs = latency.as_secs_f64();
         let bucket = LATENCY_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(LATENCY_BUCKETS.len());
@@ -65,6 +72,70 @@ impl EndpointStats {
             })
             .collect();
         (cumulative, self.latency_sum_ns.load(Relaxed) as f64 / 1e9)
+    }
+}
+
+/// In-flight levels counted apart: a request picked with more already in
+/// flight counts in the last level.
+pub const IN_FLIGHT_LEVELS: usize = 64;
+/// Bands of in-flight levels with a fine latency histogram each: 0, 1,
+/// 2–3, 4–7, …, 32–63, and 64 or more.
+pub const IN_FLIGHT_BANDS: usize = 8;
+
+/// Latencies by the requests in flight to the endpoint when each was
+/// picked: per level, the requests, the latency sum (ns) and sum of squares
+/// (µs²), wrapping (read as differences between two snapshots); per band of
+/// levels, a fine histogram, allocated on first use.
+#[derive(Debug)]
+pub struct InFlightStats {
+    levels: Box<[[AtomicU64; 3]]>,
+    bands: [std::sync::OnceLock<fulcrum_base::loghist::AtomicLogHistogram>; IN_FLIGHT_BANDS],
+}
+
+impl Default for InFlightStats {
+    fn default() -> Self {
+        InFlightStats { levels: (0..IN_FLIGHT_LEVELS).map(|_| Default::default()).collect(), bands: Default::default() }
+    }
+}
+
+impl InFlightStats {
+    /// The band of level `before`.
+    pub fn band_of(before: u64) -> usize {
+        ((u64::BITS - before.leading_zeros()) as usize).min(IN_FLIGHT_BANDS - 1)
+    }
+
+    /// The lowest level of band `b`.
+    pub fn band_start(b: usize) -> u64 {
+        if b == 0 {
+            0
+        } else {
+            1 << (b - 1)
+        }
+    }
+
+    fn record(&self, before: u64, latency: Duration) {
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        let us = ns / 1000;
+        let level = &self.levels[(before as usize).min(IN_FLIGHT_LEVELS - 1)];
+        level[0].fetch_add(1, Relaxed);
+        level[1].fetch_add(ns, Relaxed);
+        level[2].fetch_add(us.saturating_mul(us), Relaxed);
+        self.bands[Self::band_of(before)].get_or_init(Default::default).record(ns);
+    }
+
+    /// `[level, requests, latency sum ns, sum of squares µs²]` of each level counted.
+    pub fn levels(&self) -> Vec<[u64; 4]> {
+        let load = |a: &AtomicU64| a.load(Relaxed);
+        (0..IN_FLIGHT_LEVELS as u64)
+            .zip(self.levels.iter())
+            .map(|(i, [n, sum, sq])| [i, load(n), load(sum), load(sq)])
+            .filter(|l| l[1] > 0)
+            .collect()
+    }
+
+    /// `(lowest level, histogram)` of each band counted.
+    pub fn bands(&self) -> impl Iterator<Item = (u64, &fulcrum_base::loghist::AtomicLogHistogram)> {
+        self.bands.iter().enumerate().filter_map(|(b, h)| h.get().map(|h| (Self::band_start(b), h)))
     }
 }
 
@@ -163,9 +234,9 @@ mod tests {
     fn histogram_is_cumulative() {
         let s = EndpointStats::default();
         s.start();
-        s.finish(Duration::from_millis(3), true);
+        s.finish(Duration::from_millis(3), true, Some(0));
         s.start();
-        s.finish(Duration::from_secs(20), false);
+        s.finish(Duration::from_secs(20), false, Some(1));
         let (h, sum) = s.histogram();
         assert_eq!(h[2], 0, "≤ 2.5 ms");
         assert_eq!(h[3], 1, "≤ 5 ms");
@@ -173,5 +244,21 @@ mod tests {
         assert!((sum - 20.003).abs() < 1e-9);
         assert_eq!(s.errors.load(Relaxed), 1);
         assert_eq!(s.in_flight.load(Relaxed), 0);
+        assert_eq!(s.by_in_flight.levels(), vec![[0, 1, 3_000_000, 9_000_000]], "successes only");
+    }
+
+    #[test]
+    fn latencies_by_in_flight_level_and_band() {
+        let s = EndpointStats::default();
+        for before in [0, 1, 2, 3, 7, 8, 63, 64, 1000] {
+            s.finish(Duration::from_micros(before + 10), true, Some(before));
+        }
+        s.finish(Duration::ZERO, true, None);
+        let levels = s.by_in_flight.levels();
+        assert_eq!(levels.len(), 7, "63, 64 and 1000 share the last level: {levels:?}");
+        assert_eq!(levels[6], [63, 3, 73_000 + 74_000 + 1_010_000, 73 * 73 + 74 * 74 + 1010 * 1010]);
+        let bands: Vec<(u64, u64)> =
+            s.by_in_flight.bands().map(|(lo, h)| (lo, h.nonzero().iter().map(|b| b.1).sum())).collect();
+        assert_eq!(bands, [(0, 1), (1, 1), (2, 2), (4, 1), (8, 1), (32, 1), (64, 2)]);
     }
 }

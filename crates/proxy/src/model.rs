@@ -1,12 +1,14 @@
 //! `GET /clusters/NAME/model`: what a simulator needs to model a cluster
 //! (`fulcrum sim --from`): the cluster's state as `/clusters/NAME` gives
 //! it, its resilience settings (in the configuration file's form), each endpoint's latency in 5 %-wide
-//! buckets ([`fulcrum_base::loghist`]), and the time of the snapshot, so
+//! buckets ([`fulcrum_base::loghist`]), the same by requests in flight when
+//! each was picked ([`crate::metrics::InFlightStats`]), and the time of the snapshot, so
 //! that two snapshots give rates and distributions over the window
 //! between them.
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use fulcrum_base::loghist::AtomicLogHistogram;
 use serde_json::{json, Value};
 
 use crate::cluster::SharedCluster;
@@ -17,17 +19,23 @@ pub fn model_json(c: &SharedCluster, now: fulcrum_balance::Nanos) -> Value {
     let resolved = c.current();
     if let Some(endpoints) = v.get_mut("endpoints").and_then(Value::as_array_mut) {
         for (e, out) in resolved.all.iter().zip(endpoints.iter_mut()) {
-            let buckets: Vec<[u64; 3]> = resolved
-                .upstream(e.id)
-                .map(|u| u.stats.latency_fine.nonzero())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(i, n)| {
-                    let (lo, hi) = fulcrum_base::loghist::bucket_bounds(i);
-                    [lo, hi, n]
-                })
-                .collect();
-            out["latency_buckets"] = json!(buckets);
+            let stats = resolved.upstream(e.id).map(|u| u.stats.clone());
+            let buckets = |h: &AtomicLogHistogram| -> Vec<[u64; 3]> {
+                h.nonzero()
+                    .into_iter()
+                    .map(|(i, n)| {
+                        let (lo, hi) = fulcrum_base::loghist::bucket_bounds(i);
+                        [lo, hi, n]
+                    })
+                    .collect()
+            };
+            out["latency_buckets"] = json!(stats.as_ref().map(|s| buckets(&s.latency_fine)).unwrap_or_default());
+            out["by_in_flight"] = json!(stats.as_ref().map(|s| s.by_in_flight.levels()).unwrap_or_default());
+            let bands: Vec<Value> = stats
+                .as_ref()
+                .map(|s| s.by_in_flight.bands().map(|(lo, h)| json!([lo, buckets(h)])).collect())
+                .unwrap_or_default();
+            out["latency_buckets_by_in_flight"] = json!(bands);
         }
     }
     let cfg = &c.config;

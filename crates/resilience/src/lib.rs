@@ -2,7 +2,8 @@
 //! outlier detection ([`OutlierDetector`]), slow start ([`SlowStart`]), the
 //! panic threshold, active health-check streaks, all combined by
 //! [`ClusterHealth`], and the retry policy ([`RetryPolicy`]) with its
-//! budget ([`RetryBudget`]), and local rate limits ([`RateLimiter`]).
+//! budget ([`RetryBudget`]), local rate limits ([`RateLimiter`]) and the
+//! circuit breaker on requests in flight ([`RequestLimit`]).
 //!
 //! Like the algorithms, these are pure state machines: no clock, no I/O,
 //! time passed in. The proxy and the simulator drive the same code, so a
@@ -17,6 +18,7 @@
 mod health;
 mod outlier;
 mod rate_limit;
+mod request_limit;
 mod retry_budget;
 mod retry_policy;
 mod slow_start;
@@ -24,6 +26,7 @@ mod slow_start;
 pub use health::{CheckThresholds, ClusterHealth, HealthConfig, Snapshot, STEP};
 pub use outlier::{Change, EjectionReason, OutlierConfig, OutlierDetector, RequestResult};
 pub use rate_limit::{LimitKey, Limited, RateLimitConfig, RateLimiter, TokenBucket, DEFAULT_MAX_KEYS};
+pub use request_limit::{ramped, RequestLimit};
 pub use retry_budget::{RetryBudget, RetryBudgetConfig};
 pub use retry_policy::{PolicyError, RetryOn, RetryPolicy};
 pub use slow_start::{SlowStart, SlowStartConfig};

@@ -41,6 +41,8 @@ use fulcrum_balance::{
 };
 use fulcrum_des::{Lane, Model, Queue};
 
+use fulcrum_resilience::RequestLimit;
+
 use crate::dist::Dist;
 use crate::resilience::{Guard, ResilienceStats, TryResult, TICK};
 use crate::scenario::{Action, Arrivals, Cold, Keys, MeasureAt, Scenario, Server};
@@ -299,6 +301,10 @@ pub struct Engine<'a> {
     /// One per balancer when the scenario has resilience mechanisms, else empty.
     guards: Vec<Guard>,
     stats: ResilienceStats,
+    /// Tries in flight over all balancers, against `balancers.max_requests`
+    /// ramped by slow start (`request_limit`): the proxy's circuit breaker.
+    in_flight: RequestLimit,
+    request_limit: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -334,7 +340,7 @@ impl<'a> Engine<'a> {
             .collect();
         let (n_servers, n_balancers) = (scenario.servers.len(), scenario.balancers.count as usize);
         let resilience = &scenario.resilience;
-        let guards = if resilience.enabled() {
+        let guards = if resilience.enabled() || scenario.balancers.max_requests.is_some() {
             let all: Vec<Endpoint> = (0..n_servers).map(|i| endpoint(scenario, i)).collect();
             let member: Vec<bool> = servers.iter().map(|s| s.joined).collect();
             (0..n_balancers).map(|_| Guard::new(resilience, &all, member.clone(), 0)).collect()
@@ -379,8 +385,11 @@ impl<'a> Engine<'a> {
                 first_ejection: vec![None; n_servers],
                 time_to_ejection: vec![None; n_servers],
                 rate_limited: resilience.rate_limit.as_ref().map(|_| 0),
+                overflows: scenario.balancers.max_requests.map(|_| 0),
                 ..ResilienceStats::default()
             },
+            in_flight: RequestLimit::default(),
+            request_limit: scenario.balancers.max_requests.unwrap_or(u64::MAX),
         })
     }
 
@@ -642,16 +651,26 @@ impl<'a> Engine<'a> {
         self.forward(req, gen, q);
     }
 
-    /// Pick an endpoint for the request's current try and send it there.
+    /// Pick an endpoint for the request's current try and send it there
+    /// (unless `max_requests` tries are in flight: then, as with no
+    /// endpoint, the balancer answers with an error).
     fn forward(&mut self, req: u32, gen: u32, q: &mut Events) {
         let r = &self.requests[req as usize];
-        let (key, attempt, b) = (self.key(r), r.attempt, r.balancer);
+        let (key, attempt, b, measured) = (self.key(r), r.attempt, r.balancer, r.measured);
+        if !self.in_flight.acquire(self.request_limit) {
+            if measured {
+                *self.stats.overflows.get_or_insert(0) += 1;
+            }
+            q.schedule(self.now, Ev::BackAtClient { req, gen, ok: false });
+            return;
+        }
         let picked = if attempt == 0 {
             self.balancers[b as usize].pick(self.now, key)
         } else {
             self.pick_for_retry(req, b as usize)
         };
         let Some(ticket) = picked else {
+            self.in_flight.release();
             // No endpoint: the balancer answers with an error (through the
             // heap, so that a closed loop cannot spin without time passing).
             q.schedule(self.now, Ev::BackAtClient { req, gen, ok: false });
@@ -699,6 +718,7 @@ impl<'a> Engine<'a> {
         // `None`: already settled (timed out before its response, or the
         // timeout of a request that was answered).
         let Some(ticket) = r.ticket.take() else { return };
+        self.in_flight.release();
         let latency = self.now - r.at_lb;
         r.at_lb = latency;
         let (client, b, measured) = (r.client, r.balancer as usize, r.measured);
@@ -765,6 +785,11 @@ impl<'a> Engine<'a> {
 
     /// The resilience timer: returns from ejection, interval rules, slow-start steps.
     fn guard_tick(&mut self, q: &mut Events) {
+        if let (Some(max), Some(g)) = (self.scenario.balancers.max_requests, self.guards.first_mut()) {
+            // Every balancer's detector sees the same joins: the first one's
+            // slow-start factor is the cluster's, as the proxy's one membership.
+            self.request_limit = fulcrum_resilience::ramped(max, g.routable(self.now).request_limit_factor);
+        }
         for b in 0..self.guards.len() {
             for server in self.guards[b].tick(self.now) {
                 self.note_ejection(server);
@@ -870,6 +895,7 @@ impl<'a> Engine<'a> {
             // today, but a ticket must never leak).
             let b = r.balancer as usize;
             self.balancers[b].on_cancel(ticket);
+            self.in_flight.release();
         }
         let r = &mut self.requests[req as usize];
         if r.measured {

@@ -170,6 +170,8 @@ pub struct ResilienceSummary {
     pub time_to_ejection_ms: Vec<Option<f64>>,
     /// Requests the rate limit refused per run (`None` without a limit).
     pub rate_limited: Option<f64>,
+    /// Requests refused by `balancers.max_requests` per run (`None` without it).
+    pub overflows: Option<f64>,
 }
 
 impl ResilienceSummary {
@@ -196,6 +198,7 @@ impl ResilienceSummary {
                 .iter()
                 .all(|r| r.rate_limited.is_some())
                 .then(|| mean(&|r| r.rate_limited.unwrap_or(0) as f64)),
+            overflows: runs.iter().all(|r| r.overflows.is_some()).then(|| mean(&|r| r.overflows.unwrap_or(0) as f64)),
         }
     }
 }

@@ -173,13 +173,15 @@ fn resilience_table(out: &mut String, report: &Report) {
         }
     }
     for a in &report.results {
-        if let Some(limited) = a.resilience.as_ref().and_then(|r| r.rate_limited) {
-            let share = if a.requests > 0.0 { 100.0 * limited / a.requests } else { 0.0 };
-            let _ = writeln!(
-                out,
-                "Rate limited, {}: {limited:.0} of {:.0} requests ({share:.1} %)",
-                a.algorithm, a.requests
-            );
+        let r = a.resilience.as_ref();
+        for (what, refused) in
+            [("Rate limited", r.and_then(|r| r.rate_limited)), ("Over max_requests", r.and_then(|r| r.overflows))]
+        {
+            if let Some(refused) = refused {
+                let share = if a.requests > 0.0 { 100.0 * refused / a.requests } else { 0.0 };
+                let _ =
+                    writeln!(out, "{what}, {}: {refused:.0} of {:.0} requests ({share:.1} %)", a.algorithm, a.requests);
+            }
         }
     }
 }
@@ -240,6 +242,8 @@ struct JsonResilience {
     time_to_ejection_ms: Vec<Option<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rate_limited: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    overflows: Option<u64>,
 }
 
 impl JsonResilience {
@@ -252,6 +256,7 @@ impl JsonResilience {
             first_ejection_s: r.first_ejection_s.clone(),
             time_to_ejection_ms: r.time_to_ejection_ms.clone(),
             rate_limited: r.rate_limited.map(|n| n.round() as u64),
+            overflows: r.overflows.map(|n| n.round() as u64),
         }
     }
 }

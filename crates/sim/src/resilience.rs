@@ -190,6 +190,9 @@ pub struct ResilienceStats {
     pub panic: Nanos,
     /// Measured requests the rate limit refused (`None` without one).
     pub rate_limited: Option<u64>,
+    /// Measured requests refused because `balancers.max_requests` tries
+    /// were in flight (`None` without that limit).
+    pub overflows: Option<u64>,
 }
 
 /// One balancer's resilience state: a thin adapter over

@@ -177,6 +177,10 @@ pub struct Balancers {
     pub count: u32,
     /// A request without a response after this long fails (`None`: wait forever).
     pub timeout: Option<Nanos>,
+    /// Tries in flight allowed over all balancers together, as the proxy's
+    /// cluster `max_requests` (its workers share one count); more are
+    /// refused at once. `None`: no limit.
+    pub max_requests: Option<u64>,
 }
 
 /// Where latency is measured.
@@ -558,17 +562,19 @@ struct RawBalancers {
     count: u32,
     #[serde(default, with = "fulcrum_config::duration")]
     timeout: Option<Duration>,
+    #[serde(default)]
+    max_requests: Option<u64>,
 }
 
 impl Default for RawBalancers {
     fn default() -> Self {
-        RawBalancers { count: 1, timeout: None }
+        RawBalancers { count: 1, timeout: None, max_requests: None }
     }
 }
 
 impl Default for Balancers {
     fn default() -> Self {
-        Balancers { count: 1, timeout: None }
+        Balancers { count: 1, timeout: None, max_requests: None }
     }
 }
 
@@ -580,7 +586,10 @@ impl RawBalancers {
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(src.error_in("balancers.timeout", "must be above 0 (leave it out for no timeout)"));
         }
-        Ok(Balancers { count: self.count, timeout: self.timeout.map(nanos) })
+        if self.max_requests == Some(0) {
+            return Err(src.error_in("balancers.max_requests", "must be at least 1 (leave it out for no limit)"));
+        }
+        Ok(Balancers { count: self.count, timeout: self.timeout.map(nanos), max_requests: self.max_requests })
     }
 }
 

@@ -303,3 +303,34 @@ fn a_server_with_an_error_share_fails_that_share_and_retries_mend_it() {
     assert!((r.failed as f64 / r.requests as f64) < 0.01, "retried: {} of {}", r.failed, r.requests);
     assert!(parse_err(&text("").replace("errors = 0.2", "errors = 1.0")).contains("servers[0].errors"));
 }
+
+/// `balancers.max_requests`: the proxy's circuit breaker, shared by the
+/// balancers. One 10 ms server offered 1,000 requests/s over two balancers
+/// has about 10 in flight: a limit of 5 refuses a large share at once
+/// (each refusal is a failed request and costs no service), a limit of
+/// 100 none; a cold fleet under slow start gets a ramped limit.
+#[test]
+fn max_requests_refuses_tries_beyond_the_limit_over_all_balancers() {
+    let text = |limit: u64, extra: &str| {
+        format!(
+            "name = \"limit\"\n[clients]\ncount = 4\nloop = \"open\"\nrate = 250\nduration = \"4s\"\n\
+             [[servers]]\nname = \"a\"\nservice = \"10ms\"\n[balancers]\ncount = 2\nmax_requests = {limit}\n{extra}"
+        )
+    };
+    let r = run(&parse(&text(5, "")), AlgorithmKind::ROUND_ROBIN);
+    let refused = r.resilience.as_ref().and_then(|s| s.overflows).unwrap();
+    assert_eq!(refused, r.failed, "every failure is a refusal");
+    let share = refused as f64 / r.requests as f64;
+    assert!((0.2..0.8).contains(&share), "refused {refused} of {}", r.requests);
+    assert!(r.latency.p99 <= 10.0 + 1e-9, "a refused try waits for nothing: {:?}", r.latency);
+    let r = run(&parse(&text(100, "")), AlgorithmKind::ROUND_ROBIN);
+    assert_eq!((r.resilience.unwrap().overflows, r.failed), (Some(0), 0));
+    // Every endpoint joins at 1 s under slow start: the limit of 100 is
+    // ramped down to 10 % first, so some requests are refused after 1 s.
+    let cold = "[slow_start]\nwindow = \"2s\"\n[[events]]\nat = \"1s\"\nserver = 0\naction = \"join\"\n";
+    let mut s = parse(&text(100, cold).replace("service = \"10ms\"", "service = \"10ms\"\njoined = false"));
+    s.clients.arrivals = fulcrum_sim::scenario::Arrivals::Poisson(S as f64 / 1000.0);
+    let r = run(&s, AlgorithmKind::ROUND_ROBIN);
+    assert!(r.resilience.unwrap().overflows.unwrap() > 0, "a ramped limit of 10 at 4,000 requests/s");
+    assert!(parse_err(&text(0, "")).contains("balancers.max_requests"));
+}
