@@ -192,18 +192,18 @@ impl TlsSlot {
         Ok(Arc::new(TlsSlot { listener, h2_only, current }))
     }
 
-    fn current(&self) -> ListenerTls {
-        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    fn current(&self) -> std::sync::RwLockReadGuard<'_, ListenerTls> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The acceptor for the next handshake.
     pub fn acceptor(&self) -> TlsAcceptor {
-        self.current().acceptor
+        self.current().acceptor.clone()
     }
 
     /// The certificates in force.
     pub fn certificates(&self) -> Arc<Certificates> {
-        self.current().certificates
+        self.current().certificates.clone()
     }
 
     /// The TLS `tls` says, its files read, for [`install`](Self::install).
