@@ -288,21 +288,33 @@ impl RouteTable {
             }
         }
         if !col.regex.is_empty() && meet(candidates, &col.regex_routes) {
-            for (pattern, routes) in &col.regex {
-                if self.regex(col.set, *pattern, req, s) {
-                    or(out, routes);
+            match self.run(col.set, req, s) {
+                Some(Seen::Found(m)) => {
+                    for (pattern, routes) in &col.regex {
+                        if m.matched(*pattern) {
+                            or(out, routes);
+                        }
+                    }
                 }
+                Some(Seen::FoundAny(all)) => {
+                    for (pattern, routes) in &col.regex {
+                        if all.iter().any(|m| m.matched(*pattern)) {
+                            or(out, routes);
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }
 
-    /// Whether pattern `i` of set `set` matches its subject in `req`; the
-    /// set runs once per request.
-    fn regex<'r, B>(&self, set: usize, i: usize, req: &'r Request<B>, s: &mut Scratch<'r>) -> bool {
+    /// What set `set` finds in its subject in `req`; the set runs once per
+    /// request.
+    fn run<'s, 'r, B>(&self, set: usize, req: &'r Request<B>, s: &'s mut Scratch<'r>) -> Option<&'s Seen> {
         if s.seen.is_empty() {
             s.seen.resize_with(self.sets.len(), || Seen::NotYet);
         }
-        let Some((subject, regexes)) = self.sets.get(set) else { return false };
+        let (subject, regexes) = self.sets.get(set)?;
         if matches!(s.seen.get(set), Some(Seen::NotYet)) {
             let found = |text: Option<&str>| text.map_or(Seen::Absent, |t| Seen::Found(regexes.matches(t)));
             let seen = match subject {
@@ -315,11 +327,7 @@ impl RouteTable {
             };
             s.seen[set] = seen;
         }
-        match s.seen.get(set) {
-            Some(Seen::Found(m)) => m.matched(i),
-            Some(Seen::FoundAny(all)) => all.iter().any(|m| m.matched(i)),
-            _ => false,
-        }
+        s.seen.get(set)
     }
 }
 
