@@ -258,8 +258,9 @@ fn an_idle_http1_connection_holds_little_heap() {
     // With a read buffer held between requests, or the request path's
     // future inline in the connection's task, it would be over 10 KiB;
     // with the serving loop inline, or its state kept while idle, over
-    // 2.5 KiB.
-    assert!(per <= 1536, "{per} bytes of heap per idle HTTP/1.1 connection");
+    // 2.5 KiB; with the task's future over 416 bytes (tokio's record of
+    // the task then takes 640 bytes or more, not 512), over 1.2 KiB.
+    assert!(per <= 1200, "{per} bytes of heap per idle HTTP/1.1 connection");
 }
 
 #[test]

@@ -32,7 +32,7 @@ use std::io;
 use std::pin::{pin, Pin};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -105,56 +105,63 @@ enum Busy {
 /// request body shares with the server ([`Inbound`]) and the serving loop
 /// ([`busy`], boxed) are made when bytes arrive and dropped once they are
 /// all answered.
-pub async fn serve(
+///
+/// A function returning an `async` block rather than an `async fn`: an
+/// `async fn` keeps its arguments twice in its state, once as passed and
+/// once as moved into its body.
+#[allow(clippy::manual_async_fn)]
+pub fn serve(
     mut io: Box<dyn Io>,
     service: Arc<HttpService>,
     peer: Arc<Peer>,
     limits: &ServerLimits,
     mut stopped: watch::Receiver<Stop>,
-) -> Served {
-    let mut timer = Timer::new(limits);
-    let mut first = true;
-    loop {
-        let read = match idle(&mut io, limits, &mut timer, &mut stopped).await {
-            Some(read) => read,
-            None => return Served::Done,
-        };
-        let conn = Inbound::with(io, read);
-        match Box::pin(busy(&conn, &service, &peer, limits, &mut timer, &mut stopped, first)).await {
-            Busy::Ended(served) => return served,
-            Busy::Idle => {}
+) -> impl Future<Output = Served> + Send + '_ {
+    async move {
+        let mut timer = Timer::new(limits);
+        let mut first = true;
+        loop {
+            timer.head_started = None;
+            let idle = {
+                // The channel changes once, to the stop: `changed` (smaller
+                // than `stopping`) resolves at once if that came before.
+                let mut stop = pin!(stopped.changed());
+                poll_fn(|cx| poll_idle(&mut io, limits, &mut timer, stop.as_mut(), cx)).await
+            };
+            let Some(read) = idle else { return Served::Done };
+            let conn = Inbound::with(io, read);
+            match Box::pin(busy(&conn, &service, &peer, limits, &mut timer, &mut stopped, first)).await {
+                Busy::Ended(served) => return served,
+                Busy::Idle => {}
+            }
+            io = match lock(&conn).io.take() {
+                Some(io) => io,
+                None => return Served::Done,
+            };
+            first = false;
         }
-        io = match lock(&conn).io.take() {
-            Some(io) => io,
-            None => return Served::Done,
-        };
-        first = false;
     }
 }
 
 /// Wait, with no buffer, for a connection's next bytes: up to
-/// `idle_timeout` (or until the proxy stops). `None`: close it.
-async fn idle(
+/// `idle_timeout`, or until `stop`. `None`: close it. (Polled by hand, in
+/// the caller's state: a future of its own, or `select!`'s, is larger.)
+fn poll_idle<S: Future>(
     io: &mut Box<dyn Io>,
     limits: &ServerLimits,
     timer: &mut Timer,
-    stopped: &mut watch::Receiver<Stop>,
-) -> Option<BytesMut> {
-    timer.head_started = None;
-    // Polled by hand rather than by `select!`, whose state is larger.
-    let mut stop = pin!(stopping(stopped));
-    poll_fn(|cx| {
-        if let Poll::Ready(got) = poll_read_fresh(io, cx) {
-            return Poll::Ready(got.ok().filter(|read| !read.is_empty()));
+    stop: Pin<&mut S>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<BytesMut>> {
+    if let Poll::Ready(got) = poll_read_fresh(io, cx) {
+        return Poll::Ready(got.ok().filter(|read| !read.is_empty()));
+    }
+    while timer.sleep.as_mut().poll(cx).is_ready() {
+        if timer.expired(limits) {
+            return Poll::Ready(None);
         }
-        while timer.sleep.as_mut().poll(cx).is_ready() {
-            if timer.expired(limits) {
-                return Poll::Ready(None);
-            }
-        }
-        stop.as_mut().poll(cx).map(|()| None)
-    })
-    .await
+    }
+    stop.poll(cx).map(|_| None)
 }
 
 /// Serve the requests in `conn`'s bytes and those that follow them until
@@ -329,13 +336,21 @@ async fn next_head(
 ) -> Next {
     timer.head_started = None;
     loop {
+        if lock(conn).read.is_empty() {
+            // Nothing of a head yet: read what is there (a client that
+            // sent its next request already keeps this state), or wait
+            // for it idle. Waiting idle costs no read: tokio has noted
+            // that the socket is drained.
+            match poll_once(fill(conn)).await {
+                Some(Ok(n)) if n > 0 => {}
+                Some(_) => return Next::Close,
+                None => return Next::Idle,
+            }
+        }
         {
             let mut inbound = lock(conn);
             let read = &inbound.read;
-            if read.is_empty() {
-                // Nothing of a head yet: wait for it idle.
-                return Next::Idle;
-            } else if first && read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
+            if first && read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
                 // Maybe the HTTP/2 preface: wait for all of it.
                 timer.start_head(limits);
             } else if first && read.starts_with(H2_PREFACE) {
