@@ -1236,7 +1236,7 @@ mod tests {
         assert_eq!(err, "--set buffers.device_packets=0: buffers.device_packets: must be above 0 (found 0)");
         assert_eq!(parse(&base(), &["nonsense"]).unwrap_err(), "--set nonsense: (syntax): expected KEY=VALUE");
         let s = parse(&base(), &["routing.scheme=presto", "routing.flowcell=\"32KiB\""]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 32_768, weighted: false }));
+        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 32_768, weighted: false }).unwrap());
     }
 
     #[test]
@@ -1252,11 +1252,11 @@ mod tests {
         assert_eq!(parse(&base(), &[]).unwrap().routing(), lb::Config::default());
         let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
         let s = parse(&with("scheme = \"letflow\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<lb::LetFlow>(LetFlowParams { flowlet_gap: 500_000 }));
+        assert_eq!(s.routing(), lb::Config::new::<lb::LetFlow>(LetFlowParams { flowlet_gap: 500_000 }).unwrap());
         let s = parse(&with("scheme = \"presto\"\nweighted = true"), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 65_536, weighted: true }));
+        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 65_536, weighted: true }).unwrap());
         let s = parse(&base(), &["routing.scheme=drill"]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<lb::Drill>(DrillParams { d: 2, memory: 1 }));
+        assert_eq!(s.routing(), lb::Config::new::<lb::Drill>(DrillParams { d: 2, memory: 1 }).unwrap());
         let err = parse(&with("scheme = \"drill\"\nd = 0"), &[]).unwrap_err();
         assert!(err.ends_with("x.toml:69:5: routing.d: sample 1 to 64 queues (found 0)"), "{err}");
         let err = parse(&with("scheme = \"letflow\"\nflowlet_gap = \"0us\""), &[]).unwrap_err();
@@ -1275,23 +1275,23 @@ mod tests {
     fn sensing_schemes_parse_with_defaults_and_checked_fields() {
         let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
         let s = parse(&with("scheme = \"conga\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<lb::CongaScheme>(CongaParams::default()));
+        assert_eq!(s.routing(), lb::Config::new::<lb::CongaScheme>(CongaParams::default()).unwrap());
         let s = parse(&with("scheme = \"clove\"\nhalf_rtt = \"60us\""), &[]).unwrap();
         assert_eq!(
             s.routing(),
-            lb::Config::new::<lb::CloveScheme>(CloveParams { half_rtt: 60_000, ..CloveParams::default() })
+            lb::Config::new::<lb::CloveScheme>(CloveParams { half_rtt: 60_000, ..CloveParams::default() }).unwrap()
         );
         let s = parse(&base(), &["routing.scheme=flowbender", "routing.reroute_on_timeout=false"]).unwrap();
         let fb = FlowBenderParams { reroute_on_timeout: false, ..FlowBenderParams::default() };
-        assert_eq!(s.routing(), lb::Config::new::<lb::FlowBenderScheme>(fb));
+        assert_eq!(s.routing(), lb::Config::new::<lb::FlowBenderScheme>(fb).unwrap());
         let s = parse(&with("scheme = \"hermes\"\nmin_bytes = 100000\nmax_rate_gbps = 2.5"), &[]).unwrap();
         let h = HermesParams { min_bytes: 100_000, max_rate_bps: 2_500_000_000, ..HermesParams::default() };
-        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
+        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h).unwrap());
         let s =
             parse(&base(), &["routing.scheme=hermes", "routing.reverse_ack=true", "routing.acklet_timeout=\"200us\""])
                 .unwrap();
         let h = HermesParams { reverse_ack: true, acklet_timeout: 200_000, ..HermesParams::default() };
-        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
+        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h).unwrap());
         for (text, field) in [
             ("scheme = \"conga\"\nq_bits = 7", "69:10: routing.q_bits: "),
             ("scheme = \"conga\"\nalpha = 1.5", "69:9: routing.alpha: "),

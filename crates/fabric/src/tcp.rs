@@ -578,7 +578,7 @@ mod tests {
     }
 
     fn sender(cfg: &Setup, bytes: u64) -> Sender {
-        Sender::new(cfg, bytes, cfg.cc.build())
+        Sender::new(cfg, bytes, cfg.cc.build(()))
     }
 
     fn open(cfg: &Setup, segs: u32) -> Sender {

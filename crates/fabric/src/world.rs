@@ -415,18 +415,18 @@ impl World {
                         let host = matches!(p.from, End::Host(_));
                         let limit = if host { cfg.host_limit } else { u32::MAX };
                         let rule =
-                            if host && !delayed && cfg.nic_marking { cfg.marking.build() } else { Box::new(DropTail) };
+                            if host && !delayed && cfg.nic_marking { cfg.marking.build(()) } else { Box::new(DropTail) };
                         Scheduler::fifo(Qdisc::new(limit, rule))
                     }
                     Some((policy, n)) if scheduled => Scheduler::new(
                         policy.clone(),
                         (0..*n)
                             .map(|c| {
-                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).unwrap_or(&cfg.marking).build())
+                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).unwrap_or(&cfg.marking).build(()))
                             })
                             .collect(),
                     ),
-                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build())),
+                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build(()))),
                 };
                 Port {
                     qdisc,
@@ -1031,7 +1031,7 @@ impl World {
         let flow = &mut self.flows[f];
         let bytes = flow.spec.bytes;
         let segs = bytes.div_ceil(self.cfg.tcp.mss as u64).max(1) as u32;
-        let mut sender = Sender::new(&self.cfg.tcp, bytes, self.cfg.congestion.build());
+        let mut sender = Sender::new(&self.cfg.tcp, bytes, self.cfg.congestion.build(()));
         sender.on_syn_sent(now);
         let rec = Record { first_tx: Some(now), ..Record::default() };
         flow.state = State::Live(Box::new(Live {
