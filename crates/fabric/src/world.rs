@@ -314,6 +314,8 @@ pub struct World {
     start_order: Vec<u32>,
     next: usize,
     next_start: Nanos,
+    /// Time of the `Start` event in the queue (`Nanos::MAX`: none).
+    wake_at: Nanos,
     /// Flows started, and `Start` events handled (each start counts as an
     /// event, the wake-ups that do it do not: see [`World::events`]).
     started: u64,
@@ -471,6 +473,7 @@ impl World {
             start_order,
             next: 0,
             next_start,
+            wake_at: next_start,
             started: 0,
             wakes: 0,
             data_packets: 0,
@@ -1013,7 +1016,15 @@ impl World {
                 self.start_order.get(self.next).map_or(Nanos::MAX, |&i| self.flows[i as usize].spec.start);
             self.start(now, f, q);
         }
-        if self.next_start != Nanos::MAX {
+        self.wake(now, q);
+    }
+
+    /// Have a `Start` event wake the model at the next start time, unless
+    /// one is queued for it, or for now: that one, popping next at this
+    /// time, schedules the next wake-up itself (one event instead of two).
+    fn wake(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
+        if self.next_start != Nanos::MAX && self.wake_at != self.next_start && self.wake_at != now {
+            self.wake_at = self.next_start;
             q.schedule(self.next_start, Ev::Start);
         }
     }
@@ -1253,6 +1264,9 @@ impl Model for World {
 
     fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Wheel<Ev>) {
         self.now = now;
+        if let Ev::Start = ev {
+            self.wake_at = Nanos::MAX;
+        }
         if now >= self.next_start {
             self.start_due(now, q);
         }
@@ -1260,7 +1274,10 @@ impl Model for World {
             Ev::Tx(port) => self.tx_done(now, port as usize, q),
             Ev::Arrive(port) => self.arrive(now, port as usize, q),
             Ev::Release(fifo) => self.release(now, fifo as usize, q),
-            Ev::Start => self.wakes += 1,
+            Ev::Start => {
+                self.wakes += 1;
+                self.wake(now, q);
+            }
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),
             Ev::Throughput => self.sample_throughput(now, q),
