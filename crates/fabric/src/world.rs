@@ -416,8 +416,11 @@ impl World {
                     _ if plain => {
                         let host = matches!(p.from, End::Host(_));
                         let limit = if host { cfg.host_limit } else { u32::MAX };
-                        let rule =
-                            if host && !delayed && cfg.nic_marking { cfg.marking.build(()) } else { Box::new(DropTail) };
+                        let rule = if host && !delayed && cfg.nic_marking {
+                            cfg.marking.build(())
+                        } else {
+                            Box::new(DropTail)
+                        };
                         Scheduler::fifo(Qdisc::new(limit, rule))
                     }
                     Some((policy, n)) if scheduled => Scheduler::new(
@@ -1008,7 +1011,10 @@ impl World {
     /// have a `Start` event wake the model at the next one's. Called
     /// before the first event handled at or after `next_start`, so that
     /// flows open before anything else happens at their start time.
-    fn start_due(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
+    fn start_due(&mut self, now: Nanos, popped_start: bool, q: &mut Wheel<Ev>) {
+        if popped_start {
+            self.wake_at = Nanos::MAX;
+        }
         while self.next_start <= now {
             let f = self.start_order[self.next] as usize;
             self.next += 1;
@@ -1264,11 +1270,8 @@ impl Model for World {
 
     fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Wheel<Ev>) {
         self.now = now;
-        if let Ev::Start = ev {
-            self.wake_at = Nanos::MAX;
-        }
         if now >= self.next_start {
-            self.start_due(now, q);
+            self.start_due(now, matches!(ev, Ev::Start), q);
         }
         match ev {
             Ev::Tx(port) => self.tx_done(now, port as usize, q),
@@ -1276,7 +1279,11 @@ impl Model for World {
             Ev::Release(fifo) => self.release(now, fifo as usize, q),
             Ev::Start => {
                 self.wakes += 1;
-                self.wake(now, q);
+                if self.wake_at == now {
+                    // Flows due now were opened by an earlier event.
+                    self.wake_at = Nanos::MAX;
+                    self.wake(now, q);
+                }
             }
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),

@@ -53,20 +53,6 @@ pub struct Arrival {
     pub bytes: u64,
 }
 
-/// A packet leaving a discipline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Departure {
-    pub now: Nanos,
-    /// Time since it arrived.
-    pub sojourn: Nanos,
-    /// Packets left behind it.
-    pub queued: u32,
-    /// Their wire bytes.
-    pub bytes: u64,
-    /// The packet is ECN-capable (only those are marked).
-    pub ect: bool,
-}
-
 /// The calls a rule needs ([`Aqm::hooks`]; all by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AqmHooks {
@@ -94,9 +80,11 @@ pub trait Aqm: Send + fmt::Debug {
         false
     }
 
-    /// Whether the departing packet is marked (if ECN-capable and not
-    /// already marked).
-    fn on_departure(&mut self, _d: &Departure) -> bool {
+    /// Whether a packet leaving at `now` is marked (if ECN-capable and not
+    /// already marked): it spent `sojourn` in the queue and leaves `queued`
+    /// packets of `bytes` wire bytes behind it; `ect`: it is ECN-capable.
+    /// (Values, not a struct: this call is on every packet's path.)
+    fn on_departure(&mut self, _now: Nanos, _sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> bool {
         false
     }
 
