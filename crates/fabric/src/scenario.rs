@@ -109,6 +109,8 @@ pub struct Scenario {
     pub scheduler_port_ids: Option<Vec<u32>>,
     /// The flows of a `list` workload, read with the scenario.
     pub flow_list: Vec<FlowSpec>,
+    /// The files it named (flow list, CDF), for the results' provenance.
+    pub inputs: fulcrum_config::Inputs,
     /// `topology` built once when loaded: named ports resolve against it
     /// and every run starts from a copy. Private, so that a `Scenario`
     /// only comes from [`Scenario::parse`], which sets it.
@@ -894,6 +896,11 @@ impl Scenario {
     /// sections are checked, then the topology is built and the ports, the
     /// flow list and the CDF the scenario names are resolved against it.
     pub fn parse(text: &str, path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        let (scenario, inputs) = fulcrum_config::Inputs::record(|| Scenario::read(text, path, sets));
+        Ok(Scenario { inputs, ..scenario? })
+    }
+
+    fn read(text: &str, path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
         let (raw, src): (RawScenario, Source) = fulcrum_config::parse(path, text, sets)?;
         raw.check().map_err(|(field, message)| src.error_in(&field, message))?;
         let (shape, delay) = raw.topology.shape();
@@ -913,7 +920,7 @@ impl Scenario {
             Workload::List { file, format, .. } => {
                 let list_path = dir.join(file);
                 let classes = raw.scheduler.as_ref().map_or(1, SchedulerCfg::classes) as u32;
-                let text = std::fs::read_to_string(&list_path)
+                let text = fulcrum_config::read_input(&list_path)
                     .map_err(|e| src.error_in("workload.file", format!("{}: {e}", list_path.display())))?;
                 let delays = raw.hosts.delay_classes.len() as u32;
                 match format {
@@ -967,6 +974,7 @@ impl Scenario {
             cdf,
             scheduler_port_ids,
             flow_list,
+            inputs: fulcrum_config::Inputs::default(),
             fabric,
         })
     }

@@ -419,10 +419,8 @@ mod tests {
     fn every_config_builds_its_scheme() {
         let f = fabric();
         let streams = Streams::new(1);
-        let names: Vec<&str> = schemes()
-            .iter()
-            .map(|s| build(&Config::with_defaults(*s).unwrap(), &f, &streams).name())
-            .collect();
+        let names: Vec<&str> =
+            schemes().iter().map(|s| build(&Config::with_defaults(*s).unwrap(), &f, &streams).name()).collect();
         assert_eq!(names, ["ecmp", "drb", "presto", "letflow", "drill", "conga", "clove", "flowbender", "hermes"]);
         assert_eq!(max_paths(&f), 4);
     }
