@@ -20,7 +20,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::registry::{self, Algorithm, AlgorithmFactory, Params, Typed};
+use crate::registry::{self, Algorithm, AlgorithmFactory, Balancing};
+use fulcrum_config::registry::{Config, Typed};
 
 use fulcrum_base::nanos;
 use serde::{Deserialize, Serialize};
@@ -139,14 +140,14 @@ pub struct RendezvousConfig {
 }
 
 /// The built-in algorithms, in the order reports list them.
-pub(crate) const BUILT_IN: [&dyn AlgorithmFactory; 7] = [
-    &Typed::<RoundRobin>::NEW,
-    &Typed::<LeastRequest>::NEW,
-    &Typed::<Random>::NEW,
-    &Typed::<RingHash>::NEW,
-    &Typed::<Maglev>::NEW,
-    &Typed::<Rendezvous>::NEW,
-    &Typed::<PeakEwma>::NEW,
+pub(crate) const BUILT_IN: [&AlgorithmFactory; 7] = [
+    &Typed::<Balancing, RoundRobin>::NEW,
+    &Typed::<Balancing, LeastRequest>::NEW,
+    &Typed::<Balancing, Random>::NEW,
+    &Typed::<Balancing, RingHash>::NEW,
+    &Typed::<Balancing, Maglev>::NEW,
+    &Typed::<Balancing, Rendezvous>::NEW,
+    &Typed::<Balancing, PeakEwma>::NEW,
 ];
 
 impl Algorithm for RoundRobin {
@@ -220,7 +221,7 @@ impl Algorithm for Rendezvous {
 
 /// A registered algorithm, by name, without parameters.
 #[derive(Clone, Copy)]
-pub struct AlgorithmKind(&'static dyn AlgorithmFactory);
+pub struct AlgorithmKind(&'static AlgorithmFactory);
 
 impl AlgorithmKind {
     /// `round-robin`
@@ -251,7 +252,9 @@ impl AlgorithmKind {
 
     /// The algorithm with default parameters.
     pub fn default_config(self) -> AlgorithmConfig {
-        AlgorithmConfig { factory: self.0, params: self.0.default_params() }
+        // Every algorithm's `Config` has a `Default`.
+        let params = Config::with_defaults(self.0);
+        AlgorithmConfig(params.unwrap_or_else(|| unreachable!("{} has default parameters", self.name())))
     }
 }
 
@@ -307,30 +310,30 @@ impl FromStr for AlgorithmKind {
 
 /// One algorithm with its parameters: in TOML, a table with its `kind`
 /// and the parameters that kind's [`Algorithm::Config`] reads.
-pub struct AlgorithmConfig {
-    factory: &'static dyn AlgorithmFactory,
-    params: Box<dyn Params>,
-}
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AlgorithmConfig(pub(crate) Config<Balancing>);
 
 impl AlgorithmConfig {
     /// `A` with `config` (`A` need not be registered).
     pub fn new<A: Algorithm>(config: A::Config) -> Self {
-        AlgorithmConfig { factory: Box::leak(Box::new(Typed::<A>::NEW)), params: Box::new(config) }
+        // An algorithm checks its parameters when built ([`Self::validate`]).
+        AlgorithmConfig(Config::new::<A>(config).unwrap_or_else(|_| unreachable!("algorithms have no separate check")))
     }
 
     /// Which algorithm this configures.
     pub fn kind(&self) -> AlgorithmKind {
-        AlgorithmKind(self.factory)
+        AlgorithmKind(self.0.factory())
     }
 
     /// The parameters, when they are a `T` (the algorithm's `Config`).
     pub fn params<T: 'static>(&self) -> Option<&T> {
-        self.params.as_any().downcast_ref()
+        self.0.params()
     }
 
     /// The parameters to change, when they are a `T`.
     pub fn params_mut<T: 'static>(&mut self) -> Option<&mut T> {
-        self.params.as_any_mut().downcast_mut()
+        self.0.params_mut()
     }
 
     /// Build the balancer once to check every parameter.
@@ -339,56 +342,10 @@ impl AlgorithmConfig {
     }
 }
 
-impl Clone for AlgorithmConfig {
-    fn clone(&self) -> Self {
-        AlgorithmConfig { factory: self.factory, params: self.params.clone_box() }
-    }
-}
-
-impl PartialEq for AlgorithmConfig {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind() == other.kind() && self.params.eq_dyn(&*other.params)
-    }
-}
-
-impl fmt::Debug for AlgorithmConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AlgorithmConfig").field("kind", &self.kind().name()).field("params", &self.params).finish()
-    }
-}
-
-impl Serialize for AlgorithmConfig {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let fields = self.params.fields();
-        let mut map = s.serialize_map(Some(fields.len() + 1))?;
-        map.serialize_entry("kind", self.kind().name())?;
-        for (k, v) in &fields {
-            map.serialize_entry(k, v)?;
-        }
-        map.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for AlgorithmConfig {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let mut table = toml::Table::deserialize(d)?;
-        let kind = match table.remove("kind") {
-            Some(toml::Value::String(kind)) => kind,
-            Some(other) => return Err(D::Error::custom(format!("kind must be a string, not {other}"))),
-            None => return Err(D::Error::missing_field("kind")),
-        };
-        let factory = registry::lookup(&kind).ok_or_else(|| D::Error::custom(UnknownAlgorithm::new(&kind)))?;
-        let params = factory.parse(table).map_err(|e| D::Error::custom(format!("{}: {e}", factory.name())))?;
-        Ok(AlgorithmConfig { factory, params })
-    }
-}
-
 /// Build the balancer `config` describes over `endpoints`, its RNG seeded
 /// with `seed`.
 pub fn build(config: &AlgorithmConfig, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
-    config.factory.build(&*config.params, endpoints, seed)
+    config.0.build((endpoints, seed))
 }
 
 #[cfg(test)]

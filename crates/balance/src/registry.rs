@@ -10,9 +10,8 @@
 //! registered the same way.
 
 use std::fmt;
-use std::marker::PhantomData;
 
-use fulcrum_config::registry::{parse_params, Named, Registry};
+use fulcrum_config::registry::{Config, Extends, Factory, Kind, Registry, Typed};
 pub use fulcrum_config::registry::{NameTaken, Params};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -37,71 +36,62 @@ pub trait Algorithm: 'static {
     fn build(config: &Self::Config, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError>;
 }
 
-/// An algorithm's entry in the registry (implemented for every
-/// [`Algorithm`] by [`Typed`]; object safe).
-pub trait AlgorithmFactory: Named + Send + Sync + 'static {
-    /// The parameters from an `[algorithm]` table without its `kind`.
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
-    /// The default parameters.
-    fn default_params(&self) -> Box<dyn Params>;
-    /// A balancer configured by `params` (parameters this factory made).
-    fn build(&self, params: &dyn Params, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError>;
-}
+/// The kind of the algorithms: an [`Algorithm`] configured by an
+/// `[algorithm]` table builds a [`Balancer`] over endpoints with a seed.
+pub struct Balancing;
 
-/// The [`AlgorithmFactory`] of an [`Algorithm`].
-pub struct Typed<A>(PhantomData<fn() -> A>);
+impl Kind for Balancing {
+    type Output = Result<Box<dyn Balancer>, BuildError>;
+    type Context<'a> = (&'a [Endpoint], u64);
+    const KEY: &'static str = "kind";
+    const WHAT: &'static str = "algorithm";
 
-impl<A: Algorithm> Typed<A> {
-    /// The factory of `A`.
-    pub const NEW: Typed<A> = Typed(PhantomData);
-}
-
-impl<A: Algorithm> Named for Typed<A> {
-    fn name(&self) -> &'static str {
-        A::NAME
+    fn registry() -> &'static Registry<dyn Factory<Balancing>> {
+        &ALGORITHMS
     }
 
-    fn aliases(&self) -> &'static [&'static str] {
-        A::ALIASES
+    /// Round robin.
+    fn default_config() -> Config<Balancing> {
+        crate::AlgorithmKind::ROUND_ROBIN.default_config().0
     }
 }
 
-impl<A: Algorithm> AlgorithmFactory for Typed<A> {
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
-        parse_params::<A::Config>(params)
+impl<A: Algorithm> Extends<A> for Balancing {
+    const NAME: &'static str = A::NAME;
+    const ALIASES: &'static [&'static str] = A::ALIASES;
+    type Params = A::Config;
+
+    fn default_params() -> Option<A::Config> {
+        Some(A::Config::default())
     }
 
-    fn default_params(&self) -> Box<dyn Params> {
-        Box::new(A::Config::default())
-    }
-
-    fn build(&self, params: &dyn Params, endpoints: &[Endpoint], seed: u64) -> Result<Box<dyn Balancer>, BuildError> {
-        match params.as_any().downcast_ref::<A::Config>() {
-            Some(c) => A::build(c, endpoints, seed),
-            None => A::build(&A::Config::default(), endpoints, seed),
-        }
+    fn build(config: &A::Config, (endpoints, seed): (&[Endpoint], u64)) -> Result<Box<dyn Balancer>, BuildError> {
+        A::build(config, endpoints, seed)
     }
 }
 
-pub(crate) static ALGORITHMS: Registry<dyn AlgorithmFactory> = Registry::new(&crate::config::BUILT_IN);
+/// An algorithm's entry in the registry.
+pub type AlgorithmFactory = dyn Factory<Balancing>;
+
+pub(crate) static ALGORITHMS: Registry<AlgorithmFactory> = Registry::new(&crate::config::BUILT_IN);
 
 /// Add `A` to the registry, by its name and aliases.
 pub fn register<A: Algorithm>() -> Result<(), NameTaken> {
-    ALGORITHMS.register(Box::leak(Box::new(Typed::<A>::NEW)))
+    Typed::<Balancing, A>::register()
 }
 
 /// Add a factory to the registry.
-pub fn register_factory(factory: &'static dyn AlgorithmFactory) -> Result<(), NameTaken> {
+pub fn register_factory(factory: &'static AlgorithmFactory) -> Result<(), NameTaken> {
     ALGORITHMS.register(factory)
 }
 
 /// Every registered algorithm: the built-ins in report order, then the
 /// others in the order they were registered.
-pub fn algorithms() -> Vec<&'static dyn AlgorithmFactory> {
+pub fn algorithms() -> Vec<&'static AlgorithmFactory> {
     ALGORITHMS.all()
 }
 
 /// The algorithm named `name` (or an alias; case, `_` and hyphens aside).
-pub fn lookup(name: &str) -> Option<&'static dyn AlgorithmFactory> {
+pub fn lookup(name: &str) -> Option<&'static AlgorithmFactory> {
     ALGORITHMS.lookup(name)
 }

@@ -94,7 +94,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     )
     .map_err(|e| Failure::input(format!("--seed {seed} --runs {}: {e}", options.runs)))?;
     let wall = started.elapsed().as_secs_f64();
-    let digest = scenario_digest(path, &args.sets)?;
+    let digest = scenario_digest(path, &args.sets, &scenario.inputs)?;
     let provenance = fulcrum_version::provenance(digest, seed, u64::from(options.runs), args.sets.clone());
     let report = Report {
         provenance: Some(&provenance),

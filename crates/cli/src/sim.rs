@@ -176,7 +176,7 @@ pub fn run(mut args: Args) -> Result<(), Failure> {
     if args.exact {
         overrides.push("--exact".to_string());
     }
-    let digest = scenario_digest(&path, &args.sets)?;
+    let digest = scenario_digest(&path, &args.sets, &scenario.inputs)?;
     let provenance = fulcrum_version::provenance(digest, plan.seed, u64::from(plan.runs), overrides);
 
     let expected = scenario.total_requests().map(|n| n * plan.jobs() as u64);

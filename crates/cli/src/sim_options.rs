@@ -40,9 +40,11 @@ pub struct SimOptions {
     pub progress: bool,
 }
 
-/// The digest of the scenario at `path` after `sets` (its provenance's
-/// `scenario_hash`: `fulcrum_config::digest`).
-pub fn scenario_digest(path: &Path, sets: &[String]) -> Result<u64, Failure> {
+/// The digest of the scenario at `path` after `sets`, with the files it
+/// named (`inputs`, read with it) folded in: its provenance's
+/// `scenario_hash` (`fulcrum_config::digest`, `Inputs::digest`).
+pub fn scenario_digest(path: &Path, sets: &[String], inputs: &fulcrum_config::Inputs) -> Result<u64, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
-    fulcrum_config::digest(path, &text, sets).map_err(|e| Failure::input(e.to_string()))
+    let digest = fulcrum_config::digest(path, &text, sets).map_err(|e| Failure::input(e.to_string()))?;
+    Ok(inputs.digest(digest))
 }

@@ -151,6 +151,30 @@ fn the_json_says_what_made_it() {
 }
 
 #[test]
+fn the_hash_covers_the_trace_it_replays() {
+    let dir = tmp("trace-hash");
+    let scenario = dir.join("trace-replay.toml");
+    std::fs::copy(repo().join("examples/sim/trace-replay.toml"), &scenario).unwrap();
+    let trace = std::fs::read_to_string(repo().join("examples/sim/trace-replay.csv")).unwrap();
+    let hash = |csv: &str| {
+        std::fs::write(dir.join("trace-replay.csv"), csv).unwrap();
+        let o = fulcrum(&["sim", scenario.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["provenance"]["scenario_hash"].as_str().unwrap().to_string()
+    };
+    let first = hash(&trace);
+    assert_eq!(hash(&trace), first);
+    // The last request sent a nanosecond later: same document, another trace.
+    let last = trace.trim_end().rsplit('\n').next().unwrap();
+    let time: u64 = last.split(',').next().unwrap().parse().unwrap();
+    let moved = trace.replacen(last, &last.replacen(&time.to_string(), &(time + 1).to_string(), 1), 1);
+    assert_ne!(moved, trace);
+    assert_ne!(hash(&moved), first);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn bad_input_exits_2_with_a_clear_message() {
     let dir = tmp("bad");
     let bad = dir.join("bad.toml");

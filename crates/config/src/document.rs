@@ -208,12 +208,57 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str, sets: &[String]) -> R
 /// per value), so that comments, layout, key order and the spelling of
 /// numbers do not change it, and a scenario given as a file or built from
 /// a dictionary with the same values digests alike. Files the document
-/// names (CDFs, flow lists) are not read.
+/// names (CDFs, flow lists) are not read here: see [`Inputs`].
 pub fn digest(file: &Path, text: &str, sets: &[String]) -> Result<u64, Error> {
     let (table, _): (toml::Table, Source) = parse(file, text, sets)?;
     let mut canonical = String::new();
     canonical_form(&toml::Value::Table(table), &mut canonical);
     Ok(xxhash_rust::xxh64::xxh64(canonical.as_bytes(), 0))
+}
+
+thread_local! {
+    // The hashes of the files read by `read_input` while `Inputs::record` runs.
+    static INPUTS: std::cell::RefCell<Option<Vec<u64>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Read a file a document names (a CDF, a flow list, a trace): its text,
+/// its contents' hash kept when the document is read under
+/// [`Inputs::record`].
+pub fn read_input(path: &Path) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    INPUTS.with(|i| {
+        if let Some(hashes) = i.borrow_mut().as_mut() {
+            hashes.push(xxhash_rust::xxh64::xxh64(text.as_bytes(), 0));
+        }
+    });
+    Ok(text)
+}
+
+/// The files a document named, as their contents' hashes in the order
+/// they were read, so that a result's provenance covers them too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inputs(Vec<u64>);
+
+impl Inputs {
+    /// Run `f`, which reads a document, and keep the hashes of the files
+    /// it reads with [`read_input`].
+    pub fn record<R>(f: impl FnOnce() -> R) -> (R, Inputs) {
+        let outer = INPUTS.with(|i| i.replace(Some(Vec::new())));
+        let result = f();
+        let hashes = INPUTS.with(|i| i.replace(outer)).unwrap_or_default();
+        (result, Inputs(hashes))
+    }
+
+    /// `document` (its [`digest`]) with the files' contents folded in; the
+    /// same when it names none.
+    pub fn digest(&self, document: u64) -> u64 {
+        if self.0.is_empty() {
+            return document;
+        }
+        let bytes: Vec<u8> =
+            std::iter::once(document).chain(self.0.iter().copied()).flat_map(u64::to_le_bytes).collect();
+        xxhash_rust::xxh64::xxh64(&bytes, 0)
+    }
 }
 
 /// `value` written out with its tables' keys sorted.
@@ -610,5 +655,29 @@ mod tests {
         assert!(e.is_ok(), "a bare string is a value");
         let bad = digest(file, "name = \n", &[]).unwrap_err();
         assert!(bad.to_string().starts_with("s.toml:1:"), "{bad}");
+    }
+
+    #[test]
+    fn the_files_a_document_names_are_in_its_digest() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-inputs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.csv"), dir.join("b.csv"));
+        std::fs::write(&a, "1,2\n").unwrap();
+        std::fs::write(&b, "3,4\n").unwrap();
+        let read =
+            |files: &[&Path]| Inputs::record(|| files.iter().map(|f| read_input(f).unwrap()).collect::<Vec<_>>());
+        let (texts, ab) = read(&[&a, &b]);
+        assert_eq!(texts, ["1,2\n", "3,4\n"]);
+        assert_eq!(read(&[]).1.digest(7), 7, "no file: the document's digest");
+        assert_ne!(ab.digest(7), 7);
+        assert_eq!(read(&[&a, &b]).1.digest(7), ab.digest(7));
+        assert_ne!(read(&[&b, &a]).1.digest(7), ab.digest(7), "order counts");
+        std::fs::write(&b, "3,5\n").unwrap();
+        assert_ne!(read(&[&a, &b]).1.digest(7), ab.digest(7), "contents count");
+        // Outside `record` nothing is kept.
+        read_input(&a).unwrap();
+        assert_eq!(read(&[]).1, Inputs::default());
+        assert!(read_input(&dir.join("none.csv")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

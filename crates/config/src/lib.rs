@@ -22,7 +22,7 @@ mod error;
 pub mod registry;
 pub mod units;
 
-pub use document::{digest, parse, Source, SYNTAX};
+pub use document::{digest, parse, read_input, Inputs, Source, SYNTAX};
 pub use error::Error;
 pub use toml::Spanned;
 pub use units::{duration, nanos, parse_duration, parse_nanos, parse_size, size, Dur};

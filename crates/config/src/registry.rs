@@ -3,13 +3,21 @@
 //! adds with [`Registry::register`], and [`Params`], one factory's typed
 //! parameters behind a trait object.
 //!
+//! Every extension point is a [`Kind`] (what its factories build and from
+//! what); the kind implements [`Extends`] for each type of its own trait
+//! (`SchemeType`, `AqmType`, …), [`Typed`] makes that type a [`Factory`],
+//! and a [`Config`] is one factory with its parameters, read from a table
+//! that names it.
+//!
 //! A name matches ignoring case, `_` for `-`, and with its hyphens
 //! dropped (`RingHash` is `ring-hash`); aliases match ignoring case.
 
 use std::any::Any;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::RwLock;
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// What a registry holds: something with a name.
@@ -185,10 +193,216 @@ impl ParamError {
     }
 }
 
+/// An extension point: what its factories build, and from what.
+pub trait Kind: Sized + 'static {
+    /// What a factory builds (`Box<dyn Scheme>`, …).
+    type Output;
+    /// What a build is given besides the parameters (`()` for nothing).
+    type Context<'a>;
+    /// The key that names the factory in a table (`"kind"`).
+    const KEY: &'static str;
+    /// The word for one factory in errors (`"queue discipline"`).
+    const WHAT: &'static str;
+    /// The registry of this kind.
+    fn registry() -> &'static Registry<dyn Factory<Self>>;
+    /// The configuration of a table that names nothing.
+    fn default_config() -> Config<Self>;
+}
+
+/// How a kind configures and builds `T`, one of its types: implemented by
+/// each kind once, for every type of its own trait.
+pub trait Extends<T: 'static>: Kind {
+    /// The name, as the kind's key gives it.
+    const NAME: &'static str;
+    /// Other names accepted for it.
+    const ALIASES: &'static [&'static str] = &[];
+    /// The parameters: the table's other keys.
+    type Params: Serialize + DeserializeOwned + Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
+    /// The parameters of a table with the name alone, if `T` has them.
+    fn default_params() -> Option<Self::Params> {
+        None
+    }
+    /// Check the parameters (the first bad one, named by its key).
+    fn check(_params: &Self::Params) -> Result<(), ParamError> {
+        Ok(())
+    }
+    /// `T` configured by `params`.
+    fn build(params: &Self::Params, ctx: Self::Context<'_>) -> Self::Output;
+}
+
+/// A factory of kind `K` in its registry (object safe; [`Typed`]
+/// implements it for every type the kind extends).
+pub trait Factory<K: Kind>: Named + Send + Sync + 'static {
+    /// The parameters from a table without the kind's key.
+    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
+    /// The parameters of a table with the name alone, if there are.
+    fn default_params(&self) -> Option<Box<dyn Params>>;
+    /// Check parameters this factory made.
+    fn check(&self, params: &dyn Params) -> Result<(), ParamError>;
+    /// Build from parameters this factory made ([`Config`] keeps them
+    /// together).
+    fn build(&self, params: &dyn Params, ctx: K::Context<'_>) -> K::Output;
+}
+
+/// The [`Factory`] of `T` in kind `K`.
+pub struct Typed<K, T>(PhantomData<fn() -> (K, T)>);
+
+impl<K: Extends<T>, T: 'static> Typed<K, T> {
+    /// The factory.
+    pub const NEW: Typed<K, T> = Typed(PhantomData);
+
+    fn typed(params: &dyn Params) -> &K::Params {
+        params.as_any().downcast_ref().expect("a factory is only given the parameters it made")
+    }
+
+    /// Add `T` to the kind's registry, by its name and aliases.
+    pub fn register() -> Result<(), NameTaken> {
+        K::registry().register(Box::leak(Box::new(Self::NEW)))
+    }
+}
+
+impl<K: Extends<T>, T: 'static> Named for Typed<K, T> {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        K::ALIASES
+    }
+}
+
+impl<K: Extends<T>, T: 'static> Factory<K> for Typed<K, T> {
+    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
+        parse_params::<K::Params>(params)
+    }
+
+    fn default_params(&self) -> Option<Box<dyn Params>> {
+        K::default_params().map(|p| Box::new(p) as Box<dyn Params>)
+    }
+
+    fn check(&self, params: &dyn Params) -> Result<(), ParamError> {
+        K::check(Self::typed(params))
+    }
+
+    fn build(&self, params: &dyn Params, ctx: K::Context<'_>) -> K::Output {
+        K::build(Self::typed(params), ctx)
+    }
+}
+
+/// One factory of kind `K` and its parameters, as a table gives them.
+pub struct Config<K: Kind> {
+    factory: &'static dyn Factory<K>,
+    params: Box<dyn Params>,
+}
+
+impl<K: Kind> Config<K> {
+    /// `T` with `params`, checked (`T` need not be registered).
+    pub fn new<T: 'static>(params: <K as Extends<T>>::Params) -> Result<Self, ParamError>
+    where
+        K: Extends<T>,
+    {
+        K::check(&params)?;
+        Ok(Config { factory: Box::leak(Box::new(Typed::<K, T>::NEW)), params: Box::new(params) })
+    }
+
+    /// `factory` with the parameters of a table naming it alone, if it has
+    /// them.
+    pub fn with_defaults(factory: &'static dyn Factory<K>) -> Option<Self> {
+        factory.default_params().map(|params| Config { factory, params })
+    }
+
+    /// The factory and parameters a table names under the kind's key (the
+    /// rest of the table being the parameters), checked.
+    pub fn from_table(mut table: toml::Table) -> Result<Self, ParamError> {
+        let (factory, params) = from_table(K::registry(), &mut table, K::KEY, K::WHAT, |f, t| f.parse(t))?;
+        factory.check(&*params)?;
+        Ok(Config { factory, params })
+    }
+
+    /// The factory.
+    pub fn factory(&self) -> &'static dyn Factory<K> {
+        self.factory
+    }
+
+    /// The factory's name.
+    pub fn name(&self) -> &'static str {
+        self.factory.name()
+    }
+
+    /// The parameters, when they are a `T`.
+    pub fn params<T: 'static>(&self) -> Option<&T> {
+        self.params.as_any().downcast_ref()
+    }
+
+    /// The parameters to change, when they are a `T`.
+    pub fn params_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        self.params.as_any_mut().downcast_mut()
+    }
+
+    /// The parameters as TOML values, in declaration order.
+    pub fn fields(&self) -> Vec<(String, toml::Value)> {
+        self.params.fields()
+    }
+
+    /// What the factory builds from these parameters.
+    pub fn build(&self, ctx: K::Context<'_>) -> K::Output {
+        self.factory.build(&*self.params, ctx)
+    }
+}
+
+impl<K: Kind> Default for Config<K> {
+    fn default() -> Self {
+        K::default_config()
+    }
+}
+
+impl<K: Kind> Clone for Config<K> {
+    fn clone(&self) -> Self {
+        Config { factory: self.factory, params: self.params.clone_box() }
+    }
+}
+
+impl<K: Kind> PartialEq for Config<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name() && self.params.eq_dyn(&*other.params)
+    }
+}
+
+impl<K: Kind> fmt::Debug for Config<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config").field(K::KEY, &self.name()).field("params", &self.params).finish()
+    }
+}
+
+/// As a table: the kind's key with the name, then the parameters.
+impl<K: Kind> Serialize for Config<K> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let fields = self.fields();
+        let mut map = s.serialize_map(Some(fields.len() + 1))?;
+        map.serialize_entry(K::KEY, self.name())?;
+        for (k, v) in &fields {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// From a table, as [`Config::from_table`] reads it.
+impl<'de, K: Kind> serde::Deserialize<'de> for Config<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let table = toml::Table::deserialize(d)?;
+        Config::from_table(table).map_err(|e| {
+            let named = e.field.is_empty() || e.message.contains(&format!("`{}`", e.field));
+            serde::de::Error::custom(if named { e.message } else { format!("{}: {}", e.field, e.message) })
+        })
+    }
+}
+
 /// The factory a table names under `key` (which is taken out of it, the
 /// rest being the factory's parameters), and those parameters read by
 /// `parse`; `what` words the kind of factory in errors ("scheme").
-pub fn from_table<F: ?Sized + Named + 'static, P>(
+fn from_table<F: ?Sized + Named + 'static, P>(
     registry: &Registry<F>,
     table: &mut toml::Table,
     key: &str,

@@ -111,7 +111,7 @@ impl<E: Copy> Wheel<E> {
     /// Put an event due within the horizon in its slot: at the end, or in
     /// the clock's slot (sorted, being popped) after every event due at or
     /// before it. Other slots are sorted when the clock reaches them.
-    #[inline]
+    #[inline(always)]
     fn file(&mut self, at: Nanos, ev: E) {
         let s = at >> SLOT_BITS;
         let i = s as usize % SLOTS;

@@ -19,10 +19,9 @@
 //! `TcpNewReno` (`tcp-congestion-ops.cc`) and `TcpDCTCP` (`tcp-dctcp.cc`).
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use fulcrum_balance::Empty;
-use fulcrum_config::registry::{parse_params, Named, Registry};
+use fulcrum_config::registry::{Extends, Factory, Kind, Registry, Typed};
 pub use fulcrum_config::registry::{NameTaken, ParamError, Params};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -108,128 +107,59 @@ pub trait CongestionType: 'static {
     fn build(params: &Self::Params) -> Box<dyn CongestionControl>;
 }
 
-/// An algorithm's entry in the registry ([`TypedCongestion`] of a
-/// [`CongestionType`]).
-pub trait CongestionFactory: Named + Send + Sync + 'static {
-    /// The parameters from a table without its `kind`.
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
-    /// Check parameters this factory made.
-    fn check(&self, params: &dyn Params) -> Result<(), ParamError>;
-    /// A flow's controller, configured by parameters this factory made.
-    fn build(&self, params: &dyn Params) -> Box<dyn CongestionControl>;
-}
+/// The kind of the algorithms: a [`CongestionType`] configured by a
+/// `tcp.congestion` table builds one flow's [`CongestionControl`].
+pub struct Congestion;
 
-/// The [`CongestionFactory`] of a [`CongestionType`].
-pub struct TypedCongestion<C>(PhantomData<fn() -> C>);
+impl Kind for Congestion {
+    type Output = Box<dyn CongestionControl>;
+    type Context<'a> = ();
+    const KEY: &'static str = "kind";
+    const WHAT: &'static str = "congestion control";
 
-impl<C: CongestionType> TypedCongestion<C> {
-    /// The factory of `C`.
-    pub const NEW: TypedCongestion<C> = TypedCongestion(PhantomData);
+    fn registry() -> &'static Registry<dyn Factory<Congestion>> {
+        &ALGORITHMS
+    }
 
-    fn typed(params: &dyn Params) -> &C::Params {
-        params.as_any().downcast_ref().expect("a factory is only given the parameters it made")
+    /// DCTCP with g = 1/16.
+    fn default_config() -> Config {
+        Config::new::<Dctcp>(DctcpParams::default()).unwrap_or_else(|_| unreachable!("DCTCP's default g is valid"))
     }
 }
 
-impl<C: CongestionType> Named for TypedCongestion<C> {
-    fn name(&self) -> &'static str {
-        C::NAME
-    }
-}
+impl<C: CongestionType> Extends<C> for Congestion {
+    const NAME: &'static str = C::NAME;
+    type Params = C::Params;
 
-impl<C: CongestionType> CongestionFactory for TypedCongestion<C> {
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
-        parse_params::<C::Params>(params)
+    fn check(params: &C::Params) -> Result<(), ParamError> {
+        C::check(params)
     }
 
-    fn check(&self, params: &dyn Params) -> Result<(), ParamError> {
-        C::check(Self::typed(params))
-    }
-
-    fn build(&self, params: &dyn Params) -> Box<dyn CongestionControl> {
-        C::build(Self::typed(params))
+    fn build(params: &C::Params, (): ()) -> Box<dyn CongestionControl> {
+        C::build(params)
     }
 }
 
 /// The built-in algorithms.
-pub const BUILT_IN: [&dyn CongestionFactory; 2] = [&TypedCongestion::<Dctcp>::NEW, &TypedCongestion::<NewReno>::NEW];
+pub const BUILT_IN: [&dyn Factory<Congestion>; 2] =
+    [&Typed::<Congestion, Dctcp>::NEW, &Typed::<Congestion, NewReno>::NEW];
 
-static ALGORITHMS: Registry<dyn CongestionFactory> = Registry::new(&BUILT_IN);
+static ALGORITHMS: Registry<dyn Factory<Congestion>> = Registry::new(&BUILT_IN);
 
 /// Add `C` to the algorithms a scenario can name.
 pub fn register<C: CongestionType>() -> Result<(), NameTaken> {
-    ALGORITHMS.register(Box::leak(Box::new(TypedCongestion::<C>::NEW)))
+    Typed::<Congestion, C>::register()
 }
 
 /// Every algorithm: the built-ins, then the registered ones.
-pub fn algorithms() -> Vec<&'static dyn CongestionFactory> {
+pub fn algorithms() -> Vec<&'static dyn Factory<Congestion>> {
     ALGORITHMS.all()
 }
 
-/// An algorithm and its parameters, as a `tcp.congestion` table gives them.
-pub struct Config {
-    factory: &'static dyn CongestionFactory,
-    params: Box<dyn Params>,
-}
-
-impl Config {
-    /// `C` with `params`, checked (`C` need not be registered).
-    pub fn new<C: CongestionType>(params: C::Params) -> Result<Config, ParamError> {
-        C::check(&params)?;
-        Ok(Config { factory: Box::leak(Box::new(TypedCongestion::<C>::NEW)), params: Box::new(params) })
-    }
-
-    /// The algorithm's name.
-    pub fn name(&self) -> &'static str {
-        self.factory.name()
-    }
-
-    /// The parameters, when they are a `T` (the algorithm's `Params`).
-    pub fn params<T: 'static>(&self) -> Option<&T> {
-        self.params.as_any().downcast_ref()
-    }
-
-    /// The algorithm a table names (`kind`), with the rest of the table as
-    /// its parameters, checked.
-    pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
-        let (factory, params) =
-            fulcrum_config::registry::from_table(&ALGORITHMS, &mut table, "kind", "congestion control", |f, t| {
-                f.parse(t)
-            })?;
-        factory.check(&*params)?;
-        Ok(Config { factory, params })
-    }
-
-    /// A new flow's controller.
-    pub fn build(&self) -> Box<dyn CongestionControl> {
-        self.factory.build(&*self.params)
-    }
-}
-
-/// DCTCP with g = 1/16.
-impl Default for Config {
-    fn default() -> Self {
-        Config { factory: BUILT_IN[0], params: Box::new(DctcpParams::default()) }
-    }
-}
-
-impl Clone for Config {
-    fn clone(&self) -> Self {
-        Config { factory: self.factory, params: self.params.clone_box() }
-    }
-}
-
-impl PartialEq for Config {
-    fn eq(&self, other: &Self) -> bool {
-        self.name() == other.name() && self.params.eq_dyn(&*other.params)
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config").field("kind", &self.name()).field("params", &self.params).finish()
-    }
-}
+/// An algorithm and its parameters, as a `tcp.congestion` table gives them
+/// (`kind` and the algorithm's keys); [`Config::build`] makes a new flow's
+/// controller with `()`.
+pub type Config = fulcrum_config::registry::Config<Congestion>;
 
 /// NewReno (`kind = "new-reno"`, no parameters): every default of
 /// [`CongestionControl`].
@@ -379,7 +309,7 @@ mod tests {
     fn the_built_ins_are_named_and_checked() {
         let names: Vec<&str> = algorithms().iter().map(|a| a.name()).collect();
         assert_eq!(names, ["dctcp", "new-reno"]);
-        assert_eq!(Config::from_table(table("kind = \"newreno\"")).unwrap().build().name(), "new-reno");
+        assert_eq!(Config::from_table(table("kind = \"newreno\"")).unwrap().build(()).name(), "new-reno");
         let dctcp = Config::from_table(table("kind = \"dctcp\"\ng = 0.125")).unwrap();
         assert_eq!(dctcp.params::<DctcpParams>(), Some(&DctcpParams { g: 0.125 }));
         assert_eq!(Config::from_table(table("kind = \"dctcp\"")).unwrap(), Config::default());

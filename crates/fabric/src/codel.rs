@@ -32,7 +32,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aqm::{Aqm, AqmHooks, AqmType, Departure, ParamError};
+use crate::aqm::{Aqm, AqmHooks, AqmType, ParamError};
 use crate::packet::Nanos;
 
 /// ns-3's CoDel time unit: nanoseconds shifted right by 10.
@@ -106,8 +106,8 @@ impl Aqm for CoDelRule {
         AqmHooks { arrival: false, empty: true, requiet: false }
     }
 
-    fn on_departure(&mut self, d: &Departure) -> bool {
-        self.state.on_dequeue(&self.params, d.now, d.sojourn, d.bytes, d.ect)
+    fn on_departure(&mut self, now: Nanos, sojourn: Nanos, _queued: u32, bytes: u64, ect: bool) -> bool {
+        self.state.on_dequeue(&self.params, now, sojourn, bytes, ect)
     }
 
     fn on_empty(&mut self) {

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use crate::aqm::{Aqm, Arrival, Departure};
+use crate::aqm::{Aqm, Arrival};
 use crate::packet::{Nanos, Packet};
 use crate::ring;
 
@@ -193,14 +193,7 @@ impl Qdisc {
     /// The dequeue's marking rule for `p`, just taken off the FIFO.
     #[inline]
     fn leave(&mut self, now: Nanos, mut p: Packet) -> Packet {
-        let d = Departure {
-            now,
-            sojourn: now - p.enqueued,
-            queued: self.fifo.len() as u32,
-            bytes: self.bytes,
-            ect: p.ect(),
-        };
-        let mark = self.rule.on_departure(&d);
+        let mark = self.rule.on_departure(now, now - p.enqueued, self.fifo.len() as u32, self.bytes, p.ect());
         if self.requiet {
             self.quiet = self.rule.quiet();
         }

@@ -109,6 +109,8 @@ pub struct Scenario {
     pub scheduler_port_ids: Option<Vec<u32>>,
     /// The flows of a `list` workload, read with the scenario.
     pub flow_list: Vec<FlowSpec>,
+    /// The files it named (flow list, CDF), for the results' provenance.
+    pub inputs: fulcrum_config::Inputs,
     /// `topology` built once when loaded: named ports resolve against it
     /// and every run starts from a copy. Private, so that a `Scenario`
     /// only comes from [`Scenario::parse`], which sets it.
@@ -894,6 +896,11 @@ impl Scenario {
     /// sections are checked, then the topology is built and the ports, the
     /// flow list and the CDF the scenario names are resolved against it.
     pub fn parse(text: &str, path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        let (scenario, inputs) = fulcrum_config::Inputs::record(|| Scenario::read(text, path, sets));
+        Ok(Scenario { inputs, ..scenario? })
+    }
+
+    fn read(text: &str, path: &Path, sets: &[String]) -> Result<Scenario, ScenarioError> {
         let (raw, src): (RawScenario, Source) = fulcrum_config::parse(path, text, sets)?;
         raw.check().map_err(|(field, message)| src.error_in(&field, message))?;
         let (shape, delay) = raw.topology.shape();
@@ -913,7 +920,7 @@ impl Scenario {
             Workload::List { file, format, .. } => {
                 let list_path = dir.join(file);
                 let classes = raw.scheduler.as_ref().map_or(1, SchedulerCfg::classes) as u32;
-                let text = std::fs::read_to_string(&list_path)
+                let text = fulcrum_config::read_input(&list_path)
                     .map_err(|e| src.error_in("workload.file", format!("{}: {e}", list_path.display())))?;
                 let delays = raw.hosts.delay_classes.len() as u32;
                 match format {
@@ -967,6 +974,7 @@ impl Scenario {
             cdf,
             scheduler_port_ids,
             flow_list,
+            inputs: fulcrum_config::Inputs::default(),
             fabric,
         })
     }
@@ -1236,7 +1244,7 @@ mod tests {
         assert_eq!(err, "--set buffers.device_packets=0: buffers.device_packets: must be above 0 (found 0)");
         assert_eq!(parse(&base(), &["nonsense"]).unwrap_err(), "--set nonsense: (syntax): expected KEY=VALUE");
         let s = parse(&base(), &["routing.scheme=presto", "routing.flowcell=\"32KiB\""]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 32_768, weighted: false }));
+        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 32_768, weighted: false }).unwrap());
     }
 
     #[test]
@@ -1252,11 +1260,11 @@ mod tests {
         assert_eq!(parse(&base(), &[]).unwrap().routing(), lb::Config::default());
         let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
         let s = parse(&with("scheme = \"letflow\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<lb::LetFlow>(LetFlowParams { flowlet_gap: 500_000 }));
+        assert_eq!(s.routing(), lb::Config::new::<lb::LetFlow>(LetFlowParams { flowlet_gap: 500_000 }).unwrap());
         let s = parse(&with("scheme = \"presto\"\nweighted = true"), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 65_536, weighted: true }));
+        assert_eq!(s.routing(), lb::Config::new::<Presto>(PrestoParams { flowcell: 65_536, weighted: true }).unwrap());
         let s = parse(&base(), &["routing.scheme=drill"]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<lb::Drill>(DrillParams { d: 2, memory: 1 }));
+        assert_eq!(s.routing(), lb::Config::new::<lb::Drill>(DrillParams { d: 2, memory: 1 }).unwrap());
         let err = parse(&with("scheme = \"drill\"\nd = 0"), &[]).unwrap_err();
         assert!(err.ends_with("x.toml:69:5: routing.d: sample 1 to 64 queues (found 0)"), "{err}");
         let err = parse(&with("scheme = \"letflow\"\nflowlet_gap = \"0us\""), &[]).unwrap_err();
@@ -1275,23 +1283,23 @@ mod tests {
     fn sensing_schemes_parse_with_defaults_and_checked_fields() {
         let with = |extra: &str| format!("{}\n[routing]\n{extra}\n", base());
         let s = parse(&with("scheme = \"conga\""), &[]).unwrap();
-        assert_eq!(s.routing(), lb::Config::new::<lb::CongaScheme>(CongaParams::default()));
+        assert_eq!(s.routing(), lb::Config::new::<lb::CongaScheme>(CongaParams::default()).unwrap());
         let s = parse(&with("scheme = \"clove\"\nhalf_rtt = \"60us\""), &[]).unwrap();
         assert_eq!(
             s.routing(),
-            lb::Config::new::<lb::CloveScheme>(CloveParams { half_rtt: 60_000, ..CloveParams::default() })
+            lb::Config::new::<lb::CloveScheme>(CloveParams { half_rtt: 60_000, ..CloveParams::default() }).unwrap()
         );
         let s = parse(&base(), &["routing.scheme=flowbender", "routing.reroute_on_timeout=false"]).unwrap();
         let fb = FlowBenderParams { reroute_on_timeout: false, ..FlowBenderParams::default() };
-        assert_eq!(s.routing(), lb::Config::new::<lb::FlowBenderScheme>(fb));
+        assert_eq!(s.routing(), lb::Config::new::<lb::FlowBenderScheme>(fb).unwrap());
         let s = parse(&with("scheme = \"hermes\"\nmin_bytes = 100000\nmax_rate_gbps = 2.5"), &[]).unwrap();
         let h = HermesParams { min_bytes: 100_000, max_rate_bps: 2_500_000_000, ..HermesParams::default() };
-        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
+        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h).unwrap());
         let s =
             parse(&base(), &["routing.scheme=hermes", "routing.reverse_ack=true", "routing.acklet_timeout=\"200us\""])
                 .unwrap();
         let h = HermesParams { reverse_ack: true, acklet_timeout: 200_000, ..HermesParams::default() };
-        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h));
+        assert_eq!(s.routing(), lb::Config::new::<lb::HermesScheme>(h).unwrap());
         for (text, field) in [
             ("scheme = \"conga\"\nq_bits = 7", "69:10: routing.q_bits: "),
             ("scheme = \"conga\"\nalpha = 1.5", "69:9: routing.alpha: "),

@@ -345,9 +345,11 @@ impl Sender {
             }
         }
         let counted = if grow.is_none() { 1 } else { fresh };
-        self.pkts_acked(cfg, counted, ece, ack);
+        // One view for both calls: counting the ACK changes no field of it.
+        let w = self.window(cfg);
+        self.cc.pkts_acked(&w, counted, ece, ack);
         if let Some(n) = grow {
-            self.increase_window(cfg, n);
+            self.cwnd = self.cc.increase(&w, n);
         }
         self.snd_una = ack;
         self.snd_nxt = self.snd_nxt.max(ack);
@@ -395,11 +397,6 @@ impl Sender {
     fn retransmit(&mut self, seq: u32) {
         self.retx = Some(seq);
         self.retrans_out += 1;
-    }
-
-    /// The controller's growth for an ACK of `n` segments.
-    fn increase_window(&mut self, cfg: &TcpConfig, n: u32) {
-        self.cwnd = self.cc.increase(&self.window(cfg), n);
     }
 
     /// The controller counts an ACK (ns-3's `PktsAcked`).
@@ -578,7 +575,7 @@ mod tests {
     }
 
     fn sender(cfg: &Setup, bytes: u64) -> Sender {
-        Sender::new(cfg, bytes, cfg.cc.build())
+        Sender::new(cfg, bytes, cfg.cc.build(()))
     }
 
     fn open(cfg: &Setup, segs: u32) -> Sender {

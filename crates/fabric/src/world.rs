@@ -314,6 +314,8 @@ pub struct World {
     start_order: Vec<u32>,
     next: usize,
     next_start: Nanos,
+    /// Time of the `Start` event in the queue (`Nanos::MAX`: none).
+    wake_at: Nanos,
     /// Flows started, and `Start` events handled (each start counts as an
     /// event, the wake-ups that do it do not: see [`World::events`]).
     started: u64,
@@ -414,19 +416,22 @@ impl World {
                     _ if plain => {
                         let host = matches!(p.from, End::Host(_));
                         let limit = if host { cfg.host_limit } else { u32::MAX };
-                        let rule =
-                            if host && !delayed && cfg.nic_marking { cfg.marking.build() } else { Box::new(DropTail) };
+                        let rule = if host && !delayed && cfg.nic_marking {
+                            cfg.marking.build(())
+                        } else {
+                            Box::new(DropTail)
+                        };
                         Scheduler::fifo(Qdisc::new(limit, rule))
                     }
                     Some((policy, n)) if scheduled => Scheduler::new(
                         policy.clone(),
                         (0..*n)
                             .map(|c| {
-                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).unwrap_or(&cfg.marking).build())
+                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).unwrap_or(&cfg.marking).build(()))
                             })
                             .collect(),
                     ),
-                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build())),
+                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build(()))),
                 };
                 Port {
                     qdisc,
@@ -471,6 +476,7 @@ impl World {
             start_order,
             next: 0,
             next_start,
+            wake_at: next_start,
             started: 0,
             wakes: 0,
             data_packets: 0,
@@ -1005,7 +1011,10 @@ impl World {
     /// have a `Start` event wake the model at the next one's. Called
     /// before the first event handled at or after `next_start`, so that
     /// flows open before anything else happens at their start time.
-    fn start_due(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
+    fn start_due(&mut self, now: Nanos, popped_start: bool, q: &mut Wheel<Ev>) {
+        if popped_start {
+            self.wake_at = Nanos::MAX;
+        }
         while self.next_start <= now {
             let f = self.start_order[self.next] as usize;
             self.next += 1;
@@ -1013,7 +1022,15 @@ impl World {
                 self.start_order.get(self.next).map_or(Nanos::MAX, |&i| self.flows[i as usize].spec.start);
             self.start(now, f, q);
         }
-        if self.next_start != Nanos::MAX {
+        self.wake(now, q);
+    }
+
+    /// Have a `Start` event wake the model at the next start time, unless
+    /// one is queued for it, or for now: that one, popping next at this
+    /// time, schedules the next wake-up itself (one event instead of two).
+    fn wake(&mut self, now: Nanos, q: &mut Wheel<Ev>) {
+        if self.next_start != Nanos::MAX && self.wake_at != self.next_start && self.wake_at != now {
+            self.wake_at = self.next_start;
             q.schedule(self.next_start, Ev::Start);
         }
     }
@@ -1031,7 +1048,7 @@ impl World {
         let flow = &mut self.flows[f];
         let bytes = flow.spec.bytes;
         let segs = bytes.div_ceil(self.cfg.tcp.mss as u64).max(1) as u32;
-        let mut sender = Sender::new(&self.cfg.tcp, bytes, self.cfg.congestion.build());
+        let mut sender = Sender::new(&self.cfg.tcp, bytes, self.cfg.congestion.build(()));
         sender.on_syn_sent(now);
         let rec = Record { first_tx: Some(now), ..Record::default() };
         flow.state = State::Live(Box::new(Live {
@@ -1254,13 +1271,20 @@ impl Model for World {
     fn handle(&mut self, now: Nanos, ev: Ev, q: &mut Wheel<Ev>) {
         self.now = now;
         if now >= self.next_start {
-            self.start_due(now, q);
+            self.start_due(now, matches!(ev, Ev::Start), q);
         }
         match ev {
             Ev::Tx(port) => self.tx_done(now, port as usize, q),
             Ev::Arrive(port) => self.arrive(now, port as usize, q),
             Ev::Release(fifo) => self.release(now, fifo as usize, q),
-            Ev::Start => self.wakes += 1,
+            Ev::Start => {
+                self.wakes += 1;
+                if self.wake_at == now {
+                    // Flows due now were opened by an earlier event.
+                    self.wake_at = Nanos::MAX;
+                    self.wake(now, q);
+                }
+            }
             Ev::Timer(f) => self.timer(now, f as usize, q),
             Ev::Sample => self.sample(now, q),
             Ev::Throughput => self.sample_throughput(now, q),

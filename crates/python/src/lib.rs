@@ -80,7 +80,7 @@ fn sim(
     let stem = file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
     let scenario =
         fulcrum_sim::Scenario::parse_with(from.text, file, sets, &stem, from.base_dir).map_err(scenario_error)?;
-    let digest = fulcrum_config::digest(file, from.text, sets).map_err(scenario_error)?;
+    let digest = scenario.inputs.digest(fulcrum_config::digest(file, from.text, sets).map_err(scenario_error)?);
     let mut plan = fulcrum_sim::Plan::for_scenario(&scenario);
     plan.seed = seed.unwrap_or(plan.seed);
     plan.runs = runs;
@@ -105,7 +105,7 @@ fn fabric(
     let file = Path::new(from.name);
     let path = from.base_dir.join(file.file_name().unwrap_or(file.as_os_str()));
     let scenario = fulcrum_fabric::Scenario::parse(from.text, &path, sets).map_err(scenario_error)?;
-    let digest = fulcrum_config::digest(&path, from.text, sets).map_err(scenario_error)?;
+    let digest = scenario.inputs.digest(fulcrum_config::digest(&path, from.text, sets).map_err(scenario_error)?);
     let seed = seed.unwrap_or(scenario.seed);
     let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     let started = Instant::now();
@@ -130,14 +130,6 @@ fn json_to_toml(json: &str) -> PyResult<String> {
     toml::to_string(&value).map_err(|e| ScenarioError::new_err(format!("the scenario dictionary: {e}")))
 }
 
-/// The digest of a scenario's text after `sets` (the provenance's
-/// `scenario_hash`).
-#[pyfunction]
-fn scenario_hash(text: &str, origin: &str, sets: Vec<String>) -> PyResult<String> {
-    let digest = fulcrum_config::digest(Path::new(origin), text, &sets).map_err(scenario_error)?;
-    Ok(fulcrum_version::Provenance::hash_text(digest))
-}
-
 #[pymodule]
 fn _fulcrum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", fulcrum_version::VERSION)?;
@@ -145,6 +137,5 @@ fn _fulcrum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(json_to_toml, m)?)?;
-    m.add_function(wrap_pyfunction!(scenario_hash, m)?)?;
     Ok(())
 }

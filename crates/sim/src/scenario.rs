@@ -60,6 +60,9 @@ pub struct Scenario {
     /// Outlier detection, slow start, retries and the panic threshold (all
     /// off unless the scenario turns them on).
     pub resilience: Resilience,
+    /// The files it named (trace, empirical samples), for the results'
+    /// provenance.
+    pub inputs: fulcrum_config::Inputs,
 }
 
 /// How clients send.
@@ -849,6 +852,18 @@ impl Scenario {
         default_name: &str,
         base_dir: &Path,
     ) -> Result<Scenario, ScenarioError> {
+        let (scenario, inputs) =
+            fulcrum_config::Inputs::record(|| Scenario::resolve(text, file, sets, default_name, base_dir));
+        Ok(Scenario { inputs, ..scenario? })
+    }
+
+    fn resolve(
+        text: &str,
+        file: &Path,
+        sets: &[String],
+        default_name: &str,
+        base_dir: &Path,
+    ) -> Result<Scenario, ScenarioError> {
         let (raw, src): (RawScenario, Source) = with_base_dir(base_dir, || fulcrum_config::parse(file, text, sets))?;
         let clients = raw.clients.validate(&src, base_dir)?;
         let network = raw.network.validate();
@@ -880,6 +895,7 @@ impl Scenario {
             metrics,
             events,
             resilience,
+            inputs: fulcrum_config::Inputs::default(),
         };
         scenario.algorithms = raw.algorithms.iter().map(|k| scenario.config_for(k.0)).collect();
         Ok(scenario)

@@ -65,7 +65,7 @@ impl Trace {
 
     /// Read the trace at `path`.
     pub fn load(path: &Path) -> Result<Trace, Error> {
-        let text = std::fs::read_to_string(path)
+        let text = fulcrum_config::read_input(path)
             .map_err(|e| Error::new(path, "(file)", format!("cannot read the trace: {e}")))?;
         Trace::parse(&text, path)
     }

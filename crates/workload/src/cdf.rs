@@ -81,7 +81,7 @@ impl Cdf {
 
     /// Read and parse a CDF file; errors name the file and line.
     pub fn load(path: &Path) -> Result<Cdf, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = fulcrum_config::read_input(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Cdf::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 

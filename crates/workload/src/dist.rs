@@ -195,7 +195,7 @@ fn resolve(file: &Path) -> PathBuf {
 /// Read an empirical sample file: one value in milliseconds per line; blank
 /// lines and lines starting with `#` are skipped.
 pub fn read_empirical(path: &Path) -> Result<Vec<Nanos>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = fulcrum_config::read_input(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut values = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();

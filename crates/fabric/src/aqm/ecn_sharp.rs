@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Aqm, AqmHooks, AqmType, Departure};
+use super::{Aqm, AqmHooks, AqmType};
 use crate::packet::Nanos;
 
 /// ECN#'s parameters.
@@ -102,9 +102,9 @@ impl Aqm for EcnSharp {
         AqmHooks { arrival: false, empty: false, requiet: true }
     }
 
-    fn on_departure(&mut self, d: &Departure) -> bool {
-        let persistent = self.persistent(d.now, d.sojourn);
-        d.sojourn > self.params.threshold || persistent
+    fn on_departure(&mut self, now: Nanos, sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> bool {
+        let persistent = self.persistent(now, sojourn);
+        sojourn > self.params.threshold || persistent
     }
 
     /// A sojourn of zero leaves the state alone only with a target above

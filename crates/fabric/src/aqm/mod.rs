@@ -30,10 +30,9 @@ pub mod ecn_sharp;
 pub mod threshold;
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use fulcrum_balance::Empty;
-use fulcrum_config::registry::{parse_params, Named, Registry};
+use fulcrum_config::registry::{Extends, Factory, Kind, Registry, Typed};
 pub use fulcrum_config::registry::{NameTaken, ParamError, Params};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -52,20 +51,6 @@ pub struct Arrival {
     pub queued: u32,
     /// Their wire bytes.
     pub bytes: u64,
-}
-
-/// A packet leaving a discipline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Departure {
-    pub now: Nanos,
-    /// Time since it arrived.
-    pub sojourn: Nanos,
-    /// Packets left behind it.
-    pub queued: u32,
-    /// Their wire bytes.
-    pub bytes: u64,
-    /// The packet is ECN-capable (only those are marked).
-    pub ect: bool,
 }
 
 /// The calls a rule needs ([`Aqm::hooks`]; all by default).
@@ -95,9 +80,11 @@ pub trait Aqm: Send + fmt::Debug {
         false
     }
 
-    /// Whether the departing packet is marked (if ECN-capable and not
-    /// already marked).
-    fn on_departure(&mut self, _d: &Departure) -> bool {
+    /// Whether a packet leaving at `now` is marked (if ECN-capable and not
+    /// already marked): it spent `sojourn` in the queue and leaves `queued`
+    /// packets of `bytes` wire bytes behind it; `ect`: it is ECN-capable.
+    /// (Values, not a struct: this call is on every packet's path.)
+    fn on_departure(&mut self, _now: Nanos, _sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> bool {
         false
     }
 
@@ -130,131 +117,63 @@ pub trait AqmType: 'static {
     fn build(params: &Self::Params) -> Box<dyn Aqm>;
 }
 
-/// A rule's entry in the registry ([`TypedAqm`] of an [`AqmType`]).
-pub trait AqmFactory: Named + Send + Sync + 'static {
-    /// The parameters from an `[aqm]` table without its `kind`.
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
-    /// Check parameters this factory made.
-    fn check(&self, params: &dyn Params) -> Result<(), ParamError>;
-    /// A queue's rule, configured by parameters this factory made.
-    fn build(&self, params: &dyn Params) -> Box<dyn Aqm>;
-}
+/// The kind of the rules: an [`AqmType`] configured by an `[aqm]` table
+/// builds one queue's [`Aqm`].
+pub struct Marking;
 
-/// The [`AqmFactory`] of an [`AqmType`].
-pub struct TypedAqm<A>(PhantomData<fn() -> A>);
+impl Kind for Marking {
+    type Output = Box<dyn Aqm>;
+    type Context<'a> = ();
+    const KEY: &'static str = "kind";
+    const WHAT: &'static str = "queue discipline";
 
-impl<A: AqmType> TypedAqm<A> {
-    /// The factory of `A`.
-    pub const NEW: TypedAqm<A> = TypedAqm(PhantomData);
+    fn registry() -> &'static Registry<dyn Factory<Marking>> {
+        &RULES
+    }
 
-    fn typed(params: &dyn Params) -> &A::Params {
-        params.as_any().downcast_ref().expect("a factory is only given the parameters it made")
+    /// Drop-tail, the rule of queues that do not mark.
+    fn default_config() -> Config {
+        Config::new::<DropTail>(Empty {}).unwrap_or_else(|_| unreachable!("drop-tail has nothing to check"))
     }
 }
 
-impl<A: AqmType> Named for TypedAqm<A> {
-    fn name(&self) -> &'static str {
-        A::NAME
-    }
-}
+impl<A: AqmType> Extends<A> for Marking {
+    const NAME: &'static str = A::NAME;
+    type Params = A::Params;
 
-impl<A: AqmType> AqmFactory for TypedAqm<A> {
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
-        parse_params::<A::Params>(params)
+    fn check(params: &A::Params) -> Result<(), ParamError> {
+        A::check(params)
     }
 
-    fn check(&self, params: &dyn Params) -> Result<(), ParamError> {
-        A::check(Self::typed(params))
-    }
-
-    fn build(&self, params: &dyn Params) -> Box<dyn Aqm> {
-        A::build(Self::typed(params))
+    fn build(params: &A::Params, (): ()) -> Box<dyn Aqm> {
+        A::build(params)
     }
 }
 
 /// The built-in rules.
-pub const BUILT_IN: [&dyn AqmFactory; 5] = [
-    &TypedAqm::<DropTail>::NEW,
-    &TypedAqm::<Red>::NEW,
-    &TypedAqm::<Tcn>::NEW,
-    &TypedAqm::<EcnSharp>::NEW,
-    &TypedAqm::<CoDelRule>::NEW,
+pub const BUILT_IN: [&dyn Factory<Marking>; 5] = [
+    &Typed::<Marking, DropTail>::NEW,
+    &Typed::<Marking, Red>::NEW,
+    &Typed::<Marking, Tcn>::NEW,
+    &Typed::<Marking, EcnSharp>::NEW,
+    &Typed::<Marking, CoDelRule>::NEW,
 ];
 
-static RULES: Registry<dyn AqmFactory> = Registry::new(&BUILT_IN);
+static RULES: Registry<dyn Factory<Marking>> = Registry::new(&BUILT_IN);
 
 /// Add `A` to the rules a scenario can name.
 pub fn register<A: AqmType>() -> Result<(), NameTaken> {
-    RULES.register(Box::leak(Box::new(TypedAqm::<A>::NEW)))
+    Typed::<Marking, A>::register()
 }
 
 /// Every rule: the built-ins, then the registered ones.
-pub fn rules() -> Vec<&'static dyn AqmFactory> {
+pub fn rules() -> Vec<&'static dyn Factory<Marking>> {
     RULES.all()
 }
 
-/// A rule and its parameters, as an `[aqm]` table gives them.
-pub struct Config {
-    factory: &'static dyn AqmFactory,
-    params: Box<dyn Params>,
-}
-
-impl Config {
-    /// `A` with `params`, checked (`A` need not be registered).
-    pub fn new<A: AqmType>(params: A::Params) -> Result<Config, ParamError> {
-        A::check(&params)?;
-        Ok(Config { factory: Box::leak(Box::new(TypedAqm::<A>::NEW)), params: Box::new(params) })
-    }
-
-    /// The rule's name.
-    pub fn name(&self) -> &'static str {
-        self.factory.name()
-    }
-
-    /// The parameters, when they are a `T` (the rule's `Params`).
-    pub fn params<T: 'static>(&self) -> Option<&T> {
-        self.params.as_any().downcast_ref()
-    }
-
-    /// The rule an `[aqm]` table names (`kind`), with the rest of the
-    /// table as its parameters, checked.
-    pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
-        let (factory, params) =
-            fulcrum_config::registry::from_table(&RULES, &mut table, "kind", "queue discipline", |f, t| f.parse(t))?;
-        factory.check(&*params)?;
-        Ok(Config { factory, params })
-    }
-
-    /// A new queue's rule.
-    pub fn build(&self) -> Box<dyn Aqm> {
-        self.factory.build(&*self.params)
-    }
-}
-
-/// Drop-tail, the rule of queues that do not mark.
-impl Default for Config {
-    fn default() -> Self {
-        Config { factory: BUILT_IN[0], params: Box::new(Empty {}) }
-    }
-}
-
-impl Clone for Config {
-    fn clone(&self) -> Self {
-        Config { factory: self.factory, params: self.params.clone_box() }
-    }
-}
-
-impl PartialEq for Config {
-    fn eq(&self, other: &Self) -> bool {
-        self.name() == other.name() && self.params.eq_dyn(&*other.params)
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config").field("kind", &self.name()).field("params", &self.params).finish()
-    }
-}
+/// A rule and its parameters, as an `[aqm]` table gives them (`kind` and
+/// the rule's keys); [`Config::build`] makes a new queue's rule with `()`.
+pub type Config = fulcrum_config::registry::Config<Marking>;
 
 #[cfg(test)]
 mod tests {
@@ -278,7 +197,7 @@ mod tests {
         for (name, text) in names.iter().zip(tables) {
             let cfg = Config::from_table(table(text)).unwrap();
             assert_eq!(cfg.name(), *name);
-            assert_eq!(cfg.build().name(), *name);
+            assert_eq!(cfg.build(()).name(), *name);
             assert_eq!(cfg.clone(), cfg);
         }
         assert_eq!(Config::default().name(), "drop-tail");
@@ -319,6 +238,6 @@ mod tests {
         }
         register::<Never>().unwrap();
         assert!(register::<Never>().is_err());
-        assert_eq!(Config::from_table(table("kind = \"never-marks\"")).unwrap().build().name(), "never-marks");
+        assert_eq!(Config::from_table(table("kind = \"never-marks\"")).unwrap().build(()).name(), "never-marks");
     }
 }

@@ -10,7 +10,7 @@
 use fulcrum_balance::Empty;
 use serde::{Deserialize, Serialize};
 
-use super::{Aqm, AqmHooks, AqmType, Arrival, Departure};
+use super::{Aqm, AqmHooks, AqmType, Arrival};
 use crate::packet::Nanos;
 
 /// Drop-tail: never marks (`kind = "drop-tail"`, no parameters).
@@ -103,8 +103,8 @@ impl Aqm for Tcn {
         AqmHooks { arrival: false, empty: false, requiet: false }
     }
 
-    fn on_departure(&mut self, d: &Departure) -> bool {
-        d.sojourn > self.threshold
+    fn on_departure(&mut self, _now: Nanos, sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> bool {
+        sojourn > self.threshold
     }
 
     /// A sojourn of zero is never above the threshold.

@@ -75,9 +75,8 @@ pub use flowbender::FlowBenderScheme;
 pub use hermes::HermesScheme;
 
 use std::fmt;
-use std::marker::PhantomData;
 
-use fulcrum_config::registry::{parse_params, Named, Registry};
+use fulcrum_config::registry::{Extends, Factory, Kind, Registry, Typed};
 pub use fulcrum_config::registry::{NameTaken, ParamError, Params};
 use fulcrum_des::Streams;
 use serde::de::DeserializeOwned;
@@ -269,135 +268,72 @@ pub trait SchemeType: 'static {
     fn build(params: &Self::Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme>;
 }
 
-/// A scheme's entry in the registry ([`TypedScheme`] of a [`SchemeType`]).
-pub trait SchemeFactory: Named + Send + Sync + 'static {
-    /// The parameters from a `[routing]` table without its `scheme`.
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String>;
-    /// The default parameters.
-    fn default_params(&self) -> Box<dyn Params>;
-    /// Check parameters this factory made.
-    fn check(&self, params: &dyn Params) -> Result<(), ParamError>;
-    /// The scheme configured by parameters this factory made.
-    fn build(&self, params: &dyn Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme>;
-}
+/// The kind of the schemes: a [`SchemeType`] configured by `[routing]`
+/// builds a [`Scheme`] for a fabric and the run's streams.
+pub struct Routing;
 
-/// The [`SchemeFactory`] of a [`SchemeType`].
-pub struct TypedScheme<S>(PhantomData<fn() -> S>);
+impl Kind for Routing {
+    type Output = Box<dyn Scheme>;
+    type Context<'a> = (&'a Fabric, &'a Streams);
+    const KEY: &'static str = "scheme";
+    const WHAT: &'static str = "scheme";
 
-impl<S: SchemeType> TypedScheme<S> {
-    /// The factory of `S`.
-    pub const NEW: TypedScheme<S> = TypedScheme(PhantomData);
+    fn registry() -> &'static Registry<dyn Factory<Routing>> {
+        &SCHEMES
+    }
 
-    fn typed(params: &dyn Params) -> S::Params {
-        params.as_any().downcast_ref::<S::Params>().cloned().unwrap_or_default()
+    /// Per-flow ECMP, the scheme of a scenario without `[routing]`.
+    fn default_config() -> Config {
+        Config::with_defaults(BUILT_IN[0]).unwrap_or_else(|| unreachable!("every scheme has default parameters"))
     }
 }
 
-impl<S: SchemeType> Named for TypedScheme<S> {
-    fn name(&self) -> &'static str {
-        S::NAME
-    }
-}
+impl<S: SchemeType> Extends<S> for Routing {
+    const NAME: &'static str = S::NAME;
+    type Params = S::Params;
 
-impl<S: SchemeType> SchemeFactory for TypedScheme<S> {
-    fn parse(&self, params: toml::Table) -> Result<Box<dyn Params>, String> {
-        parse_params::<S::Params>(params)
+    fn default_params() -> Option<S::Params> {
+        Some(S::Params::default())
     }
 
-    fn default_params(&self) -> Box<dyn Params> {
-        Box::new(S::Params::default())
+    fn check(params: &S::Params) -> Result<(), ParamError> {
+        S::check(params)
     }
 
-    fn check(&self, params: &dyn Params) -> Result<(), ParamError> {
-        S::check(&Self::typed(params))
-    }
-
-    fn build(&self, params: &dyn Params, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
-        S::build(&Self::typed(params), fabric, streams)
+    fn build(params: &S::Params, (fabric, streams): (&Fabric, &Streams)) -> Box<dyn Scheme> {
+        S::build(params, fabric, streams)
     }
 }
 
 /// The built-in schemes.
-pub const BUILT_IN: [&dyn SchemeFactory; 9] = [
-    &TypedScheme::<Ecmp>::NEW,
-    &TypedScheme::<drb::Drb>::NEW,
-    &TypedScheme::<drb::Presto>::NEW,
-    &TypedScheme::<LetFlow>::NEW,
-    &TypedScheme::<Drill>::NEW,
-    &TypedScheme::<CongaScheme>::NEW,
-    &TypedScheme::<CloveScheme>::NEW,
-    &TypedScheme::<FlowBenderScheme>::NEW,
-    &TypedScheme::<HermesScheme>::NEW,
+pub const BUILT_IN: [&dyn Factory<Routing>; 9] = [
+    &Typed::<Routing, Ecmp>::NEW,
+    &Typed::<Routing, drb::Drb>::NEW,
+    &Typed::<Routing, drb::Presto>::NEW,
+    &Typed::<Routing, LetFlow>::NEW,
+    &Typed::<Routing, Drill>::NEW,
+    &Typed::<Routing, CongaScheme>::NEW,
+    &Typed::<Routing, CloveScheme>::NEW,
+    &Typed::<Routing, FlowBenderScheme>::NEW,
+    &Typed::<Routing, HermesScheme>::NEW,
 ];
 
-static SCHEMES: Registry<dyn SchemeFactory> = Registry::new(&BUILT_IN);
+static SCHEMES: Registry<dyn Factory<Routing>> = Registry::new(&BUILT_IN);
 
 /// Add `S` to the schemes a scenario can name.
 pub fn register<S: SchemeType>() -> Result<(), NameTaken> {
-    SCHEMES.register(Box::leak(Box::new(TypedScheme::<S>::NEW)))
+    Typed::<Routing, S>::register()
 }
 
 /// Every scheme: the built-ins, then the registered ones.
-pub fn schemes() -> Vec<&'static dyn SchemeFactory> {
+pub fn schemes() -> Vec<&'static dyn Factory<Routing>> {
     SCHEMES.all()
 }
 
-/// A scheme and its parameters, as a scenario's `[routing]` gives them.
-pub struct Config {
-    factory: &'static dyn SchemeFactory,
-    params: Box<dyn Params>,
-}
+/// A scheme and its parameters, as a scenario's `[routing]` gives them
+/// (`scheme` and the scheme's keys).
+pub type Config = fulcrum_config::registry::Config<Routing>;
 
-impl Config {
-    /// `S` with `params` (`S` need not be registered).
-    pub fn new<S: SchemeType>(params: S::Params) -> Config {
-        Config { factory: Box::leak(Box::new(TypedScheme::<S>::NEW)), params: Box::new(params) }
-    }
-
-    /// The scheme's name.
-    pub fn name(&self) -> &'static str {
-        self.factory.name()
-    }
-
-    /// The parameters, when they are a `T` (the scheme's `Params`).
-    pub fn params<T: 'static>(&self) -> Option<&T> {
-        self.params.as_any().downcast_ref()
-    }
-
-    /// The scheme a `[routing]` table names (`scheme`), with the rest of
-    /// the table as its parameters, checked.
-    pub fn from_table(mut table: toml::Table) -> Result<Config, ParamError> {
-        let (factory, params) =
-            fulcrum_config::registry::from_table(&SCHEMES, &mut table, "scheme", "scheme", |f, t| f.parse(t))?;
-        factory.check(&*params)?;
-        Ok(Config { factory, params })
-    }
-}
-
-/// Per-flow ECMP, the scheme of a scenario without `[routing]`.
-impl Default for Config {
-    fn default() -> Self {
-        Config { factory: BUILT_IN[0], params: BUILT_IN[0].default_params() }
-    }
-}
-
-impl Clone for Config {
-    fn clone(&self) -> Self {
-        Config { factory: self.factory, params: self.params.clone_box() }
-    }
-}
-
-impl PartialEq for Config {
-    fn eq(&self, other: &Self) -> bool {
-        self.name() == other.name() && self.params.eq_dyn(&*other.params)
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config").field("scheme", &self.name()).field("params", &self.params).finish()
-    }
-}
 /// The most paths between two hosts of `fabric` (the size of a per-host
 /// path table).
 pub fn max_paths(fabric: &Fabric) -> usize {
@@ -408,7 +344,7 @@ pub fn max_paths(fabric: &Fabric) -> usize {
 
 /// Build the scheme of `cfg` for `fabric`, with the run's `streams`.
 pub fn build(cfg: &Config, fabric: &Fabric, streams: &Streams) -> Box<dyn Scheme> {
-    cfg.factory.build(&*cfg.params, fabric, streams)
+    cfg.build((fabric, streams))
 }
 
 #[cfg(test)]
@@ -483,10 +419,8 @@ mod tests {
     fn every_config_builds_its_scheme() {
         let f = fabric();
         let streams = Streams::new(1);
-        let names: Vec<&str> = schemes()
-            .iter()
-            .map(|s| build(&Config { factory: *s, params: s.default_params() }, &f, &streams).name())
-            .collect();
+        let names: Vec<&str> =
+            schemes().iter().map(|s| build(&Config::with_defaults(*s).unwrap(), &f, &streams).name()).collect();
         assert_eq!(names, ["ecmp", "drb", "presto", "letflow", "drill", "conga", "clove", "flowbender", "hermes"]);
         assert_eq!(max_paths(&f), 4);
     }
