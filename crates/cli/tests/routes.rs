@@ -198,12 +198,17 @@ fn a_reload_changes_matchers_rewrites_and_splits_without_dropping_a_connection()
   { headers = [{ name = "x-env", regex = "^beta$" }], path_regex = "^/v1/", cluster = "two", rewrite = { regex = "^/v1/(.*)", replace = "/new/$1" } },
   { clusters = [{ cluster = "one", weight = 1 }, { cluster = "two", weight = 1 }] },
 "#;
+    // The connection opened before the reload is still served, by the new
+    // routes (polled on that connection: the reload signal is asynchronous).
+    let kept = std::cell::RefCell::new(kept);
     reload_until(&f, &config(after, &b), || {
-        json(&get(f.listen[0], "a", "/v1/x", "X-Env: beta\r\n").body)["path"] == "/new/x"
+        json(&kept.borrow_mut().get("/v1/x", "X-Env: beta\r\n").2)["path"] == "/new/x"
     });
-    // The connection opened before the reload is still served, by the new routes.
+    let mut kept = kept.into_inner();
     let (status, backend, body) = kept.get("/v1/x", "X-Env: beta\r\n");
     assert_eq!((status, backend.as_str(), json(&body)["path"].as_str()), (200, "two", Some("/new/x")));
+    let fresh = get(f.listen[0], "a", "/v1/x", "X-Env: beta\r\n");
+    assert_eq!(json(&fresh.body)["path"], "/new/x", "a new connection sees the new routes too");
     let sides: std::collections::HashSet<String> = (0..50).map(|_| kept.get("/", "").1).collect();
     assert_eq!(sides.len(), 2, "the new split sends to both: {sides:?}");
 

@@ -342,9 +342,13 @@ impl Proxy {
             })
             .collect();
         let limits = route_limits(&next, self.routing.first().map(|tx| tx.borrow().clone()).as_deref());
-        for (worker, tx) in self.routing.iter().enumerate() {
-            let previous = tx.borrow().clone();
-            tx.send_replace(routing(&next, worker, &shared, Some(&previous), &limits));
+        // Every worker's routing is built before any is published, so a
+        // reload takes effect on all workers at once, not worker by worker.
+        let built: Vec<Arc<Routing>> = (self.routing.iter().enumerate())
+            .map(|(worker, tx)| routing(&next, worker, &shared, Some(&tx.borrow().clone()), &limits))
+            .collect();
+        for (tx, routing) in self.routing.iter().zip(built) {
+            tx.send_replace(routing);
         }
         self.clusters.send_replace(shared);
         *config = next;
