@@ -128,7 +128,7 @@ fn bad_host<B>(req: &Request<B>) -> Option<LocalReply> {
 /// authority when it has one (the absolute form, or HTTP/2's `:authority`,
 /// which win over a conflicting `Host`: RFC 9112 §3.2.2, RFC 9113 §8.3.1),
 /// else the `Host` header.
-fn host_of<B>(req: &Request<B>) -> Option<String> {
+fn host_of<B>(req: &Request<B>) -> Option<std::borrow::Cow<'_, str>> {
     let raw = match req.uri().host() {
         Some(host) => host,
         None => req.headers().get(header::HOST).and_then(|h| h.to_str().ok())?,
@@ -138,7 +138,11 @@ fn host_of<B>(req: &Request<B>) -> Option<String> {
         Some(i) if !raw[i..].contains(']') => &raw[..i],
         _ => raw,
     };
-    Some(host.to_ascii_lowercase())
+    // Most hosts arrive in lower case already: copy only those that do not.
+    Some(match host.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => host.to_ascii_lowercase().into(),
+        false => host.into(),
+    })
 }
 
 /// The hash a hash-based algorithm uses for this request, if the key is present.

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::StatusCode;
-use regex::Regex;
+use regex_automata::meta::Regex;
+use regex_automata::util::primitives::NonMaxUsize;
+use regex_automata::Input;
 use xxhash_rust::xxh64::xxh64;
 
 use crate::access_log::{tokens, Token};
@@ -163,11 +165,113 @@ pub(crate) enum PathRewrite {
         from: String,
         to: String,
     },
-    /// The first match of `regex` in the path replaced (`$1`, `${name}`).
-    Regex {
-        regex: Regex,
-        replace: String,
-    },
+    /// The first match of a regex in the path replaced.
+    Regex(RegexRewrite),
+}
+
+/// A regex and its replacement (`$1`, `${name}`, `$$`), read once into
+/// text and group numbers.
+#[derive(Debug)]
+pub(crate) struct RegexRewrite {
+    regex: Regex,
+    replace: Vec<Part>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Group(usize),
+}
+
+/// Groups whose positions a rewrite keeps on the stack (more: on the heap).
+const INLINE_GROUPS: usize = 8;
+
+impl RegexRewrite {
+    /// `regex` (compiled within `size_limit` bytes) with `replace`; an
+    /// error says which of the two is wrong and why.
+    pub(crate) fn new(regex: &str, replace: &str, size_limit: usize) -> Result<RegexRewrite, (&'static str, String)> {
+        let regex = super::regexes::compile(&[regex.to_string()], size_limit, false)
+            .map_err(|e| ("regex", format!("not a valid regular expression: {e}")))?;
+        let replace = parts(&regex, replace).map_err(|e| ("replace", e))?;
+        Ok(RegexRewrite { regex, replace })
+    }
+
+    /// `path` with the first match replaced (`None`: no match), with room
+    /// for `extra` bytes more.
+    fn apply<'a>(&'a self, path: &'a str, extra: usize) -> Option<String> {
+        let groups = self.regex.group_info().group_len(regex_automata::PatternID::ZERO);
+        let (mut inline, mut heap) = ([None; 2 * INLINE_GROUPS], Vec::new());
+        let slots: &mut [Option<NonMaxUsize>] = if groups <= INLINE_GROUPS {
+            &mut inline[..2 * groups]
+        } else {
+            heap.resize(2 * groups, None);
+            &mut heap
+        };
+        self.regex.search_slots(&Input::new(path), slots)?;
+        let span = |g: usize| match (slots.get(2 * g).copied().flatten(), slots.get(2 * g + 1).copied().flatten()) {
+            (Some(a), Some(b)) => a.get()..b.get(),
+            _ => 0..0,
+        };
+        let whole = span(0);
+        let text = |p: &'a Part| -> &'a str {
+            match p {
+                Part::Text(t) => t,
+                Part::Group(g) => path.get(span(*g)).unwrap_or(""),
+            }
+        };
+        let len = path.len() - whole.len() + self.replace.iter().map(|p| text(p).len()).sum::<usize>();
+        let mut new = String::with_capacity(len + extra);
+        new.push_str(&path[..whole.start]);
+        self.replace.iter().for_each(|p| new.push_str(text(p)));
+        new.push_str(&path[whole.end..]);
+        Some(new)
+    }
+}
+
+/// `replace` as text and the groups of `regex` it names (by number or
+/// name; the longest name after `$`); an error for a group `regex` lacks.
+fn parts(regex: &Regex, replace: &str) -> Result<Vec<Part>, String> {
+    let info = regex.group_info();
+    let pid = regex_automata::PatternID::ZERO;
+    let mut out: Vec<Part> = Vec::new();
+    let mut text = String::new();
+    let mut rest = replace;
+    while let Some(at) = rest.find('$') {
+        text.push_str(&rest[..at]);
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix('$') {
+            text.push('$');
+            rest = after;
+            continue;
+        }
+        let (name, after) = match rest.strip_prefix('{') {
+            Some(braced) => {
+                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
+                (&braced[..end], &braced[end + 1..])
+            }
+            None => {
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                rest.split_at(end)
+            }
+        };
+        let group = match name.parse::<usize>() {
+            Ok(n) => (n < info.group_len(pid)).then_some(n),
+            Err(_) => info.to_index(pid, name),
+        };
+        let Some(group) = group else {
+            return Err(format!("`${name}` is not a group of the regex (write `$$` for a dollar sign)"));
+        };
+        if !text.is_empty() {
+            out.push(Part::Text(std::mem::take(&mut text)));
+        }
+        out.push(Part::Group(group));
+        rest = after;
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        out.push(Part::Text(text));
+    }
+    Ok(out)
 }
 
 /// The path and `Host` sent upstream.
@@ -183,25 +287,23 @@ impl Rewrite {
     /// rewrite, or `None` if the result is not a valid request target.
     pub fn path(&self, pq: PathAndQuery) -> Option<PathAndQuery> {
         let path = pq.path();
-        // The new target is written once, with room for the query.
-        let mut new = String::with_capacity(pq.as_str().len() + 32);
-        match &self.path {
+        // The new target is written once, with room for a `/` and the query.
+        let extra = 1 + pq.query().map_or(0, |q| 1 + q.len());
+        let mut new = match &self.path {
             PathRewrite::None => return Some(pq),
             PathRewrite::Prefix { from, to } => match path.strip_prefix(from.as_str()) {
                 Some(rest) => {
+                    let rest = if to.ends_with('/') { rest.strip_prefix('/').unwrap_or(rest) } else { rest };
+                    let mut new = String::with_capacity(to.len() + rest.len() + extra);
                     new.push_str(to);
-                    new.push_str(if to.ends_with('/') { rest.strip_prefix('/').unwrap_or(rest) } else { rest });
+                    new.push_str(rest);
+                    new
                 }
                 None => return Some(pq),
             },
-            PathRewrite::Regex { regex, replace } => match regex.captures(path) {
-                Some(caps) => {
-                    let whole = caps.get(0).map_or(0..0, |m| m.range());
-                    new.push_str(&path[..whole.start]);
-                    caps.expand(replace, &mut new);
-                    new.push_str(&path[whole.end..]);
-                }
-                None => new.push_str(path),
+            PathRewrite::Regex(r) => match r.apply(path, extra) {
+                Some(new) => new,
+                None => return Some(pq),
             },
         };
         if !new.starts_with('/') {
@@ -442,22 +544,21 @@ mod tests {
     fn rewrites_keep_the_query() {
         let prefix = Rewrite { path: PathRewrite::Prefix { from: "/api/".into(), to: "/".into() }, host: None };
         assert_eq!(prefix.path(PathAndQuery::from_static("/api/users?x=1")).unwrap(), "/users?x=1");
-        let regex = Rewrite {
-            path: PathRewrite::Regex {
-                regex: Regex::new("^/u/([0-9]+)$").unwrap(),
-                replace: "/users/$1/profile".into(),
-            },
+        let re = |re: &str, to: &str| Rewrite {
+            path: PathRewrite::Regex(RegexRewrite::new(re, to, 1 << 20).unwrap()),
             host: None,
         };
+        let regex = re("^/u/([0-9]+)$", "/users/$1/profile");
         assert_eq!(regex.path(PathAndQuery::from_static("/u/42?a")).unwrap(), "/users/42/profile?a");
         assert_eq!(regex.path(PathAndQuery::from_static("/v/42")).unwrap(), "/v/42");
         // The first match is replaced where it is; a target made relative gets its `/` back.
-        let inner = |re: &str, to: &str| Rewrite {
-            path: PathRewrite::Regex { regex: Regex::new(re).unwrap(), replace: to.into() },
-            host: None,
-        };
-        assert_eq!(inner("v[0-9]", "v2").path(PathAndQuery::from_static("/api/v1/v1?q")).unwrap(), "/api/v2/v1?q");
-        assert_eq!(inner("^/(.*)$", "$1").path(PathAndQuery::from_static("/abc")).unwrap(), "/abc");
+        assert_eq!(re("v[0-9]", "v2").path(PathAndQuery::from_static("/api/v1/v1?q")).unwrap(), "/api/v2/v1?q");
+        assert_eq!(re("^/(.*)$", "$1").path(PathAndQuery::from_static("/abc")).unwrap(), "/abc");
+        // Names, braces, `$$`, a group that took no part, and more groups than kept on the stack.
+        let named = re("^/(?P<a>[a-z]+)/(x)?([0-9]+)$", "/${a}_$3$$$2/$a");
+        assert_eq!(named.path(PathAndQuery::from_static("/ab/12")).unwrap(), "/ab_12$/ab");
+        let many = format!("^/{}$", "([a-z])".repeat(10));
+        assert_eq!(re(&many, "/$10$9$1").path(PathAndQuery::from_static("/abcdefghij")).unwrap(), "/jia");
         let keep_slash = Rewrite { path: PathRewrite::Prefix { from: "/api".into(), to: "/v2/".into() }, host: None };
         assert_eq!(keep_slash.path(PathAndQuery::from_static("/api/x")).unwrap(), "/v2/x");
         assert_eq!(keep_slash.path(PathAndQuery::from_static("/apix")).unwrap(), "/v2/x");

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Method, StatusCode};
-use regex::Regex;
 
-use super::action::{Action, HeaderOps, PathRewrite, Redirect, Respond, Rewrite, Split, Template};
+use super::action::{Action, HeaderOps, PathRewrite, Redirect, RegexRewrite, Respond, Rewrite, Split, Template};
 use super::matcher::{CertField, Host, PathMatch, Route, RouteTable, Subject, Value};
+use super::regexes::Regexes;
 use crate::config::{Cluster, RawCondition, RawHeaderOps, RawRedirect, RawRespond, RawRewrite, RawRoute};
 
 /// A route the configuration cannot have: the field (under the listener,
@@ -43,9 +43,7 @@ pub(crate) fn compile(raw: &[RawRoute], clusters: &[Cluster]) -> Result<RouteTab
     }
     let mut sets = Vec::with_capacity(subjects.len());
     for p in subjects {
-        let set = regex::RegexSetBuilder::new(&p.patterns)
-            .size_limit(REGEX_SIZE * 10)
-            .build()
+        let set = Regexes::new(p.patterns, REGEX_SIZE * 10)
             .map_err(|e| RouteError { field: "routes".into(), message: format!("the listener's patterns: {e}") })?;
         sets.push((p.subject, set));
     }
@@ -67,7 +65,7 @@ fn pattern(
     text: &str,
     field: String,
 ) -> Result<(usize, usize), RouteError> {
-    if let Err(e) = regex::RegexBuilder::new(text).size_limit(REGEX_SIZE).build() {
+    if let Err(e) = super::regexes::compile(&[text.to_string()], REGEX_SIZE, false) {
         return fail(field, format!("not a valid regular expression: {e}"));
     }
     let set = match subjects.iter().position(|p| p.subject == subject) {
@@ -322,14 +320,9 @@ fn rewrite(w: &RawRewrite, path: &PathMatch, at: At) -> Result<Rewrite, RouteErr
             PathMatch::Prefix(from) => PathRewrite::Prefix { from: from.clone(), to: to.clone() },
             _ => return fail(at("rewrite.prefix"), "replaces a `path_prefix`: the route has none"),
         },
-        (None, Some(re), Some(replace)) => {
-            let regex = regex::RegexBuilder::new(re).size_limit(REGEX_SIZE).build().map_err(|e| RouteError {
-                field: at("rewrite.regex"),
-                message: format!("not a valid regular expression: {e}"),
-            })?;
-            check_replacement(&regex, replace).map_err(|m| RouteError { field: at("rewrite.replace"), message: m })?;
-            PathRewrite::Regex { regex, replace: replace.clone() }
-        }
+        (None, Some(re), Some(replace)) => RegexRewrite::new(re, replace, REGEX_SIZE)
+            .map(PathRewrite::Regex)
+            .map_err(|(key, message)| RouteError { field: at(&format!("rewrite.{key}")), message })?,
         (None, Some(_), None) => return fail(at("rewrite.replace"), "a `regex` needs its `replace`"),
         (None, None, Some(_)) => return fail(at("rewrite.regex"), "a `replace` needs its `regex`"),
         _ => return fail(at("rewrite.prefix"), "give `prefix`, or `regex` and `replace`, not both"),
@@ -342,37 +335,6 @@ fn rewrite(w: &RawRewrite, path: &PathMatch, at: At) -> Result<Rewrite, RouteErr
         None => None,
     };
     Ok(Rewrite { path, host })
-}
-
-/// Every `$N` and `${name}` of `replace` names a group of `regex`.
-fn check_replacement(regex: &Regex, replace: &str) -> Result<(), String> {
-    let mut rest = replace;
-    while let Some(at) = rest.find('$') {
-        rest = &rest[at + 1..];
-        if let Some(after) = rest.strip_prefix('$') {
-            rest = after;
-            continue;
-        }
-        let (name, after) = match rest.strip_prefix('{') {
-            Some(braced) => {
-                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
-                (&braced[..end], &braced[end + 1..])
-            }
-            None => {
-                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
-                rest.split_at(end)
-            }
-        };
-        let known = match name.parse::<usize>() {
-            Ok(n) => n < regex.captures_len(),
-            Err(_) => regex.capture_names().flatten().any(|n| n == name),
-        };
-        if !known {
-            return Err(format!("`${name}` is not a group of the regex (write `$$` for a dollar sign)"));
-        }
-        rest = after;
-    }
-    Ok(())
 }
 
 /// `remove`, `set` and `add`, with names and templates checked.

@@ -4,7 +4,7 @@
 //! Each subject a condition reads (the host, the method, the path, a header,
 //! a query parameter, a certificate field) is a [`Column`]. A column knows,
 //! for each value a condition wants, the set of routes ([`Bits`], one bit
-//! per route in order) that want it: exact values in a hash map, prefixes
+//! per route in order) that want it: exact values by their hash, prefixes
 //! and suffixes in a list, regular expressions by their pattern in the
 //! subject's set. A request's candidates start as every route and are
 //! intersected with each column's routes that hold; the lowest bit left is
@@ -12,9 +12,8 @@
 //! (two headers of the same name) has them in two columns, so that a column
 //! holds at most one condition per route.
 
-use std::collections::HashMap;
-
 use http::Method;
+use xxhash_rust::xxh64::xxh64;
 
 use super::matcher::{CertField, Host, PathMatch, Route, Value};
 
@@ -114,13 +113,14 @@ pub(crate) struct Column {
     pub(crate) present: Bits,
     pub(crate) absent: Bits,
     /// Routes wanting one exact value (host, path, header, parameter, name).
-    pub(crate) exact: HashMap<Box<str>, Bits>,
+    pub(crate) exact: Exact,
     /// Host suffixes (`.example.com`) or path prefixes, with their routes.
     pub(crate) affixes: Vec<(Box<str>, Bits)>,
     pub(crate) methods: Vec<(Method, Bits)>,
-    /// The regex set of the subject, and per pattern of it the routes.
+    /// The regex set of the subject, and per pattern of it the routes
+    /// (indexed by pattern; empty for a pattern no route here uses).
     pub(crate) set: usize,
-    pub(crate) regex: Vec<(usize, Bits)>,
+    pub(crate) regex: Vec<Bits>,
     /// Every route of `regex`: the set need only run if one is a candidate.
     pub(crate) regex_routes: Bits,
 }
@@ -133,7 +133,7 @@ impl Column {
             always: Bits::none(words),
             present: Bits::none(words),
             absent: Bits::none(words),
-            exact: HashMap::new(),
+            exact: Exact::default(),
             affixes: Vec::new(),
             methods: Vec::new(),
             set: 0,
@@ -143,7 +143,7 @@ impl Column {
     }
 
     /// `into |=` the routes wanting exactly `value`.
-    pub(crate) fn or_exact(&self, into: &mut [u64], value: &str) {
+    pub(crate) fn or_exact(&self, into: &mut [u64], value: &[u8]) {
         if let Some(b) = self.exact.get(value) {
             or(into, b);
         }
@@ -151,7 +151,7 @@ impl Column {
 
     /// `into |=` the routes whose present/absent/exact condition `value`
     /// (`None`: absent) meets.
-    pub(crate) fn or_value(&self, into: &mut [u64], value: Option<&str>) {
+    pub(crate) fn or_value(&self, into: &mut [u64], value: Option<&[u8]>) {
         match value {
             None => or(into, &self.absent),
             Some(v) => {
@@ -159,6 +159,40 @@ impl Column {
                 self.or_exact(into, v);
             }
         }
+    }
+}
+
+/// Routes by the exact value they want. Values are found by their hash
+/// (the project's xxh64), kept sorted; a few are compared directly.
+#[derive(Debug, Default)]
+pub(crate) struct Exact(Vec<(u64, Box<[u8]>, Bits)>);
+
+/// Up to this many values, a lookup compares them all rather than hashing.
+const COMPARE_ALL: usize = 4;
+
+impl Exact {
+    /// The routes wanting `value`, added if new.
+    fn entry(&mut self, value: &str, words: usize) -> &mut Bits {
+        let (hash, value) = (xxh64(value.as_bytes(), 0), value.as_bytes());
+        let i = match self.0.iter().position(|e| e.0 == hash && *e.1 == *value) {
+            Some(i) => i,
+            None => {
+                let at = self.0.partition_point(|e| e.0 <= hash);
+                self.0.insert(at, (hash, value.into(), Bits::none(words)));
+                at
+            }
+        };
+        &mut self.0[i].2
+    }
+
+    /// The routes wanting exactly `value`.
+    pub(crate) fn get(&self, value: &[u8]) -> Option<&Bits> {
+        if self.0.len() <= COMPARE_ALL {
+            return self.0.iter().find(|e| *e.1 == *value).map(|e| &e.2);
+        }
+        let hash = xxh64(value, 0);
+        let from = self.0.partition_point(|e| e.0 < hash);
+        self.0[from..].iter().take_while(|e| e.0 == hash).find(|e| *e.1 == *value).map(|e| &e.2)
     }
 }
 
@@ -256,25 +290,51 @@ impl Index {
 fn add(column: &mut Column, i: usize, cond: &Cond, words: usize) {
     column.always.set(i);
     match cond {
-        Cond::Host(Host::Exact(h)) => column.exact.entry(h.as_str().into()).or_insert_with(|| Bits::none(words)).set(i),
+        Cond::Host(Host::Exact(h)) => column.exact.entry(h, words).set(i),
         Cond::Host(Host::Suffix(s)) => entry(&mut column.affixes, s.as_str().into(), words).set(i),
         Cond::Methods(methods) => methods.iter().for_each(|m| entry(&mut column.methods, m.clone(), words).set(i)),
         Cond::Path(PathMatch::Prefix(p)) => entry(&mut column.affixes, p.as_str().into(), words).set(i),
-        Cond::Path(PathMatch::Exact(p)) => {
-            column.exact.entry(p.as_str().into()).or_insert_with(|| Bits::none(words)).set(i)
-        }
+        Cond::Path(PathMatch::Exact(p)) => column.exact.entry(p, words).set(i),
         Cond::Path(PathMatch::Regex(p)) => add_regex(column, i, 0, *p, words),
         Cond::Value(Value::Present) => column.present.set(i),
         Cond::Value(Value::Absent) => column.absent.set(i),
-        Cond::Value(Value::Exact(v)) => {
-            column.exact.entry(v.as_str().into()).or_insert_with(|| Bits::none(words)).set(i)
-        }
+        Cond::Value(Value::Exact(v)) => column.exact.entry(v, words).set(i),
         Cond::Value(Value::Regex(set, p)) => add_regex(column, i, *set, *p, words),
     }
 }
 
 fn add_regex(column: &mut Column, i: usize, set: usize, pattern: usize, words: usize) {
     column.set = set;
-    entry(&mut column.regex, pattern, words).set(i);
+    if column.regex.len() <= pattern {
+        column.regex.resize(pattern + 1, Bits::default());
+    }
+    if column.regex[pattern].0.is_empty() {
+        column.regex[pattern] = Bits::none(words);
+    }
+    column.regex[pattern].set(i);
     column.regex_routes.set(i);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_values_are_found_by_hash_or_by_comparing_them_all() {
+        for n in [1, COMPARE_ALL, COMPARE_ALL + 1, 100] {
+            let mut exact = Exact::default();
+            for i in 0..n {
+                exact.entry(&format!("t{i}"), 2).set(i);
+                // A value wanted twice keeps one entry, with both routes.
+                exact.entry(&format!("t{i}"), 2).set(127 - i % 64);
+            }
+            assert_eq!(exact.0.len(), n);
+            for i in 0..n {
+                let routes = exact.get(format!("t{i}").as_bytes()).unwrap_or_else(|| panic!("t{i} of {n}"));
+                assert_eq!(routes.words()[i / 64] & (1 << (i % 64)), 1 << (i % 64));
+                assert_ne!(routes.words()[1] & (1 << (63 - i % 64)), 0);
+            }
+            assert!(exact.get(b"t").is_none() && exact.get(format!("t{n}").as_bytes()).is_none());
+        }
+    }
 }

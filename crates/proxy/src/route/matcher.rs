@@ -7,10 +7,10 @@ use std::time::Duration;
 use fulcrum_resilience::{RateLimitConfig, RetryPolicy};
 use http::header::{HeaderMap, HeaderName};
 use http::{Method, Request};
-use regex::{RegexSet, SetMatches};
 
 use super::action::{Action, HeaderOps, Rewrite, Split};
 use super::index::{and, and_not, any_not_in, first, meet, or, Column, Index, On};
+use super::regexes::Regexes;
 use crate::tls::ClientCert;
 
 /// A host condition, lowercased: the whole host, or a `*.` wildcard kept as
@@ -143,32 +143,18 @@ pub struct RouteTable {
     /// Every header name a condition reads, each once.
     pub(crate) header_names: Vec<HeaderName>,
     /// One set per subject that has regular expressions.
-    pub(crate) sets: Vec<(Subject, RegexSet)>,
+    pub(crate) sets: Vec<(Subject, Regexes)>,
     /// The routes' conditions by subject, to check them all at once.
     index: Index,
 }
 
-/// A set's matches for one request, found when first needed.
-enum Seen {
-    NotYet,
-    /// The subject (a header, a parameter) is not in the request.
-    Absent,
-    Found(SetMatches),
-    /// A subject with several values (a certificate's names): any may match.
-    FoundAny(Vec<SetMatches>),
-}
-
-/// What one request has found so far: its path and host, the sets' matches, the headers
-/// conditions read (each looked up once) and its query's parameters; and
-/// the client's verified certificate.
-struct Scratch<'r> {
+/// What every column of one request reads: its path and host, and the
+/// client's verified certificate.
+struct Subjects<'r> {
     path: &'r str,
     /// The host, lowercased and without port (if a route reads it).
     host: Option<&'r str>,
     client: Option<&'r ClientCert>,
-    seen: Vec<Seen>,
-    headers: Vec<Option<Option<Cow<'r, str>>>>,
-    query: Option<Vec<(&'r str, &'r str)>>,
 }
 
 /// Words of candidate routes kept on the stack (tables up to 256 routes).
@@ -182,7 +168,7 @@ impl RouteTable {
 
     /// The table of `routes`, whose conditions read `header_names` and
     /// run `sets`, indexed by subject.
-    pub(crate) fn new(routes: Vec<Route>, header_names: Vec<HeaderName>, sets: Vec<(Subject, RegexSet)>) -> Self {
+    pub(crate) fn new(routes: Vec<Route>, header_names: Vec<HeaderName>, sets: Vec<(Subject, Regexes)>) -> Self {
         let index = Index::new(&routes);
         RouteTable { routes, header_names, sets, index }
     }
@@ -224,14 +210,14 @@ impl RouteTable {
         if !path.starts_with('/') {
             and_not(candidates, &self.index.slash);
         }
-        let mut scratch = Scratch { path, host, client, seen: Vec::new(), headers: Vec::new(), query: None };
+        let subjects = Subjects { path, host, client };
         for (c, col) in self.index.columns.iter().enumerate() {
             let lowest = first(candidates)?;
             if self.index.done_after.get(lowest).is_some_and(|d| *d <= c) {
                 break;
             }
             if any_not_in(candidates, &col.always) {
-                self.holds(col, candidates, column, req, &mut scratch);
+                self.holds(col, candidates, column, req, &subjects);
                 and(candidates, column);
             }
         }
@@ -240,21 +226,15 @@ impl RouteTable {
     }
 
     /// Into `out`, the routes of `col` whose condition `req` meets (and
-    /// those without one); the regex set runs only if a route of it is
-    /// among the `candidates`.
-    fn holds<'r, B>(
-        &self,
-        col: &Column,
-        candidates: &[u64],
-        out: &mut [u64],
-        req: &'r Request<B>,
-        s: &mut Scratch<'r>,
-    ) {
+    /// those without one); the subject's regexes run only if a route of
+    /// them is among the `candidates`.
+    fn holds<B>(&self, col: &Column, candidates: &[u64], out: &mut [u64], req: &Request<B>, s: &Subjects) {
         out.copy_from_slice(col.always.words());
+        let regex = !col.regex.is_empty() && meet(candidates, &col.regex_routes);
         match &col.on {
             On::Host => {
                 if let Some(h) = s.host {
-                    col.or_exact(out, h);
+                    col.or_exact(out, h.as_bytes());
                     for (suffix, routes) in &col.affixes {
                         if h.len() > suffix.len() && h.ends_with(&**suffix) {
                             or(out, routes);
@@ -268,109 +248,75 @@ impl RouteTable {
                 }
             }
             On::Path => {
-                col.or_exact(out, s.path);
+                col.or_exact(out, s.path.as_bytes());
                 for (prefix, routes) in &col.affixes {
                     if s.path.starts_with(&**prefix) {
                         or(out, routes);
                     }
                 }
+                if regex {
+                    self.or_regex(col, out, s.path.as_bytes());
+                }
             }
-            On::Header(name) => col.or_value(out, self.header(*name, req, s)),
-            On::Query(name) => col.or_value(out, param(query(req, s), name)),
+            On::Header(name) => {
+                let value = header(req.headers(), &self.header_names[*name]);
+                col.or_value(out, value.as_deref());
+                if let (true, Some(v)) = (regex, &value) {
+                    self.or_regex(col, out, v);
+                }
+            }
+            On::Query(name) => {
+                let value = param(req.uri().query(), name);
+                col.or_value(out, value.map(str::as_bytes));
+                if let (true, Some(v)) = (regex, value) {
+                    self.or_regex(col, out, v.as_bytes());
+                }
+            }
             On::Cert(field) => {
                 let mut values = field.values(s.client).peekable();
                 if values.peek().is_none() {
                     or(out, &col.absent);
-                } else {
+                }
+                for v in values {
                     or(out, &col.present);
-                    values.for_each(|v| col.or_exact(out, v));
-                }
-            }
-        }
-        if !col.regex.is_empty() && meet(candidates, &col.regex_routes) {
-            match self.run(col.set, req, s) {
-                Some(Seen::Found(m)) => {
-                    for (pattern, routes) in &col.regex {
-                        if m.matched(*pattern) {
-                            or(out, routes);
-                        }
+                    col.or_exact(out, v.as_bytes());
+                    if regex {
+                        self.or_regex(col, out, v.as_bytes());
                     }
                 }
-                Some(Seen::FoundAny(all)) => {
-                    for (pattern, routes) in &col.regex {
-                        if all.iter().any(|m| m.matched(*pattern)) {
-                            or(out, routes);
-                        }
-                    }
-                }
-                _ => {}
             }
         }
     }
 
-    /// What set `set` finds in its subject in `req`; the set runs once per
-    /// request.
-    fn run<'s, 'r, B>(&self, set: usize, req: &'r Request<B>, s: &'s mut Scratch<'r>) -> Option<&'s Seen> {
-        if s.seen.is_empty() {
-            s.seen.resize_with(self.sets.len(), || Seen::NotYet);
-        }
-        let (subject, regexes) = self.sets.get(set)?;
-        if matches!(s.seen.get(set), Some(Seen::NotYet)) {
-            let found = |text: Option<&str>| text.map_or(Seen::Absent, |t| Seen::Found(regexes.matches(t)));
-            let seen = match subject {
-                Subject::Path => found(Some(s.path)),
-                Subject::Header(name) => found(self.header(*name, req, s)),
-                Subject::Query(name) => found(param(query(req, s), name)),
-                Subject::ClientCert(field) => {
-                    Seen::FoundAny(field.values(s.client).map(|v| regexes.matches(v)).collect())
+    /// `out |=` the routes of `col` whose pattern matches `text`.
+    fn or_regex(&self, col: &Column, out: &mut [u64], text: &[u8]) {
+        if let Some((_, regexes)) = self.sets.get(col.set) {
+            regexes.each_match(text, |p| {
+                if let Some(routes) = col.regex.get(p) {
+                    or(out, routes);
                 }
-            };
-            s.seen[set] = seen;
+            });
         }
-        s.seen.get(set)
-    }
-}
-
-impl RouteTable {
-    /// The value of header `name` (an index into `header_names`) as
-    /// conditions see it, looked up once per request.
-    fn header<'s, 'r, B>(&self, name: usize, req: &'r Request<B>, s: &'s mut Scratch<'r>) -> Option<&'s str> {
-        if s.headers.is_empty() {
-            s.headers.resize(self.header_names.len(), None);
-        }
-        let slot = s.headers.get_mut(name)?;
-        slot.get_or_insert_with(|| header(req.headers(), &self.header_names[name])).as_deref()
     }
 }
 
 /// A header's value as conditions see it: its values joined with `,`
-/// (none: absent; not UTF-8: read lossily).
-fn header<'r>(headers: &'r HeaderMap, name: &HeaderName) -> Option<Cow<'r, str>> {
+/// (none: absent), as bytes.
+fn header<'r>(headers: &'r HeaderMap, name: &HeaderName) -> Option<Cow<'r, [u8]>> {
     let mut values = headers.get_all(name).iter();
-    let first = values.next()?;
-    let mut text = String::from_utf8_lossy(first.as_bytes());
-    for more in values {
-        let t = text.to_mut();
-        t.push(',');
-        t.push_str(&String::from_utf8_lossy(more.as_bytes()));
+    let first = values.next()?.as_bytes();
+    let Some(second) = values.next() else { return Some(Cow::Borrowed(first)) };
+    let mut joined = first.to_vec();
+    for more in std::iter::once(second).chain(values) {
+        joined.push(b',');
+        joined.extend_from_slice(more.as_bytes());
     }
-    Some(text)
+    Some(Cow::Owned(joined))
 }
 
-/// The request's query parameters as sent (not percent-decoded), split once.
-fn query<'r, 's, B>(req: &'r Request<B>, s: &'s mut Scratch<'r>) -> &'s [(&'r str, &'r str)] {
-    s.query.get_or_insert_with(|| {
-        req.uri()
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| p.split_once('=').unwrap_or((p, "")))
-            .collect()
-    })
-}
-
-/// The first value of parameter `name` (`""` for a bare `?name`).
-fn param<'r>(pairs: &[(&'r str, &'r str)], name: &str) -> Option<&'r str> {
-    pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
+/// The first value of parameter `name` in `query` as sent (not
+/// percent-decoded; `""` for a bare `?name`).
+fn param<'r>(query: Option<&'r str>, name: &str) -> Option<&'r str> {
+    let pairs = query?.split('&').filter(|p| !p.is_empty());
+    pairs.map(|p| p.split_once('=').unwrap_or((p, ""))).find(|(k, _)| *k == name).map(|(_, v)| v)
 }

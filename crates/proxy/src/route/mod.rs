@@ -3,10 +3,10 @@
 //! A listener's routes are compiled once, when the configuration loads
 //! ([`compile`]), into a [`RouteTable`]: hosts lowercased (`*.example.com`
 //! kept as a suffix), methods and header names parsed, and every regular
-//! expression of the listener gathered into one [`regex::RegexSet`] per
-//! subject — the path, each header name, each query parameter — so a
-//! request runs each set at most once, however many routes use it. The
-//! conditions are indexed by subject, exact values in hash maps, so that a
+//! expression of the listener gathered into one set per subject — the
+//! path, each header name, each query parameter — so a request runs each
+//! set at most once, however many routes use it. The conditions are
+//! indexed by subject, exact values by their hash, so that a
 //! request is checked against all routes at once rather than one by one. A
 //! route matches when every condition it gives holds; the first route that
 //! matches wins.
@@ -22,6 +22,7 @@ pub(crate) mod action;
 pub(crate) mod compile;
 pub(crate) mod index;
 pub(crate) mod matcher;
+pub(crate) mod regexes;
 
 pub use action::{Action, HeaderOps, Redirect, Respond, Rewrite, Split, Template, Vars};
 pub(crate) use compile::compile;
