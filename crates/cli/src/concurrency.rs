@@ -178,8 +178,12 @@ pub fn fit(levels: &[Level], expected: f64) -> Option<Fit> {
 /// it when each was picked, in one run of its first algorithm (1, as for
 /// Poisson arrivals, where it was never picked).
 pub fn expected_dispersions(scenario: &fulcrum_sim::Scenario) -> Result<Vec<f64>, fulcrum_sim::SimError> {
-    let plan =
-        fulcrum_sim::Plan { algorithms: vec![scenario.algorithms[0].clone()], seed: scenario.seed, runs: 1, threads: 1 };
+    let plan = fulcrum_sim::Plan {
+        algorithms: vec![scenario.algorithms[0].clone()],
+        seed: scenario.seed,
+        runs: 1,
+        threads: 1,
+    };
     let report = fulcrum_sim::simulate(scenario, &plan, None)?;
     let run = &report.results[0].runs[0];
     Ok((0..scenario.servers.len()).map(|s| run.in_flight_dispersion(s).unwrap_or(1.0)).collect())
@@ -288,7 +292,8 @@ mod tests {
         let text = format!(
             "algorithms = [\"{algorithm}\"]\n[clients]\ncount = 10\nloop = \"open\"\nrate = {}\nduration = \"60s\"\n{}",
             rate * 1e3 * f64::from(servers) / 10.0,
-            "[[servers]]\nservice = { dist = \"log-normal\", median = \"10ms\", sigma = 0.3 }\n".repeat(servers as usize)
+            "[[servers]]\nservice = { dist = \"log-normal\", median = \"10ms\", sigma = 0.3 }\n"
+                .repeat(servers as usize)
         );
         let s = fulcrum_sim::Scenario::parse(&text, "t.toml", "t", std::path::Path::new(".")).unwrap();
         expected_dispersions(&s).unwrap()[0]
