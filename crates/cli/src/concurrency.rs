@@ -17,16 +17,19 @@
 //! scatter says it should. The flat line (no limit) is a candidate too:
 //! when it is inside the interval, no limit is claimed, only a lower bound.
 //! A knee is also refused when its slope is far from `a / c`. And the fit
-//! assumes arrivals as irregular as the model's: Poisson clients through
-//! the cluster's algorithm. Their index of dispersion (variance over mean
-//! of the requests in flight when each was picked) is what the simulator
-//! gives this endpoint as a pure delay at the measured rate: 1 for Poisson
-//! arrivals, about 0.4–0.6 for one of three endpoints under round robin,
-//! whose turns make each endpoint's arrivals steadier. When the measured
-//! one is well below it ([`MIN_DISPERSION_RATIO`]: a load generator at a
-//! fixed rate, say), a queue barely forms below capacity, and what rises
-//! with the requests in flight is mostly stalls (a busy CPU delays the
-//! answers, so more pile up): no limit is claimed then.
+//! assumes arrivals about as irregular as Poisson ones (many independent
+//! clients): then the requests in flight vary about as much as their mean
+//! (index of dispersion 1, exactly so for a pure delay). When they vary
+//! much less, a queue barely forms below capacity, and what rises with the
+//! requests in flight is mostly stalls (a busy CPU delays the answers, so
+//! more pile up): no limit is claimed then. The bar is
+//! [`MIN_DISPERSION_RATIO`] of the larger of 1 and what the simulator gives
+//! the endpoint as a pure delay under the cluster's algorithm
+//! ([`expected_dispersions`]; about 0.5 for one of three under round
+//! robin, whose turns make arrivals steadier). The simulator's value alone
+//! is not enough: on a busy machine, stalls lift a fixed-rate load's
+//! dispersion under round robin to that level, and knees fitted there
+//! for endpoints with no limit sent predictions off by several times.
 
 use serde_json::{json, Value};
 
@@ -37,7 +40,7 @@ const DELTA_CHI2_95: f64 = 3.84;
 /// The slope above the knee may differ from `a / c` by this factor either way.
 const SLOPE_FACTOR: f64 = 2.0;
 /// Least variance over mean of the requests in flight, relative to the
-/// simulator's for the same endpoint, for a limit to be claimed.
+/// larger of Poisson's (1) and the simulator's for the endpoint, for a limit to be claimed.
 pub const MIN_DISPERSION_RATIO: f64 = 0.8;
 
 /// One level's requests and latency moments, as the model gives them.
@@ -124,7 +127,7 @@ pub fn fit(levels: &[Level], expected: f64) -> Option<Fit> {
     let mean_level = levels.iter().map(|l| l.n as f64 * l.level as f64).sum::<f64>() / total;
     let var_level = levels.iter().map(|l| l.n as f64 * (l.level as f64 - mean_level).powi(2)).sum::<f64>() / total;
     let dispersion = var_level / mean_level.max(1e-9);
-    let irregular = dispersion >= MIN_DISPERSION_RATIO * expected;
+    let irregular = dispersion >= MIN_DISPERSION_RATIO * expected.max(1.0);
     let requests = levels.iter().filter(|l| l.n >= MIN_REQUESTS && l.level < last).map(|l| l.n).sum();
     let at = |c: u64| -> Vec<(f64, f64, f64)> {
         used.iter().map(|&(k, m, w, _)| ((k + 1).saturating_sub(c) as f64, m, w)).collect()
@@ -215,10 +218,10 @@ impl Fit {
                  ({} requests at 0–{} in flight)",
                 self.unqueued_ms, self.per_request_ms, self.requests, self.max_level
             ),
-            None if self.dispersion < MIN_DISPERSION_RATIO * self.expected_dispersion => format!(
+            None if self.dispersion < MIN_DISPERSION_RATIO * self.expected_dispersion.max(1.0) => format!(
                 "not fitted: the requests in flight vary {:.2} times as much as their mean, the model's \
-                 arrivals {:.2} (at least {MIN_DISPERSION_RATIO} of it needed; regular arrivals hide a limit), \
-                 so a pure delay",
+                 arrivals {:.2} (at least {MIN_DISPERSION_RATIO} of 1 or more needed; regular arrivals hide a \
+                 limit), so a pure delay",
                 self.dispersion, self.expected_dispersion
             ),
             None => format!(
@@ -312,16 +315,18 @@ mod tests {
     }
 
     #[test]
-    fn round_robin_turns_hide_no_limit_from_the_comparison_with_the_simulator() {
+    fn round_robin_turns_are_measured_by_the_simulator_and_still_decline() {
         // One of three endpoints of 4 slots under round robin: its arrivals
-        // are steadier than Poisson ones, and the simulator says by how much.
+        // are steadier than Poisson ones, and the simulator says by how much;
+        // the fit still declines (below 0.8 of Poisson's), as stalls on a
+        // busy machine reach the same dispersion.
         let expected = simulated("round-robin", 3, 0.3);
         assert!((0.3..0.75).contains(&expected), "round robin over three: {expected}");
         let levels = queue(4, 0.3, Arrivals::RoundRobin(3), 7, 20_000);
         let f = fit(&levels, expected).unwrap();
-        assert!(f.dispersion < 0.8, "a fixed threshold of 0.8 would decline: {f:?}");
-        let (est, ..) = f.limit.unwrap_or_else(|| panic!("{f:?}"));
-        assert!(est.abs_diff(4) <= 1, "{f:?}");
+        assert!(f.dispersion > MIN_DISPERSION_RATIO * expected && f.dispersion < MIN_DISPERSION_RATIO, "{f:?}");
+        assert_eq!(f.limit, None, "{f:?}");
+        assert!(f.text().starts_with("not fitted"), "{}", f.text());
         // Random picks are Poisson again.
         assert!((simulated("random", 3, 0.3) - 1.0).abs() < 0.1);
     }
@@ -359,7 +364,7 @@ mod tests {
         let levels = queue(4, 0.36, Arrivals::Regular, 7, 20_000);
         let f = fit(&levels, simulated("round-robin", 1, 0.36)).unwrap();
         assert_eq!(f.limit, None, "{f:?}");
-        assert!(f.dispersion < MIN_DISPERSION_RATIO * f.expected_dispersion, "{f:?}");
+        assert!(f.dispersion < MIN_DISPERSION_RATIO * f.expected_dispersion.max(1.0), "{f:?}");
         assert!(f.text().starts_with("not fitted"), "{}", f.text());
     }
 }
