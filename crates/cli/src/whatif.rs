@@ -241,7 +241,7 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
     let (before, after) = (endpoints(&first)?, endpoints(&second)?);
 
     let mut servers = Vec::new();
-    let (mut requests, mut errors, mut all, mut per_endpoint, mut fits) = (0, 0, Vec::new(), Vec::new(), Vec::new());
+    let (mut requests, mut errors, mut all, mut per_endpoint, mut levels) = (0, 0, Vec::new(), Vec::new(), Vec::new());
     let none = Endpoint {
         address: String::new(),
         weight: 1.0,
@@ -263,25 +263,15 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
         if !e.routable || window_buckets.is_empty() {
             continue;
         }
-        // With a limit fitted, the service times are the latencies of the
-        // requests that found a free slot, and the queue is the simulator's.
-        let fit = crate::concurrency::fit(&level_delta(&old.levels, &e.levels));
-        let limited = fit.as_ref().and_then(|f| f.limit).map(|(c, ..)| (c, unqueued(old, e, c)));
-        let (service, concurrency) = match limited {
-            Some((c, unqueued)) if unqueued.iter().map(|b| b[2]).sum::<u64>() >= MIN_UNQUEUED => (unqueued, Some(c)),
-            _ => (window_buckets, None),
-        };
-        if let Some(f) = &fit {
-            fits.push((e.address.clone(), f.clone()));
-        }
+        levels.push((level_delta(&old.levels, &e.levels), old, e));
         servers.push(Server {
             index: i,
             address: e.address.clone(),
             weight: e.weight,
-            service,
-            concurrency,
+            service: window_buckets,
+            concurrency: None,
             errors: (err > 0 && req > 0).then(|| (err as f64 / req as f64).min(0.999)),
-            fit: fit.map(|f| f.text()),
+            fit: None,
         });
     }
     if servers.is_empty() || requests == 0 || window_s <= 0.0 {
@@ -302,7 +292,8 @@ pub fn build(from: &str, cluster: &str, window: Duration, file: &Path) -> Result
          rate = {:.3}\nduration = \"{DURATION_S}s\"\n",
         rate / f64::from(CLIENTS),
     );
-    let out = Out { file, header, servers, settings: settings(&second)? };
+    let mut out = Out { file, header, servers, settings: settings(&second)? };
+    let fits = out.fit_concurrency(&levels)?;
     let measured_mean = mean(&merged);
     let overhead = match out.servers.iter().any(|s| s.concurrency.is_some()) {
         true => Some(out.calibrate(measured_mean)?),
@@ -349,6 +340,34 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
+    /// Fit each server's concurrency from its window's `levels` (with the
+    /// endpoint's two snapshots), against the dispersion the scenario as
+    /// pure delays gives it. With a limit seen, the server gets it and the
+    /// latencies of the requests that found a free slot, and the queue is
+    /// the simulator's.
+    fn fit_concurrency(
+        &mut self,
+        levels: &[(Vec<Level>, &Endpoint, &Endpoint)],
+    ) -> Result<Vec<(String, crate::concurrency::Fit)>, Failure> {
+        self.write(0.0)?;
+        let s = fulcrum_sim::Scenario::load(self.file).map_err(|e| Failure::runtime(format!("--from: {e}")))?;
+        let expected =
+            crate::concurrency::expected_dispersions(&s).map_err(|e| Failure::runtime(format!("--from: {e}")))?;
+        let mut fits = Vec::new();
+        for ((server, (levels, old, e)), expected) in self.servers.iter_mut().zip(levels).zip(expected) {
+            let Some(fit) = crate::concurrency::fit(levels, expected) else { continue };
+            if let Some((c, ..)) = fit.limit {
+                let unqueued = unqueued(old, e, c);
+                if unqueued.iter().map(|b| b[2]).sum::<u64>() >= MIN_UNQUEUED {
+                    (server.service, server.concurrency) = (unqueued, Some(c));
+                }
+            }
+            server.fit = Some(fit.text());
+            fits.push((server.address.clone(), fit));
+        }
+        Ok(fits)
+    }
+
     /// Write the scenario with `overhead` ns outside the endpoints: taken
     /// off every latency, and put on the balancer ↔ server hop (half each way).
     fn write(&self, overhead: f64) -> Result<(), Failure> {

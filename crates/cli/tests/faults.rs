@@ -12,9 +12,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,31 +29,16 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A `fulcrum backend` process (so it can be killed like a real one).
+/// A `fulcrum backend` process (so it can be killed like a real one: on drop).
 struct BackendProcess {
-    child: Child,
+    _child: common::KillOnDrop,
     addr: SocketAddr,
 }
 
 impl BackendProcess {
     fn start(listen: &str, delay: &str) -> BackendProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-            .args(["backend", "--listen", listen, "--delays", delay])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().parse().unwrap_or_else(|_| panic!("backend printed {line:?}"));
-        BackendProcess { child, addr }
-    }
-}
-
-impl Drop for BackendProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let (child, addrs) = common::fulcrum_backend(&["--listen", listen, "--delays", delay]);
+        BackendProcess { _child: child, addr: addrs[0] }
     }
 }
 

@@ -9,9 +9,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::{app_config, get, send, Fulcrum, KillOnDrop};
 
@@ -39,11 +38,8 @@ fn metric(f: &Fulcrum, name: &str) -> u64 {
 
 /// The gRPC server of `grpc_peer.py`, and its port.
 fn server() -> (KillOnDrop, u16) {
-    let mut child = Command::new("python3").arg(peer()).arg("server").stdout(Stdio::piped()).spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let server = KillOnDrop(child);
-    let mut first = String::new();
-    BufReader::new(stdout).read_line(&mut first).unwrap();
+    let (server, lines) = common::spawn_printing(Command::new("python3").arg(peer()).arg("server"), 1);
+    let first = lines.first().map_or("", String::as_str);
     let port: u16 = first
         .trim()
         .strip_prefix("port ")

@@ -10,15 +10,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
-use common::{temp_dir, Fulcrum, KillOnDrop};
+use common::{fulcrum_backend, temp_dir, Fulcrum, KillOnDrop};
 use rustls::pki_types::CertificateDer;
 
 /// Response body size the backend sends.
@@ -26,16 +25,8 @@ const BODY: usize = 3000;
 
 /// A `fulcrum backend` answering `BODY` bytes, and its address.
 fn backend() -> (KillOnDrop, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-        .args(["backend", "--listen", "127.0.0.1:0", "--body-bytes", &BODY.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start fulcrum backend");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().parse().unwrap_or_else(|_| panic!("backend printed {line:?}"));
-    (KillOnDrop(child), addr)
+    let (child, addrs) = fulcrum_backend(&["--body-bytes", &BODY.to_string()]);
+    (child, addrs[0])
 }
 
 /// A self-signed certificate for `localhost` written to `dir`; its DER.
@@ -366,16 +357,8 @@ fn example(name: &str) -> std::path::PathBuf {
 /// A `fulcrum backend --echo` (answers with the request it received, as
 /// JSON), and its address.
 fn echo_backend() -> (KillOnDrop, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-        .args(["backend", "--listen", "127.0.0.1:0", "--echo"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start fulcrum backend");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().parse().unwrap_or_else(|_| panic!("backend printed {line:?}"));
-    (KillOnDrop(child), addr)
+    let (child, addrs) = fulcrum_backend(&["--echo"]);
+    (child, addrs[0])
 }
 
 /// Listeners with the example certificates and CA: 0 HTTP/3 where a client

@@ -292,17 +292,8 @@ print("ok")
 
 #[test]
 fn the_backend_command_echoes_what_the_proxy_sent() {
-    let mut backend = common::KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-            .args(["backend", "--listen", "127.0.0.1:0", "--echo"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(backend.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr: SocketAddr = line.trim().parse().unwrap();
+    let (_backend, addrs) = common::fulcrum_backend(&["--echo"]);
+    let addr = addrs[0];
     let text = format!(
         "admin = \"127.0.0.1:0\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n\
          routes = [{{ cluster = \"app\", request_headers = {{ set = {{ x-tag = \"t\" }} }} }}]\n\

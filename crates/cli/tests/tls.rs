@@ -226,18 +226,17 @@ fn curl_with_a_client_certificate_passes_and_the_upstream_sees_who_it_is() {
 /// example CA, and its address.
 fn python_peer() -> (KillOnDrop, SocketAddr) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/tls_peer.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .args([cert("default.pem"), cert("default.key"), cert("ca.pem")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let (child, lines) = common::spawn_printing(
+        Command::new("python3")
+            .arg(script)
+            .args([cert("default.pem"), cert("default.key"), cert("ca.pem")])
+            .stderr(Stdio::null()),
+        1,
+    );
+    let line = lines.first().map_or("", String::as_str);
     let port: u16 =
         line.trim().strip_prefix("port ").unwrap_or_else(|| panic!("tls_peer.py: {line:?}")).parse().unwrap();
-    (KillOnDrop(child), SocketAddr::from(([127, 0, 0, 1], port)))
+    (child, SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 fn metrics(admin: SocketAddr) -> String {

@@ -8,22 +8,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{app_config, closed_port, get, temp_dir, toml_list, Fulcrum};
+use common::{app_config, closed_port, fulcrum_backend, get, temp_dir, toml_list, Fulcrum, KillOnDrop};
 use serde_json::Value;
-
-/// A child process killed by PID when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn fulcrum() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fulcrum"))
@@ -42,20 +31,11 @@ fn mean_ms(path: &std::path::Path) -> f64 {
 
 #[test]
 fn a_scenario_from_a_running_proxy_predicts_its_present() {
-    let mut backend = Process(
-        fulcrum()
-            .args(["backend", "--listen", "127.0.0.1:0", "--count", "3", "--delays", "20ms,60ms,200ms"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(backend.0.stdout.take().unwrap()).lines();
-    let addrs: Vec<String> = (0..3).map(|_| lines.next().unwrap().unwrap()).collect();
+    let (_backend, addrs) = fulcrum_backend(&["--count", "3", "--delays", "20ms,60ms,200ms"]);
     let config = app_config(&toml_list(&addrs), "workers = 1", "", "algorithm = { kind = \"round-robin\" }");
     let f = Fulcrum::serve("what-if", &config);
     let (admin, listen) = (f.admin.unwrap(), f.listen[0]);
-    let _load = Process(
+    let _load = KillOnDrop(
         fulcrum()
             .args(["load", &format!("http://{listen}/"), "--rate", "200", "-d", "10s", "--threads", "1"])
             .stdout(Stdio::null())
@@ -163,13 +143,13 @@ fn what_if(admin: std::net::SocketAddr, window: &str, runs: &str, extra: &[&str]
 }
 
 /// `fulcrum load` in open loop at `rate` for a long time (killed on drop).
-fn load(listen: std::net::SocketAddr, rate: f64) -> Process {
+fn load(listen: std::net::SocketAddr, rate: f64) -> KillOnDrop {
     load_with(listen, rate, &[])
 }
 
 /// [`load`] with more flags.
-fn load_with(listen: std::net::SocketAddr, rate: f64, extra: &[&str]) -> Process {
-    Process(
+fn load_with(listen: std::net::SocketAddr, rate: f64, extra: &[&str]) -> KillOnDrop {
+    KillOnDrop(
         fulcrum()
             .args(["load", &format!("http://{listen}/"), "--rate", &rate.to_string(), "-d", "600s", "--threads", "1"])
             .args(extra)
@@ -205,22 +185,14 @@ fn predictions_hold_against_changes_made_for_real() {
     let runs: String = setting("FULCRUM_WHATIF_RUNS", "3".to_string());
     let delays: String =
         setting("FULCRUM_WHATIF_DELAYS", "log-normal(20ms,0.5),log-normal(60ms,0.5),log-normal(200ms,0.5)".to_string());
-    let mut backend = Process(
-        fulcrum()
-            .args(["backend", "--listen", "127.0.0.1:0", "--count", "3", "--delays", &delays])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(backend.0.stdout.take().unwrap()).lines();
-    let addrs: Vec<String> = (0..3).map(|_| lines.next().unwrap().unwrap()).collect();
+    let (_backend, addrs) = fulcrum_backend(&["--count", "3", "--delays", &delays]);
     let config = |algorithm: &str| {
         app_config(&toml_list(&addrs), "workers = 1", "", &format!("algorithm = {{ kind = \"{algorithm}\" }}"))
     };
     let f = Fulcrum::serve("what-if-proof", &config("round-robin"));
     let (admin, listen) = (f.admin.unwrap(), f.listen[0]);
-    let slow = addrs[2].as_str();
+    let slow = addrs[2].to_string();
+    let slow = slow.as_str();
 
     // A reload applies asynchronously and restores the file's endpoints
     // (undoing a drain): wait until the cluster runs the new algorithm.
@@ -354,15 +326,8 @@ fn predictions_hold_against_changes_made_for_real() {
 #[test]
 #[ignore = "timing: a fitted concurrency and its headroom against a live proxy (about 60 s, wall-clock latencies)"]
 fn a_fitted_concurrency_predicts_the_headroom_of_a_live_endpoint() {
-    let mut backend = Process(
-        fulcrum()
-            .args(["backend", "--listen", "127.0.0.1:0", "--delays", "50ms", "--concurrency", "8"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let addr = BufReader::new(backend.0.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    let (_backend, addrs) = fulcrum_backend(&["--delays", "50ms", "--concurrency", "8"]);
+    let addr = addrs[0];
     let config = app_config(&toml_list(&[addr]), "workers = 1", "", "algorithm = { kind = \"round-robin\" }");
     let f = Fulcrum::serve("what-if-queue", &config);
     let (admin, listen) = (f.admin.unwrap(), f.listen[0]);

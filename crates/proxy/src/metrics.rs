@@ -8,7 +8,10 @@
 //! worker's balancer and the admin listener asks for them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use fulcrum_base::loghist::AtomicLogHistogram;
 
 /// Upper bounds of the latency histogram buckets, in seconds (Prometheus
 /// convention: cumulative, plus `+Inf`).
@@ -26,13 +29,15 @@ pub struct EndpointStats {
     pub in_flight: AtomicU64,
     /// Latency histogram counts, one per bucket plus `+Inf`.
     buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
-    /// Sum of latencies in nanoseconds.
-    latency_sum_ns: AtomicU64,
-    /// The same latencies in 5 %-wide buckets, for `/clusters/NAME/model`.
-    pub latency_fine: fulcrum_base::loghist::AtomicLogHistogram,
     /// Successful requests' latencies by how many requests were in flight
-    /// to the endpoint when each was picked (where queueing shows).
+    /// to the endpoint when each was picked (where queueing shows). Each
+    /// success is counted there only: the endpoint's sum and fine
+    /// histogram are derived from it when read.
     pub by_in_flight: InFlightStats,
+    /// The rest (failures, and requests never sent at 0): their latency
+    /// sum in nanoseconds, and 5 %-wide buckets allocated on first use.
+    others_sum_ns: AtomicU64,
+    others_fine: OnceLock<AtomicLogHistogram>,
 }
 
 impl EndpointStats {
@@ -47,17 +52,32 @@ impl EndpointStats {
     /// request was never sent).
     pub fn finish(&self, latency: Duration, success: bool, before: Option<u64>) {
         self.in_flight.fetch_sub(1, Relaxed);
-        if !success {
-            self.errors.fetch_add(1, Relaxed);
-        } else if let Some(before) = before {
-            self.by_in_flight.record(before, latency);
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        match before {
+            Some(before) if success => self.by_in_flight.record(before, ns),
+            _ => {
+                if !success {
+                    self.errors.fetch_add(1, Relaxed);
+                }
+                self.others_sum_ns.fetch_add(ns, Relaxed);
+                self.others_fine.get_or_init(Default::default).record(ns);
+            }
         }
         let secs = latency.as_secs_f64();
         let bucket = LATENCY_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(LATENCY_BUCKETS.len());
         self.buckets[bucket].fetch_add(1, Relaxed);
-        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        self.latency_sum_ns.fetch_add(ns, Relaxed);
-        self.latency_fine.record(ns);
+    }
+
+    /// Every latency in 5 %-wide buckets: `(bucket, count)` of each bucket
+    /// counted (the in-flight bands and the rest, summed).
+    pub fn latency_fine(&self) -> Vec<(usize, u64)> {
+        let mut counts = vec![0u64; fulcrum_base::loghist::BUCKETS];
+        for h in self.by_in_flight.bands().map(|(_, h)| h).chain(self.others_fine.get()) {
+            for (i, n) in h.nonzero() {
+                counts[i] += n;
+            }
+        }
+        counts.into_iter().enumerate().filter(|&(_, n)| n > 0).collect()
     }
 
     /// Cumulative bucket counts (`le` each bound, then `+Inf`), and the sum in seconds.
@@ -71,7 +91,8 @@ impl EndpointStats {
                 total
             })
             .collect();
-        (cumulative, self.latency_sum_ns.load(Relaxed) as f64 / 1e9)
+        let sum_ns = self.by_in_flight.sum_ns().wrapping_add(self.others_sum_ns.load(Relaxed));
+        (cumulative, sum_ns as f64 / 1e9)
     }
 }
 
@@ -89,7 +110,7 @@ pub const IN_FLIGHT_BANDS: usize = 8;
 #[derive(Debug)]
 pub struct InFlightStats {
     levels: Box<[[AtomicU64; 3]]>,
-    bands: [std::sync::OnceLock<fulcrum_base::loghist::AtomicLogHistogram>; IN_FLIGHT_BANDS],
+    bands: [OnceLock<AtomicLogHistogram>; IN_FLIGHT_BANDS],
 }
 
 impl Default for InFlightStats {
@@ -113,8 +134,7 @@ impl InFlightStats {
         }
     }
 
-    fn record(&self, before: u64, latency: Duration) {
-        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+    fn record(&self, before: u64, ns: u64) {
         let us = ns / 1000;
         let level = &self.levels[(before as usize).min(IN_FLIGHT_LEVELS - 1)];
         level[0].fetch_add(1, Relaxed);
@@ -133,8 +153,13 @@ impl InFlightStats {
             .collect()
     }
 
+    /// The latency sum of every level, in nanoseconds (wrapping).
+    pub fn sum_ns(&self) -> u64 {
+        self.levels.iter().fold(0u64, |sum, l| sum.wrapping_add(l[1].load(Relaxed)))
+    }
+
     /// `(lowest level, histogram)` of each band counted.
-    pub fn bands(&self) -> impl Iterator<Item = (u64, &fulcrum_base::loghist::AtomicLogHistogram)> {
+    pub fn bands(&self) -> impl Iterator<Item = (u64, &AtomicLogHistogram)> {
         self.bands.iter().enumerate().filter_map(|(b, h)| h.get().map(|h| (Self::band_start(b), h)))
     }
 }
@@ -260,5 +285,24 @@ mod tests {
         let bands: Vec<(u64, u64)> =
             s.by_in_flight.bands().map(|(lo, h)| (lo, h.nonzero().iter().map(|b| b.1).sum())).collect();
         assert_eq!(bands, [(0, 1), (1, 1), (2, 2), (4, 1), (8, 1), (32, 1), (64, 2)]);
+    }
+
+    #[test]
+    fn the_endpoint_histogram_is_every_band_and_the_rest() {
+        let s = EndpointStats::default();
+        let mut all = Vec::new();
+        for (i, before) in [0u64, 0, 1, 5, 5, 40, 200].into_iter().enumerate() {
+            let latency = Duration::from_micros(20 + 37 * i as u64);
+            s.finish(latency, i != 3, Some(before));
+            all.push(latency.as_nanos() as u64);
+        }
+        s.finish(Duration::ZERO, true, None);
+        all.push(0);
+        let expected = fulcrum_base::loghist::AtomicLogHistogram::default();
+        all.iter().for_each(|&ns| expected.record(ns));
+        assert_eq!(s.latency_fine(), expected.nonzero(), "successes by band, a failure and a request never sent");
+        let (h, sum) = s.histogram();
+        assert_eq!(*h.last().unwrap(), all.len() as u64);
+        assert!((sum - all.iter().sum::<u64>() as f64 / 1e9).abs() < 1e-12, "{sum}");
     }
 }

@@ -8,7 +8,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use fulcrum_base::loghist::AtomicLogHistogram;
 use serde_json::{json, Value};
 
 use crate::cluster::SharedCluster;
@@ -20,8 +19,8 @@ pub fn model_json(c: &SharedCluster, now: fulcrum_balance::Nanos) -> Value {
     if let Some(endpoints) = v.get_mut("endpoints").and_then(Value::as_array_mut) {
         for (e, out) in resolved.all.iter().zip(endpoints.iter_mut()) {
             let stats = resolved.upstream(e.id).map(|u| u.stats.clone());
-            let buckets = |h: &AtomicLogHistogram| -> Vec<[u64; 3]> {
-                h.nonzero()
+            let buckets = |counts: Vec<(usize, u64)>| -> Vec<[u64; 3]> {
+                counts
                     .into_iter()
                     .map(|(i, n)| {
                         let (lo, hi) = fulcrum_base::loghist::bucket_bounds(i);
@@ -29,11 +28,11 @@ pub fn model_json(c: &SharedCluster, now: fulcrum_balance::Nanos) -> Value {
                     })
                     .collect()
             };
-            out["latency_buckets"] = json!(stats.as_ref().map(|s| buckets(&s.latency_fine)).unwrap_or_default());
+            out["latency_buckets"] = json!(stats.as_ref().map(|s| buckets(s.latency_fine())).unwrap_or_default());
             out["by_in_flight"] = json!(stats.as_ref().map(|s| s.by_in_flight.levels()).unwrap_or_default());
             let bands: Vec<Value> = stats
                 .as_ref()
-                .map(|s| s.by_in_flight.bands().map(|(lo, h)| json!([lo, buckets(h)])).collect())
+                .map(|s| s.by_in_flight.bands().map(|(lo, h)| json!([lo, buckets(h.nonzero())])).collect())
                 .unwrap_or_default();
             out["latency_buckets_by_in_flight"] = json!(bands);
         }

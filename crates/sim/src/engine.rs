@@ -72,6 +72,10 @@ pub struct RawRun {
     pub end: Nanos,
     /// What the resilience mechanisms did, when the scenario has any.
     pub resilience: Option<ResilienceStats>,
+    /// Per server, the tries in flight to it (picked by any balancer and
+    /// not yet settled) when each measured try was picked: count, sum and
+    /// sum of squares, as the proxy counts its endpoints' in-flight levels.
+    pub in_flight_at_pick: Vec<[u64; 3]>,
 }
 
 impl RawRun {
@@ -89,6 +93,7 @@ impl RawRun {
             completed: 0,
             end: 0,
             resilience: None,
+            in_flight_at_pick: vec![[0; 3]; n_servers],
         }
     }
 }
@@ -305,6 +310,8 @@ pub struct Engine<'a> {
     /// ramped by slow start (`request_limit`): the proxy's circuit breaker.
     in_flight: RequestLimit,
     request_limit: u64,
+    /// Per server, the tries picked for it by any balancer and not yet settled there.
+    picked: Vec<u32>,
 }
 
 impl<'a> Engine<'a> {
@@ -390,6 +397,7 @@ impl<'a> Engine<'a> {
             },
             in_flight: RequestLimit::default(),
             request_limit: scenario.balancers.max_requests.unwrap_or(u64::MAX),
+            picked: vec![0; n_servers],
         })
     }
 
@@ -680,8 +688,14 @@ impl<'a> Engine<'a> {
         let r = &mut self.requests[req as usize];
         r.ticket = Some(ticket);
         r.at_lb = self.now;
+        let level = u64::from(self.picked[server as usize]);
+        self.picked[server as usize] += 1;
         if r.measured {
             self.out.share.record(self.now, server as usize);
+            let m = &mut self.out.in_flight_at_pick[server as usize];
+            m[0] += 1;
+            m[1] += level;
+            m[2] += level * level;
         }
         if attempt == 0 {
             if let Some(t) = self.scenario.balancers.timeout {
@@ -723,6 +737,7 @@ impl<'a> Engine<'a> {
         r.at_lb = latency;
         let (client, b, measured) = (r.client, r.balancer as usize, r.measured);
         let server = ticket.endpoint().0 as u32;
+        self.picked[server as usize] -= 1;
         let ok = res == TryResult::Ok;
         let outcome = if ok { Outcome::Success { latency } } else { Outcome::Failure { latency } };
         self.balancers[b].on_complete(ticket, self.now, outcome);
@@ -894,6 +909,7 @@ impl<'a> Engine<'a> {
             // Answered without reaching a server's response (cannot happen
             // today, but a ticket must never leak).
             let b = r.balancer as usize;
+            self.picked[ticket.endpoint().0 as usize] -= 1;
             self.balancers[b].on_cancel(ticket);
             self.in_flight.release();
         }

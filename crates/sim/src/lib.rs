@@ -74,6 +74,20 @@ pub struct RunResult {
     pub simulated: Nanos,
     /// What the resilience mechanisms did (`None` when the scenario has none).
     pub resilience: Option<ResilienceStats>,
+    /// Per server, the tries in flight to it when each measured try was
+    /// picked: count, sum and sum of squares.
+    pub in_flight_at_pick: Vec<[u64; 3]>,
+}
+
+impl RunResult {
+    /// Variance over mean of the tries in flight to server `s` when each
+    /// was picked (`None` if none was): 1 for Poisson arrivals to a pure
+    /// delay, less for more regular ones (round robin's turns, for one).
+    pub fn in_flight_dispersion(&self, s: usize) -> Option<f64> {
+        let [n, sum, sq] = self.in_flight_at_pick.get(s).copied()?;
+        let (n, sum, sq) = (n as f64, sum as f64, sq as f64);
+        (n > 0.0 && sum > 0.0).then(|| (sq / n - (sum / n).powi(2)) / (sum / n))
+    }
 }
 
 /// Run `algorithm` over `scenario` once with `seed`.
@@ -97,6 +111,7 @@ pub fn run_once(
         completed: raw.completed,
         simulated: raw.end,
         resilience: raw.resilience,
+        in_flight_at_pick: raw.in_flight_at_pick,
     })
 }
 

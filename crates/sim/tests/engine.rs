@@ -41,6 +41,20 @@ fn a_concurrency_limit_queues_in_fifo_order() {
 }
 
 #[test]
+fn tries_in_flight_are_counted_at_each_pick() {
+    // Request k is picked at k ms, while the k before it are all in flight.
+    let s = parse(QUEUE);
+    let r = run_once(&s, &s.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
+    assert_eq!(r.in_flight_at_pick, vec![[10, 45, 285]]);
+    let dispersion = r.in_flight_dispersion(0).unwrap();
+    assert!((dispersion - (28.5 - 4.5 * 4.5) / 4.5).abs() < 1e-9, "{dispersion}");
+    // One every 20 ms to a 10 ms delay: never one in flight at a pick.
+    let s = parse(&QUEUE.replace("\"1ms\"", "\"20ms\""));
+    let r = run_once(&s, &s.config_for(AlgorithmKind::ROUND_ROBIN), 1, None).unwrap();
+    assert_eq!((r.in_flight_at_pick.clone(), r.in_flight_dispersion(0)), (vec![[10, 0, 0]], None));
+}
+
+#[test]
 fn network_hops_add_to_client_latency_but_not_balancer_latency() {
     let text = QUEUE.replace("concurrency = 1\n", "") + "[network]\nclient_lb = \"1ms\"\nlb_server = \"2ms\"\n";
     let s = parse(&text);

@@ -215,6 +215,31 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `command` started with its standard output piped, killed on drop, and
+/// the first `lines` lines it printed (without their line ends; fewer if it
+/// closed its output first): how a helper process says where it listens.
+pub fn spawn_printing(command: &mut Command, lines: usize) -> (KillOnDrop, Vec<String>) {
+    let mut child = KillOnDrop(command.stdout(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{command:?}: {e}")));
+    let printed = BufReader::new(child.0.stdout.take().unwrap()).lines().take(lines).map_while(Result::ok).collect();
+    (child, printed)
+}
+
+/// A `fulcrum backend` started with `args` (on `--listen 127.0.0.1:0`
+/// unless they name a listen address), killed on drop, and the addresses it
+/// printed: one per backend (`--count`, 1 by default).
+pub fn fulcrum_backend(args: &[&str]) -> (KillOnDrop, Vec<SocketAddr>) {
+    let count = args.iter().position(|a| *a == "--count").map_or(1, |i| args[i + 1].parse().expect("--count N"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fulcrum"));
+    command.arg("backend");
+    if !args.contains(&"--listen") {
+        command.args(["--listen", "127.0.0.1:0"]);
+    }
+    let (child, lines) = spawn_printing(command.args(args).stderr(Stdio::null()), count);
+    let addrs: Vec<SocketAddr> = lines.iter().filter_map(|l| l.trim().parse().ok()).collect();
+    assert_eq!(addrs.len(), count, "fulcrum backend {args:?} printed {lines:?}");
+    (child, addrs)
+}
+
 /// A backend's side of one connection in the XDP tests: every line read is
 /// answered with the backend's `name`, so the client sees which backend it
 /// reached; ends when the client closes.
