@@ -204,7 +204,8 @@ impl Scheduler {
         }
     }
 
-    /// Take the next packet (marked by its class's rule if it says so).
+    /// Take the next packet (marked by its class's rule if it says so;
+    /// packets the rule drops are skipped).
     #[inline]
     pub fn dequeue(&mut self, now: Nanos) -> Option<(usize, Packet)> {
         let (classes, state) = match &mut self.0 {
@@ -212,16 +213,30 @@ impl Scheduler {
             Classes::Fifo(q) => return q.dequeue(now).map(|p| (0, p)),
             Classes::Several { classes, state } => (classes, state),
         };
-        let c = Scheduler::pick(classes, state)?;
-        let p = classes[c].dequeue(now).expect("picked classes are backlogged");
-        if let State::Dwrr { deficit, active, listed, .. } = state {
-            if classes[c].is_empty() {
-                deficit[c] = 0;
-                listed[c] = false;
-                active.retain(|&x| x != c);
+        loop {
+            let c = Scheduler::pick(classes, state)?;
+            // The class's rule may drop packets at departure (the head the
+            // class was picked for among them): their tags go with them,
+            // and a class left empty gives up its turn.
+            let drops = classes[c].stats.drops;
+            let p = classes[c].dequeue(now);
+            let dropped = classes[c].stats.drops - drops;
+            match state {
+                State::Dwrr { deficit, active, listed, .. } if classes[c].is_empty() => {
+                    deficit[c] = 0;
+                    listed[c] = false;
+                    active.retain(|&x| x != c);
+                }
+                State::Wfq { tags, .. } => {
+                    let taken = dropped + u64::from(p.is_some());
+                    tags[c].drain(..(taken - 1) as usize);
+                }
+                _ => {}
+            }
+            if let Some(p) = p {
+                return Some((c, p));
             }
         }
-        Some((c, p))
     }
 }
 
