@@ -218,6 +218,7 @@ fn fabric_scenario_keys_are_in_the_reference() {
             // So are each queue discipline's and congestion control's.
             "crates/fabric/src/aqm/threshold.rs",
             "crates/fabric/src/aqm/ecn_sharp.rs",
+            "crates/fabric/src/aqm/pie.rs",
             "crates/fabric/src/codel.rs",
             "crates/fabric/src/cc.rs",
         ],

@@ -1,8 +1,15 @@
 //! CoDel ("Controlled Delay", RFC 8289; Nichols and Jacobson, "Controlling
-//! queue delay", ACM Queue 2012) in ECN-marking mode, as ns-3's
-//! `CoDelQueueDisc` implements it in the ns3-ecn-sharp fork
-//! (`src/traffic-control/model/codel-queue-disc.cc`, `MarkingMode` on),
-//! which the seed's queue-track program offers as its third scheme.
+//! queue delay", ACM Queue 2012), as ns-3's `CoDelQueueDisc` implements it
+//! in the ns3-ecn-sharp fork (`src/traffic-control/model/codel-queue-disc.cc`),
+//! which the seed's queue-track program offers as its third scheme. Its
+//! signal (below: a mark) depends on the `mode`:
+//!
+//! - `mark` (the default; the fork's `MarkingMode`): ECN-capable packets
+//!   are marked; any other is never signalled and changes nothing.
+//! - `ecn` (RFC 8289 with ECN): ECN-capable packets are marked, others
+//!   dropped.
+//! - `drop` (RFC 8289): every signalled packet is dropped; the queue then
+//!   hands out the next one, checked in turn (so several may go at once).
 //!
 //! At each dequeue the packet's sojourn time is checked:
 //!
@@ -20,9 +27,7 @@
 //!   or after the due time is marked, the count grows by one and the next
 //!   mark is due `interval / √count` after the previous due time (the state
 //!   ends instead when the queue is now empty).
-//! - A packet that is not ECN-capable is never marked and changes nothing,
-//!   as in ns-3 (which hands it on); dequeuing from an empty queue leaves
-//!   the state.
+//! - Dequeuing from an empty queue leaves the state.
 //!
 //! The arithmetic is ns-3's (and Linux's): times in units of 1024 ns in
 //! wrapping 32-bit integers, 1/√count as a 16-bit fixed-point number kept
@@ -32,7 +37,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aqm::{Aqm, AqmHooks, AqmType, ParamError};
+use crate::aqm::{Aqm, AqmHooks, AqmType, ParamError, Rng, Verdict};
 use crate::packet::Nanos;
 
 /// ns-3's CoDel time unit: nanoseconds shifted right by 10.
@@ -68,6 +73,33 @@ pub struct Params {
     /// (ns-3's `MinBytes`, 1500 by default).
     #[serde(default = "mtu")]
     pub min_bytes: u64,
+    /// What a signal does (module documentation).
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+/// What CoDel's signal does to a packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Mark ECN-capable packets; leave the others alone.
+    #[default]
+    Mark,
+    /// Mark ECN-capable packets; drop the others.
+    Ecn,
+    /// Drop.
+    Drop,
+}
+
+impl Mode {
+    /// The signal for a packet (`ect`: ECN-capable); None: it takes none.
+    fn signal(self, ect: bool) -> Option<Verdict> {
+        match self {
+            Mode::Mark => ect.then_some(Verdict::Mark),
+            Mode::Ecn if ect => Some(Verdict::Mark),
+            Mode::Ecn | Mode::Drop => Some(Verdict::Drop),
+        }
+    }
 }
 
 fn mtu() -> u64 {
@@ -92,7 +124,7 @@ impl AqmType for CoDelRule {
         Ok(())
     }
 
-    fn build(p: &Params) -> Box<dyn Aqm> {
+    fn build(p: &Params, _: Rng) -> Box<dyn Aqm> {
         Box::new(CoDelRule { params: *p, state: CoDel::default() })
     }
 }
@@ -106,7 +138,7 @@ impl Aqm for CoDelRule {
         AqmHooks { arrival: false, empty: true, requiet: false }
     }
 
-    fn on_departure(&mut self, now: Nanos, sojourn: Nanos, _queued: u32, bytes: u64, ect: bool) -> bool {
+    fn on_departure(&mut self, now: Nanos, sojourn: Nanos, _queued: u32, bytes: u64, ect: bool) -> Verdict {
         self.state.on_dequeue(&self.params, now, sojourn, bytes, ect)
     }
 
@@ -174,21 +206,21 @@ impl CoDel {
         self.first_above = 0;
     }
 
-    /// Whether the packet dequeued at `now` after `sojourn` in the queue
-    /// is marked; `bytes_left` is what it leaves queued, `ect` whether it
-    /// can be marked.
-    pub fn on_dequeue(&mut self, p: &Params, now_ns: Nanos, sojourn: Nanos, bytes_left: u64, ect: bool) -> bool {
+    /// What becomes of the packet dequeued at `now` after `sojourn` in the
+    /// queue; `bytes_left` is what it leaves queued, `ect` whether it can
+    /// be marked.
+    pub fn on_dequeue(&mut self, p: &Params, now_ns: Nanos, sojourn: Nanos, bytes_left: u64, ect: bool) -> Verdict {
         let now = units(now_ns);
         let interval = units(p.interval);
         let ok = self.ok_to_mark(p, now, sojourn, bytes_left);
         if self.marking {
             if !ok {
                 self.marking = false;
-                return false;
+                return Verdict::Pass;
             }
-            if after(self.next_mark, now) || !ect {
-                return false;
-            }
+            let Some(signal) = p.mode.signal(ect).filter(|_| !after(self.next_mark, now)) else {
+                return Verdict::Pass;
+            };
             self.count = self.count.wrapping_add(1);
             self.newton_step();
             if bytes_left == 0 {
@@ -196,13 +228,13 @@ impl CoDel {
             } else {
                 self.next_mark = self.control_law(self.next_mark, interval);
             }
-            return true;
+            return signal;
         }
-        if !ok || !ect {
-            return false;
-        }
+        let Some(signal) = p.mode.signal(ect).filter(|_| ok) else {
+            return Verdict::Pass;
+        };
         if bytes_left == 0 {
-            return true;
+            return signal;
         }
         self.marking = true;
         let delta = self.count.wrapping_sub(self.last_count) as i32;
@@ -215,7 +247,7 @@ impl CoDel {
         }
         self.last_count = self.count;
         self.next_mark = self.control_law(now, interval);
-        true
+        signal
     }
 }
 
@@ -247,12 +279,17 @@ mod tests {
         assert_eq!(c.control_law(1000, 97), 1096);
     }
 
-    const P: Params = Params { target: 10_240, interval: 102_400, min_bytes: 1500 };
+    const P: Params = Params { target: 10_240, interval: 102_400, min_bytes: 1500, mode: Mode::Mark };
+
+    /// Whether the packet is marked.
+    fn mark(c: &mut CoDel, now: Nanos, sojourn: Nanos, bytes_left: u64, ect: bool) -> bool {
+        c.on_dequeue(&P, now, sojourn, bytes_left, ect) == Verdict::Mark
+    }
 
     /// Dequeue one packet every 1024 ns whose sojourn is `sojourn`, with
     /// 3000 bytes left behind; the CoDel-unit times of the marks.
     fn marks(c: &mut CoDel, from: u64, to: u64, sojourn: Nanos) -> Vec<u64> {
-        (from..to).filter(|&t| c.on_dequeue(&P, t * 1024, sojourn, 3000, true)).collect()
+        (from..to).filter(|&t| mark(c, t * 1024, sojourn, 3000, true)).collect()
     }
 
     #[test]
@@ -266,7 +303,7 @@ mod tests {
         assert_eq!(m, [101, 200, 250, 306, 354, 398]);
         assert_eq!(c.count(), 6);
         // Below target: the state ends, nothing is marked for an interval.
-        assert!(!c.on_dequeue(&P, 400 * 1024, 5 * 1024, 3000, true));
+        assert!(!mark(&mut c, 400 * 1024, 5 * 1024, 3000, true));
         let again = marks(&mut c, 401, 700, 20 * 1024);
         // Re-armed at 401 (ok after 501). The state was left less than 16
         // intervals ago, 6 − 1 = 5 marks after it began: the count resumes
@@ -279,14 +316,70 @@ mod tests {
     fn short_queues_and_unmarkable_packets_are_not_marked() {
         let mut c = CoDel::default();
         // Fewer than min_bytes left behind: never ok.
-        assert!((0..300).all(|t| !c.on_dequeue(&P, t * 1024, 20 * 1024, 1000, true)));
+        assert!((0..300).all(|t| !mark(&mut c, t * 1024, 20 * 1024, 1000, true)));
         // Not ECN-capable: not marked, and the first ECN-capable one is.
         let mut c = CoDel::default();
-        assert!((0..150).all(|t| !c.on_dequeue(&P, t * 1024, 20 * 1024, 3000, false)));
-        assert!(c.on_dequeue(&P, 150 * 1024, 20 * 1024, 3000, true));
+        assert!((0..150).all(|t| !mark(&mut c, t * 1024, 20 * 1024, 3000, false)));
+        assert!(mark(&mut c, 150 * 1024, 20 * 1024, 3000, true));
         // An empty queue ends the state: the next ok packet needs a new
         // interval above target.
         c.on_empty();
-        assert!(!c.on_dequeue(&P, 151 * 1024, 20 * 1024, 3000, true));
+        assert!(!mark(&mut c, 151 * 1024, 20 * 1024, 3000, true));
+    }
+
+    /// The drops of a standing queue whose every packet waits `sojourn`,
+    /// one dequeue every 1024 ns from `from` to `to`, in `mode`; `ect`:
+    /// which packets are ECN-capable. The CoDel-unit times of the drops.
+    fn drops(c: &mut CoDel, mode: Mode, range: std::ops::Range<u64>, ect: fn(u64) -> bool) -> Vec<u64> {
+        let p = Params { mode, ..P };
+        range.filter(|&t| c.on_dequeue(&p, t * 1024, 20 * 1024, 3000, ect(t)) == Verdict::Drop).collect()
+    }
+
+    #[test]
+    fn drop_mode_drops_when_marking_mode_marks() {
+        // The same control law: drop mode drops where marking mode marks,
+        // ECN mode marks ECN-capable packets and drops the others.
+        let mut c = CoDel::default();
+        assert_eq!(drops(&mut c, Mode::Drop, 0..400, |_| true), [101, 200, 250, 306, 354, 398]);
+        let mut c = CoDel::default();
+        assert_eq!(drops(&mut c, Mode::Drop, 0..400, |_| false), [101, 200, 250, 306, 354, 398]);
+        let mut c = CoDel::default();
+        assert!(drops(&mut c, Mode::Ecn, 0..400, |_| true).is_empty());
+        assert_eq!(c.count(), 6);
+        // Every other packet ECN-capable: the signals fall at the same
+        // times, and only the ones on packets that are not are drops.
+        let mut c = CoDel::default();
+        assert_eq!(drops(&mut c, Mode::Ecn, 0..400, |t| t % 2 == 1), [200, 250, 306, 354, 398]);
+        // Marking mode signals nothing to those: it waits for the next
+        // ECN-capable packet (so never drops).
+        let mut c = CoDel::default();
+        assert!(drops(&mut c, Mode::Mark, 0..400, |t| t % 2 == 1).is_empty());
+    }
+
+    #[test]
+    fn drops_of_a_standing_queue_follow_interval_over_root_count() {
+        // Interval 1000 units, target 10; every packet waits 20 units, one
+        // dequeue per unit: the n-th gap between drops is interval/√n,
+        // within the rounding of the 16-bit fixed-point 1/√count that one
+        // Newton step per drop keeps (trailing it by up to 12 % at the
+        // second drop, then closing in).
+        let p = Params { target: 10 * 1024, interval: 1000 * 1024, min_bytes: 0, mode: Mode::Drop };
+        let mut c = CoDel::default();
+        let times: Vec<u64> =
+            (0..30_000u64).filter(|&t| c.on_dequeue(&p, t * 1024, 20 * 1024, 3000, true) == Verdict::Drop).collect();
+        assert_eq!(times[..4], [1001, 2000, 2500, 3062]);
+        assert!(times.len() > 100, "{}", times.len());
+        for (n, gap) in times.windows(2).map(|w| w[1] - w[0]).enumerate() {
+            let count = n as f64 + 1.0;
+            let law = 1000.0 / count.sqrt();
+            let slack = if count < 3.0 {
+                0.3
+            } else if count < 20.0 {
+                0.1
+            } else {
+                0.03
+            };
+            assert!((gap as f64 - law).abs() <= law * slack + 1.0, "drop {count}: gap {gap}, law {law:.1}");
+        }
     }
 }

@@ -90,6 +90,8 @@ const STREAM_WORKLOAD: u64 = 0;
 const STREAM_ECMP: u64 = 1;
 /// RNG stream of the faults (slow links drawn, random drops).
 const STREAM_FAULTS: u64 = 3;
+/// RNG stream of the seed of the queue rules' streams.
+const STREAM_AQM: u64 = 4;
 
 /// Queue figures of one group of ports (by position in the fabric).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -187,6 +189,7 @@ pub fn run(scenario: &Scenario, seed: u64, progress: Option<&AtomicU64>) -> Outc
         delay_classes: classes,
         control_class: scenario.hosts.control_class,
         salt: streams.stream(STREAM_ECMP).next_u64(),
+        aqm_seed: streams.stream(STREAM_AQM).next_u64(),
         service: scenario.buffers.service.into(),
         delay_at: scenario.hosts.delay_at.into(),
     };

@@ -1,10 +1,11 @@
 //! Queue disciplines of a switch output port: a bounded FIFO that drops at
-//! the tail, with a marking rule ([`crate::aqm`]) that may set Congestion
-//! Experienced on ECN-capable packets. The limit counts packets.
+//! the tail, with a rule ([`crate::aqm`]) that may set Congestion
+//! Experienced on ECN-capable packets or drop packets. The limit counts
+//! packets.
 
 use std::collections::VecDeque;
 
-use crate::aqm::{Aqm, Arrival};
+use crate::aqm::{Aqm, Arrival, Verdict};
 use crate::packet::{Nanos, Packet};
 use crate::ring;
 
@@ -14,6 +15,8 @@ use crate::ring;
 pub struct QueueStats {
     pub enqueued: u64,
     pub marks: u64,
+    /// Packets dropped: for lack of room, or by the rule (on arrival or
+    /// at departure).
     pub drops: u64,
 }
 
@@ -123,9 +126,20 @@ impl Qdisc {
             self.stats.drops += 1;
             return None;
         }
-        if self.arrival && self.rule.on_arrival(&Arrival { now, queued: len, bytes: self.bytes }) && p.ect() {
-            p.set_ce(true);
-            self.stats.marks += 1;
+        if self.arrival {
+            match self.rule.on_arrival(&Arrival { now, queued: len, bytes: self.bytes, ect: p.ect() }) {
+                Verdict::Pass => {}
+                Verdict::Mark => {
+                    if p.ect() {
+                        p.set_ce(true);
+                        self.stats.marks += 1;
+                    }
+                }
+                Verdict::Drop => {
+                    self.stats.drops += 1;
+                    return None;
+                }
+            }
         }
         p.enqueued = now;
         self.stats.enqueued += 1;
@@ -137,7 +151,8 @@ impl Qdisc {
     /// sojourn of zero, so the marking rule's state moves as it would),
     /// then, if `drained`, the empty dequeue that ends a refill whose
     /// device queue still has room, without the FIFO's round trip. None
-    /// when dropped (no empty dequeue then: the caller services the port).
+    /// when dropped, on arrival or at departure (no empty dequeue then:
+    /// the caller services the port, which makes it).
     #[inline]
     pub fn pass(&mut self, now: Nanos, p: Packet, drained: bool) -> Option<Packet> {
         debug_assert!(self.fifo.is_empty());
@@ -155,7 +170,7 @@ impl Qdisc {
             return Some(p);
         }
         let p = self.admit(now, p)?;
-        let p = self.leave(now, p);
+        let p = self.leave(now, p)?;
         if drained {
             self.on_empty();
         }
@@ -171,7 +186,9 @@ impl Qdisc {
         }
     }
 
-    /// Take the head packet, marking it if the rule says so.
+    /// Take the head packet, marking it if the rule says so; the packets
+    /// the rule drops at departure are skipped (and an empty dequeue told
+    /// when they were the last).
     #[inline]
     pub fn dequeue(&mut self, now: Nanos) -> Option<Packet> {
         // Every refill of a device queue that drains the discipline ends
@@ -185,23 +202,40 @@ impl Qdisc {
 
     /// [`Qdisc::dequeue`] of a discipline holding packets.
     fn dequeue_head(&mut self, now: Nanos) -> Option<Packet> {
-        let p = ring::pop_front(&mut self.fifo)?;
-        self.bytes -= p.wire as u64;
-        Some(self.leave(now, p))
+        loop {
+            let p = ring::pop_front(&mut self.fifo)?;
+            self.bytes -= p.wire as u64;
+            if let Some(p) = self.leave(now, p) {
+                return Some(p);
+            }
+            if self.fifo.is_empty() {
+                self.on_empty();
+                return None;
+            }
+        }
     }
 
-    /// The dequeue's marking rule for `p`, just taken off the FIFO.
+    /// The dequeue's rule for `p`, just taken off the FIFO; None: dropped.
     #[inline]
-    fn leave(&mut self, now: Nanos, mut p: Packet) -> Packet {
-        let mark = self.rule.on_departure(now, now - p.enqueued, self.fifo.len() as u32, self.bytes, p.ect());
+    fn leave(&mut self, now: Nanos, mut p: Packet) -> Option<Packet> {
+        let verdict = self.rule.on_departure(now, now - p.enqueued, self.fifo.len() as u32, self.bytes, p.ect());
         if self.requiet {
             self.quiet = self.rule.quiet();
         }
-        if mark && p.ect() && !p.ce() {
-            p.set_ce(true);
-            self.stats.marks += 1;
+        match verdict {
+            Verdict::Pass => {}
+            Verdict::Mark => {
+                if p.ect() && !p.ce() {
+                    p.set_ce(true);
+                    self.stats.marks += 1;
+                }
+            }
+            Verdict::Drop => {
+                self.stats.drops += 1;
+                return None;
+            }
         }
-        p
+        Some(p)
     }
 }
 
@@ -302,7 +336,7 @@ mod tests {
         // under every rule, with standing queues in between so that the
         // rules' states are armed or marking when a packet passes; the
         // whole discipline (state, counters, bytes) must agree each time.
-        let params = codel::Params { target: 1_000, interval: 5_000, min_bytes: 0 };
+        let params = codel::Params { target: 1_000, interval: 5_000, min_bytes: 0, mode: codel::Mode::Mark };
         // Each rule, whether a pass can be quiet, and whether some are not.
         type Rule = (&'static str, fn(codel::Params) -> Box<dyn Aqm>, bool, bool);
         let rules: [Rule; 7] = [
@@ -356,7 +390,7 @@ mod tests {
 
     #[test]
     fn codel_marks_a_standing_queue_but_not_its_last_packet() {
-        let params = codel::Params { target: 10_240, interval: 102_400, min_bytes: 1500 };
+        let params = codel::Params { target: 10_240, interval: 102_400, min_bytes: 1500, mode: codel::Mode::Mark };
         let mut q = Qdisc::new(1000, codel(params));
         // A standing queue of 20 packets, one in and one out every 1024 ns,
         // so each waits 20 units; the marks are the state machine's own.
@@ -371,7 +405,7 @@ mod tests {
             let p = q.dequeue(now).unwrap();
             assert_eq!(now - p.enqueued, 20 * 1024);
             // What it leaves behind: 20 packets of 1454 wire bytes.
-            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true), p.ce());
+            assert_eq!(alone.on_dequeue(&params, now, 20 * 1024, 20 * 1454, true) == Verdict::Mark, p.ce());
             if p.ce() {
                 marked.push(t);
             }

@@ -1439,7 +1439,8 @@ mod tests {
     fn codel_is_selectable() {
         let text = base();
         let s = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"150us\"}"]).unwrap();
-        let want = crate::codel::Params { target: 10_000, interval: 150_000, min_bytes: 1500 };
+        let want =
+            crate::codel::Params { target: 10_000, interval: 150_000, min_bytes: 1500, mode: crate::codel::Mode::Mark };
         assert_eq!(s.marking().params(), Some(&want));
         let err = parse(&text, &["aqm={kind=\"codel\", target=\"10us\", interval=\"1us\"}"]).unwrap_err();
         assert!(err.contains("aqm.interval"), "{err}");

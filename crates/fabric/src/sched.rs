@@ -204,7 +204,8 @@ impl Scheduler {
         }
     }
 
-    /// Take the next packet (marked by its class's rule if it says so).
+    /// Take the next packet (marked by its class's rule if it says so;
+    /// packets the rule drops are skipped).
     #[inline]
     pub fn dequeue(&mut self, now: Nanos) -> Option<(usize, Packet)> {
         let (classes, state) = match &mut self.0 {
@@ -212,23 +213,37 @@ impl Scheduler {
             Classes::Fifo(q) => return q.dequeue(now).map(|p| (0, p)),
             Classes::Several { classes, state } => (classes, state),
         };
-        let c = Scheduler::pick(classes, state)?;
-        let p = classes[c].dequeue(now).expect("picked classes are backlogged");
-        if let State::Dwrr { deficit, active, listed, .. } = state {
-            if classes[c].is_empty() {
-                deficit[c] = 0;
-                listed[c] = false;
-                active.retain(|&x| x != c);
+        loop {
+            let c = Scheduler::pick(classes, state)?;
+            // The class's rule may drop packets at departure (the head the
+            // class was picked for among them): their tags go with them,
+            // and a class left empty gives up its turn.
+            let drops = classes[c].stats.drops;
+            let p = classes[c].dequeue(now);
+            let dropped = classes[c].stats.drops - drops;
+            match state {
+                State::Dwrr { deficit, active, listed, .. } if classes[c].is_empty() => {
+                    deficit[c] = 0;
+                    listed[c] = false;
+                    active.retain(|&x| x != c);
+                }
+                State::Wfq { tags, .. } => {
+                    let taken = dropped + u64::from(p.is_some());
+                    tags[c].drain(..(taken - 1) as usize);
+                }
+                _ => {}
+            }
+            if let Some(p) = p {
+                return Some((c, p));
             }
         }
-        Some((c, p))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aqm::{DropTail, Tcn};
+    use crate::aqm::{Aqm, DropTail, Tcn, Verdict};
 
     fn pkt(flow: u32, wire: u16) -> Packet {
         let mut p = crate::lb::testing::data(flow, 0, 0);
@@ -345,5 +360,54 @@ mod tests {
         assert!(!s.dequeue(100).unwrap().1.ce());
         assert!(s.dequeue(100).unwrap().1.ce(), "class 1's TCN marks after 10 ns");
         assert_eq!(s.class(0).stats.drops, 1);
+    }
+
+    /// Drops every packet leaving at an odd count of departures (all
+    /// when `all`).
+    #[derive(Debug)]
+    struct DropAlternate {
+        departures: u32,
+        all: bool,
+    }
+
+    impl Aqm for DropAlternate {
+        fn name(&self) -> &'static str {
+            "drop-alternate"
+        }
+
+        fn on_departure(&mut self, _: Nanos, _: Nanos, _: u32, _: u64, _: bool) -> Verdict {
+            self.departures += 1;
+            if self.all || self.departures % 2 == 1 {
+                Verdict::Drop
+            } else {
+                Verdict::Pass
+            }
+        }
+    }
+
+    #[test]
+    fn packets_a_class_drops_at_departure_give_up_their_turn() {
+        for policy in [Policy::Dwrr { quanta: vec![1500; 2] }, Policy::Wfq { weights: vec![1, 1] }, Policy::Strict] {
+            for all in [false, true] {
+                let rule = Box::new(DropAlternate { departures: 0, all });
+                let classes = vec![Qdisc::new(10, rule), Qdisc::new(10, Box::new(DropTail))];
+                let mut s = Scheduler::new(policy.clone(), classes);
+                for _ in 0..4 {
+                    s.enqueue(0, 0, pkt(0, 1500));
+                    s.enqueue(0, 1, pkt(1, 1500));
+                }
+                let order: Vec<usize> = std::iter::from_fn(|| s.dequeue(0).map(|(c, _)| c)).collect();
+                let from_0 = order.iter().filter(|&&c| c == 0).count();
+                let want = if all { 0 } else { 2 };
+                assert_eq!((from_0, order.len()), (want, want + 4), "{policy:?}, all {all}: {order:?}");
+                assert_eq!(s.class(0).stats.drops, 4 - want as u64);
+                assert!(s.is_empty());
+                if let (Policy::Wfq { .. }, false) = (&policy, all) {
+                    // A dropped packet's tag leaves with it: class 0's
+                    // second packet sent has tag 2, after class 1's 1 and 2.
+                    assert_eq!(order, [0, 1, 1, 0, 1, 1], "{order:?}");
+                }
+            }
+        }
     }
 }

@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 
-use fulcrum_des::{Model, Wheel};
+use fulcrum_des::{Model, Streams, Wheel};
 
 use crate::aqm::{self, DropTail};
 use crate::cc;
@@ -88,6 +88,9 @@ pub struct ModelConfig {
     pub control_class: u8,
     /// ECMP hashing seed.
     pub salt: u64,
+    /// The queue rules' random streams: port `i`'s class `c` gets stream
+    /// `i × 256 + c` of `Streams::new(aqm_seed)`.
+    pub aqm_seed: u64,
     pub service: Service,
     pub delay_at: DelayAt,
 }
@@ -412,12 +415,14 @@ impl World {
                 let plain = delayed
                     || (matches!(p.from, End::Host(_))
                         && (cfg.delay_classes.is_empty() || cfg.delay_at == DelayAt::Nic));
+                let aqm = Streams::new(cfg.aqm_seed);
+                let rng = |class: usize| aqm.stream(((i as u64) << 8) + class as u64);
                 let qdisc = match &cfg.scheduler {
                     _ if plain => {
                         let host = matches!(p.from, End::Host(_));
                         let limit = if host { cfg.host_limit } else { u32::MAX };
                         let rule = if host && !delayed && cfg.nic_marking {
-                            cfg.marking.build(())
+                            cfg.marking.build(rng(0))
                         } else {
                             Box::new(DropTail)
                         };
@@ -427,11 +432,12 @@ impl World {
                         policy.clone(),
                         (0..*n)
                             .map(|c| {
-                                Qdisc::new(cfg.switch_limit, cfg.class_marking.get(c).unwrap_or(&cfg.marking).build(()))
+                                let rule = cfg.class_marking.get(c).unwrap_or(&cfg.marking).build(rng(c));
+                                Qdisc::new(cfg.switch_limit, rule)
                             })
                             .collect(),
                     ),
-                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build(()))),
+                    _ => Scheduler::fifo(Qdisc::new(cfg.switch_limit, cfg.marking.build(rng(0)))),
                 };
                 Port {
                     qdisc,
@@ -1358,6 +1364,7 @@ mod tests {
             delay_classes: classes,
             control_class: 0,
             salt: 1,
+            aqm_seed: 0,
             service,
             delay_at: DelayAt::SwitchPort,
         }

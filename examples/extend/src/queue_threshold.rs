@@ -3,7 +3,7 @@
 //! `k` or more packets queued is marked, the same rule as the built-in
 //! `red`.
 
-use fulcrum_fabric::aqm::{Aqm, AqmHooks, AqmType, Arrival, ParamError};
+use fulcrum_fabric::aqm::{Aqm, AqmHooks, AqmType, Arrival, ParamError, Rng, Verdict};
 use serde::{Deserialize, Serialize};
 
 /// The rule and its one parameter.
@@ -22,7 +22,7 @@ impl AqmType for QueueThreshold {
         ParamError::positive("k", f64::from(p.k))
     }
 
-    fn build(p: &QueueThreshold) -> Box<dyn Aqm> {
+    fn build(p: &QueueThreshold, _: Rng) -> Box<dyn Aqm> {
         Box::new(*p)
     }
 }
@@ -37,8 +37,8 @@ impl Aqm for QueueThreshold {
         AqmHooks { arrival: true, empty: false, requiet: false }
     }
 
-    fn on_arrival(&mut self, a: &Arrival) -> bool {
-        a.queued >= self.k
+    fn on_arrival(&mut self, a: &Arrival) -> Verdict {
+        Verdict::mark_if(a.queued >= self.k)
     }
 
     /// A packet finding the queue empty is never marked (k ≥ 1).

@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Aqm, AqmHooks, AqmType};
+use super::{Aqm, AqmHooks, AqmType, Rng, Verdict};
 use crate::packet::Nanos;
 
 /// ECN#'s parameters.
@@ -88,7 +88,7 @@ impl AqmType for EcnSharp {
     const NAME: &'static str = "ecn-sharp";
     type Params = EcnSharpParams;
 
-    fn build(p: &EcnSharpParams) -> Box<dyn Aqm> {
+    fn build(p: &EcnSharpParams, _: Rng) -> Box<dyn Aqm> {
         Box::new(EcnSharp::new(*p))
     }
 }
@@ -102,9 +102,9 @@ impl Aqm for EcnSharp {
         AqmHooks { arrival: false, empty: false, requiet: true }
     }
 
-    fn on_departure(&mut self, now: Nanos, sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> bool {
+    fn on_departure(&mut self, now: Nanos, sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> Verdict {
         let persistent = self.persistent(now, sojourn);
-        sojourn > self.params.threshold || persistent
+        Verdict::mark_if(sojourn > self.params.threshold || persistent)
     }
 
     /// A sojourn of zero leaves the state alone only with a target above

@@ -10,7 +10,7 @@
 use fulcrum_balance::Empty;
 use serde::{Deserialize, Serialize};
 
-use super::{Aqm, AqmHooks, AqmType, Arrival};
+use super::{Aqm, AqmHooks, AqmType, Arrival, Rng, Verdict};
 use crate::packet::Nanos;
 
 /// Drop-tail: never marks (`kind = "drop-tail"`, no parameters).
@@ -21,7 +21,7 @@ impl AqmType for DropTail {
     const NAME: &'static str = "drop-tail";
     type Params = Empty;
 
-    fn build(_: &Empty) -> Box<dyn Aqm> {
+    fn build(_: &Empty, _: Rng) -> Box<dyn Aqm> {
         Box::new(DropTail)
     }
 }
@@ -53,7 +53,7 @@ impl AqmType for Red {
     const NAME: &'static str = "red";
     type Params = Red;
 
-    fn build(p: &Red) -> Box<dyn Aqm> {
+    fn build(p: &Red, _: Rng) -> Box<dyn Aqm> {
         Box::new(*p)
     }
 }
@@ -67,8 +67,8 @@ impl Aqm for Red {
         AqmHooks { arrival: true, empty: false, requiet: false }
     }
 
-    fn on_arrival(&mut self, a: &Arrival) -> bool {
-        a.queued >= self.k
+    fn on_arrival(&mut self, a: &Arrival) -> Verdict {
+        Verdict::mark_if(a.queued >= self.k)
     }
 
     /// An arrival to an empty queue is marked only with K = 0.
@@ -89,7 +89,7 @@ impl AqmType for Tcn {
     const NAME: &'static str = "tcn";
     type Params = Tcn;
 
-    fn build(p: &Tcn) -> Box<dyn Aqm> {
+    fn build(p: &Tcn, _: Rng) -> Box<dyn Aqm> {
         Box::new(*p)
     }
 }
@@ -103,8 +103,8 @@ impl Aqm for Tcn {
         AqmHooks { arrival: false, empty: false, requiet: false }
     }
 
-    fn on_departure(&mut self, _now: Nanos, sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> bool {
-        sojourn > self.threshold
+    fn on_departure(&mut self, _now: Nanos, sojourn: Nanos, _queued: u32, _bytes: u64, _ect: bool) -> Verdict {
+        Verdict::mark_if(sojourn > self.threshold)
     }
 
     /// A sojourn of zero is never above the threshold.
