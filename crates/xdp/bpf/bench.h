@@ -90,14 +90,18 @@ static __always_inline void bench_prologue(struct xdp_md *ctx)
 			for (int i = BENCH_LEN / 8; i < BENCH_LEN6 / 8; i++)
 				data[i] = st->frame[i];
 	}
-	if (cfg->mode == BENCH_UNCACHED) {
+	if (cfg->mode == BENCH_UNCACHED && v6) {
+		struct ipv6hdr *ip6 = (void *)data + sizeof(struct ethhdr);
+		if ((void *)data + BENCH_LEN6 > (void *)(long)ctx->data_end)
+			return;
+		struct flow_key6 key = flow_key6_of(ip6, (void *)(ip6 + 1));
+		struct cache_ref c = cache_ref(&flow_cache6, (const __u64 *)&key, 5);
+		ct_cache(&c, (const __u64 *)&key, 5, 0, 0, CT_SYN, 0);
+	} else if (cfg->mode == BENCH_UNCACHED) {
 		struct iphdr *ip = (void *)data + sizeof(struct ethhdr);
-		__u16 *ports = (void *)(ip + 1);
-		struct flow_key key = flow_key_of(ip, ports);
-		__u32 ci = cache_index(&key);
-		struct cached_flow *c = bpf_map_lookup_elem(&flow_cache, &ci);
-		if (c)
-			c->key.proto = 0;
+		struct flow_key key = flow_key_of(ip, (void *)(ip + 1));
+		struct cache_ref c = cache_ref(&flow_cache, (const __u64 *)&key, 2);
+		ct_cache(&c, (const __u64 *)&key, 2, 0, 0, CT_SYN, 0);
 	}
 	if (cfg->mode == BENCH_NEW_FLOWS) {
 		__u32 n = (*next)++;

@@ -60,8 +60,9 @@
 /* 0.25 s to 2.5 s, by CONFIG_HZ: jiffies are the cheapest clock a program has. */
 #define NEXTHOP_TTL_JIFFIES 250
 
-/* Per-CPU flow cache: entries (a power of two; 256 KiB a CPU, small enough
- * to stay in the CPU's caches, so that looking a new flow up here is cheap),
+/* Per-CPU flow caches: entries (a power of two; 256 KiB a CPU for IPv4,
+ * 448 KiB for IPv6, small enough to stay in the CPU's caches, so that
+ * looking a new flow up here is cheap),
  * and how often a flow served from it is looked up in the conntrack map
  * anyway, which keeps the flow's LRU entry fresh (and puts it back if it was
  * evicted). */
@@ -167,12 +168,17 @@ struct ct_config {
 	__u64 timeout_ns[CT_STATES];
 };
 
-/* A flow cache entry: a copy of a forward flow's conntrack entry. */
-struct cached_flow {
-	struct flow_key key;
+/* A flow cache entry: a copy of a forward flow's conntrack entry, after
+ * its key (struct cached_flow, or cached_flow6 below for IPv6). */
+struct cache_meta {
 	__u32 backend;
 	__u32 gen;
 	__u64 refreshed; /* bpf_jiffies64() of the last conntrack lookup */
+};
+
+struct cached_flow {
+	struct flow_key key;
+	struct cache_meta m;
 };
 
 struct nexthop {
@@ -271,8 +277,8 @@ struct {
  * entries and cache lines are unchanged. They share the service ids (ring,
  * svc_stats), the backend slots (backends, backend_stats) and the counters
  * with IPv4: a v6 backend's slot has BACKEND_V6 and its address in
- * backends6. No flow cache and no next-hop cache: every v6 packet costs a
- * conntrack6 lookup and a FIB lookup. */
+ * backends6. The flow cache (flow_cache6) and the next-hop cache work as
+ * for IPv4, through the same code. */
 struct in6 {
 	__u32 a[4]; /* network order */
 };
@@ -303,6 +309,19 @@ struct flow6 {
 	__u8 pad;
 	__u64 seen;
 };
+
+struct cached_flow6 {
+	struct flow_key6 key;
+	struct cache_meta m;
+};
+
+/* As flow_cache, for IPv6 flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FLOW_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct cached_flow6);
+} flow_cache6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -399,12 +418,51 @@ static __always_inline __u64 murmur3_16(__u64 k1, __u64 k2)
 	return h1 + h2;
 }
 
-/* Flow cache index: a multiplicative hash of the flow key's two lanes. */
-static __always_inline __u32 cache_index(const struct flow_key *key)
+/* Flow cache index: a multiplicative hash of the flow key's `n` 8-byte
+ * lanes (2 for IPv4, 5 for IPv6). */
+static __always_inline __u32 cache_index(const __u64 *lanes, int n)
 {
-	const __u64 *lanes = (const __u64 *)key;
-	__u64 h = (lanes[0] * 0x9E3779B97F4A7C15ULL) ^ lanes[1];
+	__u64 h = lanes[0];
+	for (int i = 1; i < n; i++)
+		h = (h * 0x9E3779B97F4A7C15ULL) ^ lanes[i];
 	return (__u32)((h * 0xC2B2AE3D27D4EB4FULL) >> FLOW_CACHE_SHIFT);
+}
+
+/* This CPU's flow cache entry (in `map`) for the flow whose key is `lanes`:
+ * the entry's key (its cache_meta follows), and whether it holds this flow.
+ * The same code for both families: the key's length is all they differ in. */
+struct cache_ref {
+	__u64 *key; /* 0: no entry */
+	int same;
+};
+
+static __always_inline struct cache_ref cache_ref(void *map, const __u64 *lanes, int n)
+{
+	__u32 ci = cache_index(lanes, n);
+	struct cache_ref c = { .key = bpf_map_lookup_elem(map, &ci) };
+	if (c.key) {
+		c.same = 1;
+		for (int i = 0; i < n; i++)
+			c.same &= c.key[i] == lanes[i];
+	}
+	return c;
+}
+
+#define CACHE_META(c, n) ((struct cache_meta *)((c)->key + (n)))
+
+/* The backend of a flow in the cache `c` that a packet with TCP flags
+ * `flags` may take from there (its slot in `*slot`), or 0. A FIN or RST
+ * goes on to the conntrack entry, which records the state change. */
+static __always_inline struct backend *cache_backend(const struct cache_ref *c, int n, __u8 flags, __u32 *slot)
+{
+	if (!c->key || !c->same || (flags & (TCP_FIN | TCP_RST)))
+		return 0;
+	struct cache_meta *m = CACHE_META(c, n);
+	*slot = m->backend;
+	struct backend *b = bpf_map_lookup_elem(&backends, slot);
+	if (b && b->gen == m->gen && (b->flags & BACKEND_ACTIVE))
+		return b;
+	return 0;
 }
 
 /* The 5-tuple of an IPv4 packet whose TCP or UDP ports are at `ports`. */
@@ -418,18 +476,6 @@ static __always_inline struct flow_key flow_key_of(const struct iphdr *ip, const
 		.proto = ip->protocol,
 	};
 	return key;
-}
-
-/* Put a forward flow's backend in this CPU's flow cache entry (if any). */
-static __always_inline void cache_flow(struct cached_flow *cached, const struct flow_key *key, __u32 slot, __u32 gen,
-				       __u64 now)
-{
-	if (cached) {
-		cached->key = *key;
-		cached->backend = slot;
-		cached->gen = gen;
-		cached->refreshed = now;
-	}
 }
 
 static __always_inline __u64 flow_hash(const struct flow_key *key, __u32 flags)
@@ -553,25 +599,48 @@ static __always_inline int ct_expired(const struct flow *f, __u64 now)
 }
 
 /* A FIN or RST in one direction of a NAT flow closes the other direction's
- * entry too. */
-static __always_inline void ct_close(const struct flow_key *other, __u64 now)
-{
-	struct flow *f = bpf_map_lookup_elem(&conntrack, other);
-	if (f) {
-		f->state = CT_CLOSING;
-		f->seen = now;
-	}
-}
+ * entry (a struct flow or flow6 in `map`) too. */
+#define CT_CLOSE(map, entry_type, other, now)                                                                          \
+	do {                                                                                                           \
+		entry_type *f_ = bpf_map_lookup_elem(map, other);                                                      \
+		if (f_) {                                                                                              \
+			f_->state = CT_CLOSING;                                                                        \
+			f_->seen = (now);                                                                              \
+		}                                                                                                      \
+	} while (0)
 
-/* Keep a forward flow in this CPU's flow cache entry if its state may be
- * served from there; otherwise make sure the entry does not hold it. */
-static __always_inline void ct_cache(struct cached_flow *cached, int same, const struct flow_key *key, __u32 slot,
-				     __u32 gen, __u8 state, __u64 jiffies)
+/* A cached flow due for a refresh whose conntrack entry (an entry_type in
+ * `map`) the LRU evicted: the entry goes back. */
+#define CT_RESTORE(map, entry_type, key, slot, generation, is_udp, now)                                             \
+	do {                                                                                                           \
+		entry_type again_ = {                                                                                  \
+			.backend = (slot),                                                                             \
+			.gen = (generation),                                                                           \
+			.state = (is_udp) ? CT_UDP : CT_ESTABLISHED,                                                   \
+			.seen = (now),                                                                                 \
+		};                                                                                                     \
+		bpf_map_update_elem(map, key, &again_, BPF_ANY);                                                       \
+	} while (0)
+
+/* Keep a forward flow (key `lanes`, `n` lanes) in this CPU's flow cache
+ * entry `c` if its state may be served from there; otherwise make sure the
+ * entry does not hold it (the key's last lane holds the protocol, and no
+ * packet has protocol 0). */
+static __always_inline void ct_cache(const struct cache_ref *c, const __u64 *lanes, int n, __u32 slot, __u32 gen,
+				     __u8 state, __u64 jiffies)
 {
-	if (state == CT_ESTABLISHED || state == CT_UDP)
-		cache_flow(cached, key, slot, gen, jiffies);
-	else if (cached && same)
-		cached->key.proto = 0;
+	if (!c->key)
+		return;
+	if (state == CT_ESTABLISHED || state == CT_UDP) {
+		for (int i = 0; i < n; i++)
+			c->key[i] = lanes[i];
+		struct cache_meta *m = CACHE_META(c, n);
+		m->backend = slot;
+		m->gen = gen;
+		m->refreshed = jiffies;
+	} else if (c->same) {
+		c->key[n - 1] = 0;
+	}
 }
 
 /* Count the packet and forward it to backend `b` (in `slot`): in DSR mode as
@@ -684,7 +753,7 @@ static __always_inline void rewrite6(__u16 *l4sum, struct in6 *addr, __u16 *port
 	*port = new_port;
 }
 
-/* As forward() for IPv6, without the next-hop cache. */
+/* As forward() for IPv6. */
 static __always_inline int forward6(struct xdp_md *ctx, struct ethhdr *eth, struct ipv6hdr *ip6,
 				    const struct in6 *next, __u32 slot)
 {
@@ -716,6 +785,15 @@ static __always_inline int forward6(struct xdp_md *ctx, struct ethhdr *eth, stru
 		nh->expires = now + NEXTHOP_TTL_JIFFIES;
 	}
 	return send(ctx, eth, fib.dmac, fib.smac, fib.ifindex);
+}
+
+/* The 5-tuple of an IPv6 packet whose TCP or UDP ports are at `ports`. */
+static __always_inline struct flow_key6 flow_key6_of(const struct ipv6hdr *ip6, const __u16 *ports)
+{
+	struct flow_key6 key = { .sport = ports[0], .dport = ports[1], .proto = ip6->nexthdr };
+	__builtin_memcpy(&key.saddr, &ip6->saddr, 16);
+	__builtin_memcpy(&key.daddr, &ip6->daddr, 16);
+	return key;
 }
 
 /* Is IPv6 next header `nh` an extension header (hop-by-hop, routing,
@@ -761,7 +839,7 @@ static __always_inline int balance6(struct xdp_md *ctx, struct ethhdr *eth, stru
 	return forward6(ctx, eth, ip6, &to, slot);
 }
 
-/* The IPv6 path: as the IPv4 one below, without the flow cache. A packet
+/* The IPv6 path: as the IPv4 one below. A packet
  * whose next header is not TCP or UDP goes to the kernel: counted as
  * `unsupported` if it is an extension header, as `passed` otherwise. */
 static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, void *data_end, __u64 bytes)
@@ -789,12 +867,23 @@ static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, v
 		l4sum = &tcp->check;
 		tcp_flags = ((__u8 *)tcp)[13];
 	}
-	struct flow_key6 key = { .sport = ports[0], .dport = ports[1], .proto = ip6->nexthdr };
-	__builtin_memcpy(&key.saddr, &ip6->saddr, 16);
-	__builtin_memcpy(&key.daddr, &ip6->daddr, 16);
+	struct flow_key6 key = flow_key6_of(ip6, ports);
+
+	const __u64 *lanes = (const __u64 *)&key;
+	struct cache_ref cached = cache_ref(&flow_cache6, lanes, 5);
+	__u64 now = bpf_jiffies64();
+	__u32 cslot = 0;
+	struct backend *cb = cache_backend(&cached, 5, tcp_flags, &cslot);
+	if (cb && now - CACHE_META(&cached, 5)->refreshed < FLOW_CACHE_REFRESH_JIFFIES)
+		return balance6(ctx, eth, ip6, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
 
 	__u64 t = bpf_ktime_get_coarse_ns();
 	struct flow6 *known = bpf_map_lookup_elem(&conntrack6, &key);
+	if (!known && cb) {
+		CT_RESTORE(&conntrack6, struct flow6, &key, cslot, cb->gen, is_udp, t);
+		CACHE_META(&cached, 5)->refreshed = now;
+		return balance6(ctx, eth, ip6, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
+	}
 	if (known) {
 		__u8 st = ct_next_state(known->state, tcp_flags);
 		if (known->backend == FLOW_REPLY) {
@@ -806,11 +895,7 @@ static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, v
 					.dport = known->port,
 					.proto = key.proto,
 				};
-				struct flow6 *o = bpf_map_lookup_elem(&conntrack6, &origin);
-				if (o) {
-					o->state = CT_CLOSING;
-					o->seen = t;
-				}
+				CT_CLOSE(&conntrack6, struct flow6, &origin, t);
 			}
 			known->state = st;
 			known->seen = t;
@@ -835,15 +920,12 @@ static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, v
 						.dport = key.sport,
 						.proto = key.proto,
 					};
-					struct flow6 *r = bpf_map_lookup_elem(&conntrack6, &reply);
-					if (r) {
-						r->state = CT_CLOSING;
-						r->seen = t;
-					}
+					CT_CLOSE(&conntrack6, struct flow6, &reply, t);
 				}
 			}
 			known->state = st;
 			known->seen = t;
+			ct_cache(&cached, lanes, 5, slot, known->gen, st, now);
 			return balance6(ctx, eth, ip6, l4sum, ports, is_udp, &key, b, slot, bytes, 0, 0, 0);
 		}
 	}
@@ -852,7 +934,6 @@ static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, v
 	struct svc_value *svc = bpf_map_lookup_elem(&services6, &sk);
 	if (!svc)
 		return count(T_PASS, XDP_PASS);
-	const __u64 *lanes = (const __u64 *)&key;
 	__u64 h = (svc->flags & SVC_MURMUR3) ? murmur3_40(lanes) : xxh64_40(lanes);
 	__u32 entry = svc->id * RING_SIZE + (__u32)(h % RING_SIZE);
 	__u32 *idx = bpf_map_lookup_elem(&ring, &entry);
@@ -865,6 +946,7 @@ static __always_inline int fulcrum_lb6(struct xdp_md *ctx, struct ethhdr *eth, v
 	__u8 st = ct_first_state(is_udp, tcp_flags);
 	struct flow6 remember = { .backend = slot, .gen = b->gen, .state = st, .seen = t };
 	bpf_map_update_elem(&conntrack6, &key, &remember, BPF_ANY);
+	ct_cache(&cached, lanes, 5, slot, b->gen, st, now);
 	return balance6(ctx, eth, ip6, l4sum, ports, is_udp, &key, b, slot, bytes, 1, st, t);
 }
 
@@ -921,43 +1003,20 @@ int fulcrum_lb(struct xdp_md *ctx)
 	}
 
 	struct flow_key key = flow_key_of(ip, ports);
-	/* A flow this CPU has seen recently: no hash lookup. A FIN or RST
-	 * goes on to the conntrack entry, which records the state change. */
-	__u32 ci = cache_index(&key);
-	struct cached_flow *cached = bpf_map_lookup_elem(&flow_cache, &ci);
-	__u64 now = bpf_jiffies64();
+	/* A flow this CPU has seen recently: no hash lookup. */
 	const __u64 *lanes = (const __u64 *)&key;
-	int same = 0;
-	if (cached) {
-		const __u64 *cl = (const __u64 *)&cached->key;
-		same = cl[0] == lanes[0] && cl[1] == lanes[1];
-	}
-	struct backend *cb = 0;
+	struct cache_ref cached = cache_ref(&flow_cache, lanes, 2);
+	__u64 now = bpf_jiffies64();
 	__u32 cslot = 0;
-	if (cached && same && !(tcp_flags & (TCP_FIN | TCP_RST))) {
-		cslot = cached->backend;
-		cb = bpf_map_lookup_elem(&backends, &cslot);
-		if (cb && cb->gen == cached->gen && (cb->flags & BACKEND_ACTIVE)) {
-			if (now - cached->refreshed < FLOW_CACHE_REFRESH_JIFFIES)
-				return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
-		} else {
-			cb = 0;
-		}
-	}
+	struct backend *cb = cache_backend(&cached, 2, tcp_flags, &cslot);
+	if (cb && now - CACHE_META(&cached, 2)->refreshed < FLOW_CACHE_REFRESH_JIFFIES)
+		return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
 
 	/* Otherwise the conntrack map: one hash lookup. */
 	struct flow *known = bpf_map_lookup_elem(&conntrack, &key);
-	if (!known && cb && cached) {
-		/* A cached flow due for a refresh whose entry the LRU evicted:
-		 * the entry goes back. */
-		struct flow again = {
-			.backend = cslot,
-			.gen = cached->gen,
-			.state = is_udp ? CT_UDP : CT_ESTABLISHED,
-			.seen = bpf_ktime_get_coarse_ns(),
-		};
-		bpf_map_update_elem(&conntrack, &key, &again, BPF_ANY);
-		cached->refreshed = now;
+	if (!known && cb) {
+		CT_RESTORE(&conntrack, struct flow, &key, cslot, cb->gen, is_udp, bpf_ktime_get_coarse_ns());
+		CACHE_META(&cached, 2)->refreshed = now;
 		return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, cb, cslot, bytes, 0, 0, 0);
 	}
 	/* The entries' clock, read only where an entry is stamped. */
@@ -974,7 +1033,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 					.dport = known->port,
 					.proto = key.proto,
 				};
-				ct_close(&origin, t);
+				CT_CLOSE(&conntrack, struct flow, &origin, t);
 			}
 			known->state = st;
 			known->seen = t;
@@ -994,11 +1053,11 @@ int fulcrum_lb(struct xdp_md *ctx)
 					.dport = key.sport,
 					.proto = key.proto,
 				};
-				ct_close(&reply, t);
+				CT_CLOSE(&conntrack, struct flow, &reply, t);
 			}
 			known->state = st;
 			known->seen = t;
-			ct_cache(cached, same, &key, slot, known->gen, st, now);
+			ct_cache(&cached, lanes, 2, slot, known->gen, st, now);
 			return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 0, 0, 0);
 		}
 		/* Its backend has left, it expired, or a SYN reopens a closed
@@ -1022,7 +1081,7 @@ int fulcrum_lb(struct xdp_md *ctx)
 	__u8 st = ct_first_state(is_udp, tcp_flags);
 	struct flow remember = { .backend = slot, .gen = b->gen, .state = st, .seen = t };
 	bpf_map_update_elem(&conntrack, &key, &remember, BPF_ANY);
-	ct_cache(cached, same, &key, slot, b->gen, st, now);
+	ct_cache(&cached, lanes, 2, slot, b->gen, st, now);
 	return balance(ctx, eth, ip, l4sum, ports, is_udp, &key, b, slot, bytes, 1, st, t);
 }
 

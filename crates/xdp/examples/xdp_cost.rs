@@ -19,8 +19,8 @@
 //!   pass) and the action is checked;
 //! - new flows into a table that is not full: the same, on a freshly loaded
 //!   variant for each case and round, with at most 50,000 flows;
-//! - IPv6 (DSR and NAT, xxHash64): a conntrack hit (IPv6 has no flow cache)
-//!   and new flows, as for IPv4; the prologue restores more of an IPv6 frame,
+//! - IPv6 (DSR and NAT, xxHash64): conntrack hits (from the flow cache and
+//!   not) and new flows, as for IPv4; the prologue restores more of an IPv6 frame,
 //!   so its cost is measured on an IPv6 frame the program passes at once
 //!   (ICMPv6);
 //! - cold rows: M distinct flows, one call per packet (the first packets of
@@ -271,7 +271,8 @@ fn main() -> Res<()> {
         case("non-IP uncached", Bench(Uncached), arp, None, false, action::PASS),
         case("ICMPv6", Production, icmp6.clone(), None, false, action::PASS),
         case("ICMPv6 restore", Bench(Restore), icmp6.clone(), None, false, action::PASS),
-        case("ICMPv6 new", Bench(NewFlows), icmp6, None, false, action::PASS),
+        case("ICMPv6 new", Bench(NewFlows), icmp6.clone(), None, false, action::PASS),
+        case("ICMPv6 uncached", Bench(Uncached), icmp6, None, false, action::PASS),
         case("pass", Production, other, None, false, action::PASS),
         Case { ifindex: lb0, ..case("DSR hit TX", Production, tx, Some(80), false, action::TX) },
     ];
@@ -285,6 +286,9 @@ fn main() -> Res<()> {
         cases.push(case(n("NAT new"), Bench(NewFlows), syn(2, nat), Some(nat), true, action::REDIRECT));
     }
     cases.push(case("DSR6 hit", Production, frame6(1, PORT6, tcp::ACK), Some(PORT6), false, action::REDIRECT));
+    let uncached6 =
+        case("DSR6 hit uncached", Bench(Uncached), frame6(1, PORT6, tcp::ACK), Some(PORT6), false, action::REDIRECT);
+    cases.push(uncached6);
     cases.push(case("DSR6 new", Bench(NewFlows), frame6(2, PORT6, tcp::SYN), Some(PORT6), true, action::REDIRECT));
     let nat6 = PORT6_NAT;
     cases.push(case("NAT6 hit", Bench(Restore), frame6(1, nat6, tcp::ACK), Some(nat6), false, action::REDIRECT));
@@ -335,15 +339,17 @@ fn main() -> Res<()> {
             println!("| {case} | {name} | {ns:.0} | {method} |");
         }
     }
-    let (restore6, fresh6) = (m("ICMPv6 restore") - m("ICMPv6"), m("ICMPv6 new") - m("ICMPv6"));
+    let (restore6, fresh6, uncached6) =
+        (m("ICMPv6 restore") - m("ICMPv6"), m("ICMPv6 new") - m("ICMPv6"), m("ICMPv6 uncached") - m("ICMPv6"));
     let f6 = |name: &str| median(&filled[name]);
     let rows6 = [
-        ("DSR, conntrack hit (no flow cache)", m("DSR6 hit"), format!("one flow, {hot}")),
+        ("DSR, conntrack hit, flow cache", m("DSR6 hit"), format!("one flow, {hot}")),
         (
-            "NAT, conntrack hit (no flow cache)",
-            m("NAT6 hit") - restore6,
+            "DSR, conntrack hit, not in the flow cache",
+            m("DSR6 hit uncached") - uncached6,
             format!("one flow, {hot}; variant − prologue"),
         ),
+        ("NAT, conntrack hit, flow cache", m("NAT6 hit") - restore6, format!("one flow, {hot}; variant − prologue")),
         ("DSR, new flow, table not full", f6("DSR6 new") - fresh6, format!("{fill}; variant − prologue")),
         ("NAT, new flow, table not full", f6("NAT6 new") - fresh6, format!("{fill}; variant − prologue")),
         ("DSR, new flow, table full", m("DSR6 new") - fresh6, format!("{hot}; variant − prologue")),
@@ -357,7 +363,9 @@ fn main() -> Res<()> {
     for (what, ns) in [("restore the frame", restore), ("restore, uncache", uncached), ("restore, new source", fresh)] {
         println!("| benchmark prologue: {what} | - | {ns:.0} | variant − production, non-IP frame |");
     }
-    for (what, ns) in [("restore the frame", restore6), ("restore, new source", fresh6)] {
+    for (what, ns) in
+        [("restore the frame", restore6), ("restore, uncache", uncached6), ("restore, new source", fresh6)]
+    {
         println!("| benchmark prologue, IPv6: {what} | - | {ns:.0} | variant − production, ICMPv6 frame |");
     }
     for (nat_port, name) in [(82, "xxHash64"), (83, "MurmurHash3")] {

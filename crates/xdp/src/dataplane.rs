@@ -32,7 +32,7 @@ use crate::Error;
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/fulcrum";
 
 /// The maps the program defines.
-const MAP_NAMES: [&str; 13] = [
+const MAP_NAMES: [&str; 14] = [
     "services",
     "services6",
     "backends6",
@@ -42,6 +42,7 @@ const MAP_NAMES: [&str; 13] = [
     "conntrack",
     "ct_config",
     "flow_cache",
+    "flow_cache6",
     "nexthops",
     "svc_stats",
     "backend_stats",

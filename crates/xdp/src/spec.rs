@@ -137,6 +137,7 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<Backend>, SpecError> {
                 let (ip, after) = rest.split_once(']').unwrap_or((rest, ""));
                 (ip, after.strip_prefix(':').unwrap_or(if after.is_empty() { "1" } else { after }))
             } else if item.matches(':').count() > 1 {
+                ambiguous_weight(item)?;
                 (item, "1")
             } else {
                 item.split_once(':').unwrap_or((item, "1"))
@@ -149,6 +150,19 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<Backend>, SpecError> {
             Ok(Backend { ip, weight })
         })
         .collect()
+}
+
+/// Refuse an unbracketed IPv6 endpoint whose last group could be a weight
+/// (`fd00::11:1`: the address `fd00::11:1`, or `fd00::11` with weight 1?).
+fn ambiguous_weight(item: &str) -> Result<(), SpecError> {
+    let Some((ip, last)) = item.rsplit_once(':') else { return Ok(()) };
+    if last.is_empty() || !last.bytes().all(|b| b.is_ascii_digit()) || ip.parse::<std::net::Ipv6Addr>().is_err() {
+        return Ok(());
+    }
+    Err(SpecError(format!(
+        "ambiguous endpoint {item:?}: the address {item} (weight 1), or {ip} with weight {last}? \
+         Write [{item}] or [{ip}]:{last}"
+    )))
 }
 
 /// Parse an IPv4 or IPv6 address, the latter with or without brackets.
@@ -236,6 +250,22 @@ mod tests {
         assert_eq!(v6.iter().map(|b| b.weight).collect::<Vec<_>>(), [2, 1, 1]);
         assert_eq!(v6[1].ip, "2001:db8::12".parse::<IpAddr>().unwrap());
         assert!(parse_endpoints("[2001:db8::11]:x").unwrap_err().0.contains("weight"));
+    }
+
+    #[test]
+    fn an_ipv6_endpoint_whose_last_group_could_be_a_weight_needs_brackets() {
+        let e = parse_endpoints("fd00:202::11:1").unwrap_err().0;
+        assert!(e.contains("[fd00:202::11:1]") && e.contains("[fd00:202::11]:1"), "{e}");
+        assert!(parse_endpoints("10.0.0.1,fe80::2:30").unwrap_err().0.contains("[fe80::2]:30"));
+        let one = |s: &str| parse_endpoints(s).unwrap()[0];
+        assert_eq!(one("[fd00:202::11:1]").ip, "fd00:202::11:1".parse::<IpAddr>().unwrap());
+        assert_eq!(one("[fd00:202::11]:1").ip, "fd00:202::11".parse::<IpAddr>().unwrap());
+        // Not ambiguous: the part before the last colon is no address, or
+        // the last group is not a number.
+        assert_eq!(one("2001:db8::12").weight, 1);
+        assert_eq!(one("2001:db8:0:0:0:0:0:1").ip, "2001:db8::1".parse::<IpAddr>().unwrap());
+        assert_eq!(one("fd00::11:ab").ip, "fd00::11:ab".parse::<IpAddr>().unwrap());
+        assert_eq!(one("::1").ip, "::1".parse::<IpAddr>().unwrap());
     }
 
     #[test]

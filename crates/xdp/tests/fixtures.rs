@@ -36,9 +36,18 @@ struct Fixture {
 
 impl Fixture {
     fn new(test: &str) -> Fixture {
+        Self::load(test, Loaded::new)
+    }
+
+    /// With conntrack maps of `entries` entries each.
+    fn sized(test: &str, entries: u32) -> Fixture {
+        Self::load(test, || Loaded::with_conntrack_entries(entries))
+    }
+
+    fn load(test: &str, load: impl FnOnce() -> Result<Loaded, fulcrum_xdp::Error>) -> Fixture {
         require_bpf(test);
         let net = FibFixture::new(&format!("fx{}-{}", std::process::id(), &test[..test.len().min(8)])).unwrap();
-        Fixture { loaded: Loaded::new().unwrap(), lb0: net.lb0, lb1: net.lb1, net }
+        Fixture { loaded: load().unwrap(), lb0: net.lb0, lb1: net.lb1, net }
     }
 
     fn service(&mut self, port: u16, proto: Protocol, backends: &str, mode: Mode, hash: HashFunction) -> ServiceSpec {
@@ -564,17 +573,71 @@ mod needs_root {
         }
     }
 
-    #[test]
-    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
-    fn v6_next_hop_is_cached_and_follows_a_neighbour_change_within_the_ttl() {
-        let mut fx = Fixture::new("v6_nexthop");
-        // The cache is per CPU: stay on one.
+    /// Keep this test's thread on CPU 0: the caches are per CPU.
+    fn stay_on_one_cpu() {
         // SAFETY: a zeroed cpu_set_t is a valid empty set; the call reads it.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(0, &mut set);
             assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
         }
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_established_flows_are_served_from_the_flow_cache() {
+        let mut fx = Fixture::sized("v6_cache", 512);
+        stay_on_one_cpu();
+        let spec = ServiceSpec {
+            key: ServiceKey { vip: VIP6.into(), port: 80, proto: Protocol::Tcp },
+            backend_port: 80,
+            backends: parse_endpoints("fd00:201::11,fd00:201::12").unwrap(),
+            mode: Mode::Dsr,
+            select: Select::Maglev,
+            hash: HashFunction::Xxhash,
+        };
+        fx.loaded.dataplane.upsert(&spec).unwrap();
+        let three = ServiceSpec {
+            backends: parse_endpoints("fd00:201::11,fd00:201::12,fd00:201::13").unwrap(),
+            ..spec.clone()
+        };
+        // A flow that the table with a third backend sends elsewhere.
+        let f = (43000..44000)
+            .map(|p| flow6(p, 80, Protocol::Tcp))
+            .find(|f| reference_backend6(&spec, f) != reference_backend6(&three, f))
+            .expect("some flow moves");
+        let backend = reference_backend6(&spec, &f);
+        let send = |fx: &Fixture, f: &Flow6, flags| {
+            let out = fx.run_on(fx.lb1, &packet::build6(f, flags, CLIENT_MAC, LB1_MAC, b"cache6"));
+            assert_eq!(out.action, action::REDIRECT);
+            packet::parse6(&out.packet).unwrap().dst_mac
+        };
+        send(&fx, &f, packet::tcp::SYN);
+        assert_eq!(send(&fx, &f, packet::tcp::ACK), backend_mac6(backend), "established");
+        // New flows push the flow's conntrack6 entry out of the small table:
+        // SYNs (never cached), each sent twice so that the LRU counts their
+        // entries as used as the flow's (it evicts unused entries first).
+        for i in 0..4000u16 {
+            let other = Flow6 { src: Ipv6Addr::new(0xfd00, 0x201, 3, 0, 0, 0, 0, i), ..f };
+            send(&fx, &other, packet::tcp::SYN);
+            send(&fx, &other, packet::tcp::SYN);
+        }
+        let entries = fx.loaded.dataplane.conntrack6().unwrap();
+        assert!(!entries.iter().any(|e| e.key == f.key()), "the flow's entry was not evicted: the test shows nothing");
+        // The table changes; without its entry, the flow's next packet would
+        // be a new flow on it. From the cache, it stays on its backend.
+        fx.loaded.dataplane.upsert(&three).unwrap();
+        assert_ne!(reference_backend6(&three, &f), backend);
+        let flows = fx.loaded.dataplane.stats().unwrap()[0].total.flows;
+        assert_eq!(send(&fx, &f, packet::tcp::ACK), backend_mac6(backend), "not served from the flow cache");
+        assert_eq!(fx.loaded.dataplane.stats().unwrap()[0].total.flows, flows, "counted as a new flow");
+    }
+
+    #[test]
+    #[ignore = "needs root and the XDP program built with clang (scripts/test runs it as root)"]
+    fn v6_next_hop_is_cached_and_follows_a_neighbour_change_within_the_ttl() {
+        let mut fx = Fixture::new("v6_nexthop");
+        stay_on_one_cpu();
         let spec = service6(&mut fx, 80, Protocol::Tcp, Mode::Dsr, HashFunction::Xxhash);
         let f = flow6(42000, 80, Protocol::Tcp);
         let backend = reference_backend6(&spec, &f);
