@@ -713,6 +713,20 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_box_is_taken_again() {
+        let at = |b: &Pin<Box<std::future::Ready<u8>>>| std::ptr::from_ref(&**b) as usize;
+        let first = spare::boxed(std::future::ready(1));
+        let kept = at(&first);
+        spare::keep(first);
+        let mut again = spare::boxed(std::future::ready(2));
+        assert_eq!(at(&again), kept, "the kept box was not taken");
+        let other = spare::boxed(std::future::ready(3));
+        assert_ne!(at(&other), kept, "one box given twice");
+        let waker = std::task::Waker::noop();
+        assert_eq!(again.as_mut().poll(&mut Context::from_waker(waker)), Poll::Ready(2));
+    }
+
+    #[test]
     fn chunks_carry_their_size() {
         let mut out = Vec::new();
         push_data(&mut out, &Bytes::from_static(b"0123456789abcdefg"), true);
