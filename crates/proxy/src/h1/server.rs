@@ -136,7 +136,7 @@ pub fn serve(
             if !woke {
                 return Served::Done;
             }
-            let mut serving = spare::boxed(busy(spell, stopped));
+            let mut serving = spare::boxed(move || busy(spell, stopped));
             let ended = (&mut serving).await;
             spare::keep(serving);
             (spell, stopped) = match ended {
@@ -179,18 +179,21 @@ mod spare {
         static FREE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
     }
 
-    /// `fut` in a box, a kept one if there is one.
-    pub(super) fn boxed<F: Any>(fut: F) -> Pin<Box<F>> {
+    /// The future `make` makes, in a box, a kept one if there is one.
+    /// (Made here, not passed in: the future is large, and is then moved
+    /// once, not twice.)
+    #[inline(always)]
+    pub(super) fn boxed<F: Any>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
         let kept = FREE.with(|free| {
             let mut free = free.borrow_mut();
             free.as_mut().and_then(|v| v.downcast_mut::<Vec<Pin<Box<F>>>>()).and_then(Vec::pop)
         });
         match kept {
             Some(mut kept) => {
-                kept.as_mut().set(fut);
+                kept.as_mut().set(make());
                 kept
             }
-            None => Box::pin(fut),
+            None => Box::pin(make()),
         }
     }
 
@@ -715,12 +718,12 @@ mod tests {
     #[test]
     fn a_kept_box_is_taken_again() {
         let at = |b: &Pin<Box<std::future::Ready<u8>>>| std::ptr::from_ref(&**b) as usize;
-        let first = spare::boxed(std::future::ready(1));
+        let first = spare::boxed(|| std::future::ready(1));
         let kept = at(&first);
         spare::keep(first);
-        let mut again = spare::boxed(std::future::ready(2));
+        let mut again = spare::boxed(|| std::future::ready(2));
         assert_eq!(at(&again), kept, "the kept box was not taken");
-        let other = spare::boxed(std::future::ready(3));
+        let other = spare::boxed(|| std::future::ready(3));
         assert_ne!(at(&other), kept, "one box given twice");
         let waker = std::task::Waker::noop();
         assert_eq!(again.as_mut().poll(&mut Context::from_waker(waker)), Poll::Ready(2));
