@@ -99,6 +99,9 @@ pub struct Inbound {
     pub body: BodyState,
     /// Bytes of the 100 Continue still to write before the body is read.
     pub continue_left: usize,
+    /// Whether no request head has been read yet (the first bytes may be
+    /// the HTTP/2 preface).
+    pub first: bool,
 }
 
 /// A connection's [`Inbound`], shared by the server loop and the request body.
@@ -118,12 +121,8 @@ impl std::fmt::Debug for Inbound {
 impl Inbound {
     /// A connection on `io`; its read buffer comes with its first bytes.
     pub fn new(io: Box<dyn Io>) -> Shared {
-        Inbound::with(io, BytesMut::new())
-    }
-
-    /// A connection on `io` that has read `read`.
-    pub fn with(io: Box<dyn Io>, read: BytesMut) -> Shared {
-        Arc::new(Mutex::new(Inbound { io: Some(io), read, body: BodyState::Length(0), continue_left: 0 }))
+        let read = BytesMut::new();
+        Arc::new(Mutex::new(Inbound { io: Some(io), read, body: BodyState::Length(0), continue_left: 0, first: true }))
     }
 
     /// Start the body of a request framed by `framing`; `expect` asks for a

@@ -45,7 +45,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::client_io::IdleTimeout;
-use crate::h1::conn::{fill, lock, poll_read_fresh, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
+use crate::h1::conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
 use crate::h1::parse::{parse_request, HeadError, RequestHead};
 use crate::http::{HttpService, Peer, ProxyBody};
 use crate::local_reply::{LocalReply, CONTENT_TYPE};
@@ -90,144 +90,191 @@ enum Next {
     Refuse(HeadError),
 }
 
-/// How a connection's busy spell ended.
-enum Busy {
-    /// Every byte read has been answered: wait for more, idle.
-    Idle,
-    /// The connection is over.
-    Ended(Served),
+/// What a connection's serving loop owns while it runs, and gives back
+/// when everything read is answered (the connection is idle again), with
+/// the stop signal.
+struct Spell {
+    /// The connection: kept for its whole life, so that waking it makes
+    /// nothing (its read buffer is taken and released as bytes come).
+    conn: Shared,
+    service: Arc<HttpService>,
+    peer: Arc<Peer>,
+    limits: Arc<ServerLimits>,
+    timer: Timer,
 }
 
 /// Serve HTTP/1.1 requests on `io` from `peer` until the connection ends.
 ///
-/// An idle connection's task holds only the socket, its timer and the stop
-/// signal (this future, until bytes come); the read buffer, the state the
-/// request body shares with the server ([`Inbound`]) and the serving loop
-/// ([`busy`], boxed) are made when bytes arrive and dropped once they are
-/// all answered.
+/// An idle connection's task holds only the connection's shared state
+/// (socket, no buffer), its timer and the stop signal (this future, until
+/// bytes come); the read buffer is taken when bytes arrive, and the
+/// serving loop ([`busy`]) runs in a box kept per worker thread
+/// ([`spare`]), so that waking a connection allocates nothing.
 ///
 /// A function returning an `async` block rather than an `async fn`: an
 /// `async fn` keeps its arguments twice in its state, once as passed and
 /// once as moved into its body.
 #[allow(clippy::manual_async_fn)]
 pub fn serve(
-    mut io: Box<dyn Io>,
+    io: Box<dyn Io>,
     service: Arc<HttpService>,
     peer: Arc<Peer>,
-    limits: &ServerLimits,
-    mut stopped: watch::Receiver<Stop>,
-) -> impl Future<Output = Served> + Send + '_ {
+    limits: Arc<ServerLimits>,
+    stopped: watch::Receiver<Stop>,
+) -> impl Future<Output = Served> + Send {
     async move {
-        let mut timer = Timer::new(limits);
-        let mut first = true;
+        let timer = Timer::new(&limits);
+        let mut spell = Spell { conn: Inbound::new(io), service, peer, limits, timer };
+        let mut stopped = stopped;
         loop {
-            timer.head_started = None;
-            let idle = {
+            let woke = {
                 // The channel changes once, to the stop: `changed` (smaller
                 // than `stopping`) resolves at once if that came before.
                 let mut stop = pin!(stopped.changed());
-                poll_fn(|cx| poll_idle(&mut io, limits, &mut timer, stop.as_mut(), cx)).await
+                poll_fn(|cx| poll_idle(&mut spell, stop.as_mut(), cx)).await
             };
-            let Some(read) = idle else { return Served::Done };
-            let conn = Inbound::with(io, read);
-            match Box::pin(busy(&conn, &service, &peer, limits, &mut timer, &mut stopped, first)).await {
-                Busy::Ended(served) => return served,
-                Busy::Idle => {}
+            if !woke {
+                return Served::Done;
             }
-            io = match lock(&conn).io.take() {
-                Some(io) => io,
-                None => return Served::Done,
+            let mut serving = spare::boxed(move || busy(spell, stopped));
+            let ended = (&mut serving).await;
+            spare::keep(serving);
+            (spell, stopped) = match ended {
+                Ok(back) => back,
+                Err(served) => return served,
             };
-            first = false;
         }
     }
 }
 
 /// Wait, with no buffer, for a connection's next bytes: up to
-/// `idle_timeout`, or until `stop`. `None`: close it. (Polled by hand, in
+/// `idle_timeout`, or until `stop`. `false`: close it. (Polled by hand, in
 /// the caller's state: a future of its own, or `select!`'s, is larger.)
-fn poll_idle<S: Future>(
-    io: &mut Box<dyn Io>,
-    limits: &ServerLimits,
-    timer: &mut Timer,
-    stop: Pin<&mut S>,
-    cx: &mut Context<'_>,
-) -> Poll<Option<BytesMut>> {
-    if let Poll::Ready(got) = poll_read_fresh(io, cx) {
-        return Poll::Ready(got.ok().filter(|read| !read.is_empty()));
+fn poll_idle<S: Future>(spell: &mut Spell, stop: Pin<&mut S>, cx: &mut Context<'_>) -> Poll<bool> {
+    if let Poll::Ready(got) = lock(&spell.conn).poll_fill(cx) {
+        return Poll::Ready(matches!(got, Ok(n) if n > 0));
     }
-    while timer.sleep.as_mut().poll(cx).is_ready() {
-        if timer.expired(limits) {
-            return Poll::Ready(None);
+    while spell.timer.sleep.as_mut().poll(cx).is_ready() {
+        if spell.timer.expired(&spell.limits) {
+            return Poll::Ready(false);
         }
     }
-    stop.poll(cx).map(|_| None)
+    stop.poll(cx).map(|_| false)
 }
 
-/// Serve the requests in `conn`'s bytes and those that follow them until
-/// none is left to read, or the connection ends. `first`: whether these
-/// are the connection's first bytes (which may be the HTTP/2 preface).
-async fn busy(
-    conn: &Shared,
-    service: &Arc<HttpService>,
-    peer: &Arc<Peer>,
-    limits: &ServerLimits,
-    timer: &mut Timer,
-    stopped: &mut watch::Receiver<Stop>,
-    mut first: bool,
-) -> Busy {
-    loop {
-        let head = match next_head(conn, limits, timer, stopped, first).await {
-            Next::Head(head) => head,
-            Next::Idle => return Busy::Idle,
-            Next::Close => return Busy::Ended(Served::Done),
-            Next::Http2 => {
-                let mut inbound = lock(conn);
-                let read = std::mem::take(&mut inbound.read);
-                return Busy::Ended(match inbound.io.take() {
-                    Some(io) => Served::Http2(io, read),
-                    None => Served::Done,
-                });
+/// Boxes for the connections' serving loops, kept per worker thread for
+/// the connections that wake next, as the read buffers are: a keep-alive
+/// client's every request wakes its connection, and a box taken from here
+/// costs no allocation.
+mod spare {
+    use std::any::Any;
+    use std::cell::RefCell;
+    use std::pin::Pin;
+
+    /// Boxes kept per thread; more are freed.
+    const KEPT: usize = 64;
+
+    thread_local! {
+        /// A `Vec<Pin<Box<F>>>` of the one future type `F` kept here.
+        static FREE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+    }
+
+    /// The future `make` makes, in a box, a kept one if there is one.
+    /// (Made here, not passed in: the future is large, and is then moved
+    /// once, not twice.)
+    #[inline(always)]
+    pub(super) fn boxed<F: Any>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+        let kept = FREE.with(|free| {
+            let mut free = free.borrow_mut();
+            free.as_mut().and_then(|v| v.downcast_mut::<Vec<Pin<Box<F>>>>()).and_then(Vec::pop)
+        });
+        match kept {
+            Some(mut kept) => {
+                kept.as_mut().set(make());
+                kept
             }
-            Next::Refuse(e) => {
-                Box::pin(refuse(conn, service, e, limits.idle_timeout)).await;
-                return Busy::Ended(Served::Done);
-            }
-        };
-        first = false;
-        let (req, upgraded, keep_alive) = request(conn, head);
-        let method = req.method().clone();
-        let version = req.version();
-        // The request path's future and the response writer's are boxed:
-        // they are large, and this one waits for the rest of a head.
-        let Ok(response) = Box::pin(service.handle(peer, req)).await;
-        let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-        let sent = Box::pin(respond(conn, response, &method, version, keep_alive, limits.idle_timeout)).await;
-        match (sent, upgraded) {
-            (Ok(_), Some(tx)) if switched => {
-                let mut inbound = lock(conn);
-                // Copied out, so that the read buffer goes back to the pool
-                // instead of living as long as the tunnel.
-                let early = Bytes::copy_from_slice(&inbound.read);
-                inbound.read.clear();
-                inbound.release();
-                if let Some(io) = inbound.io.take() {
-                    // The tunnel keeps the listener's idle timeout (the
-                    // connection's permit travels inside `io`).
-                    let io = Box::new(IdleTimeout::new(io, limits.idle_timeout, Arc::default()));
-                    let _ = tx.send(Upgraded { io, early });
+            None => Box::pin(make()),
+        }
+    }
+
+    /// Keep `done`'s box (its future has ended) for [`boxed`], if there is room.
+    pub(super) fn keep<F: Any>(done: Pin<Box<F>>) {
+        FREE.with(|free| {
+            let mut free = free.borrow_mut();
+            let kept = free.get_or_insert_with(|| Box::new(Vec::<Pin<Box<F>>>::with_capacity(KEPT)));
+            if let Some(kept) = kept.downcast_mut::<Vec<Pin<Box<F>>>>() {
+                if kept.len() < KEPT {
+                    kept.push(done);
                 }
-                return Busy::Ended(Served::Done);
             }
-            (Ok(true), _) if lock(conn).body.is_done() && stopped.borrow().is_none() => {
-                lock(conn).release();
-                timer.last_active = Instant::now();
-            }
-            _ => {
-                let _ = tokio::time::timeout(limits.idle_timeout, Writer(conn.clone()).shutdown()).await;
-                return Busy::Ended(Served::Done);
+        });
+    }
+}
+
+/// Serve the requests in `spell`'s bytes and those that follow them until
+/// none is left to read (`Ok`: the connection is idle again), or the
+/// connection ends (`Err`).
+#[allow(clippy::manual_async_fn)]
+fn busy(
+    mut spell: Spell,
+    mut stop_rx: watch::Receiver<Stop>,
+) -> impl Future<Output = Result<(Spell, watch::Receiver<Stop>), Served>> + Send + 'static {
+    async move {
+        let Spell { conn, service, peer, limits, timer } = &mut spell;
+        let stopped = &mut stop_rx;
+        loop {
+            let head = match next_head(conn, limits, timer, stopped).await {
+                Next::Head(head) => head,
+                Next::Idle => break,
+                Next::Close => return Err(Served::Done),
+                Next::Http2 => {
+                    let mut inbound = lock(conn);
+                    let read = std::mem::take(&mut inbound.read);
+                    return Err(match inbound.io.take() {
+                        Some(io) => Served::Http2(io, read),
+                        None => Served::Done,
+                    });
+                }
+                Next::Refuse(e) => {
+                    Box::pin(refuse(conn, service, e, limits.idle_timeout)).await;
+                    return Err(Served::Done);
+                }
+            };
+            let (req, upgraded, keep_alive) = request(conn, head);
+            let method = req.method().clone();
+            let version = req.version();
+            // The request path's future and the response writer's are boxed:
+            // they are large, and this one waits for the rest of a head.
+            let Ok(response) = Box::pin(service.handle(peer, req)).await;
+            let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+            let sent = Box::pin(respond(conn, response, &method, version, keep_alive, limits.idle_timeout)).await;
+            match (sent, upgraded) {
+                (Ok(_), Some(tx)) if switched => {
+                    let mut inbound = lock(conn);
+                    // Copied out, so that the read buffer goes back to the pool
+                    // instead of living as long as the tunnel.
+                    let early = Bytes::copy_from_slice(&inbound.read);
+                    inbound.read.clear();
+                    inbound.release();
+                    if let Some(io) = inbound.io.take() {
+                        // The tunnel keeps the listener's idle timeout (the
+                        // connection's permit travels inside `io`).
+                        let io = Box::new(IdleTimeout::new(io, limits.idle_timeout, Arc::default()));
+                        let _ = tx.send(Upgraded { io, early });
+                    }
+                    return Err(Served::Done);
+                }
+                (Ok(true), _) if lock(conn).body.is_done() && stopped.borrow().is_none() => {
+                    lock(conn).release();
+                    timer.answered();
+                }
+                _ => {
+                    let _ = tokio::time::timeout(limits.idle_timeout, Writer(conn.clone()).shutdown()).await;
+                    return Err(Served::Done);
+                }
             }
         }
+        Ok((spell, stop_rx))
     }
 }
 
@@ -237,11 +284,11 @@ pub(crate) fn busy_future_size(
     conn: &Shared,
     service: &Arc<HttpService>,
     peer: &Arc<Peer>,
-    limits: &ServerLimits,
+    limits: &Arc<ServerLimits>,
 ) -> usize {
-    let (mut timer, (_tx, mut stopped)) = (Timer::new(limits), watch::channel(None));
-    let size = std::mem::size_of_val(&busy(conn, service, peer, limits, &mut timer, &mut stopped, true));
-    size
+    let (conn, service, peer, limits) = (conn.clone(), service.clone(), peer.clone(), limits.clone());
+    let (timer, (_tx, stopped)) = (Timer::new(&limits), watch::channel(None));
+    std::mem::size_of_val(&busy(Spell { conn, service, peer, limits, timer }, stopped))
 }
 
 /// The request of `head`, its body reading from `conn`; the sender for
@@ -271,40 +318,46 @@ fn request(
 ///
 /// A timer armed and dropped per request costs clock reads and timer-wheel
 /// updates on every request. This one stays armed: a request only notes
-/// when it ended (`last_active`), and when the timer fires it is moved to
-/// the deadline that really applies — `last_active + idle_timeout`, or the
-/// head's first byte plus `header_read_timeout` — and closes the
-/// connection only if that deadline has passed.
+/// when it was answered (`since`), and when the timer fires it is moved to
+/// the deadline that really applies — `since + idle_timeout`, or, while a
+/// head that came in pieces is read, its first byte plus
+/// `header_read_timeout` — and closes the connection only if that deadline
+/// has passed.
 struct Timer {
     sleep: Pin<Box<Sleep>>,
-    /// When the connection last finished a response (or opened).
-    last_active: Instant,
-    /// When the head being read began, if it came in more than one read.
-    head_started: Option<Instant>,
+    /// When the limit in force began: the last response's end (or the
+    /// connection's opening), or the first byte of the head being read.
+    since: Instant,
+    /// Whether a head that came in pieces is being read.
+    reading_head: bool,
 }
 
 impl Timer {
     fn new(limits: &ServerLimits) -> Self {
         let now = Instant::now();
-        Timer {
-            sleep: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
-            last_active: now,
-            head_started: None,
-        }
+        let sleep = Box::pin(tokio::time::sleep_until(now + limits.idle_timeout));
+        Timer { sleep, since: now, reading_head: false }
     }
 
     /// The deadline in force.
     fn deadline(&self, limits: &ServerLimits) -> Instant {
-        match self.head_started {
-            Some(started) => started + limits.header_read_timeout,
-            None => self.last_active + limits.idle_timeout,
+        match self.reading_head {
+            true => self.since + limits.header_read_timeout,
+            false => self.since + limits.idle_timeout,
         }
+    }
+
+    /// A response went out: the connection is idle from now.
+    fn answered(&mut self) {
+        self.since = Instant::now();
+        self.reading_head = false;
     }
 
     /// A head began and did not arrive whole: its time starts now.
     fn start_head(&mut self, limits: &ServerLimits) {
-        if self.head_started.is_none() {
-            self.head_started = Some(Instant::now());
+        if !self.reading_head {
+            self.reading_head = true;
+            self.since = Instant::now();
             let deadline = self.deadline(limits);
             if deadline < self.sleep.deadline() {
                 self.sleep.as_mut().reset(deadline);
@@ -332,9 +385,7 @@ async fn next_head(
     limits: &ServerLimits,
     timer: &mut Timer,
     stopped: &mut watch::Receiver<Stop>,
-    first: bool,
 ) -> Next {
-    timer.head_started = None;
     loop {
         if lock(conn).read.is_empty() {
             // Nothing of a head yet: read what is there (a client that
@@ -349,7 +400,7 @@ async fn next_head(
         }
         {
             let mut inbound = lock(conn);
-            let read = &inbound.read;
+            let (read, first) = (&inbound.read, inbound.first);
             if first && read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
                 // Maybe the HTTP/2 preface: wait for all of it.
                 timer.start_head(limits);
@@ -359,6 +410,7 @@ async fn next_head(
                 match parse_request(read, limits.max_header_bytes, limits.max_headers) {
                     Ok(Some(head)) => {
                         bytes::Buf::advance(&mut inbound.read, head.len);
+                        inbound.first = false;
                         return Next::Head(head);
                     }
                     Ok(None) => timer.start_head(limits),
@@ -661,6 +713,20 @@ mod tests {
         assert_eq!(&imf_fixdate(0), b"Thu, 01 Jan 1970 00:00:00 GMT");
         assert_eq!(&imf_fixdate(951_782_400), b"Tue, 29 Feb 2000 00:00:00 GMT");
         assert_eq!(&imf_fixdate(1_795_478_399), b"Mon, 23 Nov 2026 23:59:59 GMT");
+    }
+
+    #[test]
+    fn a_kept_box_is_taken_again() {
+        let at = |b: &Pin<Box<std::future::Ready<u8>>>| std::ptr::from_ref(&**b) as usize;
+        let first = spare::boxed(|| std::future::ready(1));
+        let kept = at(&first);
+        spare::keep(first);
+        let mut again = spare::boxed(|| std::future::ready(2));
+        assert_eq!(at(&again), kept, "the kept box was not taken");
+        let other = spare::boxed(|| std::future::ready(3));
+        assert_ne!(at(&other), kept, "one box given twice");
+        let waker = std::task::Waker::noop();
+        assert_eq!(again.as_mut().poll(&mut Context::from_waker(waker)), Poll::Ready(2));
     }
 
     #[test]
