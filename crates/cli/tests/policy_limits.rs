@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{app_config, get, toml_list, Fulcrum, Reply};
+use common::{app_config, eventually, get, toml_list, Fulcrum, Reply};
 
 const GOOD_TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -68,15 +68,6 @@ fn reload(f: &Fulcrum, config: &str) {
     std::fs::write(f.dir.join("fulcrum.toml"), config).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["reload", "--pid", &f.pid().to_string()]).status();
     assert!(status.unwrap().success());
-}
-
-/// Retry `check` until it holds or 10 s pass (a reload is applied asynchronously).
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

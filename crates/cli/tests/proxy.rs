@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::h2c::{h2_client, h2c_client};
-use common::{app_config, closed_port, get, send, spread, toml_list, Fulcrum};
+use common::{app_config, closed_port, eventually, get, send, spread, toml_list, Fulcrum};
 use fulcrum_load::{Backends, BackendsConfig, BACKEND_HEADER};
 use http_body_util::{BodyExt, Empty};
 
@@ -85,41 +85,40 @@ fn peak_ewma_avoids_a_slow_backend() {
     assert!(slow <= 12, "the 60 ms backend got {slow} of 400: {counts:?}");
 }
 
+/// Requests in flight to the endpoint at `address`, from the admin `/status`.
+fn endpoint_in_flight(admin: SocketAddr, address: SocketAddr) -> u64 {
+    let s: serde_json::Value = serde_json::from_slice(&get(admin, "admin", "/status", "").body).unwrap();
+    let endpoints = s["clusters"].as_array().unwrap().iter().flat_map(|c| c["endpoints"].as_array().unwrap());
+    let found = endpoints.clone().find(|e| e["address"] == address.to_string());
+    found.unwrap_or_else(|| panic!("no endpoint {address} in {s}"))["in_flight"].as_u64().unwrap()
+}
+
 #[test]
 fn least_request_follows_in_flight_counts() {
-    // Two backends, so both are always compared: while the slow one holds
-    // a request (3 s), every new one goes to the fast one. Only requests
-    // sent while it holds its first one count, so a loaded machine that
-    // sends slowly is judged on what the rule says, and must still send
-    // enough of them.
-    const HOLD: Duration = Duration::from_millis(3000);
-    let b = backends(&[HOLD.as_millis() as u64, 1]);
+    // Two backends, so both are always compared. While the slow one holds a
+    // request, the fast one has fewer in flight whenever it is idle, and a
+    // new request must go there. Each request is sent only once the admin
+    // shows the fast one idle (0 against 1), so a loaded machine, on which
+    // the fast one's requests overlap, cannot make a tie.
+    let b = backends(&[5000, 1]);
+    let [slow, fast] = [b.addrs()[0], b.addrs()[1]];
     let f = Fulcrum::serve("lr", &config(&b, "least-request", ""));
-    let addr = f.listen[0];
-    let handles: Vec<_> = (0..20)
-        .map(|i| {
-            std::thread::sleep(Duration::from_millis(10));
-            std::thread::spawn(move || {
-                let sent = Instant::now();
-                let r = get(addr, "app", &format!("/{i}"), "");
-                (sent, r.header(BACKEND_HEADER).unwrap() == "0")
-            })
-        })
-        .collect();
-    let sent: Vec<(Instant, bool)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let held_from =
-        sent.iter().filter(|(_, slow)| *slow).map(|(at, _)| *at).min().expect("the slow backend got nothing");
-    // Sent after the first slow pick and well before it could end.
-    let while_held: Vec<bool> = sent
-        .iter()
-        .filter(|(at, _)| *at > held_from && *at < held_from + HOLD - Duration::from_millis(500))
-        .map(|(_, slow)| *slow)
-        .collect();
-    assert!(while_held.len() >= 10, "only {} requests sent while the slow backend held one", while_held.len());
-    // Ties (the fast one busy too, for its 1 ms) may still pick the slow
-    // one now and then; round robin would give it half.
-    let slow = while_held.iter().filter(|s| **s).count();
-    assert!(slow <= 2, "slow backend got {slow} of {} sent while it held a request", while_held.len());
+    let (addr, admin) = (f.listen[0], f.admin.unwrap());
+    // One request at a time until one stays on the slow backend.
+    let holder =
+        std::thread::spawn(move || while get(addr, "app", "/hold", "").header(BACKEND_HEADER).unwrap() != "0" {});
+    eventually("the slow backend holding a request", || endpoint_in_flight(admin, slow) == 1);
+    let mut to_slow = 0;
+    for i in 0..10 {
+        eventually("the fast backend idle", || endpoint_in_flight(admin, fast) == 0);
+        to_slow += usize::from(get(addr, "app", &format!("/{i}"), "").header(BACKEND_HEADER).unwrap() == "0");
+    }
+    assert_eq!(endpoint_in_flight(admin, slow), 1, "the slow backend's 5 s hold ended before the 10 requests did");
+    assert_eq!(
+        to_slow, 0,
+        "the slow backend got {to_slow} of 10 requests sent while it held one and the fast one none"
+    );
+    holder.join().unwrap();
 }
 
 #[test]

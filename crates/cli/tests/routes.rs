@@ -8,9 +8,9 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{get, Fulcrum};
+use common::{eventually, get, Fulcrum};
 use fulcrum_load::{BackendSpec, Backends, BackendsConfig};
 
 /// Echo backends named `names`, one each.
@@ -174,15 +174,11 @@ fn a_weighted_split_holds_within_two_points_and_a_key_keeps_its_side() {
 
 /// `fulcrum reload` for `f`, then wait until `check` holds (the workers
 /// pick the new routing up at their next request).
-fn reload_until(f: &Fulcrum, text: &str, check: impl Fn() -> bool) {
+fn reload_until(f: &Fulcrum, text: &str, check: impl FnMut() -> bool) {
     std::fs::write(f.dir.join("fulcrum.toml"), text).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_fulcrum")).args(["reload", "--pid", &f.pid().to_string()]).status();
     assert!(status.unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "the reload did not apply");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually("the reload applied", check);
 }
 
 #[test]
@@ -200,11 +196,7 @@ fn a_reload_changes_matchers_rewrites_and_splits_without_dropping_a_connection()
 "#;
     // The connection opened before the reload is still served, by the new
     // routes (polled on that connection: the reload signal is asynchronous).
-    let kept = std::cell::RefCell::new(kept);
-    reload_until(&f, &config(after, &b), || {
-        json(&kept.borrow_mut().get("/v1/x", "X-Env: beta\r\n").2)["path"] == "/new/x"
-    });
-    let mut kept = kept.into_inner();
+    reload_until(&f, &config(after, &b), || json(&kept.get("/v1/x", "X-Env: beta\r\n").2)["path"] == "/new/x");
     let (status, backend, body) = kept.get("/v1/x", "X-Env: beta\r\n");
     assert_eq!((status, backend.as_str(), json(&body)["path"].as_str()), (200, "two", Some("/new/x")));
     let fresh = get(f.listen[0], "a", "/v1/x", "X-Env: beta\r\n");

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A running `fulcrum serve`.
 pub struct Fulcrum {
@@ -336,4 +336,15 @@ pub fn open_tunnel(proxy: SocketAddr, path: &str) -> TcpStream {
     }
     assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
     s
+}
+
+/// Polls `check` every 5 ms until it holds, failing after 20 s: a test
+/// waits for what its rule needs (a reload applied, a request held), not
+/// for a sleep that guesses how long a loaded machine takes.
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "not within 20 s: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
