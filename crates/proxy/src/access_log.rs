@@ -167,7 +167,7 @@ impl std::str::FromStr for Field {
 impl Format {
     /// Parse a text format ([`tokens`] has the syntax).
     pub fn parse(text: &str) -> Result<Format, String> {
-        let pieces = tokens(text)?
+        let pieces = tokens(text, field_char)?
             .into_iter()
             .map(|token| match token {
                 Token::Literal(literal) => Ok(Piece::Literal(literal)),
@@ -179,6 +179,11 @@ impl Format {
     }
 }
 
+/// The characters of a variable's or a log field's name after `$`.
+pub(crate) fn field_char(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
+}
+
 /// A run of a `$name` template, as [`tokens`] splits it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Token<'a> {
@@ -188,10 +193,12 @@ pub(crate) enum Token<'a> {
     Name(&'a str),
 }
 
-/// Split a template into literal text and names: `$name` runs over
-/// `[a-z0-9_]`; `${name}` may be followed by such characters; `$$` is a
-/// `$`. The one syntax of access-log formats and route header values.
-pub(crate) fn tokens(text: &str) -> Result<Vec<Token<'_>>, String> {
+/// Split a template into literal text and names: `$name` runs over the
+/// characters `name_char` accepts; `${name}` may be followed by such
+/// characters; `$$` is a `$`. The one syntax of access-log formats, route
+/// header values (names over `[a-z0-9_]`, [`field_char`]) and rewrite
+/// replacements (regex group numbers and names).
+pub(crate) fn tokens(text: &str, name_char: fn(char) -> bool) -> Result<Vec<Token<'_>>, String> {
     let mut out = Vec::new();
     let mut literal = String::new();
     let mut rest = text;
@@ -206,7 +213,7 @@ pub(crate) fn tokens(text: &str) -> Result<Vec<Token<'_>>, String> {
             rest = after;
             continue;
         } else {
-            let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+            let end = rest.find(|c: char| !name_char(c));
             rest.split_at(end.unwrap_or(rest.len()))
         };
         if !literal.is_empty() {

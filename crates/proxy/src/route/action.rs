@@ -13,7 +13,7 @@ use regex_automata::util::primitives::NonMaxUsize;
 use regex_automata::Input;
 use xxhash_rust::xxh64::xxh64;
 
-use crate::access_log::{tokens, Token};
+use crate::access_log::{field_char, tokens, Token};
 use crate::config::HashKey;
 
 /// What a route does with a request it matched.
@@ -233,45 +233,22 @@ impl RegexRewrite {
 fn parts(regex: &Regex, replace: &str) -> Result<Vec<Part>, String> {
     let info = regex.group_info();
     let pid = regex_automata::PatternID::ZERO;
-    let mut out: Vec<Part> = Vec::new();
-    let mut text = String::new();
-    let mut rest = replace;
-    while let Some(at) = rest.find('$') {
-        text.push_str(&rest[..at]);
-        rest = &rest[at + 1..];
-        if let Some(after) = rest.strip_prefix('$') {
-            text.push('$');
-            rest = after;
-            continue;
-        }
-        let (name, after) = match rest.strip_prefix('{') {
-            Some(braced) => {
-                let end = braced.find('}').ok_or("`${` without a closing `}`")?;
-                (&braced[..end], &braced[end + 1..])
+    let group_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    tokens(replace, group_char)?
+        .into_iter()
+        .map(|token| match token {
+            Token::Literal(text) => Ok(Part::Text(text)),
+            Token::Name(name) => {
+                let group = match name.parse::<usize>() {
+                    Ok(n) => (n < info.group_len(pid)).then_some(n),
+                    Err(_) => info.to_index(pid, name),
+                };
+                group
+                    .map(Part::Group)
+                    .ok_or_else(|| format!("`${name}` is not a group of the regex (write `$$` for a dollar sign)"))
             }
-            None => {
-                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
-                rest.split_at(end)
-            }
-        };
-        let group = match name.parse::<usize>() {
-            Ok(n) => (n < info.group_len(pid)).then_some(n),
-            Err(_) => info.to_index(pid, name),
-        };
-        let Some(group) = group else {
-            return Err(format!("`${name}` is not a group of the regex (write `$$` for a dollar sign)"));
-        };
-        if !text.is_empty() {
-            out.push(Part::Text(std::mem::take(&mut text)));
-        }
-        out.push(Part::Group(group));
-        rest = after;
-    }
-    text.push_str(rest);
-    if !text.is_empty() {
-        out.push(Part::Text(text));
-    }
-    Ok(out)
+        })
+        .collect()
 }
 
 /// The path and `Host` sent upstream.
@@ -370,7 +347,7 @@ impl Template {
     /// Parse `text`; `upstream` says whether `$upstream` is known where it is used.
     pub(crate) fn parse(text: &str, upstream: bool) -> Result<Template, String> {
         let mut pieces = Vec::new();
-        for token in tokens(text)? {
+        for token in tokens(text, field_char)? {
             match token {
                 Token::Literal(literal) => {
                     HeaderValue::from_str(&literal).map_err(|_| format!("{literal:?} is not a valid header value"))?;
