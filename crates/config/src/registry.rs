@@ -430,10 +430,13 @@ fn from_table<F: ?Sized + Named + 'static, P>(
 }
 
 /// The one key of `table` whose value serde's `message` quotes ("\"3
-/// parsecs\" is not a duration", "invalid type: integer `5`"), if one.
+/// parsecs\" is not a duration", "unknown variant `sometimes`", "invalid
+/// type: integer `5`"), if one.
 fn key_quoted_in<'a>(table: &'a toml::Table, message: &str) -> Option<&'a str> {
     let quoted = |v: &toml::Value| match v {
-        toml::Value::String(s) => message.contains(&format!("{s:?}")),
+        // A duration's parser quotes "3 parsecs"; serde quotes an unknown
+        // variant as `sometimes`.
+        toml::Value::String(s) => message.contains(&format!("{s:?}")) || message.contains(&format!("`{s}`")),
         toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
             message.contains(&format!("`{v}`"))
         }

@@ -232,6 +232,9 @@ impl Qdisc {
             }
             Verdict::Drop => {
                 self.stats.drops += 1;
+                // The queue does not know its port: the trace says where.
+                #[cfg(debug_assertions)]
+                crate::trace::note(p.flow as usize, now, format_args!("drop,{},{:?},departure", p.seq, p.kind));
                 return None;
             }
         }

@@ -10,7 +10,9 @@
 //! the receiver prints `t_ns,rx,seq,ce,ack,ece` for each data segment it
 //! answers and `t_ns,rx-unanswered,seq,ce` for one it drops without an
 //! answer, and each of the flow's packets a queue discipline drops prints
-//! `t_ns,drop,seq,kind,port` (ns-3's side: `bench/ns3/mq-trace.patch`).
+//! `t_ns,drop,seq,kind,port` (ns-3's side: `bench/ns3/mq-trace.patch`), or
+//! `t_ns,drop,seq,kind,departure` when a rule drops it leaving the queue
+//! (CoDel's drop and ECN modes).
 
 use std::sync::OnceLock;
 

@@ -253,6 +253,9 @@ mod tests {
         assert_eq!(err.field, "threshold", "{}", err.message);
         let err = Config::from_table(table("kind = \"red\"\nk = \"many\"")).unwrap_err();
         assert_eq!(err.field, "k", "{}", err.message);
+        let err = Config::from_table(table("kind = \"codel\"\nmode = \"sometimes\"")).unwrap_err();
+        assert_eq!(err.field, "mode", "{}", err.message);
+        assert!(err.message.contains("expected one of `mark`, `ecn`, `drop`"), "{}", err.message);
         let err = Config::from_table(table("threshold = \"3us\"")).unwrap_err();
         assert_eq!((err.field.as_str(), err.message.as_str()), ("kind", "missing: name a queue discipline"));
     }
