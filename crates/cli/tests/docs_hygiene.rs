@@ -1,7 +1,8 @@
 //! The user documentation stays written for users: the README and every page
 //! under `docs/` outside `docs/results/` carry no commit hashes, clock times,
 //! load averages or references to issue numbers (git keeps the history;
-//! results pages carry one provenance line per figure), the README stays
+//! results pages carry one provenance line per figure, itself without
+//! commits, clock times or load averages), the README stays
 //! short, and `docs/` outside `docs/results/` stays within its size budget.
 //! A line that breaks a rule is reported with its file and line number.
 
@@ -116,6 +117,15 @@ fn issue_reference(line: &str) -> Option<String> {
     None
 }
 
+/// The results pages, which carry figures and their provenance lines.
+fn results_pages() -> Vec<PathBuf> {
+    let root = root();
+    let mut files = Vec::new();
+    collect(&root.join("docs/results"), &root.join("docs/results/none"), &mut files);
+    files.sort();
+    files
+}
+
 #[test]
 fn user_pages_carry_no_history() {
     let root = root();
@@ -175,4 +185,29 @@ fn the_detectors_find_what_they_look_for() {
     assert_eq!(issue_reference("(#27)"), Some("#27".into()));
     assert_eq!(issue_reference("see issue 13"), Some("issue 13".into()));
     assert_eq!(issue_reference("cilium/cilium#23033, ## Heading, a#1"), None);
+}
+
+/// A results page's provenance line says the day, the machine and the
+/// command: not the commit, the clock time or how busy the machine was.
+#[test]
+fn results_pages_carry_no_commits_clock_times_or_load_averages() {
+    let root = root();
+    let mut problems = Vec::new();
+    for file in results_pages() {
+        let Ok(text) = fs::read_to_string(&file) else { continue };
+        let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        for (i, line) in text.lines().enumerate() {
+            let at = format!("{name}:{}", i + 1);
+            if let Some(hash) = commit_hash(line) {
+                problems.push(format!("{at}: a commit hash `{hash}`"));
+            }
+            if let Some(time) = clock_time(line) {
+                problems.push(format!("{at}: a clock time `{time}`"));
+            }
+            if line.to_ascii_lowercase().contains("load average") {
+                problems.push(format!("{at}: a load average"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "results pages carry history:\n{}", problems.join("\n"));
 }
