@@ -143,9 +143,6 @@ fn what_if(admin: std::net::SocketAddr, window: &str, runs: &str, extra: &[&str]
 }
 
 /// `fulcrum load` in open loop at `rate` for a long time (killed on drop).
-fn load(listen: std::net::SocketAddr, rate: f64) -> KillOnDrop {
-    load_with(listen, rate, &[])
-}
 
 /// [`load`] with more flags.
 fn load_with(listen: std::net::SocketAddr, rate: f64, extra: &[&str]) -> KillOnDrop {
@@ -175,7 +172,9 @@ fn load_with(listen: std::net::SocketAddr, rate: f64, extra: &[&str]) -> KillOnD
 /// windows, which a busy machine's drift adds to, are printed and written
 /// (docs/results/what-if.md has them). `FULCRUM_WHATIF_WINDOW`,
 /// `FULCRUM_WHATIF_RATE`, `FULCRUM_WHATIF_RUNS` and `FULCRUM_WHATIF_DELAYS`
-/// change its length, rate, simulated runs and backends; `FULCRUM_WHATIF_OUT` names a file for the figures as
+/// change its length, rate, simulated runs and backends,
+/// `FULCRUM_WHATIF_POISSON=1` sends the load's requests at Poisson times
+/// (the model's clients) instead of evenly spaced; `FULCRUM_WHATIF_OUT` names a file for the figures as
 /// JSON (`bench/what-if` sets them).
 #[test]
 #[ignore = "timing: predictions against changes made to a live proxy (about 2 minutes, wall-clock latencies)"]
@@ -185,6 +184,8 @@ fn predictions_hold_against_changes_made_for_real() {
     let runs: String = setting("FULCRUM_WHATIF_RUNS", "3".to_string());
     let delays: String =
         setting("FULCRUM_WHATIF_DELAYS", "log-normal(20ms,0.5),log-normal(60ms,0.5),log-normal(200ms,0.5)".to_string());
+    let arrivals: &[&str] = if setting("FULCRUM_WHATIF_POISSON", 0u8) == 1 { &["--poisson"] } else { &[] };
+    let load = |listen, rate| load_with(listen, rate, arrivals);
     let (_backend, addrs) = fulcrum_backend(&["--count", "3", "--delays", &delays]);
     let config = |algorithm: &str| {
         app_config(&toml_list(&addrs), "workers = 1", "", &format!("algorithm = {{ kind = \"{algorithm}\" }}"))
