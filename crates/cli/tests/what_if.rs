@@ -142,9 +142,8 @@ fn what_if(admin: std::net::SocketAddr, window: &str, runs: &str, extra: &[&str]
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// `fulcrum load` in open loop at `rate` for a long time (killed on drop).
-
-/// [`load`] with more flags.
+/// `fulcrum load` in open loop at `rate` for a long time (killed on
+/// drop), with `extra` flags.
 fn load_with(listen: std::net::SocketAddr, rate: f64, extra: &[&str]) -> KillOnDrop {
     KillOnDrop(
         fulcrum()
