@@ -126,11 +126,12 @@ fn results_pages() -> Vec<PathBuf> {
     files
 }
 
-#[test]
-fn user_pages_carry_no_history() {
+/// The lines of `files` that carry history: commit hashes, clock times,
+/// load averages and, when `issues`, issue references.
+fn history(files: Vec<PathBuf>, issues: bool) -> Vec<String> {
     let root = root();
     let mut problems = Vec::new();
-    for file in user_pages() {
+    for file in files {
         let Ok(text) = fs::read_to_string(&file) else { continue };
         let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
         let mut fenced = false;
@@ -149,11 +150,17 @@ fn user_pages_carry_no_history() {
                 problems.push(format!("{at}: a load average"));
             }
             // In a program's output `#3` is a server's index, not an issue.
-            if let Some(issue) = issue_reference(line).filter(|_| !fenced) {
+            if let Some(issue) = issue_reference(line).filter(|_| issues && !fenced) {
                 problems.push(format!("{at}: an issue reference `{issue}`"));
             }
         }
     }
+    problems
+}
+
+#[test]
+fn user_pages_carry_no_history() {
+    let problems = history(user_pages(), true);
     assert!(
         problems.is_empty(),
         "user documentation carries history (move figures to docs/results/, delete the rest):\n{}",
@@ -191,23 +198,6 @@ fn the_detectors_find_what_they_look_for() {
 /// command: not the commit, the clock time or how busy the machine was.
 #[test]
 fn results_pages_carry_no_commits_clock_times_or_load_averages() {
-    let root = root();
-    let mut problems = Vec::new();
-    for file in results_pages() {
-        let Ok(text) = fs::read_to_string(&file) else { continue };
-        let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
-        for (i, line) in text.lines().enumerate() {
-            let at = format!("{name}:{}", i + 1);
-            if let Some(hash) = commit_hash(line) {
-                problems.push(format!("{at}: a commit hash `{hash}`"));
-            }
-            if let Some(time) = clock_time(line) {
-                problems.push(format!("{at}: a clock time `{time}`"));
-            }
-            if line.to_ascii_lowercase().contains("load average") {
-                problems.push(format!("{at}: a load average"));
-            }
-        }
-    }
+    let problems = history(results_pages(), false);
     assert!(problems.is_empty(), "results pages carry history:\n{}", problems.join("\n"));
 }
