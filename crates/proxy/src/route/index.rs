@@ -163,66 +163,36 @@ impl Column {
 }
 
 /// Routes by the exact value they want. Values are found by their hash
-/// (the project's xxh64) in an open-addressing table; a few are compared
-/// directly.
+/// (the project's xxh64), kept sorted; a few are compared directly.
 #[derive(Debug, Default)]
-pub(crate) struct Exact {
-    entries: Vec<(u64, Box<[u8]>, Bits)>,
-    /// Per slot (`hash & (len - 1)`, then the next ones), an entry's index
-    /// plus one, 0 for none; at most half full. Built by [`Exact::seal`].
-    slots: Box<[u32]>,
-}
+pub(crate) struct Exact(Vec<(u64, Box<[u8]>, Bits)>);
 
 /// Up to this many values, a lookup compares them all rather than hashing.
 const COMPARE_ALL: usize = 4;
 
 impl Exact {
-    /// The routes wanting `value`, added if new (found by [`Exact::get`]
-    /// once [`Exact::seal`]ed).
+    /// The routes wanting `value`, added if new.
     fn entry(&mut self, value: &str, words: usize) -> &mut Bits {
         let (hash, value) = (xxh64(value.as_bytes(), 0), value.as_bytes());
-        let i = match self.entries.iter().position(|e| e.0 == hash && *e.1 == *value) {
+        let i = match self.0.iter().position(|e| e.0 == hash && *e.1 == *value) {
             Some(i) => i,
             None => {
-                self.entries.push((hash, value.into(), Bits::none(words)));
-                self.entries.len() - 1
+                let at = self.0.partition_point(|e| e.0 <= hash);
+                self.0.insert(at, (hash, value.into(), Bits::none(words)));
+                at
             }
         };
-        &mut self.entries[i].2
-    }
-
-    /// Build the table of slots for the values added.
-    fn seal(&mut self) {
-        if self.entries.len() <= COMPARE_ALL {
-            return;
-        }
-        let mut slots = vec![0u32; (2 * self.entries.len()).next_power_of_two()].into_boxed_slice();
-        let mask = slots.len() - 1;
-        for (i, e) in self.entries.iter().enumerate() {
-            let mut at = e.0 as usize & mask;
-            while slots[at] != 0 {
-                at = (at + 1) & mask;
-            }
-            slots[at] = u32::try_from(i + 1).unwrap_or(u32::MAX);
-        }
-        self.slots = slots;
+        &mut self.0[i].2
     }
 
     /// The routes wanting exactly `value`.
     pub(crate) fn get(&self, value: &[u8]) -> Option<&Bits> {
-        if self.slots.is_empty() {
-            return self.entries.iter().find(|e| *e.1 == *value).map(|e| &e.2);
+        if self.0.len() <= COMPARE_ALL {
+            return self.0.iter().find(|e| *e.1 == *value).map(|e| &e.2);
         }
         let hash = xxh64(value, 0);
-        let mask = self.slots.len() - 1;
-        let mut at = hash as usize & mask;
-        loop {
-            let e = self.entries.get((*self.slots.get(at)? as usize).checked_sub(1)?)?;
-            if e.0 == hash && *e.1 == *value {
-                return Some(&e.2);
-            }
-            at = (at + 1) & mask;
-        }
+        let from = self.0.partition_point(|e| e.0 < hash);
+        self.0[from..].iter().take_while(|e| e.0 == hash).find(|e| *e.1 == *value).map(|e| &e.2)
     }
 }
 
@@ -297,7 +267,6 @@ impl Index {
                 add(&mut columns[c], i, cond, words);
             }
         }
-        columns.iter_mut().for_each(|c| c.exact.seal());
         columns.sort_by_key(|c| (c.on.rank(), c.nth));
         let all = Bits::all(n);
         let mut done_after = vec![0; n];
@@ -359,9 +328,7 @@ mod tests {
                 // A value wanted twice keeps one entry, with both routes.
                 exact.entry(&format!("t{i}"), 2).set(127 - i % 64);
             }
-            exact.seal();
-            assert_eq!(exact.entries.len(), n);
-            assert_eq!(exact.slots.is_empty(), n <= COMPARE_ALL);
+            assert_eq!(exact.0.len(), n);
             for i in 0..n {
                 let routes = exact.get(format!("t{i}").as_bytes()).unwrap_or_else(|| panic!("t{i} of {n}"));
                 assert_eq!(routes.words()[i / 64] & (1 << (i % 64)), 1 << (i % 64));
