@@ -23,16 +23,16 @@ fn root() -> PathBuf {
 fn user_pages() -> Vec<PathBuf> {
     let root = root();
     let mut files = vec![root.join("README.md")];
-    collect(&root.join("docs"), &root.join("docs/results"), &mut files);
+    collect(&root.join("docs"), Some(&root.join("docs/results")), &mut files);
     files.sort();
     files
 }
 
-fn collect(dir: &Path, skip: &Path, files: &mut Vec<PathBuf>) {
+fn collect(dir: &Path, skip: Option<&Path>, files: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path == skip {
+        if Some(path.as_path()) == skip {
             continue;
         }
         if path.is_dir() {
@@ -121,7 +121,7 @@ fn issue_reference(line: &str) -> Option<String> {
 fn results_pages() -> Vec<PathBuf> {
     let root = root();
     let mut files = Vec::new();
-    collect(&root.join("docs/results"), &root.join("docs/results/none"), &mut files);
+    collect(&root.join("docs/results"), None, &mut files);
     files.sort();
     files
 }
