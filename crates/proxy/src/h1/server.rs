@@ -243,11 +243,9 @@ fn busy(
             let (req, upgraded, keep_alive) = request(conn, head);
             let method = req.method().clone();
             let version = req.version();
-            // The request path's future and the response writer's are boxed:
-            // they are large, and this one waits for the rest of a head.
-            let Ok(response) = Box::pin(service.handle(peer, req)).await;
+            let Ok(response) = service.handle(peer, req).await;
             let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-            let sent = Box::pin(respond(conn, response, &method, version, keep_alive, limits.idle_timeout)).await;
+            let sent = respond(conn, response, &method, version, keep_alive, limits.idle_timeout).await;
             match (sent, upgraded) {
                 (Ok(_), Some(tx)) if switched => {
                     let mut inbound = lock(conn);
