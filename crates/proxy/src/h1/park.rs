@@ -1,0 +1,256 @@
+//! Parking: idle HTTP/1.1 connections held without a task of their own.
+//!
+//! An idle connection's task costs tokio's record of it (the task's future
+//! padded to 512 bytes) and its timer (a boxed `Sleep`), more than the rest
+//! of what an idle connection holds. So a connection that has been idle for
+//! `limits.park_after` gives what it must keep — its shared state (socket,
+//! no buffer), its peer, and when it went idle ([`Asleep`]) — to its
+//! worker's [`Parker`], and its task ends. Not at once: under load a
+//! connection is idle for microseconds between requests, and ending and
+//! spawning a task per request would cost every request; the lean server
+//! checks lazily, when the connection's one timer fires.
+//!
+//! One parker per worker (each worker is one thread with its own runtime)
+//! holds its parked connections in a slab, and their idle deadlines in one
+//! heap instead of a timer each. It waits for each connection's bytes with
+//! the connection's own shared state as the waker ([`Conn`] is a
+//! [`Wake`]): a wake puts the connection on the parker's queue, so nothing
+//! is allocated per park, and the queue says which connection woke. The
+//! read is the one an idle connection's task does ([`Inbound::poll_fill`]),
+//! so TLS connections park the same way. When bytes come, the parker hands
+//! the connection back ([`Resume`]) for a new task to serve; at its
+//! deadline, at end of stream, or when the proxy stops, it closes it.
+//!
+//! A parked connection's socket is dropped explicitly when it is closed: the
+//! socket's registration may hold the connection's waker, and so the
+//! connection itself.
+//!
+//! [`Inbound::poll_fill`]: crate::h1::conn::Inbound::poll_fill
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::h1::conn::{lock, Conn, Shared};
+use crate::http::Peer;
+use crate::metrics::ProxyStats;
+use crate::shutdown::{stopping, Stop};
+
+/// What a parked connection keeps: its state, its peer, and since when it
+/// has been idle.
+pub struct Asleep {
+    pub(crate) conn: Shared,
+    pub(crate) peer: Arc<Peer>,
+    pub(crate) since: Instant,
+}
+
+impl Asleep {
+    /// Close it: drop its socket (whose registration may hold `conn` as
+    /// its waker, and so keep it alive).
+    fn close(self) {
+        let io = lock(&self.conn).io.take();
+        drop(io);
+    }
+}
+
+/// What a parked connection goes back to when its bytes come.
+pub trait Resume: Send + 'static {
+    /// How long the connection may stay idle.
+    fn idle_timeout(&self) -> Duration;
+    /// Serve the connection again (bytes are in its read buffer).
+    fn resume(self, asleep: Asleep);
+}
+
+/// The connections of one parker that woke, for it to look at.
+#[derive(Debug, Default)]
+pub struct Parking {
+    woken: Mutex<Vec<Shared>>,
+    notify: Notify,
+}
+
+impl Wake for Conn {
+    fn wake(self: Arc<Self>) {
+        let parking = self.parking.clone();
+        parking.woken.lock().unwrap_or_else(PoisonError::into_inner).push(self);
+        parking.notify.notify_one();
+    }
+}
+
+/// One worker's parker: connections are parked through it, and its
+/// [`run`](Parker::run) task holds them.
+pub struct Parker<R> {
+    parking: Arc<Parking>,
+    /// Connections parked and not yet taken in; `None` once it stopped.
+    inbox: Mutex<Option<Vec<(Asleep, R)>>>,
+}
+
+impl<R: Resume> Parker<R> {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Parker { parking: Arc::default(), inbox: Mutex::new(Some(Vec::new())) })
+    }
+
+    /// Where connections that may park here wake.
+    pub fn parking(&self) -> &Arc<Parking> {
+        &self.parking
+    }
+
+    /// Park `asleep`, to go back to `to` when its bytes come (closed at
+    /// once if the parker has stopped).
+    pub fn park(&self, asleep: Asleep, to: R) {
+        let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        match inbox.as_mut() {
+            Some(inbox) => inbox.push((asleep, to)),
+            None => asleep.close(),
+        }
+        drop(inbox);
+        self.parking.notify.notify_one();
+    }
+
+    /// Hold the parked connections until the proxy stops, then close them.
+    pub async fn run(self: Arc<Self>, stats: Arc<ProxyStats>, mut stopped: watch::Receiver<Stop>) {
+        let mut lot = Lot::new(stats);
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        loop {
+            let next = lot.next_deadline();
+            if let Some(at) = next {
+                timer.as_mut().reset(at);
+            }
+            tokio::select! {
+                biased;
+                () = stopping(&mut stopped) => break,
+                () = self.parking.notify.notified() => {}
+                () = timer.as_mut(), if next.is_some() => {}
+            }
+            // Taken whole, so that the queues' room goes too.
+            let parked = self.inbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut().map(std::mem::take);
+            for (asleep, to) in parked.into_iter().flatten() {
+                let key = lot.insert(asleep, to);
+                lot.poll(key);
+            }
+            let woken = std::mem::take(&mut *self.parking.woken.lock().unwrap_or_else(PoisonError::into_inner));
+            for conn in woken {
+                let key = lock(&conn).parked_at;
+                if lot.holds(key, &conn) {
+                    lot.poll(key);
+                }
+            }
+            lot.expire(Instant::now());
+        }
+        let parked = self.inbox.lock().unwrap_or_else(PoisonError::into_inner).take();
+        parked.into_iter().flatten().for_each(|(asleep, _)| asleep.close());
+        lot.close_all();
+        self.parking.woken.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
+/// A parked connection.
+struct Spot<R> {
+    asleep: Asleep,
+    to: R,
+    /// Which parking of the slot this is, for the deadline heap.
+    ticket: u32,
+}
+
+/// The parked connections: a slab, and a heap of their deadlines (an
+/// entry whose ticket no longer matches its slot's is stale).
+struct Lot<R> {
+    slots: Vec<Option<Spot<R>>>,
+    free: Vec<u32>,
+    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    tickets: u32,
+    stats: Arc<ProxyStats>,
+}
+
+impl<R: Resume> Lot<R> {
+    fn new(stats: Arc<ProxyStats>) -> Self {
+        Lot { slots: Vec::new(), free: Vec::new(), deadlines: BinaryHeap::new(), tickets: 0, stats }
+    }
+
+    fn insert(&mut self, asleep: Asleep, to: R) -> u32 {
+        let deadline = asleep.since + to.idle_timeout();
+        self.tickets = self.tickets.wrapping_add(1);
+        let ticket = self.tickets;
+        let key = match self.free.pop() {
+            Some(key) => key,
+            None => {
+                self.slots.push(None);
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        lock(&asleep.conn).parked_at = key;
+        self.slots[key as usize] = Some(Spot { asleep, to, ticket });
+        self.deadlines.push(Reverse((deadline, key, ticket)));
+        self.stats.parked_connections.fetch_add(1, Relaxed);
+        key
+    }
+
+    /// Whether `conn` is parked at `key`.
+    fn holds(&self, key: u32, conn: &Shared) -> bool {
+        self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| Arc::ptr_eq(&s.asleep.conn, conn))
+    }
+
+    fn remove(&mut self, key: u32) -> Option<Spot<R>> {
+        let spot = self.slots.get_mut(key as usize)?.take()?;
+        self.free.push(key);
+        self.stats.parked_connections.fetch_sub(1, Relaxed);
+        // Stale deadlines are dropped once they outnumber the live ones.
+        let live = self.slots.len() - self.free.len();
+        if self.deadlines.len() > 2 * live + 64 {
+            let slots = &self.slots;
+            self.deadlines.retain(|Reverse((_, k, t))| slots[*k as usize].as_ref().is_some_and(|s| s.ticket == *t));
+        }
+        if live == 0 {
+            // All gone: give back the room too.
+            *self = Lot::new(self.stats.clone());
+        }
+        Some(spot)
+    }
+
+    /// Read from the connection at `key`: serve it again if bytes came,
+    /// close it at its end.
+    fn poll(&mut self, key: u32) {
+        let Some(spot) = self.slots.get(key as usize).and_then(Option::as_ref) else { return };
+        let waker = Waker::from(spot.asleep.conn.clone());
+        let got = lock(&spot.asleep.conn).poll_fill(&mut Context::from_waker(&waker));
+        let Poll::Ready(got) = got else { return };
+        let Some(Spot { asleep, to, .. }) = self.remove(key) else { return };
+        match got {
+            Ok(n) if n > 0 => to.resume(asleep),
+            _ => asleep.close(),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Close the connections whose deadline is past.
+    fn expire(&mut self, now: Instant) {
+        while let Some(&Reverse((at, key, ticket))) = self.deadlines.peek() {
+            if at > now {
+                return;
+            }
+            self.deadlines.pop();
+            if self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| s.ticket == ticket) {
+                if let Some(spot) = self.remove(key) {
+                    spot.asleep.close();
+                }
+            }
+        }
+    }
+
+    fn close_all(&mut self) {
+        for key in 0..self.slots.len() {
+            if let Some(spot) = self.remove(key as u32) {
+                spot.asleep.close();
+            }
+        }
+    }
+}
