@@ -544,7 +544,7 @@ struct Accept {
     /// waits until none is.
     alive: watch::Receiver<()>,
     /// The worker's parker, for idle HTTP/1.1 connections.
-    parker: Arc<Parker<Woken>>,
+    parker: Arc<Parker<Arc<Listening>>>,
 }
 
 impl Accept {
@@ -642,23 +642,17 @@ struct Listening {
     /// waits until no receiver is left.
     _alive: watch::Receiver<()>,
     /// The worker's parker, where its idle HTTP/1.1 connections go.
-    parker: Arc<Parker<Woken>>,
+    parker: Arc<Parker<Arc<Listening>>>,
 }
 
-/// Where a parked connection goes back to: its listener, and the watcher
-/// that hyper's server would need if it turns out to speak HTTP/2.
-struct Woken {
-    listening: Arc<Listening>,
-    watcher: hyper_util::server::graceful::Watcher,
-}
-
-impl Resume for Woken {
+/// A parked connection goes back to its listener.
+impl Resume for Arc<Listening> {
     fn idle_timeout(&self) -> Duration {
-        self.listening.limits.idle_timeout
+        self.limits.idle_timeout
     }
 
     fn resume(self, asleep: Asleep) {
-        tokio::spawn(self.listening.resumed(asleep, self.watcher));
+        tokio::spawn(self.resumed(asleep));
     }
 }
 
@@ -704,50 +698,41 @@ impl Listening {
             };
             // HTTP/1.1 goes to the lean server unless hyper's is
             // chosen; HTTP/2 (ALPN h2, or the h2c preface) to hyper.
-            let (io, watcher) = match self.lean && !io.alpn_h2() {
+            let io = match self.lean && !io.alpn_h2() {
                 true => {
                     let (service, limits, stopped) = (self.service.clone(), self.limits.clone(), self.stopped.clone());
                     let served = crate::h1::server::serve(io, service, peer.clone(), limits, stopped).await;
-                    match self.lean_ended(served, watcher) {
-                        Some(next) => next,
+                    match self.lean_ended(served) {
+                        Some(io) => io,
                         None => return,
                     }
                 }
-                false => (io, watcher),
+                false => io,
             };
             self.spawn_hyper(io, peer, spare, watcher);
         }
     }
 
-    /// Serve a parked connection that woke, in a task of its own.
+    /// Serve a parked connection that woke, in a task of its own. (Only a
+    /// connection that has had a request parks, so it does not turn out
+    /// to speak HTTP/2.)
     #[allow(clippy::manual_async_fn)]
-    fn resumed(
-        self: Arc<Self>,
-        asleep: Asleep,
-        watcher: hyper_util::server::graceful::Watcher,
-    ) -> impl std::future::Future<Output = ()> + Send {
+    fn resumed(self: Arc<Self>, asleep: Asleep) -> impl std::future::Future<Output = ()> + Send {
         async move {
-            let peer = asleep.peer.clone();
             let (service, limits, stopped) = (self.service.clone(), self.limits.clone(), self.stopped.clone());
             let served = crate::h1::server::resume(asleep, service, limits, stopped).await;
-            if let Some((io, watcher)) = self.lean_ended(served, watcher) {
-                self.spawn_hyper(io, peer, None, watcher);
-            }
+            drop(self.lean_ended(served));
         }
     }
 
     /// After the lean server: a connection for hyper's HTTP/2 server, or
     /// none (closed, or parked).
-    fn lean_ended(
-        self: &Arc<Self>,
-        served: Served,
-        watcher: hyper_util::server::graceful::Watcher,
-    ) -> Option<(Box<dyn Io>, hyper_util::server::graceful::Watcher)> {
+    fn lean_ended(self: &Arc<Self>, served: Served) -> Option<Box<dyn Io>> {
         match served {
             Served::Done => None,
-            Served::Http2(io, read) => Some((Box::new(Rewind::new(io, read)), watcher)),
+            Served::Http2(io, read) => Some(Box::new(Rewind::new(io, read))),
             Served::Parked(asleep) => {
-                self.parker.park(asleep, Woken { listening: self.clone(), watcher });
+                self.parker.park(asleep, self.clone());
                 None
             }
         }

@@ -202,6 +202,16 @@ fn live() -> i64 {
     LIVE.load(Relaxed)
 }
 
+/// `fulcrum_parked_connections`, from the admin listener's `/metrics`.
+fn parked(admin: SocketAddr) -> u64 {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let value = text.lines().find_map(|l| l.strip_prefix("fulcrum_parked_connections "));
+    value.expect("no fulcrum_parked_connections in /metrics").trim().parse().unwrap()
+}
+
 /// Connections held at once. Client and proxy ends (and, for WebSocket,
 /// the upstream's) share this process's descriptors (often 1,024).
 const N: usize = 250;
@@ -221,8 +231,12 @@ fn heap_per_connection(client: Client, upstream: SocketAddr) -> i64 {
     )
     .unwrap();
     config.workers = 1;
+    // Parked soon, to be counted parked (as they are after a second).
+    config.listeners[0].limits.park_after = Duration::from_millis(50);
+    config.admin = Some("127.0.0.1:0".parse().unwrap());
     let proxy = Proxy::start(config).unwrap();
     let addr = proxy.listen_addrs()[0];
+    let admin = proxy.admin_addr().unwrap();
     // Warm up: the upstream connection, the worker's pools and timers.
     drop((0..20).map(|_| idle_client(addr, client)).collect::<Vec<_>>());
     std::thread::sleep(Duration::from_millis(200));
@@ -233,6 +247,13 @@ fn heap_per_connection(client: Client, upstream: SocketAddr) -> i64 {
     let before = live();
     TRACK.store(true, Relaxed);
     held.extend((0..N).map(|_| idle_client(addr, client)));
+    if let Client::Http1 = client {
+        let start = std::time::Instant::now();
+        while parked(admin) != N as u64 {
+            assert!(start.elapsed() < Duration::from_secs(20), "{} of {N} connections parked", parked(admin));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     let after = live();
     TRACK.store(false, Relaxed);
     let per = (after - before) / N as i64;

@@ -42,8 +42,8 @@ use crate::http::Peer;
 use crate::metrics::ProxyStats;
 use crate::shutdown::{stopping, Stop};
 
-/// What a parked connection keeps: its state, its peer, and since when it
-/// has been idle.
+/// A connection to park, or one that woke: its state, its peer, and since
+/// when it has been idle (when it woke, for one that woke).
 pub struct Asleep {
     pub(crate) conn: Shared,
     pub(crate) peer: Arc<Peer>,
@@ -51,12 +51,17 @@ pub struct Asleep {
 }
 
 impl Asleep {
-    /// Close it: drop its socket (whose registration may hold `conn` as
-    /// its waker, and so keep it alive).
+    /// Close it.
     fn close(self) {
-        let io = lock(&self.conn).io.take();
-        drop(io);
+        close(&self.conn);
     }
+}
+
+/// Close `conn`: drop its socket, whose registration may hold `conn` as its
+/// waker (and so keep it alive).
+fn close(conn: &Shared) {
+    let io = lock(conn).io.take();
+    drop(io);
 }
 
 /// What a parked connection goes back to when its bytes come.
@@ -150,9 +155,10 @@ impl<R: Resume> Parker<R> {
     }
 }
 
-/// A parked connection.
+/// A parked connection (32 bytes): no `since`, which its deadline replaces.
 struct Spot<R> {
-    asleep: Asleep,
+    conn: Shared,
+    peer: Arc<Peer>,
     to: R,
     /// Which parking of the slot this is, for the deadline heap.
     ticket: u32,
@@ -174,7 +180,8 @@ impl<R: Resume> Lot<R> {
     }
 
     fn insert(&mut self, asleep: Asleep, to: R) -> u32 {
-        let deadline = asleep.since + to.idle_timeout();
+        let Asleep { conn, peer, since } = asleep;
+        let deadline = since + to.idle_timeout();
         self.tickets = self.tickets.wrapping_add(1);
         let ticket = self.tickets;
         let key = match self.free.pop() {
@@ -184,8 +191,8 @@ impl<R: Resume> Lot<R> {
                 u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
             }
         };
-        lock(&asleep.conn).parked_at = key;
-        self.slots[key as usize] = Some(Spot { asleep, to, ticket });
+        lock(&conn).parked_at = key;
+        self.slots[key as usize] = Some(Spot { conn, peer, to, ticket });
         self.deadlines.push(Reverse((deadline, key, ticket)));
         self.stats.parked_connections.fetch_add(1, Relaxed);
         key
@@ -193,7 +200,7 @@ impl<R: Resume> Lot<R> {
 
     /// Whether `conn` is parked at `key`.
     fn holds(&self, key: u32, conn: &Shared) -> bool {
-        self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| Arc::ptr_eq(&s.asleep.conn, conn))
+        self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| Arc::ptr_eq(&s.conn, conn))
     }
 
     fn remove(&mut self, key: u32) -> Option<Spot<R>> {
@@ -217,13 +224,13 @@ impl<R: Resume> Lot<R> {
     /// close it at its end.
     fn poll(&mut self, key: u32) {
         let Some(spot) = self.slots.get(key as usize).and_then(Option::as_ref) else { return };
-        let waker = Waker::from(spot.asleep.conn.clone());
-        let got = lock(&spot.asleep.conn).poll_fill(&mut Context::from_waker(&waker));
+        let waker = Waker::from(spot.conn.clone());
+        let got = lock(&spot.conn).poll_fill(&mut Context::from_waker(&waker));
         let Poll::Ready(got) = got else { return };
-        let Some(Spot { asleep, to, .. }) = self.remove(key) else { return };
+        let Some(Spot { conn, peer, to, .. }) = self.remove(key) else { return };
         match got {
-            Ok(n) if n > 0 => to.resume(asleep),
-            _ => asleep.close(),
+            Ok(n) if n > 0 => to.resume(Asleep { conn, peer, since: Instant::now() }),
+            _ => close(&conn),
         }
     }
 
@@ -240,7 +247,7 @@ impl<R: Resume> Lot<R> {
             self.deadlines.pop();
             if self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| s.ticket == ticket) {
                 if let Some(spot) = self.remove(key) {
-                    spot.asleep.close();
+                    close(&spot.conn);
                 }
             }
         }
@@ -249,7 +256,7 @@ impl<R: Resume> Lot<R> {
     fn close_all(&mut self) {
         for key in 0..self.slots.len() {
             if let Some(spot) = self.remove(key as u32) {
-                spot.asleep.close();
+                close(&spot.conn);
             }
         }
     }

@@ -137,8 +137,8 @@ pub fn serve(
     run(Spell { conn, service, peer, limits, timer }, stopped, false)
 }
 
-/// Serve a parked connection again, its bytes in its read buffer: as
-/// [`serve`] does.
+/// Serve a parked connection again, its bytes in its read buffer (its
+/// idle time over): as [`serve`] does.
 pub fn resume(
     asleep: Asleep,
     service: Arc<HttpService>,
@@ -202,7 +202,10 @@ fn poll_idle<S: Future>(spell: &mut Spell, stop: Pin<&mut S>, cx: &mut Context<'
     while spell.timer.sleep.as_mut().poll(cx).is_ready() {
         match spell.timer.fired(&spell.limits) {
             Fired::Expired => return Poll::Ready(Idle::Close),
-            Fired::Park => return Poll::Ready(Idle::Park),
+            // Not before its first request: it may still turn out to speak
+            // HTTP/2, which hyper serves.
+            Fired::Park if !lock(&spell.conn).first => return Poll::Ready(Idle::Park),
+            Fired::Park => {}
             Fired::Later => {}
         }
     }
