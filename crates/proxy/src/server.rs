@@ -1052,7 +1052,7 @@ mod tests {
             limits.clone(),
             stopped,
         ));
-        let conn = crate::h1::conn::Inbound::new(io(), Arc::default());
+        let conn = crate::h1::conn::Inbound::open(io(), Arc::default());
         let busy = crate::h1::server::busy_future_size(&conn, &service, &peer, &limits);
         let body = crate::h1::conn::H1Body::new(conn, crate::h1::parse::Framing::Length(0));
         let request = std::mem::size_of_val(&service.handle(&peer, hyper::Request::new(Either::Right(body))));

@@ -134,7 +134,7 @@ impl std::fmt::Debug for Inbound {
 impl Inbound {
     /// A connection on `io`, parked (when idle) by `parking`'s parker; its
     /// read buffer comes with its first bytes.
-    pub fn new(io: Box<dyn Io>, parking: Arc<Parking>) -> Shared {
+    pub fn open(io: Box<dyn Io>, parking: Arc<Parking>) -> Shared {
         let read = BytesMut::new();
         let inbound =
             Inbound { io: Some(io), read, body: BodyState::Length(0), continue_left: 0, first: true, parked_at: 0 };
@@ -440,7 +440,7 @@ mod tests {
     /// A connection whose client end is returned, with `framing` started.
     fn conn(framing: Framing, expect: bool) -> (Shared, tokio::io::DuplexStream) {
         let (ours, theirs) = tokio::io::duplex(1024);
-        let shared = Inbound::new(Box::new(ours), Arc::default());
+        let shared = Inbound::open(Box::new(ours), Arc::default());
         lock(&shared).start_body(framing, expect);
         (shared, theirs)
     }

@@ -132,7 +132,7 @@ pub fn serve(
     limits: Arc<ServerLimits>,
     stopped: watch::Receiver<Stop>,
 ) -> impl Future<Output = Served> + Send {
-    let conn = Inbound::new(io, limits.parking.clone());
+    let conn = Inbound::open(io, limits.parking.clone());
     let timer = Timer::new(&limits, Instant::now());
     run(Spell { conn, service, peer, limits, timer }, stopped, false)
 }
