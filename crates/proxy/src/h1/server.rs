@@ -20,7 +20,9 @@
 //! client that does not read its response). Bodies over `max_body_bytes`
 //! are refused by the request path (413). A connection is kept for another
 //! request only if the client allows it, the response was delimited, and
-//! the request body was read to its end; otherwise it closes.
+//! the request body was read to its end; otherwise it closes. One idle for
+//! `park_after` after a request ends its task and waits in its worker's
+//! parker ([`park`](crate::h1::park)) until its next bytes.
 //!
 //! Responses: a body of known size gets `Content-Length`, one of unknown
 //! size chunked coding (HTTP/1.1) or the connection's close (HTTP/1.0);
