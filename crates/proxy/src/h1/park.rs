@@ -11,8 +11,8 @@
 //! checks lazily, when the connection's one timer fires.
 //!
 //! One parker per worker (each worker is one thread with its own runtime)
-//! holds its parked connections in a slab, and their idle deadlines in one
-//! heap instead of a timer each. It waits for each connection's bytes with
+//! holds its parked connections in a slab, with their idle deadlines,
+//! which one timer and a sweep keep instead of a timer each ([`Lot`]). It waits for each connection's bytes with
 //! the connection's own shared state as the waker ([`Conn`] is a
 //! [`Wake`]): a wake puts the connection on the parker's queue, so nothing
 //! is allocated per park, and the queue says which connection woke. The
@@ -27,8 +27,6 @@
 //!
 //! [`Inbound::poll_fill`]: crate::h1::conn::Inbound::poll_fill
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
@@ -155,67 +153,98 @@ impl<R: Resume> Parker<R> {
     }
 }
 
-/// A parked connection (32 bytes): no `since`, which its deadline replaces.
+/// A parked connection, with its idle deadline.
 struct Spot<R> {
     conn: Shared,
     peer: Arc<Peer>,
     to: R,
-    /// Which parking of the slot this is, for the deadline heap.
-    ticket: u32,
+    deadline: Instant,
 }
 
-/// The parked connections: a slab, and a heap of their deadlines (an
-/// entry whose ticket no longer matches its slot's is stale).
+/// A place in the lot: a parked connection, or the next free place.
+enum Slot<R> {
+    Free(u32),
+    Taken(Spot<R>),
+}
+
+/// Places per chunk: chunks of a few KiB come from the allocator's small
+/// pages, where one large array, grown by doubling, would take fresh
+/// memory (with transparent huge pages, 2 MiB at a time) at each step.
+const CHUNK: usize = 128;
+/// The end of the free list.
+const NONE: u32 = u32::MAX;
+/// The least time between two sweeps for expired connections.
+const SWEEP: Duration = Duration::from_millis(100);
+
+/// The parked connections: a slab in chunks, swept for expired deadlines
+/// when the earliest is due (at most once per [`SWEEP`], so an idle
+/// timeout may close a parked connection up to that much late). A sweep
+/// reads every place, a few nanoseconds each: far less than a timer per
+/// connection, and no second structure to keep in step.
 struct Lot<R> {
-    slots: Vec<Option<Spot<R>>>,
-    free: Vec<u32>,
-    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
-    tickets: u32,
+    chunks: Vec<Box<[Slot<R>; CHUNK]>>,
+    free: u32,
+    len: usize,
+    /// The earliest deadline, or a time no later than it.
+    due: Option<Instant>,
     stats: Arc<ProxyStats>,
 }
 
 impl<R: Resume> Lot<R> {
     fn new(stats: Arc<ProxyStats>) -> Self {
-        Lot { slots: Vec::new(), free: Vec::new(), deadlines: BinaryHeap::new(), tickets: 0, stats }
+        Lot { chunks: Vec::new(), free: NONE, len: 0, due: None, stats }
+    }
+
+    fn slot(&self, key: u32) -> Option<&Slot<R>> {
+        self.chunks.get(key as usize / CHUNK).map(|c| &c[key as usize % CHUNK])
+    }
+
+    fn slot_mut(&mut self, key: u32) -> Option<&mut Slot<R>> {
+        self.chunks.get_mut(key as usize / CHUNK).map(|c| &mut c[key as usize % CHUNK])
     }
 
     fn insert(&mut self, asleep: Asleep, to: R) -> u32 {
         let Asleep { conn, peer, since } = asleep;
         let deadline = since + to.idle_timeout();
-        self.tickets = self.tickets.wrapping_add(1);
-        let ticket = self.tickets;
-        let key = match self.free.pop() {
-            Some(key) => key,
-            None => {
-                self.slots.push(None);
-                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
-            }
-        };
+        if self.free == NONE {
+            let first = u32::try_from(self.chunks.len() * CHUNK).unwrap_or(NONE);
+            let next = |i: usize| if i + 1 < CHUNK { first + i as u32 + 1 } else { NONE };
+            self.chunks.push(Box::new(std::array::from_fn(|i| Slot::Free(next(i)))));
+            self.free = first;
+        }
+        let key = self.free;
         lock(&conn).parked_at = key;
-        self.slots[key as usize] = Some(Spot { conn, peer, to, ticket });
-        self.deadlines.push(Reverse((deadline, key, ticket)));
+        let spot = Slot::Taken(Spot { conn, peer, to, deadline });
+        if let Some(slot) = self.slot_mut(key) {
+            if let Slot::Free(next) = std::mem::replace(slot, spot) {
+                self.free = next;
+            }
+        }
+        self.len += 1;
+        self.due = Some(self.due.map_or(deadline, |due| due.min(deadline)));
         self.stats.parked_connections.fetch_add(1, Relaxed);
         key
     }
 
     /// Whether `conn` is parked at `key`.
     fn holds(&self, key: u32, conn: &Shared) -> bool {
-        self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| Arc::ptr_eq(&s.conn, conn))
+        matches!(self.slot(key), Some(Slot::Taken(s)) if Arc::ptr_eq(&s.conn, conn))
     }
 
     fn remove(&mut self, key: u32) -> Option<Spot<R>> {
-        let spot = self.slots.get_mut(key as usize)?.take()?;
-        self.free.push(key);
-        self.stats.parked_connections.fetch_sub(1, Relaxed);
-        // Stale deadlines are dropped once they outnumber the live ones.
-        let live = self.slots.len() - self.free.len();
-        if self.deadlines.len() > 2 * live + 64 {
-            let slots = &self.slots;
-            self.deadlines.retain(|Reverse((_, k, t))| slots[*k as usize].as_ref().is_some_and(|s| s.ticket == *t));
+        let free = self.free;
+        let slot = self.slot_mut(key)?;
+        if let Slot::Free(_) = slot {
+            return None;
         }
-        if live == 0 {
+        let Slot::Taken(spot) = std::mem::replace(slot, Slot::Free(free)) else { return None };
+        self.free = key;
+        self.len -= 1;
+        self.stats.parked_connections.fetch_sub(1, Relaxed);
+        if self.len == 0 {
             // All gone: give back the room too.
-            *self = Lot::new(self.stats.clone());
+            self.chunks = Vec::new();
+            (self.free, self.due) = (NONE, None);
         }
         Some(spot)
     }
@@ -223,7 +252,7 @@ impl<R: Resume> Lot<R> {
     /// Read from the connection at `key`: serve it again if bytes came,
     /// close it at its end.
     fn poll(&mut self, key: u32) {
-        let Some(spot) = self.slots.get(key as usize).and_then(Option::as_ref) else { return };
+        let Some(Slot::Taken(spot)) = self.slot(key) else { return };
         let waker = Waker::from(spot.conn.clone());
         let got = lock(&spot.conn).poll_fill(&mut Context::from_waker(&waker));
         let Poll::Ready(got) = got else { return };
@@ -234,28 +263,33 @@ impl<R: Resume> Lot<R> {
         }
     }
 
+    /// When the parker next sweeps.
     fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.peek().map(|Reverse((at, _, _))| *at)
+        self.due
     }
 
-    /// Close the connections whose deadline is past.
+    /// Close the connections whose deadline is past, if one may be.
     fn expire(&mut self, now: Instant) {
-        while let Some(&Reverse((at, key, ticket))) = self.deadlines.peek() {
-            if at > now {
-                return;
-            }
-            self.deadlines.pop();
-            if self.slots.get(key as usize).and_then(Option::as_ref).is_some_and(|s| s.ticket == ticket) {
+        if self.due.is_none_or(|due| due > now) {
+            return;
+        }
+        let mut due: Option<Instant> = None;
+        for key in 0..u32::try_from(self.chunks.len() * CHUNK).unwrap_or(NONE) {
+            let Some(Slot::Taken(spot)) = self.slot(key) else { continue };
+            if spot.deadline <= now {
                 if let Some(spot) = self.remove(key) {
                     close(&spot.conn);
                 }
+            } else {
+                due = Some(due.map_or(spot.deadline, |d| d.min(spot.deadline)));
             }
         }
+        self.due = due.map(|due| due.max(now + SWEEP));
     }
 
     fn close_all(&mut self) {
-        for key in 0..self.slots.len() {
-            if let Some(spot) = self.remove(key as u32) {
+        for key in 0..u32::try_from(self.chunks.len() * CHUNK).unwrap_or(NONE) {
+            if let Some(spot) = self.remove(key) {
                 close(&spot.conn);
             }
         }
