@@ -279,7 +279,7 @@ fn an_idle_http1_connection_holds_little_heap() {
     // Parked: the socket's registration (256 bytes), the connection's
     // shared state (socket, empty buffer, body state: 128, kept so that
     // waking it allocates nothing), the peer (128 and its address as
-    // text), the socket box, and 56 bytes in the parker. A connection that
+    // text), the socket box, and about 40 bytes in the parker. A connection that
     // kept its task would add tokio's record of it (512 bytes) and its
     // timer (112): over 1.2 KiB; with a read buffer held between requests,
     // over 8 KiB.
