@@ -10,9 +10,15 @@
 //! spawning a task per request would cost every request; the lean server
 //! checks lazily, when the connection's one timer fires.
 //!
+//! Only after a connection's first request: before it, the connection may
+//! still turn out to speak HTTP/2, which hyper's server takes over.
+//!
 //! One parker per worker (each worker is one thread with its own runtime)
-//! holds its parked connections in a slab, with their idle deadlines,
-//! which one timer and a sweep keep instead of a timer each ([`Lot`]). It waits for each connection's bytes with
+//! holds its parked connections in a slab (in small chunks, so that its
+//! growth takes no fresh pages), with their idle deadlines, which one
+//! timer and a sweep keep instead of a timer each. It runs outside tokio's
+//! cooperative budget, which would otherwise end its reads early. It waits
+//! for each connection's bytes with
 //! the connection's own shared state as the waker ([`Conn`] is a
 //! [`Wake`]): a wake puts the connection on the parker's queue, so nothing
 //! is allocated per park, and the queue says which connection woke. The
