@@ -1601,6 +1601,12 @@ connect_timeout = "250ms"
         assert_eq!(c.listeners[0].max_header_bytes, 16_384);
         assert_eq!(c.listeners[0].limits.max_body_bytes, 1 << 20);
         assert_eq!(c.listeners[0].limits.idle_timeout, Duration::from_secs(90));
+        assert_eq!(c.listeners[0].limits.park_after, Duration::from_secs(1), "the default");
+        let parks = parse(&text.replace("idle_timeout", "park_after = \"250ms\", idle_timeout")).unwrap();
+        assert_eq!(parks.listeners[0].limits.park_after, Duration::from_millis(250));
+        let e = error(&text.replace("idle_timeout", "park_after = \"0s\", idle_timeout"));
+        assert_eq!(e.field, "listener[0].limits", "{e}");
+        assert!(e.message.contains("park_after"), "{e}");
         let e = error(&text.replace("\"16KiB\"", "\"4KiB\""));
         assert_eq!((e.line, e.column, e.field.as_str()), (7, 20, "listener[0].max_header_bytes"), "{e}");
         let e = error(&text.replace("\"1MiB\"", "\"1 megabyte\""));
