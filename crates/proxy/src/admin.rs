@@ -191,6 +191,8 @@ impl Admin {
         let _ = writeln!(out, "fulcrum_downstream_rejected_total {}", self.stats.rejected_connections.load(Relaxed));
         family(&mut out, "fulcrum_downstream_accept_errors_total", "counter", "Accepts failed: out of fds or memory.");
         let _ = writeln!(out, "fulcrum_downstream_accept_errors_total {}", self.stats.accept_errors.load(Relaxed));
+        family(&mut out, "fulcrum_parked_connections", "gauge", "Idle HTTP/1.1 connections parked.");
+        let _ = writeln!(out, "fulcrum_parked_connections {}", self.stats.parked_connections.load(Relaxed));
         family(&mut out, "fulcrum_worker_connections", "gauge", "Client connections open, by worker.");
         for (w, open) in self.stats.worker_connections.iter().enumerate() {
             let _ = writeln!(out, "fulcrum_worker_connections{{worker=\"{w}\"}} {}", open.load(Relaxed));

@@ -199,6 +199,9 @@ pub struct Limits {
     /// A connection with no request in flight is closed after this long.
     #[serde(with = "fulcrum_config::duration")]
     pub idle_timeout: Duration,
+    /// An HTTP/1.1 connection idle this long gives up its task (parks).
+    #[serde(with = "fulcrum_config::duration")]
+    pub park_after: Duration,
     /// Most header fields in a request (431 beyond).
     pub max_headers: usize,
     /// Most client connections open at once, over all workers; more are
@@ -214,6 +217,7 @@ impl Default for Limits {
         Limits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            park_after: Duration::from_secs(1),
             max_headers: HYPER_MAX_HEADERS,
             max_connections: 10_000,
             max_body_bytes: 100 * 1024 * 1024,
@@ -1329,8 +1333,8 @@ impl RawListener {
         let limits = match self.limits {
             Some(lim) => {
                 let v = lim.get_ref();
-                if v.header_read_timeout.is_zero() || v.idle_timeout.is_zero() {
-                    return Err(src.error(lim.span(), at("limits"), "timeouts must be greater than 0"));
+                if v.header_read_timeout.is_zero() || v.idle_timeout.is_zero() || v.park_after.is_zero() {
+                    return Err(src.error(lim.span(), at("limits"), "timeouts and park_after must be greater than 0"));
                 }
                 if v.max_headers == 0 || v.max_connections == 0 {
                     return Err(src.error(lim.span(), at("limits"), "max_headers and max_connections must be ≥ 1"));
@@ -1597,6 +1601,12 @@ connect_timeout = "250ms"
         assert_eq!(c.listeners[0].max_header_bytes, 16_384);
         assert_eq!(c.listeners[0].limits.max_body_bytes, 1 << 20);
         assert_eq!(c.listeners[0].limits.idle_timeout, Duration::from_secs(90));
+        assert_eq!(c.listeners[0].limits.park_after, Duration::from_secs(1), "the default");
+        let parks = parse(&text.replace("idle_timeout", "park_after = \"250ms\", idle_timeout")).unwrap();
+        assert_eq!(parks.listeners[0].limits.park_after, Duration::from_millis(250));
+        let e = error(&text.replace("idle_timeout", "park_after = \"0s\", idle_timeout"));
+        assert_eq!(e.field, "listener[0].limits", "{e}");
+        assert!(e.message.contains("park_after"), "{e}");
         let e = error(&text.replace("\"16KiB\"", "\"4KiB\""));
         assert_eq!((e.line, e.column, e.field.as_str()), (7, 20, "listener[0].max_header_bytes"), "{e}");
         let e = error(&text.replace("\"1MiB\"", "\"1 megabyte\""));

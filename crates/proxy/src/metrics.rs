@@ -199,6 +199,8 @@ pub struct ProxyStats {
     pub accept_errors: AtomicU64,
     /// Client connections open on each worker.
     pub worker_connections: Box<[AtomicU64]>,
+    /// Idle HTTP/1.1 connections parked (held without a task).
+    pub parked_connections: AtomicU64,
     /// Access log records dropped because a log's queue was full.
     pub access_log_dropped: AtomicU64,
     /// Connections refused by a listener's `proxy_protocol` rule, by

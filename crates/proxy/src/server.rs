@@ -40,6 +40,7 @@ use crate::clock::Epoch;
 use crate::cluster::{lock, SharedCluster, WorkerCluster};
 use crate::config::{Config, Http1Server, Listener, ListenerProtocol, HYPER_MAX_HEADERS};
 use crate::h1::conn::{Io, Rewind};
+use crate::h1::park::{Asleep, Parker, Resume};
 use crate::h1::server::{Served, ServerLimits};
 use crate::http::HttpService;
 use crate::metrics::ProxyStats;
@@ -410,6 +411,9 @@ impl Worker {
                 }
             }
         });
+        // The worker's parker: its idle HTTP/1.1 connections, without tasks.
+        let parker = Parker::new();
+        tokio::spawn(tokio::task::unconstrained(parker.clone().run(self.stats.clone(), self.stopped.clone())));
         let graceful = Arc::new(GracefulShutdown::new());
         // hyper's connections are watched by `graceful`; every connection
         // (and HTTP/3's) holds a receiver of `alive` until it ends.
@@ -458,6 +462,7 @@ impl Worker {
                 stopped: self.stopped.clone(),
                 graceful: graceful.clone(),
                 alive: alive_rx.clone(),
+                parker: parker.clone(),
             };
             accept_loops.push(match listener.protocol {
                 ListenerProtocol::Http | ListenerProtocol::Http2 | ListenerProtocol::Http3 => {
@@ -538,6 +543,8 @@ struct Accept {
     /// Held, through [`Listening`], by every connection: the worker's drain
     /// waits until none is.
     alive: watch::Receiver<()>,
+    /// The worker's parker, for idle HTTP/1.1 connections.
+    parker: Arc<Parker<Arc<Listening>>>,
 }
 
 impl Accept {
@@ -592,9 +599,12 @@ impl Accept {
                 max_headers: limits.max_headers,
                 header_read_timeout: limits.header_read_timeout,
                 idle_timeout: limits.idle_timeout,
+                park_after: limits.park_after,
+                parking: self.parker.parking().clone(),
             }),
             stopped: self.stopped.clone(),
             _alive: self.alive.clone(),
+            parker: self.parker.clone(),
         });
         while let Some((stream, peer, slot)) = self.next().await {
             let _ = stream.set_nodelay(true);
@@ -631,6 +641,19 @@ struct Listening {
     /// Held while any of its connections is open: the worker's drain
     /// waits until no receiver is left.
     _alive: watch::Receiver<()>,
+    /// The worker's parker, where its idle HTTP/1.1 connections go.
+    parker: Arc<Parker<Arc<Listening>>>,
+}
+
+/// A parked connection goes back to its listener.
+impl Resume for Arc<Listening> {
+    fn idle_timeout(&self) -> Duration {
+        self.limits.idle_timeout
+    }
+
+    fn resume(self, asleep: Asleep) {
+        tokio::spawn(self.resumed(asleep));
+    }
 }
 
 impl Listening {
@@ -678,26 +701,63 @@ impl Listening {
             let io = match self.lean && !io.alpn_h2() {
                 true => {
                     let (service, limits, stopped) = (self.service.clone(), self.limits.clone(), self.stopped.clone());
-                    match crate::h1::server::serve(io, service, peer.clone(), limits, stopped).await {
-                        Served::Done => return,
-                        Served::Http2(io, read) => Box::new(Rewind::new(io, read)),
+                    let served = crate::h1::server::serve(io, service, peer.clone(), limits, stopped).await;
+                    match self.lean_ended(served) {
+                        Some(io) => io,
+                        None => return,
                     }
                 }
                 false => io,
             };
-            // A task of its own, so that this one, sized for the lean server
-            // and the handshake, ends.
-            tokio::spawn(async move {
-                let (service, idle) = (self.service.clone(), self.limits.idle_timeout);
-                let failed = serve_hyper(io, &self.hyper, service, peer, idle, watcher).await;
-                // hyper has dropped its handle: this one is the last.
-                if let (true, Some(Ok(spare))) = (failed, spare.map(Arc::try_unwrap)) {
-                    // Boxed: it holds a read buffer, which every connection's
-                    // task would otherwise have room for.
-                    Box::pin(linger(spare)).await;
-                }
-            });
+            self.spawn_hyper(io, peer, spare, watcher);
         }
+    }
+
+    /// Serve a parked connection that woke, in a task of its own. (Only a
+    /// connection that has had a request parks, so it does not turn out
+    /// to speak HTTP/2.)
+    #[allow(clippy::manual_async_fn)]
+    fn resumed(self: Arc<Self>, asleep: Asleep) -> impl std::future::Future<Output = ()> + Send {
+        async move {
+            let (service, limits, stopped) = (self.service.clone(), self.limits.clone(), self.stopped.clone());
+            let served = crate::h1::server::resume(asleep, service, limits, stopped).await;
+            drop(self.lean_ended(served));
+        }
+    }
+
+    /// After the lean server: a connection for hyper's HTTP/2 server, or
+    /// none (closed, or parked).
+    fn lean_ended(self: &Arc<Self>, served: Served) -> Option<Box<dyn Io>> {
+        match served {
+            Served::Done => None,
+            Served::Http2(io, read) => Some(Box::new(Rewind::new(io, read))),
+            Served::Parked(asleep) => {
+                self.parker.park(asleep, self.clone());
+                None
+            }
+        }
+    }
+
+    /// Serve `io` with hyper's HTTP/2 server, in a task of its own, so that
+    /// the connection's task, sized for the lean server and the handshake,
+    /// ends.
+    fn spawn_hyper(
+        self: Arc<Self>,
+        io: Box<dyn Io>,
+        peer: Arc<crate::http::Peer>,
+        spare: Option<Arc<tokio::net::TcpStream>>,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        tokio::spawn(async move {
+            let (service, idle) = (self.service.clone(), self.limits.idle_timeout);
+            let failed = serve_hyper(io, &self.hyper, service, peer, idle, watcher).await;
+            // hyper has dropped its handle: this one is the last.
+            if let (true, Some(Ok(spare))) = (failed, spare.map(Arc::try_unwrap)) {
+                // Boxed: it holds a read buffer, which every connection's
+                // task would otherwise have room for.
+                Box::pin(linger(spare)).await;
+            }
+        });
     }
 }
 
@@ -961,6 +1021,8 @@ mod tests {
             max_headers: listener.limits.max_headers,
             header_read_timeout: listener.limits.header_read_timeout,
             idle_timeout: listener.limits.idle_timeout,
+            park_after: listener.limits.park_after,
+            parking: Arc::default(),
         });
         let listening = Arc::new(Listening {
             service: service.clone(),
@@ -971,6 +1033,7 @@ mod tests {
             limits: limits.clone(),
             stopped: stopped.clone(),
             _alive: alive,
+            parker: Parker::new(),
         });
         let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let stream = tokio::net::TcpStream::connect(socket.local_addr().unwrap()).await.unwrap();
@@ -989,7 +1052,7 @@ mod tests {
             limits.clone(),
             stopped,
         ));
-        let conn = crate::h1::conn::Inbound::new(io());
+        let conn = crate::h1::conn::Inbound::open(io(), Arc::default());
         let busy = crate::h1::server::busy_future_size(&conn, &service, &peer, &limits);
         let body = crate::h1::conn::H1Body::new(conn, crate::h1::parse::Framing::Length(0));
         let request = std::mem::size_of_val(&service.handle(&peer, hyper::Request::new(Either::Right(body))));
@@ -1000,7 +1063,7 @@ mod tests {
             size_of::<crate::http::Peer>(),
             size_of::<Counted<tokio::net::TcpStream>>(),
             size_of::<tokio::time::Sleep>(),
-            size_of::<Mutex<crate::h1::conn::Inbound>>(),
+            size_of::<crate::h1::conn::Conn>(),
         );
         // The same in debug and release builds. tokio pads a task's record
         // (about 100 bytes and the future) to a multiple of 128 bytes: up

@@ -30,6 +30,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
+use crate::h1::park::Parking;
 use crate::h1::parse::{Chunk, Chunked, Framing};
 
 /// Room made in the read buffer before each read.
@@ -102,14 +103,26 @@ pub struct Inbound {
     /// Whether no request head has been read yet (the first bytes may be
     /// the HTTP/2 preface).
     pub first: bool,
+    /// Its place among its worker's parked connections, while parked.
+    pub parked_at: u32,
 }
 
-/// A connection's [`Inbound`], shared by the server loop and the request body.
-pub type Shared = Arc<Mutex<Inbound>>;
+/// A connection's state, shared by the server loop and the request body;
+/// while the connection is parked it is also its own waker
+/// ([`park`](crate::h1::park)), so that parking allocates nothing.
+#[derive(Debug)]
+pub struct Conn {
+    inbound: Mutex<Inbound>,
+    /// Where it goes when it wakes while parked: its worker's parker.
+    pub(crate) parking: Arc<Parking>,
+}
+
+/// A connection's [`Conn`], shared by the server loop and the request body.
+pub type Shared = Arc<Conn>;
 
 /// Lock `shared`; a panic elsewhere does not make the state unusable.
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Inbound> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
+    shared.inbound.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl std::fmt::Debug for Inbound {
@@ -119,10 +132,13 @@ impl std::fmt::Debug for Inbound {
 }
 
 impl Inbound {
-    /// A connection on `io`; its read buffer comes with its first bytes.
-    pub fn new(io: Box<dyn Io>) -> Shared {
+    /// A connection on `io`, parked (when idle) by `parking`'s parker; its
+    /// read buffer comes with its first bytes.
+    pub fn open(io: Box<dyn Io>, parking: Arc<Parking>) -> Shared {
         let read = BytesMut::new();
-        Arc::new(Mutex::new(Inbound { io: Some(io), read, body: BodyState::Length(0), continue_left: 0, first: true }))
+        let inbound =
+            Inbound { io: Some(io), read, body: BodyState::Length(0), continue_left: 0, first: true, parked_at: 0 };
+        Arc::new(Conn { inbound: Mutex::new(inbound), parking })
     }
 
     /// Start the body of a request framed by `framing`; `expect` asks for a
@@ -424,7 +440,7 @@ mod tests {
     /// A connection whose client end is returned, with `framing` started.
     fn conn(framing: Framing, expect: bool) -> (Shared, tokio::io::DuplexStream) {
         let (ours, theirs) = tokio::io::duplex(1024);
-        let shared = Inbound::new(Box::new(ours));
+        let shared = Inbound::open(Box::new(ours), Arc::default());
         lock(&shared).start_body(framing, expect);
         (shared, theirs)
     }

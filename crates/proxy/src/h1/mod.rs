@@ -29,6 +29,7 @@
 //! a large body) and stop reading, and the client hears that answer at once.
 
 pub mod conn;
+pub mod park;
 pub mod parse;
 pub mod server;
 

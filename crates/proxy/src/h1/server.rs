@@ -20,7 +20,9 @@
 //! client that does not read its response). Bodies over `max_body_bytes`
 //! are refused by the request path (413). A connection is kept for another
 //! request only if the client allows it, the response was delimited, and
-//! the request body was read to its end; otherwise it closes.
+//! the request body was read to its end; otherwise it closes. One idle for
+//! `park_after` after a request ends its task and waits in its worker's
+//! parker ([`park`](crate::h1::park)) until its next bytes.
 //!
 //! Responses: a body of known size gets `Content-Length`, one of unknown
 //! size chunked coding (HTTP/1.1) or the connection's close (HTTP/1.0);
@@ -46,6 +48,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::client_io::IdleTimeout;
 use crate::h1::conn::{fill, lock, H1Body, Inbound, Io, LeanUpgrade, Shared, Upgraded, Writer};
+use crate::h1::park::{Asleep, Parking};
 use crate::h1::parse::{parse_request, HeadError, RequestHead};
 use crate::http::{HttpService, Peer, ProxyBody};
 use crate::local_reply::{LocalReply, CONTENT_TYPE};
@@ -68,6 +71,10 @@ pub struct ServerLimits {
     pub header_read_timeout: Duration,
     /// Time without a request in flight.
     pub idle_timeout: Duration,
+    /// Idle time after which a connection is parked ([`park`](crate::h1::park)).
+    pub park_after: Duration,
+    /// Where this worker's connections park.
+    pub parking: Arc<Parking>,
 }
 
 /// How a connection ended.
@@ -76,6 +83,15 @@ pub enum Served {
     Done,
     /// It speaks HTTP/2: serve it with hyper, these bytes first.
     Http2(Box<dyn Io>, BytesMut),
+    /// Idle for `park_after`: park it, and serve it again with [`resume`].
+    Parked(Asleep),
+}
+
+/// What waiting idle came to.
+enum Idle {
+    Woke,
+    Close,
+    Park,
 }
 
 /// What waiting for the next request head came to.
@@ -103,18 +119,14 @@ struct Spell {
     timer: Timer,
 }
 
-/// Serve HTTP/1.1 requests on `io` from `peer` until the connection ends.
+/// Serve HTTP/1.1 requests on `io` from `peer` until the connection ends,
+/// or until it has been idle for `park_after` ([`Served::Parked`]).
 ///
 /// An idle connection's task holds only the connection's shared state
 /// (socket, no buffer), its timer and the stop signal (this future, until
 /// bytes come); the read buffer is taken when bytes arrive, and the
 /// serving loop ([`busy`]) runs in a box kept per worker thread
 /// ([`spare`]), so that waking a connection allocates nothing.
-///
-/// A function returning an `async` block rather than an `async fn`: an
-/// `async fn` keeps its arguments twice in its state, once as passed and
-/// once as moved into its body.
-#[allow(clippy::manual_async_fn)]
 pub fn serve(
     io: Box<dyn Io>,
     service: Arc<HttpService>,
@@ -122,20 +134,51 @@ pub fn serve(
     limits: Arc<ServerLimits>,
     stopped: watch::Receiver<Stop>,
 ) -> impl Future<Output = Served> + Send {
+    let conn = Inbound::open(io, limits.parking.clone());
+    let timer = Timer::new(&limits, Instant::now());
+    run(Spell { conn, service, peer, limits, timer }, stopped, false)
+}
+
+/// Serve a parked connection again, its bytes in its read buffer (its
+/// idle time over): as [`serve`] does.
+pub fn resume(
+    asleep: Asleep,
+    service: Arc<HttpService>,
+    limits: Arc<ServerLimits>,
+    stopped: watch::Receiver<Stop>,
+) -> impl Future<Output = Served> + Send {
+    let Asleep { conn, peer, since } = asleep;
+    let timer = Timer::new(&limits, since);
+    run(Spell { conn, service, peer, limits, timer }, stopped, true)
+}
+
+/// The connection's life: idle waits and serving spells, from a serving
+/// spell if it `woke`.
+///
+/// A function returning an `async` block rather than an `async fn`, and
+/// its arguments used in place: an `async fn` keeps its arguments twice in
+/// its state, once as passed and once as moved into its body.
+#[allow(clippy::manual_async_fn)]
+fn run(mut spell: Spell, mut stopped: watch::Receiver<Stop>, mut woke: bool) -> impl Future<Output = Served> + Send {
     async move {
-        let timer = Timer::new(&limits);
-        let mut spell = Spell { conn: Inbound::new(io), service, peer, limits, timer };
-        let mut stopped = stopped;
         loop {
-            let woke = {
-                // The channel changes once, to the stop: `changed` (smaller
-                // than `stopping`) resolves at once if that came before.
-                let mut stop = pin!(stopped.changed());
-                poll_fn(|cx| poll_idle(&mut spell, stop.as_mut(), cx)).await
-            };
             if !woke {
-                return Served::Done;
+                let idle = {
+                    // The channel changes once, to the stop: `changed` (smaller
+                    // than `stopping`) resolves at once if that came before.
+                    let mut stop = pin!(stopped.changed());
+                    poll_fn(|cx| poll_idle(&mut spell, stop.as_mut(), cx)).await
+                };
+                match idle {
+                    Idle::Woke => {}
+                    Idle::Close => return Served::Done,
+                    Idle::Park => {
+                        let Spell { conn, peer, timer, .. } = spell;
+                        return Served::Parked(Asleep { conn, peer, since: timer.since });
+                    }
+                }
             }
+            woke = false;
             let mut serving = spare::boxed(move || busy(spell, stopped));
             let ended = (&mut serving).await;
             spare::keep(serving);
@@ -148,18 +191,27 @@ pub fn serve(
 }
 
 /// Wait, with no buffer, for a connection's next bytes: up to
-/// `idle_timeout`, or until `stop`. `false`: close it. (Polled by hand, in
-/// the caller's state: a future of its own, or `select!`'s, is larger.)
-fn poll_idle<S: Future>(spell: &mut Spell, stop: Pin<&mut S>, cx: &mut Context<'_>) -> Poll<bool> {
+/// `idle_timeout` (parking it after `park_after`), or until `stop`. (Polled
+/// by hand, in the caller's state: a future of its own, or `select!`'s, is
+/// larger.)
+fn poll_idle<S: Future>(spell: &mut Spell, stop: Pin<&mut S>, cx: &mut Context<'_>) -> Poll<Idle> {
     if let Poll::Ready(got) = lock(&spell.conn).poll_fill(cx) {
-        return Poll::Ready(matches!(got, Ok(n) if n > 0));
+        return Poll::Ready(if matches!(got, Ok(n) if n > 0) { Idle::Woke } else { Idle::Close });
+    }
+    if stop.poll(cx).is_ready() {
+        return Poll::Ready(Idle::Close);
     }
     while spell.timer.sleep.as_mut().poll(cx).is_ready() {
-        if spell.timer.expired(&spell.limits) {
-            return Poll::Ready(false);
+        match spell.timer.fired(&spell.limits) {
+            Fired::Expired => return Poll::Ready(Idle::Close),
+            // Not before its first request: it may still turn out to speak
+            // HTTP/2, which hyper serves.
+            Fired::Park if !lock(&spell.conn).first => return Poll::Ready(Idle::Park),
+            Fired::Park => {}
+            Fired::Later => {}
         }
     }
-    stop.poll(cx).map(|_| false)
+    Poll::Pending
 }
 
 /// Boxes for the connections' serving loops, kept per worker thread for
@@ -285,7 +337,7 @@ pub(crate) fn busy_future_size(
     limits: &Arc<ServerLimits>,
 ) -> usize {
     let (conn, service, peer, limits) = (conn.clone(), service.clone(), peer.clone(), limits.clone());
-    let (timer, (_tx, stopped)) = (Timer::new(&limits), watch::channel(None));
+    let (timer, (_tx, stopped)) = (Timer::new(&limits, Instant::now()), watch::channel(None));
     std::mem::size_of_val(&busy(Spell { conn, service, peer, limits, timer }, stopped))
 }
 
@@ -320,7 +372,8 @@ fn request(
 /// the deadline that really applies — `since + idle_timeout`, or, while a
 /// head that came in pieces is read, its first byte plus
 /// `header_read_timeout` — and closes the connection only if that deadline
-/// has passed.
+/// has passed. An idle connection's timer fires `park_after` into its idle
+/// time too, to park it.
 struct Timer {
     sleep: Pin<Box<Sleep>>,
     /// When the limit in force began: the last response's end (or the
@@ -330,11 +383,21 @@ struct Timer {
     reading_head: bool,
 }
 
+/// What a timer's firing came to.
+enum Fired {
+    /// The deadline in force has passed.
+    Expired,
+    /// Idle for `park_after`: park the connection.
+    Park,
+    /// Neither yet: the timer is moved to the next.
+    Later,
+}
+
 impl Timer {
-    fn new(limits: &ServerLimits) -> Self {
-        let now = Instant::now();
-        let sleep = Box::pin(tokio::time::sleep_until(now + limits.idle_timeout));
-        Timer { sleep, since: now, reading_head: false }
+    /// The timer of a connection idle since `since`.
+    fn new(limits: &ServerLimits, since: Instant) -> Self {
+        let sleep = Box::pin(tokio::time::sleep_until(since + limits.park_after.min(limits.idle_timeout)));
+        Timer { sleep, since, reading_head: false }
     }
 
     /// The deadline in force.
@@ -363,15 +426,21 @@ impl Timer {
         }
     }
 
-    /// The timer fired: whether the deadline in force has passed (if not,
-    /// the timer is moved to it).
-    fn expired(&mut self, limits: &ServerLimits) -> bool {
-        let deadline = self.deadline(limits);
-        if deadline <= Instant::now() {
-            return true;
+    /// The timer fired: whether the deadline in force has passed, or the
+    /// idle connection is to park (if not, the timer is moved to the next
+    /// of the two).
+    fn fired(&mut self, limits: &ServerLimits) -> Fired {
+        let (deadline, now) = (self.deadline(limits), Instant::now());
+        if deadline <= now {
+            return Fired::Expired;
         }
-        self.sleep.as_mut().reset(deadline);
-        false
+        let park = self.since + limits.park_after;
+        let parks = !self.reading_head && park < deadline;
+        self.sleep.as_mut().reset(if parks && park > now { park } else { deadline });
+        match parks && park <= now {
+            true => Fired::Park,
+            false => Fired::Later,
+        }
     }
 }
 
@@ -423,7 +492,7 @@ async fn next_head(
                 // The client left (a head cut short cannot be answered).
                 _ => return Next::Close,
             },
-            () = timer.sleep.as_mut() => if timer.expired(limits) {
+            () = timer.sleep.as_mut() => if let Fired::Expired = timer.fired(limits) {
                 return Next::Close;
             },
             () = stopping(stopped) => return Next::Close,
