@@ -29,7 +29,7 @@
 //! `HEAD`, 1xx, 204 and 304 have none (RFC 9112 §6.3). After a 101 the
 //! connection goes to the request path's tunnel ([`LeanUpgrade`]).
 
-use std::future::{poll_fn, Future};
+use std::future::{poll_fn, Future, Pending};
 use std::io;
 use std::pin::{pin, Pin};
 use std::sync::atomic::Ordering::Relaxed;
@@ -163,11 +163,16 @@ fn run(mut spell: Spell, mut stopped: watch::Receiver<Stop>, mut woke: bool) -> 
     async move {
         loop {
             if !woke {
-                let idle = {
+                let idle = if lock(&spell.conn).first {
                     // The channel changes once, to the stop: `changed` (smaller
                     // than `stopping`) resolves at once if that came before.
                     let mut stop = pin!(stopped.changed());
-                    poll_fn(|cx| poll_idle(&mut spell, stop.as_mut(), cx)).await
+                    poll_fn(|cx| poll_idle(&mut spell, Some(stop.as_mut()), cx)).await
+                } else {
+                    // After a request, no stop signal of its own (setting one
+                    // up would cost every request): within `park_after` the
+                    // connection parks, and a stopped parker closes it.
+                    poll_fn(|cx| poll_idle(&mut spell, None::<Pin<&mut Pending<()>>>, cx)).await
                 };
                 match idle {
                     Idle::Woke => {}
@@ -191,14 +196,14 @@ fn run(mut spell: Spell, mut stopped: watch::Receiver<Stop>, mut woke: bool) -> 
 }
 
 /// Wait, with no buffer, for a connection's next bytes: up to
-/// `idle_timeout` (parking it after `park_after`), or until `stop`. (Polled
-/// by hand, in the caller's state: a future of its own, or `select!`'s, is
-/// larger.)
-fn poll_idle<S: Future>(spell: &mut Spell, stop: Pin<&mut S>, cx: &mut Context<'_>) -> Poll<Idle> {
+/// `idle_timeout` (parking it after `park_after`), or until `stop` if
+/// given. (Polled by hand, in the caller's state: a future of its own, or
+/// `select!`'s, is larger.)
+fn poll_idle<S: Future>(spell: &mut Spell, stop: Option<Pin<&mut S>>, cx: &mut Context<'_>) -> Poll<Idle> {
     if let Poll::Ready(got) = lock(&spell.conn).poll_fill(cx) {
         return Poll::Ready(if matches!(got, Ok(n) if n > 0) { Idle::Woke } else { Idle::Close });
     }
-    if stop.poll(cx).is_ready() {
+    if stop.is_some_and(|stop| stop.poll(cx).is_ready()) {
         return Poll::Ready(Idle::Close);
     }
     while spell.timer.sleep.as_mut().poll(cx).is_ready() {
