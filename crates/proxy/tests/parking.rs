@@ -158,3 +158,22 @@ fn a_parked_connection_uses_the_routes_of_a_reload() {
     assert_eq!(get(&mut s).as_deref(), Some("b"), "the woken connection kept the old routes");
     proxy.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn a_graceful_stop_closes_idle_connections_that_have_not_parked() {
+    // One connection between requests (it parks within `park_after`, and a
+    // stopped parker closes it), one before its first request (its wait
+    // watches the stop itself).
+    let (a, b) = (upstream("a"), upstream("b"));
+    let proxy = Proxy::start(config("park_after = \"1s\"", "a", a, b)).unwrap();
+    let mut served = TcpStream::connect(proxy.listen_addrs()[0]).unwrap();
+    assert_eq!(get(&mut served).as_deref(), Some("a"));
+    let mut fresh = TcpStream::connect(proxy.listen_addrs()[0]).unwrap();
+    let drain = Duration::from_secs(60);
+    let start = Instant::now();
+    let stop = std::thread::spawn(move || proxy.shutdown(drain));
+    until("the stop closes the connection between requests", || closed(&mut served));
+    until("the stop closes the connection before its first request", || closed(&mut fresh));
+    stop.join().unwrap();
+    assert!(start.elapsed() < drain / 2, "the stop took {:?}", start.elapsed());
+}
