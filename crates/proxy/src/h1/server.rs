@@ -123,8 +123,9 @@ struct Spell {
 /// or until it has been idle for `park_after` ([`Served::Parked`]).
 ///
 /// An idle connection's task holds only the connection's shared state
-/// (socket, no buffer), its timer and the stop signal (this future, until
-/// bytes come); the read buffer is taken when bytes arrive, and the
+/// (socket, no buffer), its timer and, before its first request, the stop
+/// signal (this future, until bytes come); the read buffer is taken when
+/// bytes arrive, and the
 /// serving loop ([`busy`]) runs in a box kept per worker thread
 /// ([`spare`]), so that waking a connection allocates nothing.
 pub fn serve(
