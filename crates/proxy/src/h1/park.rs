@@ -4,9 +4,8 @@
 //! padded to 512 bytes) and its timer (a boxed `Sleep`), more than the rest
 //! of what an idle connection holds. So a connection that has been idle for
 //! `limits.park_after` gives what it must keep — its shared state (socket,
-//! no buffer), its peer (only its addresses while parked, unless it
-//! presented a client certificate), and when it went idle ([`Asleep`]) —
-//! to its worker's [`Parker`], and its task ends. Not at once: under load a
+//! no buffer), its peer, and when it went idle ([`Asleep`]) — to its
+//! worker's [`Parker`], and its task ends. Not at once: under load a
 //! connection is idle for microseconds between requests, and ending and
 //! spawning a task per request would cost every request; the lean server
 //! checks lazily, when the connection's one timer fires.
@@ -34,7 +33,6 @@
 //!
 //! [`Inbound::poll_fill`]: crate::h1::conn::Inbound::poll_fill
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
@@ -164,34 +162,9 @@ impl<R: Resume> Parker<R> {
 /// A parked connection, with its idle deadline.
 struct Spot<R> {
     conn: Shared,
-    peer: KeptPeer,
+    peer: Arc<Peer>,
     to: R,
     deadline: Instant,
-}
-
-/// A parked connection's peer: its addresses alone when they are all it
-/// holds (the peer is made again when the connection wakes: the peer and
-/// its address as text take 176 bytes, the addresses 64), else the peer.
-enum KeptPeer {
-    Addresses(SocketAddr, Option<SocketAddr>),
-    Peer(Arc<Peer>),
-}
-
-impl KeptPeer {
-    fn keep(peer: Arc<Peer>) -> Self {
-        match Arc::try_unwrap(peer) {
-            Ok(Peer { addr, destination, client_cert: None, .. }) => KeptPeer::Addresses(addr, destination),
-            Ok(peer) => KeptPeer::Peer(Arc::new(peer)),
-            Err(shared) => KeptPeer::Peer(shared),
-        }
-    }
-
-    fn peer(self) -> Arc<Peer> {
-        match self {
-            KeptPeer::Addresses(addr, destination) => Arc::new(Peer { destination, ..Peer::new(addr) }),
-            KeptPeer::Peer(peer) => peer,
-        }
-    }
 }
 
 /// A place in the lot: a parked connection, or the next free place.
@@ -247,7 +220,7 @@ impl<R: Resume> Lot<R> {
         }
         let key = self.free;
         lock(&conn).parked_at = key;
-        let spot = Slot::Taken(Spot { conn, peer: KeptPeer::keep(peer), to, deadline });
+        let spot = Slot::Taken(Spot { conn, peer, to, deadline });
         if let Some(slot) = self.slot_mut(key) {
             if let Slot::Free(next) = std::mem::replace(slot, spot) {
                 self.free = next;
@@ -291,7 +264,7 @@ impl<R: Resume> Lot<R> {
         let Poll::Ready(got) = got else { return };
         let Some(Spot { conn, peer, to, .. }) = self.remove(key) else { return };
         match got {
-            Ok(n) if n > 0 => to.resume(Asleep { conn, peer: peer.peer(), since: Instant::now() }),
+            Ok(n) if n > 0 => to.resume(Asleep { conn, peer, since: Instant::now() }),
             _ => close(&conn),
         }
     }
@@ -326,24 +299,5 @@ impl<R: Resume> Lot<R> {
                 close(&spot.conn);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proxy_protocol::Addresses;
-
-    #[test]
-    fn a_parked_peer_is_made_again_from_its_addresses() {
-        let (source, destination) = ("192.0.2.7:4711".parse().unwrap(), "198.51.100.1:80".parse().unwrap());
-        let peer = KeptPeer::keep(Arc::new(Peer::connected(Addresses { source, destination })));
-        assert!(matches!(peer, KeptPeer::Addresses(..)), "a lone peer without a certificate is kept as addresses");
-        let peer = peer.peer();
-        assert_eq!((peer.addr, peer.destination, peer.ip.as_bytes()), (source, Some(destination), &b"192.0.2.7"[..]));
-        let shared = Arc::new(Peer::new(source));
-        let again = KeptPeer::keep(shared.clone()).peer();
-        assert!(Arc::ptr_eq(&again, &shared), "a peer still shared elsewhere is kept whole");
-        assert_eq!(KeptPeer::keep(Arc::new(Peer::new(source))).peer().destination, None);
     }
 }
